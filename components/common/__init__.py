@@ -1,0 +1,1 @@
+"""Pieces shared by the components: config plumbing, artifact types, property keys."""

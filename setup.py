@@ -1,0 +1,52 @@
+"""tfx-parallel: a TFX pipeline with Beam ingest, multi-device training and MLMD metrics.
+
+The top-level folders install as subpackages of one import package, ``tfx_parallel``
+(``tfx_parallel.pipeline``, ``tfx_parallel.components``, ``tfx_parallel.kubeflow``), so
+executor class paths baked into compiled pipeline specs are stable and nothing shadows
+another distribution (a top-level ``kubeflow`` would shadow the Kubeflow SDK).
+"""
+import os
+
+from setuptools import setup
+
+_FOLDERS = ("pipeline", "components", "kubeflow")
+
+
+def _packages():
+  """Maps every package folder under the code folders to tfx_parallel.<folder>..."""
+  package_dir = {}
+  for folder in _FOLDERS:
+    for root, dirs, files in os.walk(folder):
+      dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+      if "__init__.py" in files:
+        package_dir["tfx_parallel." + root.replace(os.sep, ".")] = root
+  return package_dir
+
+
+_PACKAGE_DIR = _packages()
+
+setup(
+    name="tfx-parallel",
+    version="0.1.0",
+    description=("TFX pipeline: Beam-partitioned ingest, data- and model-parallel "
+                 "training (tf.distribute / DTensor), convergence metrics in ML Metadata, "
+                 "Kubeflow Pipelines on GPU nodes."),
+    python_requires=">=3.9,<3.11",
+    packages=sorted(_PACKAGE_DIR),
+    package_dir=_PACKAGE_DIR,
+    install_requires=[
+        "tfx[kfp]==1.16.0",
+        "tensorflow>=2.16,<2.17",
+        "tf-keras>=2.16,<2.17",
+        # apache-beam >= 2.6x no longer pulls dill, which tfx_bsl imports.
+        "dill",
+        "pyyaml",
+        "matplotlib",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-timeout"],
+    },
+    entry_points={
+        "console_scripts": ["tfx-parallel=tfx_parallel.pipeline.cli:main"],
+    },
+)
