@@ -30,7 +30,11 @@ class TrainerConfig:
     pad_features: pad the feature count up to a multiple of the model axis instead
       of rejecting it.
     stop_on_divergence: stop early when the loss becomes NaN/inf.
-    normalize: standardise features with train-split mean/std baked into the model.
+    normalize: standardise features with train-split mean/std, folded into the
+      exported first layer.
+    workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
+      TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
+    shuffle_buffer: examples in the seeded shuffle buffer.
   """
   layout: str = "single"
   devices: int = 0
@@ -48,6 +52,8 @@ class TrainerConfig:
   pad_features: bool = False
   stop_on_divergence: bool = True
   normalize: bool = False
+  workers: int = 2
+  shuffle_buffer: int = 10_000
 
   @property
   def mesh_batch(self) -> int:
@@ -79,6 +85,8 @@ class TrainerConfig:
     require(self.log_every >= 1, "log_every", f"must be >= 1. Received: {self.log_every}")
     require(self.checkpoint_every >= 0, "checkpoint_every",
             f"must be >= 0. Received: {self.checkpoint_every}")
+    require(isinstance(self.workers, int) and self.workers >= 1, "workers",
+            f"must be >= 1. Received: workers={self.workers!r}")
     require(all(isinstance(h, int) and h >= 1 for h in self.hidden_units),
             "hidden_units", f"must be positive integers. Received: {self.hidden_units!r}")
     replicas = self.replicas_hint()

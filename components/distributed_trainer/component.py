@@ -1,0 +1,41 @@
+"""DistributedTrainer: data- and model-parallel training as a typed TFX component."""
+from tfx import types
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from tfx_parallel.components.common import artifacts, config_util, keys
+from tfx_parallel.components.distributed_trainer import executor
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+
+
+class DistributedTrainerSpec(types.ComponentSpec):
+  PARAMETERS = {keys.CONFIG_KEY: ExecutionParameter(type=str)}
+  INPUTS = {
+      keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+      keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
+  }
+  OUTPUTS = {
+      keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+      keys.MODEL_RUN_KEY: ChannelParameter(type=standard_artifacts.ModelRun),
+      keys.HISTORY_KEY: ChannelParameter(type=artifacts.TrainingHistory),
+  }
+
+
+class DistributedTrainer(base_component.BaseComponent):
+  """Trains with layout `single`, `mirrored`, `multi_worker` or a DTensor `mesh`.
+
+  The layout is part of the typed `TrainerConfig`, validated here (errors name the
+  field) before any component runs.
+  """
+  SPEC_CLASS = DistributedTrainerSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+  def __init__(self, examples: types.BaseChannel, config: TrainerConfig = TrainerConfig(),
+               schema: types.BaseChannel = None):
+    config.validate()
+    super().__init__(spec=DistributedTrainerSpec(
+        examples=examples, schema=schema, config=config_util.to_json(config),
+        model=types.Channel(type=standard_artifacts.Model),
+        model_run=types.Channel(type=standard_artifacts.ModelRun),
+        history=types.Channel(type=artifacts.TrainingHistory)))

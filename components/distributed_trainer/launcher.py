@@ -1,0 +1,99 @@
+"""Starts training processes: one for local layouts, N workers for `multi_worker`.
+
+With TF_CONFIG already set (a Kubeflow TFJob / Vertex worker pool), this task trains
+as its own worker. Without it, `multi_worker` launches `config.workers` processes on
+127.0.0.1, each with its own TF_CONFIG. If any process fails, the others are stopped
+within a bounded time and the error names the worker and its exit code: a dead peer
+never leaves the pipeline hanging.
+"""
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import List
+
+from absl import logging
+
+from tfx_parallel.components.distributed_trainer.train import Job
+
+# Seconds the surviving workers get to exit after a peer failed.
+PEER_FAILURE_GRACE_SECONDS = 20
+
+
+def _free_ports(n: int) -> List[int]:
+  socks, ports = [], []
+  for _ in range(n):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+    ports.append(s.getsockname()[1])
+  for s in socks:
+    s.close()
+  return ports
+
+
+def _command(job_path: str) -> List[str]:
+  return [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train",
+          "--job", job_path]
+
+
+def _wait_all(procs: List[subprocess.Popen], names: List[str]):
+  """Waits for every process; on the first failure stops the rest and raises."""
+  while True:
+    codes = [p.poll() for p in procs]
+    failed = [(n, c) for n, c in zip(names, codes) if c not in (None, 0)]
+    if failed:
+      deadline = time.time() + PEER_FAILURE_GRACE_SECONDS
+      for p in procs:
+        if p.poll() is None:
+          p.terminate()
+      for p in procs:
+        try:
+          p.wait(timeout=max(deadline - time.time(), 0.1))
+        except subprocess.TimeoutExpired:
+          p.kill()
+          p.wait()
+      name, code = failed[0]
+      raise RuntimeError(
+          f"Training process {name} failed with exit code {code}; the other "
+          f"process(es) were stopped. Rerun to resume from the last checkpoint.")
+    if all(c == 0 for c in codes):
+      return
+    time.sleep(0.2)
+
+
+def launch(job: Job, layout: str, workers: int) -> None:
+  """Runs the training job in child process(es); raises RuntimeError on failure."""
+  with tempfile.TemporaryDirectory(prefix="tfx_parallel_train_") as tmp:
+    job_path = os.path.join(tmp, "job.json")
+    with open(job_path, "w") as f:
+      json.dump(dataclasses.asdict(job), f)
+    if layout != "multi_worker" or os.environ.get("TF_CONFIG"):
+      logging.info("Starting training process: %s", " ".join(_command(job_path)))
+      proc = subprocess.Popen(_command(job_path), env=dict(os.environ))
+      try:
+        _wait_all([proc], ["trainer"])
+      finally:
+        if proc.poll() is None:
+          proc.kill()
+      return
+    ports = _free_ports(workers)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs, names = [], []
+    try:
+      for i in range(workers):
+        env = dict(os.environ,
+                   TF_CONFIG=json.dumps({"cluster": cluster,
+                                         "task": {"type": "worker", "index": i}}))
+        names.append(f"worker {i}")
+        procs.append(subprocess.Popen(_command(job_path), env=env))
+      logging.info("Started %d multi-worker training processes on %s", workers, cluster)
+      _wait_all(procs, names)
+    finally:
+      for p in procs:
+        if p.poll() is None:
+          p.kill()

@@ -1,0 +1,52 @@
+"""`create_pipeline`: a pure factory (no I/O) returning the tfx-parallel pipeline.
+
+    PartitionedExampleGen ──Examples──▶ DistributedTrainer ──Model, TrainingHistory──▶
+    ConvergenceEvaluator ──ConvergenceMetrics, ModelBlessing──▶ (ML Metadata)
+    [--with-tfma: stock Evaluator on the same Model + Examples]
+
+The same factory is used by the local runner and the Kubeflow compiler.
+"""
+from typing import List, Optional
+
+from tfx import v1 as tfx
+
+from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
+from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
+from tfx_parallel.components.partitioned_example_gen.component import PartitionedExampleGen
+from tfx_parallel.pipeline.config import PipelineConfig
+
+
+def create_components(config: PipelineConfig) -> List[tfx.dsl.components.base.base_node.BaseNode]:
+  """The pipeline's components, wired, in topological order."""
+  example_gen = PartitionedExampleGen(config=config.example_gen)
+  if config.beam_pipeline_args:
+    example_gen = example_gen.with_beam_pipeline_args(list(config.beam_pipeline_args))
+  trainer = DistributedTrainer(examples=example_gen.outputs["examples"],
+                               config=config.trainer)
+  evaluator = ConvergenceEvaluator(model=trainer.outputs["model"],
+                                   examples=example_gen.outputs["examples"],
+                                   history=trainer.outputs["history"],
+                                   config=config.evaluator)
+  components = [example_gen, trainer, evaluator]
+  if config.with_tfma:
+    from tfx_parallel.components.convergence_evaluator import tfma_stage  # pylint: disable=g-import-not-at-top
+    components.append(tfma_stage.stock_evaluator(trainer.outputs["model"],
+                                                 example_gen.outputs["examples"],
+                                                 config.example_gen.label_key))
+  return components
+
+
+def create_pipeline(config: PipelineConfig,
+                    pipeline_root: str,
+                    metadata_connection_config=None,
+                    beam_pipeline_args: Optional[List[str]] = None) -> tfx.dsl.Pipeline:
+  """Validates `config` and returns the pipeline; raises ConfigError naming the key."""
+  config.validate()
+  return tfx.dsl.Pipeline(
+      pipeline_name=config.pipeline_name,
+      pipeline_root=pipeline_root,
+      components=create_components(config),
+      enable_cache=config.enable_cache,
+      metadata_connection_config=metadata_connection_config,
+      beam_pipeline_args=beam_pipeline_args,
+  )
