@@ -1,0 +1,68 @@
+"""Helpers for trainer tests: tiny synthetic Examples on disk, and running a layout in
+a fresh process (DTensor and MirroredStrategy collectives cannot share one process)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
+import tensorflow as tf
+
+TRUE_W = np.array([1.0, 2.0], np.float32)
+TRUE_B = 3.0
+
+
+def write_examples(root: str, rows: int = 2048, num_features: int = 2, shards: int = 2,
+                   seed: int = 0, noise: float = 0.01, eval_rows: int = 256):
+  """Writes Split-train / Split-eval gzip TFRecords of y = x·w + b + noise."""
+  rng = np.random.default_rng(seed)
+  w = np.arange(1, num_features + 1, dtype=np.float32)
+  for split, n in (("train", rows), ("eval", eval_rows)):
+    x = rng.uniform(-1, 1, (n, num_features)).astype(np.float32)
+    y = x @ w + TRUE_B + rng.normal(0, noise, n).astype(np.float32)
+    d = os.path.join(root, f"Split-{split}")
+    os.makedirs(d, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(os.path.join(d, f"data_tfrecord-{i:05d}-of-{shards:05d}.gz"),
+                                    options="GZIP") for i in range(shards)]
+    for i in range(n):
+      feats = {f"x{j}": tf.train.Feature(float_list=tf.train.FloatList(value=[x[i, j]]))
+               for j in range(num_features)}
+      feats["y"] = tf.train.Feature(float_list=tf.train.FloatList(value=[y[i]]))
+      writers[i % shards].write(
+          tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+    for wr in writers:
+      wr.close()
+  return [f"x{j}" for j in range(num_features)], "y", rows
+
+
+def job_dict(tmp: str, examples_uri: str, feature_keys, train_rows: int, **config) -> dict:
+  return dict(config=config, examples_uri=examples_uri, feature_keys=list(feature_keys),
+              label_key="y", train_rows=train_rows,
+              model_dir=os.path.join(tmp, "model", "Format-Serving"),
+              model_run_dir=os.path.join(tmp, "model_run"),
+              history_dir=os.path.join(tmp, "history"),
+              checkpoint_dir=os.path.join(tmp, "ckpt"), num_shards=2)
+
+
+def run_job(job: dict, tmp: str, env=None, timeout=300) -> dict:
+  """Runs one training process on `job`; returns history.json."""
+  os.makedirs(tmp, exist_ok=True)
+  path = os.path.join(tmp, "job.json")
+  with open(path, "w") as f:
+    json.dump(job, f)
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train", "--job", path],
+      env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  with open(os.path.join(job["history_dir"], "history.json")) as f:
+    return json.load(f)
+
+
+def run_script(code: str, timeout=300) -> str:
+  """Runs python `code` in a fresh process; returns stdout (asserting success)."""
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=timeout)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  return proc.stdout
