@@ -1,1 +1,1 @@
-
+"""ConvergenceEvaluator: eval quality, convergence analysis and blessing (see component.py)."""

@@ -1,0 +1,76 @@
+"""ConvergenceEvaluator: eval-split quality + training convergence -> ML Metadata.
+
+Inputs (contract with PartitionedExampleGen and DistributedTrainer):
+
+* ``model`` (Model): SavedModel at ``<uri>/Format-Serving`` whose ``serving_default``
+  signature takes serialized tf.Examples (1-D tf.string ``examples``) and returns
+  ``{'predictions': float32 [N, 1]}``;
+* ``examples`` (Examples): gzip TFRecords in ``Split-<split>/``; custom properties
+  ``label_key`` and, for synthetic data, ``true_weights`` / ``true_bias``;
+* ``history`` (TrainingHistory): ``history.json`` at its URI.
+
+Outputs:
+
+* ``metrics`` (ConvergenceMetrics): every scalar as a custom property (names and
+  meanings: properties.py), plus ``curves.json`` and ``loss.png`` at its URI;
+* ``blessing`` (ModelBlessing): ``blessed`` 1/0 and a BLESSED / NOT_BLESSED file, as the
+  stock Evaluator writes them, so a stock Pusher can consume it.
+"""
+from tfx_parallel.pipeline import tfenv
+
+tfenv.prepare()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from tfx import types
+from tfx.dsl.components.base import base_component
+from tfx.dsl.components.base import executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter
+from tfx.types.component_spec import ExecutionParameter
+
+from tfx_parallel.components.common import artifacts
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator import executor
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+
+
+class ConvergenceEvaluatorSpec(types.ComponentSpec):
+  """Channels and the JSON config property of ConvergenceEvaluator."""
+  PARAMETERS = {keys.CONFIG_KEY: ExecutionParameter(type=str)}
+  INPUTS = {
+      keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
+      keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+      keys.HISTORY_KEY: ChannelParameter(type=artifacts.TrainingHistory),
+  }
+  OUTPUTS = {
+      keys.METRICS_KEY: ChannelParameter(type=artifacts.ConvergenceMetrics),
+      keys.BLESSING_KEY: ChannelParameter(type=standard_artifacts.ModelBlessing),
+  }
+
+
+class ConvergenceEvaluator(base_component.BaseComponent):
+  """Evaluates a trained model and its training run; see the module docstring."""
+  SPEC_CLASS = ConvergenceEvaluatorSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+  def __init__(self, model: types.BaseChannel, examples: types.BaseChannel,
+               history: types.BaseChannel, config: EvaluatorConfig = EvaluatorConfig()):
+    """Args:
+      model: Model channel (the trainer's ``model`` output).
+      examples: Examples channel (PartitionedExampleGen's ``examples``).
+      history: TrainingHistory channel (the trainer's ``history`` output).
+      config: targets and blessing thresholds; validated here, so a bad value fails
+        when the pipeline is built, naming the key.
+    """
+    if not isinstance(config, EvaluatorConfig):
+      raise TypeError(f"config must be an EvaluatorConfig. Received: {type(config).__name__}")
+    config.validate()
+    super().__init__(spec=ConvergenceEvaluatorSpec(**{
+        keys.MODEL_KEY: model,
+        keys.EXAMPLES_KEY: examples,
+        keys.HISTORY_KEY: history,
+        keys.CONFIG_KEY: config_util.to_json(config),
+        keys.METRICS_KEY: types.Channel(type=artifacts.ConvergenceMetrics),
+        keys.BLESSING_KEY: types.Channel(type=standard_artifacts.ModelBlessing),
+    }))

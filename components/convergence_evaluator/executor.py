@@ -1,0 +1,182 @@
+"""ConvergenceEvaluator executor: read the inputs, call the pure modules, write outputs."""
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+
+from tfx_parallel.pipeline import tfenv
+
+tfenv.prepare()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from tfx import types
+from tfx.dsl.components.base import base_executor
+from tfx.dsl.io import fileio
+from tfx.types import artifact_utils
+from tfx.utils import io_utils
+from tfx.utils import path_utils
+
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
+from tfx_parallel.components.convergence_evaluator import convergence
+from tfx_parallel.components.convergence_evaluator import plots
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.components.convergence_evaluator import quality as quality_lib
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+
+
+class Executor(base_executor.BaseExecutor):
+  """Evaluates quality on a split, analyses the training history, blesses or not."""
+
+  def Do(self, input_dict: Dict[str, List[types.Artifact]],
+         output_dict: Dict[str, List[types.Artifact]],
+         exec_properties: Dict[str, Any]) -> None:
+    config = config_util.from_json(EvaluatorConfig, exec_properties[keys.CONFIG_KEY])
+    config.validate()
+    model = artifact_utils.get_single_instance(input_dict[keys.MODEL_KEY])
+    examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
+    history_artifact = artifact_utils.get_single_instance(input_dict[keys.HISTORY_KEY])
+    metrics = artifact_utils.get_single_instance(output_dict[keys.METRICS_KEY])
+    blessing = artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY])
+
+    history = read_history(history_artifact.uri)
+    curves = convergence.curves_from_history(history)
+    summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
+                                  config.plateau_window, config.rise_tolerance,
+                                  flagged_diverged=bool(history.get("diverged")))
+    quality = quality_lib.evaluate(path_utils.serving_model_path(model.uri), examples.uri,
+                                   config.split, read_label_key(examples), config.batch_size)
+    weight_error, bias_error = convergence.parameter_error(
+        history.get("weights"), *read_true_parameters(examples))
+    blessed, message = blessing_lib.decide(quality, summary.state, config)
+
+    scalars = {
+        **convergence_properties(curves, summary, history),
+        **quality_properties(quality, config.split),
+        **run_properties(history),
+        P.WEIGHT_ERROR: weight_error,
+        P.BIAS_ERROR: bias_error,
+        P.CURVES_FILE: P.CURVES_FILE_NAME,
+        P.PLOT_FILE: P.PLOT_FILE_NAME,
+        P.BLESSED: int(blessed),
+        P.BLESSING_MESSAGE: message,
+    }
+    for name, value in scalars.items():
+      P.set_property(metrics, name, value)
+    write_curves(metrics.uri, convergence.curves_document(curves, summary),
+                 label=history.get("layout", "run"))
+    write_blessing(blessing, model, blessed)
+    logging.info("ConvergenceEvaluator: state=%s eval_mse=%.6g blessed=%s%s. "
+                 "Metrics written to %s.", summary.state, quality.mse, blessed,
+                 f" ({message})" if message else "", metrics.uri)
+
+
+def read_history(uri: str) -> Dict[str, Any]:
+  """Parses ``<uri>/history.json`` (python json: NaN / Infinity literals accepted)."""
+  path = os.path.join(uri, keys.HISTORY_FILE)
+  if not fileio.exists(path):
+    raise FileNotFoundError(f"TrainingHistory has no {keys.HISTORY_FILE}: {path}")
+  with fileio.open(path, "r") as f:
+    return json.loads(f.read())
+
+
+def read_label_key(examples: types.Artifact) -> str:
+  label_key = examples.get_string_custom_property(keys.LABEL_KEY)
+  if not label_key:
+    raise ValueError(f"Examples artifact at {examples.uri} has no {keys.LABEL_KEY!r} "
+                     f"custom property; PartitionedExampleGen sets it")
+  return label_key
+
+
+def read_true_parameters(examples: types.Artifact):
+  """(true_weights list or None, true_bias float or None) of synthetic Examples."""
+  weights = bias = None
+  if examples.has_custom_property(keys.TRUE_WEIGHTS):
+    weights = json.loads(examples.get_string_custom_property(keys.TRUE_WEIGHTS))
+  if examples.has_custom_property(keys.TRUE_BIAS):
+    bias = float(examples.get_custom_property(keys.TRUE_BIAS))
+  return weights, bias
+
+
+def convergence_properties(curves: convergence.Curves, summary: convergence.Convergence,
+                           history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+  """Properties from the history analysis (names in properties.py)."""
+  out = {
+      P.INITIAL_LOSS: summary.initial_loss,
+      P.FINAL_LOSS: summary.final_loss,
+      P.BEST_LOSS: summary.best_loss,
+      P.TARGET_LOSS: summary.target_loss,
+      P.STEPS_TO_TARGET: summary.steps_to_target,
+      P.SECONDS_TO_TARGET: summary.seconds_to_target,
+      P.CONVERGENCE_STATE: summary.state,
+      P.CONVERGENCE_RATE: summary.convergence_rate,
+      P.TAIL_CHANGE: summary.tail_change,
+      P.NUM_RECORDS: int(curves.step.size),
+      P.LAST_STEP: int(curves.step[-1]),
+      P.TOTAL_STEPS: int(history.get("total_steps", curves.step[-1])),
+      P.STOPPED_EARLY: bool(history.get("stopped_early", False)),
+      P.NUM_EPOCHS: len(curves.epochs),
+      P.GRAD_NORM_FIRST: summary.grad_norm_first,
+      P.GRAD_NORM_LAST: summary.grad_norm_last,
+      P.GRAD_NORM_TREND: summary.grad_norm_trend,
+  }
+  for epoch in curves.epochs:
+    out[f"{P.EPOCH_LOSS_PREFIX}{epoch['epoch']}"] = epoch["train_loss"]
+    out[f"{P.EPOCH_EVAL_LOSS_PREFIX}{epoch['epoch']}"] = epoch["eval_loss"]
+  return out
+
+
+def quality_properties(quality: quality_lib.Quality, split: str) -> Dict[str, P.Scalar]:
+  return {
+      P.EVAL_SPLIT: split,
+      P.EVAL_EXAMPLES: quality.examples,
+      P.EVAL_MSE: quality.mse,
+      P.EVAL_RMSE: quality.rmse,
+      P.EVAL_MAE: quality.mae,
+      P.EVAL_R2: quality.r2,
+      P.LABEL_IS_BINARY: quality.label_is_binary,
+      P.EVAL_ACCURACY: quality.accuracy,
+      P.EVAL_AUC: quality.auc,
+      P.EVAL_SECONDS: quality.seconds,
+  }
+
+
+def mesh_string(mesh_shape: Optional[List[int]]) -> str:
+  """[2, 2] -> "2x2"; None / [] -> ""."""
+  return "x".join(str(int(d)) for d in mesh_shape) if mesh_shape else ""
+
+
+def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+  """How the run was laid out, from history.json."""
+  devices = list(history.get("devices") or [])
+  return {
+      P.LAYOUT: str(history.get("layout", "")),
+      P.MESH_SHAPE: mesh_string(history.get("mesh_shape")),
+      P.REPLICAS: int(history.get("replicas", P.NOT_AVAILABLE)),
+      P.DEVICES: json.dumps(devices),
+      P.NUM_DEVICES: len(devices),
+      P.GLOBAL_BATCH_SIZE: int(history.get("global_batch_size", P.NOT_AVAILABLE)),
+      P.MODEL_TYPE: str(history.get("model", "")),
+      P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
+  }
+
+
+def write_curves(uri: str, document: Dict[str, Any], label: str):
+  """Writes ``curves.json`` and ``loss.png`` at the metrics artifact URI."""
+  fileio.makedirs(uri)
+  io_utils.write_string_file(os.path.join(uri, P.CURVES_FILE_NAME),
+                             json.dumps(document, allow_nan=False))
+  with fileio.open(os.path.join(uri, P.PLOT_FILE_NAME), "wb") as f:
+    f.write(plots.loss_plot_png([(label, document)]))
+
+
+def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool):
+  """Marks the ModelBlessing exactly as the stock Evaluator does."""
+  blessing.set_string_custom_property(P.BLESSING_CURRENT_MODEL_KEY, model.uri)
+  blessing.set_int_custom_property(P.BLESSING_CURRENT_MODEL_ID_KEY, model.id)
+  file_name = P.BLESSED_FILE_NAME if blessed else P.NOT_BLESSED_FILE_NAME
+  io_utils.write_string_file(os.path.join(blessing.uri, file_name), "")
+  blessing.set_int_custom_property(P.BLESSING_BLESSED_KEY,
+                                   P.BLESSED_VALUE if blessed else P.NOT_BLESSED_VALUE)

@@ -1,0 +1,53 @@
+"""ConvergenceEvaluator construction: channels, the JSON config property, early errors."""
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
+from tfx import types
+from tfx.types import standard_artifacts
+
+from tfx_parallel.components.common import artifacts
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+
+
+def _channels():
+  return dict(model=types.Channel(type=standard_artifacts.Model),
+              examples=types.Channel(type=standard_artifacts.Examples),
+              history=types.Channel(type=artifacts.TrainingHistory))
+
+
+def test_outputs_and_config_round_trip():
+  config = EvaluatorConfig(target_loss=0.05, max_eval_mse=1.0, split="test")
+  component = ConvergenceEvaluator(config=config, **_channels())
+  assert component.outputs[keys.METRICS_KEY].type is artifacts.ConvergenceMetrics
+  assert component.outputs[keys.BLESSING_KEY].type is standard_artifacts.ModelBlessing
+  text = component.exec_properties[keys.CONFIG_KEY]
+  assert config_util.from_json(EvaluatorConfig, text) == config
+
+
+def test_default_config():
+  component = ConvergenceEvaluator(**_channels())
+  assert config_util.from_json(EvaluatorConfig,
+                               component.exec_properties[keys.CONFIG_KEY]) == EvaluatorConfig()
+
+
+@pytest.mark.parametrize("bad, key", [
+    (dict(target_fraction=1.5), "target_fraction"),
+    (dict(plateau_window=1), "plateau_window"),
+    (dict(rise_tolerance=0), "rise_tolerance"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(split=""), "split"),
+])
+def test_bad_config_fails_at_construction_naming_the_key(bad, key):
+  with pytest.raises(config_util.ConfigError) as error:
+    ConvergenceEvaluator(config=EvaluatorConfig(**bad), **_channels())
+  assert error.value.key == key
+
+
+def test_wrong_channel_type_is_rejected():
+  channels = _channels()
+  channels["history"] = types.Channel(type=standard_artifacts.Model)
+  with pytest.raises(TypeError):
+    ConvergenceEvaluator(**channels)

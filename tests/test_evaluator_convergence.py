@@ -1,0 +1,116 @@
+"""Convergence analysis of training histories: targets, rates, states, parameter error."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
+from tfx_parallel.components.convergence_evaluator import convergence
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.components.convergence_evaluator import testing
+
+
+def _analyze(losses, target_loss=None, target_fraction=0.01, window=5, rise=0.5, **kwargs):
+  history = testing.linear_history(losses, **kwargs)
+  curves = convergence.curves_from_history(history)
+  return convergence.analyze(curves, target_loss, target_fraction, window, rise,
+                             flagged_diverged=history["diverged"])
+
+
+def test_exponential_decay_converges_with_exact_rate_and_target_step():
+  losses = 10.0 * np.exp(-0.01 * np.arange(1, 101) * 10)  # records every 10 steps.
+  summary = _analyze(losses)
+  assert summary.state == P.CONVERGED
+  assert summary.convergence_rate == pytest.approx(-0.01, rel=1e-9)
+  assert summary.initial_loss == pytest.approx(losses[0])
+  assert summary.final_loss == pytest.approx(losses[-1])
+  assert summary.best_loss == pytest.approx(losses[-1])
+  target = 0.01 * losses[0]
+  assert summary.target_loss == pytest.approx(target)
+  first = int(np.flatnonzero(losses <= target)[0])
+  assert summary.steps_to_target == (first + 1) * 10
+  assert summary.seconds_to_target == pytest.approx((first + 1) * 10 * 0.01)
+  assert summary.tail_change == pytest.approx(math.expm1(-0.01 * 40))
+
+
+def test_absolute_target_never_reached_gives_minus_one_and_plateau():
+  losses = [4.0, 2.0, 1.5, 1.2, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1]
+  summary = _analyze(losses, target_loss=0.5)
+  assert summary.steps_to_target == -1
+  assert summary.seconds_to_target == -1.0
+  assert summary.state == P.PLATEAUED
+  assert summary.tail_change == pytest.approx(0.0, abs=1e-12)
+
+
+def test_nan_loss_is_diverged_and_ignored_by_fits():
+  losses = [4.0, 2.0, 1.0, float("nan"), float("inf")]
+  summary = _analyze(losses)
+  assert summary.state == P.DIVERGED
+  assert summary.best_loss == 1.0
+  assert summary.final_loss == math.inf
+  # Fitted on the three finite records: ln halves every 10 steps.
+  assert summary.convergence_rate == pytest.approx(-math.log(2) / 10)
+
+
+def test_final_above_initial_is_diverged():
+  summary = _analyze([1.0, 0.5, 0.8, 1.5, 3.0])
+  assert summary.state == P.DIVERGED
+
+
+def test_rising_tail_above_target_is_diverged_but_noise_below_target_is_not():
+  falling_then_rising = [10.0, 5.0, 2.0, 1.0, 1.5, 2.5, 4.0, 6.0, 8.0]
+  assert _analyze(falling_then_rising).state == P.DIVERGED
+  noisy_at_floor = [10.0, 1.0, 0.01, 0.02, 0.01, 0.03, 0.05, 0.08]  # target 0.1.
+  assert _analyze(noisy_at_floor).state == P.CONVERGED
+
+
+def test_trainer_divergence_flag_wins():
+  history = testing.linear_history([3.0, 2.0, 1.0])
+  curves = convergence.curves_from_history(history)
+  summary = convergence.analyze(curves, None, 0.5, 5, 0.5, flagged_diverged=True)
+  assert summary.state == P.DIVERGED
+
+
+def test_single_record_history():
+  summary = _analyze([2.0])
+  assert math.isnan(summary.convergence_rate)
+  assert summary.tail_change == 0.0
+  assert summary.state == P.PLATEAUED  # 2.0 > target 0.02.
+
+
+def test_history_json_with_nan_literals_and_unsorted_records_parses():
+  text = json.dumps({"records": [{"step": 20, "loss": float("nan")},
+                                 {"step": 10, "loss": 1.0, "grad_norm": 2.0}],
+                     "epochs": [{"epoch": 1, "step": 20, "train_loss": None,
+                                 "eval_loss": float("inf")}]})
+  curves = convergence.curves_from_history(json.loads(text))
+  assert curves.step.tolist() == [10.0, 20.0]
+  assert curves.loss[0] == 1.0 and math.isnan(curves.loss[1])
+  assert math.isnan(curves.wall_time[0])  # Missing field.
+  assert math.isnan(curves.epochs[0]["train_loss"])
+  document = convergence.curves_document(
+      curves, convergence.analyze(curves, None, 0.1, 5, 0.5))
+  text = json.dumps(document, allow_nan=False)  # Strict JSON.
+  assert json.loads(text)["records"]["loss"] == [1.0, None]
+  assert json.loads(text)["steps_to_target"] is None
+
+
+def test_empty_history_raises_naming_the_problem():
+  with pytest.raises(ValueError, match="no records"):
+    convergence.curves_from_history({"records": [], "layout": "single"})
+
+
+def test_grad_norm_trend_is_linear_slope():
+  summary = _analyze([5.0, 4.0, 3.0, 2.0], grad_norms=[4.0, 3.0, 2.0, 1.0])
+  assert summary.grad_norm_trend == pytest.approx(-0.1)
+  assert (summary.grad_norm_first, summary.grad_norm_last) == (4.0, 1.0)
+
+
+def test_parameter_error():
+  weights = {"kernel": [[1.0], [2.5], [0.0]], "bias": [2.75]}
+  assert convergence.parameter_error(weights, [1.0, 2.0], 3.0) == (0.5, 0.25)
+  assert convergence.parameter_error(None, [1.0], 3.0) == (-1.0, -1.0)
+  assert convergence.parameter_error(weights, None, None) == (-1.0, -1.0)
+  with pytest.raises(ValueError, match="1 kernel entries"):
+    convergence.parameter_error({"kernel": [[1.0]], "bias": [0.0]}, [1.0, 2.0], 0.0)
