@@ -145,6 +145,13 @@ class MultiWorkerRuntime(MirroredRuntime):
   def is_chief(self) -> bool:
     return is_chief(self.task_type, self.task_id)
 
+  def devices(self) -> List[str]:
+    """Every worker's devices in the cluster (this process sees only its own)."""
+    cluster = self.strategy.cluster_resolver.cluster_spec().as_dict()
+    local = [d.split("/device:")[-1] for d in self.strategy.extended.worker_devices]
+    return [f"/job:{job}/replica:0/task:{i}/device:{d}"
+            for job in sorted(cluster) for i in range(len(cluster[job])) for d in local]
+
   def distribute(self, dataset_fn):
     def fn(ctx: tf.distribute.InputContext):
       return dataset_fn(ctx.get_per_replica_batch_size(self.global_batch),
@@ -247,6 +254,9 @@ def create(layout: str, *, specs, optimizer: str, lr: float, global_batch: int,
            devices: int = 0, mesh_shape=(1, 1)) -> Runtime:
   """Builds the runtime for `layout`. Devices must already be configured."""
   common = dict(specs=specs, optimizer=optimizer, lr=lr, global_batch=global_batch)
+  if layout == "multi_worker":
+    # Must be created before anything initialises the TensorFlow context.
+    return MultiWorkerRuntime(tf.distribute.MultiWorkerMirroredStrategy(), **common)
   gpus = tf.config.list_logical_devices("GPU")
   if layout == "single":
     return Runtime(**common)
@@ -257,9 +267,6 @@ def create(layout: str, *, specs, optimizer: str, lr: float, global_batch: int,
       raise ValueError(f"devices: mirrored over {n} devices, found {len(pool)}")
     strategy = tf.distribute.MirroredStrategy([d.name for d in pool[:n]])
     return MirroredRuntime(strategy, **common)
-  if layout == "multi_worker":
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    return MultiWorkerRuntime(strategy, **common)
   if layout == "mesh":
     return MeshRuntime(tuple(mesh_shape), "GPU" if gpus else "CPU", **common)
   raise ValueError(f"layout: unknown layout {layout!r}")

@@ -93,7 +93,9 @@ def _eval_loss(tf, forward, values: Dict, specs, dataset) -> float:
 def run(job: Job) -> dict:
   """Trains; returns the history dict (also written by the chief)."""
   config = job.trainer_config()
-  if not tfenv.gpus():
+  if not tfenv.gpus() and devices_needed(config) > 1:
+    # Before TensorFlow initialises; multi_worker must not initialise it here either
+    # (collective ops are configured when its strategy is created).
     tfenv.split_cpu(devices_needed(config))
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
