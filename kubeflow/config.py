@@ -1,0 +1,253 @@
+"""Typed config of `tfx-parallel compile`: where each component runs on Kubernetes.
+
+One YAML file, decoded once into :class:`KubeflowConfig`::
+
+    pipeline_root: gs://my-bucket/tfx-parallel   # required; a URI, never a local path
+    pipeline: {...}                               # PipelineConfig.from_dict (layout, mesh, ...)
+    components:
+      default: {image: ..., cpu_request: "1", ...}   # applies to every component
+      DistributedTrainer: {accelerator: {type: nvidia.com/gpu, count: 1}, ...}
+
+A component section overrides the ``default`` section key by key (a key it sets
+replaces the default's value whole, e.g. ``tolerations``). Every error is a
+ConfigError naming the dotted key, e.g. ``components.DistributedTrainer.cpu_limit``.
+"""
+import dataclasses
+import re
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from tfx_parallel.components.common.config_util import ConfigError, from_dict, require
+from tfx_parallel.pipeline.config import PipelineConfig
+
+DEFAULT_SECTION = "default"
+# Kubernetes quantity syntax accepted by the KFP SDK (PipelineTask.set_cpu_limit ...).
+_CPU_RE = re.compile(r"^([0-9]*[.])?[0-9]+m?$")
+_MEMORY_RE = re.compile(r"^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$")
+# KFP/TFX pipeline names: tfx/orchestration/kubeflow/v2/pipeline_builder._LEGAL_NAME_PATTERN.
+_PIPELINE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+_URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+  """An accelerator resource for the container.
+
+  Attributes:
+    type: on Kubernetes (KFP) the extended resource name, e.g. ``nvidia.com/gpu``;
+      on Vertex AI Pipelines a machine accelerator, e.g. ``NVIDIA_TESLA_T4``.
+    count: accelerators per pod (>= 1).
+  """
+  type: str = ""
+  count: int = 1
+
+  def validate(self) -> "Accelerator":
+    require(isinstance(self.type, str) and bool(self.type), "type",
+            f"must name the accelerator, e.g. 'nvidia.com/gpu'. Received: {self.type!r}")
+    require(isinstance(self.count, int) and not isinstance(self.count, bool)
+            and self.count >= 1, "count", f"must be an integer >= 1. Received: {self.count!r}")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Toleration:
+  """A Kubernetes toleration (the fields of kfp-kubernetes' Toleration message)."""
+  key: str = ""
+  operator: str = "Equal"
+  value: str = ""
+  effect: str = ""
+  toleration_seconds: Optional[int] = None
+
+  def validate(self) -> "Toleration":
+    require(self.operator in TOLERATION_OPERATORS, "operator",
+            f"must be one of {TOLERATION_OPERATORS}. Received: {self.operator!r}")
+    require(self.effect in TOLERATION_EFFECTS, "effect",
+            f"must be one of {TOLERATION_EFFECTS}. Received: {self.effect!r}")
+    require(isinstance(self.key, str) and isinstance(self.value, str), "key",
+            "key and value must be strings")
+    if self.operator == "Exists":
+      require(not self.value, "value",
+              f"must be empty when operator is 'Exists'. Received: {self.value!r}")
+    else:
+      require(bool(self.key), "key", "must be set when operator is 'Equal'")
+    if self.toleration_seconds is not None:
+      require(isinstance(self.toleration_seconds, int) and self.toleration_seconds >= 0,
+              "toleration_seconds", f"must be an integer >= 0. Received: "
+              f"{self.toleration_seconds!r}")
+      require(self.effect == "NoExecute", "toleration_seconds",
+              f"only applies to effect 'NoExecute'. Received effect: {self.effect!r}")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentPlacement:
+  """How and where one component's container runs.
+
+  Attributes:
+    image: container image holding this project (see kubeflow/Dockerfile).
+    cpu_request, cpu_limit: Kubernetes CPU quantities ("500m", "4"); None = unset.
+    memory_request, memory_limit: Kubernetes memory quantities ("2G", "16Gi").
+    accelerator: accelerator type and count; None for CPU-only pods.
+    node_selector: node labels the pod must match.
+    tolerations: taints the pod tolerates (e.g. nvidia.com/gpu:NoSchedule).
+    beam_pipeline_args: Beam args for a Beam component (PartitionedExampleGen), e.g.
+      ``--runner=DataflowRunner``, ``--runner=FlinkRunner``; appended to the
+      pipeline's own Beam args, so they win.
+    env: extra environment variables (TF_USE_LEGACY_KERAS=1 is always set).
+  """
+  image: str = ""
+  cpu_request: Optional[str] = None
+  cpu_limit: Optional[str] = None
+  memory_request: Optional[str] = None
+  memory_limit: Optional[str] = None
+  accelerator: Optional[Accelerator] = None
+  node_selector: Dict[str, str] = dataclasses.field(default_factory=dict)
+  tolerations: Tuple[Toleration, ...] = ()
+  beam_pipeline_args: Tuple[str, ...] = ()
+  env: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+  def validate(self) -> "ComponentPlacement":
+    require(isinstance(self.image, str) and bool(self.image) and " " not in self.image,
+            "image", f"must be a container image reference. Received: {self.image!r}")
+    for name, pattern, hint in (("cpu_request", _CPU_RE, "'500m' or '4'"),
+                                ("cpu_limit", _CPU_RE, "'500m' or '4'"),
+                                ("memory_request", _MEMORY_RE, "'512M' or '16Gi'"),
+                                ("memory_limit", _MEMORY_RE, "'512M' or '16Gi'")):
+      value = getattr(self, name)
+      if value is not None:
+        require(isinstance(value, str) and bool(pattern.match(value)), name,
+                f"must be a Kubernetes quantity string such as {hint}. Received: {value!r}")
+    # Imported here: resources imports this module for ComponentPlacement.
+    from tfx_parallel.kubeflow import resources  # pylint: disable=g-import-not-at-top
+    for request, limit, to_number in (("cpu_request", "cpu_limit", resources.cpu_to_float),
+                                      ("memory_request", "memory_limit",
+                                       resources.memory_to_gb)):
+      req, lim = getattr(self, request), getattr(self, limit)
+      if req is not None and lim is not None:
+        require(to_number(req) <= to_number(lim), request,
+                f"{req!r} exceeds {limit} {lim!r}")
+    if self.accelerator is not None:
+      _nested("accelerator", self.accelerator.validate)
+    for key, value in self.node_selector.items():
+      require(isinstance(key, str) and bool(key) and isinstance(value, str),
+              f"node_selector.{key}", f"labels map strings to strings. Received: {value!r}")
+    for i, toleration in enumerate(self.tolerations):
+      _nested(f"tolerations[{i}]", toleration.validate)
+    require(all(isinstance(a, str) and a.startswith("--") for a in self.beam_pipeline_args),
+            "beam_pipeline_args", f"must be flags like '--runner=FlinkRunner'. Received: "
+            f"{list(self.beam_pipeline_args)!r}")
+    for key, value in self.env.items():
+      require(bool(_ENV_NAME_RE.match(str(key))) and isinstance(value, str), f"env.{key}",
+              f"needs a variable name and a string value. Received: {value!r}")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeflowConfig:
+  """The whole `tfx-parallel compile` config.
+
+  Attributes:
+    pipeline_root: where artifacts go, a URI such as ``gs://bucket/root``,
+      ``s3://...`` or ``minio://mlpipeline/v2/artifacts``; KFP lets a run override it.
+    pipeline: the same PipelineConfig the local runner uses.
+    components: component id (or "default") -> placement, already merged with the
+      default section.
+  """
+  pipeline_root: str
+  pipeline: PipelineConfig
+  components: Mapping[str, ComponentPlacement]
+
+  def placement(self, component_id: str) -> ComponentPlacement:
+    """This component's placement (the default section when it has none)."""
+    return self.components.get(component_id, self.components[DEFAULT_SECTION])
+
+
+def _nested(prefix: str, validate):
+  """Runs `validate`, prefixing the key of any ConfigError it raises."""
+  try:
+    validate()
+  except ConfigError as e:
+    raise ConfigError(f"{prefix}.{e.key}", str(e).split(": ", 1)[1]) from None
+
+
+def _placement(data: Dict[str, Any], prefix: str) -> ComponentPlacement:
+  """Decodes one (already merged) component section; errors name `prefix.key`."""
+  data = dict(data)
+  if data.get("accelerator") is not None:
+    data["accelerator"] = from_dict(Accelerator, data["accelerator"], prefix + "accelerator.")
+  tolerations = data.get("tolerations") or []
+  require(isinstance(tolerations, list), prefix + "tolerations",
+          f"must be a list. Received: {type(tolerations).__name__}")
+  data["tolerations"] = tuple(from_dict(Toleration, t, f"{prefix}tolerations[{i}].")
+                              for i, t in enumerate(tolerations))
+  for key in ("node_selector", "env"):
+    value = data.get(key) or {}
+    require(isinstance(value, dict), prefix + key,
+            f"must be a mapping. Received: {type(value).__name__}")
+    data[key] = {str(k): v for k, v in value.items()}
+  args = data.get("beam_pipeline_args") or []
+  require(isinstance(args, list), prefix + "beam_pipeline_args",
+          f"must be a list. Received: {type(args).__name__}")
+  data["beam_pipeline_args"] = tuple(args)
+  placement = from_dict(ComponentPlacement, data, prefix)
+  _nested(prefix.rstrip("."), placement.validate)
+  return placement
+
+
+def from_mapping(data: Dict[str, Any]) -> KubeflowConfig:
+  """Decodes and validates the whole config; raises ConfigError naming the key."""
+  if not isinstance(data, dict):
+    raise ConfigError("<root>", f"expected a mapping, received {type(data).__name__}")
+  unknown = sorted(set(data) - {"pipeline_root", "pipeline", "components"})
+  if unknown:
+    raise ConfigError(unknown[0], "unknown key; valid keys are "
+                      "['components', 'pipeline', 'pipeline_root']")
+  root = data.get("pipeline_root")
+  require(isinstance(root, str) and bool(_URI_RE.match(root)), "pipeline_root",
+          "must be a URI such as gs://bucket/root or minio://mlpipeline/v2/artifacts "
+          f"(the pods cannot see this machine's files). Received: {root!r}")
+  pipeline = _pipeline_config(data.get("pipeline") or {})
+  sections = data.get("components") or {}
+  require(isinstance(sections, dict), "components",
+          f"must be a mapping. Received: {type(sections).__name__}")
+  default = sections.get(DEFAULT_SECTION) or {}
+  require(isinstance(default, dict), f"components.{DEFAULT_SECTION}",
+          f"must be a mapping. Received: {type(default).__name__}")
+  components = {}
+  for name, section in sections.items():
+    require(isinstance(section, dict) or section is None, f"components.{name}",
+            f"must be a mapping. Received: {type(section).__name__}")
+    merged = {**default, **(section or {})}
+    components[str(name)] = _placement(merged, f"components.{name}.")
+  if DEFAULT_SECTION not in components:
+    components[DEFAULT_SECTION] = _placement({}, f"components.{DEFAULT_SECTION}.")
+  return KubeflowConfig(pipeline_root=root, pipeline=pipeline, components=components)
+
+
+def _pipeline_config(data: Dict[str, Any]) -> PipelineConfig:
+  try:
+    config = PipelineConfig.from_dict(data).validate()
+  except ConfigError as e:
+    raise ConfigError(f"pipeline.{e.key}", str(e).split(": ", 1)[1]) from None
+  except TypeError as e:  # A value of the wrong shape, e.g. a list for a mapping.
+    raise ConfigError("pipeline", str(e)) from None
+  require(bool(_PIPELINE_NAME_RE.match(config.pipeline_name)), "pipeline.pipeline_name",
+          "Kubeflow pipeline names must match [a-z0-9][a-z0-9-]{0,127}. "
+          f"Received: {config.pipeline_name!r}")
+  return config
+
+
+def load(path: str) -> KubeflowConfig:
+  """Reads a YAML config file; errors name the file and the key."""
+  import yaml  # pylint: disable=g-import-not-at-top
+  with open(path) as f:
+    try:
+      data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+      raise ConfigError("<file>", f"{path} is not valid YAML: {e}") from None
+  try:
+    return from_mapping(data or {})
+  except ConfigError as e:
+    raise ConfigError(e.key, f"{str(e).split(': ', 1)[1]} (in {path})") from None
