@@ -29,7 +29,10 @@ class ExampleGenConfig:
     num_workers: training workers the shards are sized for.
     shards_per_worker: files per worker per split (shards = workers * this).
     bad_row_policy: "fail" (default: error naming file and line) or "skip" (count them).
-    column_types: optional CSV column -> "float" | "int" | "string"; others are inferred.
+    column_types: optional CSV column -> "float" | "int" | "string"; others are inferred
+      from the first rows of the first file (see sources.infer_column_types).
+    columns: optional CSV columns to keep (the label is always kept); None keeps every
+      column, except for "taxi", which keeps sources.TAXI_FEATURE_COLUMNS.
   """
   source: str = SYNTHETIC
   label: Optional[str] = None
@@ -46,6 +49,7 @@ class ExampleGenConfig:
   shards_per_worker: int = 2
   bad_row_policy: str = "fail"
   column_types: Optional[Dict[str, str]] = None
+  columns: Optional[Tuple[str, ...]] = None
 
   @property
   def is_synthetic(self) -> bool:
@@ -66,6 +70,11 @@ class ExampleGenConfig:
     if self.weights is not None:
       return tuple(float(w) for w in self.weights)
     return tuple(float(i + 1) for i in range(self.num_features))
+
+  @property
+  def split_names(self) -> Tuple[str, ...]:
+    """Split names in a fixed (sorted) order, independent of dict order and JSON."""
+    return tuple(sorted(self.split_ratios))
 
   def validate(self) -> "ExampleGenConfig":
     require(isinstance(self.source, str) and bool(self.source), "source",
@@ -95,4 +104,17 @@ class ExampleGenConfig:
       for col, typ in self.column_types.items():
         require(typ in ("float", "int", "string"), f"column_types.{col}",
                 f"must be float, int or string. Received: {typ!r}")
+    if self.is_synthetic:
+      require(self.split_key is None, "split_key",
+              "synthetic rows are split by row index; leave split_key unset. "
+              f"Received: {self.split_key!r}")
+      features = {f"x{i}" for i in range(self.num_features)}
+      require(self.label_key not in features, "label",
+              f"must not clash with the synthetic features x0..x{self.num_features - 1}. "
+              f"Received: {self.label!r}")
+    if self.columns is not None:
+      require(len(self.columns) > 0 and all(isinstance(c, str) and c for c in self.columns),
+              "columns", f"must be a non-empty list of column names. Received: {self.columns!r}")
+      require(len(set(self.columns)) == len(self.columns), "columns",
+              f"has duplicates. Received: {self.columns!r}")
     return self

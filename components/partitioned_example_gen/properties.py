@@ -1,0 +1,41 @@
+"""The Examples artifact's properties: split names, payload format, custom properties."""
+import json
+from typing import Optional, Sequence
+
+from absl import logging
+from tfx import types
+from tfx.components.util import examples_utils
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils
+
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen.write import IngestSummary
+
+FILE_FORMAT = "tfrecords_gzip"
+
+
+def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_shards: int,
+                  source: str, feature_keys: Sequence[str], label_key: str,
+                  summary: IngestSummary, true_weights: Optional[Sequence[float]] = None,
+                  true_bias: Optional[float] = None) -> None:
+  """Sets split_names, payload and file format, and the custom properties of keys.py."""
+  examples.split_names = artifact_utils.encode_split_names(list(split_names))
+  examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+  examples_utils.set_file_format(examples, FILE_FORMAT)
+  examples.set_int_custom_property(keys.NUM_SHARDS, num_shards)
+  examples.set_string_custom_property(keys.ROW_COUNTS,
+                                      json.dumps(summary.row_counts, sort_keys=True))
+  for split in split_names:
+    examples.set_int_custom_property(keys.ROW_COUNT_PREFIX + split, summary.row_counts[split])
+  examples.set_int_custom_property(keys.SKIPPED_ROWS, summary.skipped_rows)
+  examples.set_string_custom_property(keys.FEATURE_KEYS, json.dumps(list(feature_keys)))
+  examples.set_string_custom_property(keys.LABEL_KEY, label_key)
+  examples.set_string_custom_property(keys.SOURCE, source)
+  if true_weights is not None:
+    examples.set_string_custom_property(keys.TRUE_WEIGHTS,
+                                        json.dumps([float(w) for w in true_weights]))
+  if true_bias is not None:
+    examples.set_float_custom_property(keys.TRUE_BIAS, float(true_bias))
+  logging.info("PartitionedExampleGen: wrote %d rows %s (%d bad rows skipped), %d shards "
+               "per split, to %s", summary.total_rows, summary.row_counts,
+               summary.skipped_rows, num_shards, examples.uri)

@@ -1,0 +1,213 @@
+"""Writing the shards, and the all-or-nothing commit of the output directory.
+
+Layout: ``Split-<name>/data_tfrecord-00000-of-0000N.gz``, exactly ``num_shards`` files per
+split. Every (split, shard) is written, empty or not, so the file count never depends on
+the data. Within a shard, batches keep their source order (sorted by sort key), so the
+same input gives byte-identical files on every runner.
+
+File format: gzip-compressed TFRecord of serialized tf.train.Example. Each batch is
+framed as TFRecords and gzip-compressed in the parallel encode stage, and a shard file is
+the concatenation of its batches' gzip members (RFC 1952 allows a gzip file to be a
+series of members; TensorFlow, Beam's ReadFromTFRecord, tfx_bsl, Python's gzip and zcat
+all read it as one stream). This keeps the single-threaded per-shard write down to
+appending bytes, and the shuffle in front of it carries compressed data.
+
+I/O goes through Beam's ``FileSystems`` (local, gs://, hdfs://, s3:// ...), so the Beam
+workers never import TensorFlow. The pipeline writes under a staging directory inside the
+artifact URI; files move into ``Split-*`` only after the pipeline succeeded, and the
+staging directory is removed whatever happens. A failed run leaves no ``Split-*``.
+"""
+import contextlib
+import dataclasses
+import gzip
+import json
+import posixpath
+import struct
+import uuid
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen.rows import EncodedBatch
+from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
+from tfx_parallel.components.partitioned_example_gen.rows import SortKey
+
+try:
+  from google_crc32c import value as _crc32c  # C implementation, installed with Beam.
+except ImportError:  # pragma: no cover
+  from apache_beam.io.tfrecordio import _default_crc32c_fn as _crc32c  # pylint: disable=g-import-not-at-top
+
+METRICS_NAMESPACE = "PartitionedExampleGen"
+SUMMARY_FILE = "summary.json"
+GZIP_LEVEL = 6  # zlib's default, as TensorFlow's TFRecordWriter uses.
+_ROWS, _SKIPPED = "rows", "skipped"
+
+
+def join(*parts: str) -> str:
+  """Joins path parts with "/" (works for local paths and URLs alike)."""
+  return FileSystems.join(*parts) if "://" in parts[0] else posixpath.join(*parts)
+
+
+def split_dir(root: str, split: str) -> str:
+  return join(root, f"Split-{split}")
+
+
+def shard_file_name(shard: int, num_shards: int) -> str:
+  return f"{keys.TFRECORD_PREFIX}-{shard:05d}-of-{num_shards:05d}.gz"
+
+
+class GzipChunk(NamedTuple):
+  """One batch of Examples as a gzip member of framed TFRecords."""
+  sort_key: SortKey
+  data: bytes
+  num_rows: int
+
+
+def _masked_crc32c(data: bytes) -> int:
+  crc = _crc32c(data)
+  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_tfrecords(records: Iterable[bytes]) -> bytes:
+  """TFRecord framing: length, masked crc32c of length, data, masked crc32c of data."""
+  parts = []
+  pack_q, pack_i = struct.Struct("<Q").pack, struct.Struct("<I").pack
+  for record in records:
+    length = pack_q(len(record))
+    parts += (length, pack_i(_masked_crc32c(length)), record, pack_i(_masked_crc32c(record)))
+  return b"".join(parts)
+
+
+def to_gzip_chunk(encoded: EncodedBatch) -> GzipChunk:
+  data = gzip.compress(frame_tfrecords(encoded.records()), compresslevel=GZIP_LEVEL, mtime=0)
+  return GzipChunk(encoded.sort_key, data, encoded.num_rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestSummary:
+  """What the pipeline wrote: rows per split (all splits present) and skipped rows."""
+  row_counts: Dict[str, int]
+  skipped_rows: int = 0
+
+  @property
+  def total_rows(self) -> int:
+    return sum(self.row_counts.values())
+
+
+# ----------------------------------------------------------------------------- Beam
+
+
+@beam.ptransform_fn
+def EncodeExamples(parts, encoder: ExampleEncoder):
+  """((split, shard), RowBatch) -> ((split, shard), GzipChunk)."""
+  return parts | "Encode" >> beam.MapTuple(
+      lambda key, batch: (key, to_gzip_chunk(encoder.encode(batch))))
+
+
+class _WriteShard(beam.DoFn):
+  """((split, shard), [GzipChunk or None]) -> one shard file; emits (split, rows)."""
+
+  def __init__(self, root: str, num_shards: int):
+    self._root = root
+    self._num_shards = num_shards
+
+  def process(self, element) -> Iterator[Tuple[str, int]]:
+    (split, shard), chunks = element
+    chunks: List[GzipChunk] = sorted((c for c in chunks if c is not None),
+                                     key=lambda c: c.sort_key)
+    path = join(split_dir(self._root, split), shard_file_name(shard, self._num_shards))
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      for chunk in chunks:
+        f.write(chunk.data)
+      if not chunks:  # A valid, empty gzip stream.
+        f.write(gzip.compress(b"", mtime=0))
+    rows = sum(c.num_rows for c in chunks)
+    beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rows_written_{split}").inc(rows)
+    yield split, rows
+
+
+@beam.ptransform_fn
+def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int):
+  """((split, shard), GzipChunk) -> files under root/Split-*; returns (split, rows)."""
+  every_shard = [((s, i), None) for s in split_names for i in range(num_shards)]
+  placeholders = chunks.pipeline | "EveryShard" >> beam.Create(every_shard)
+  return ((chunks, placeholders)
+          | "WithEmptyShards" >> beam.Flatten()
+          | "GroupByShard" >> beam.GroupByKey()
+          | "Write" >> beam.ParDo(_WriteShard(root, num_shards)))
+
+
+def _write_summary(counts: List[Tuple[Tuple[str, str], int]], path: str):
+  summary = {"row_counts": {}, "skipped_rows": 0}
+  for (kind, split), n in counts:
+    if kind == _ROWS:
+      summary["row_counts"][split] = n
+    else:
+      summary["skipped_rows"] += n
+  with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    f.write(json.dumps(summary, sort_keys=True).encode("utf-8"))
+
+
+@beam.ptransform_fn
+def WriteSummary(written, skipped: Optional[beam.PCollection], root: str):
+  """Row counts per split and skipped rows -> root/summary.json, read by the driver.
+
+  A file rather than Beam metrics, because not every runner reports metrics reliably.
+  """
+  counts = [written | "KeyRows" >> beam.MapTuple(lambda split, n: ((_ROWS, split), n))]
+  if skipped is not None:
+    counts.append(skipped | "KeySkipped" >> beam.Map(lambda n: ((_SKIPPED, ""), n)))
+  return (counts
+          | "AllCounts" >> beam.Flatten()
+          | "Sum" >> beam.CombinePerKey(sum)
+          | "Collect" >> beam.combiners.ToList()
+          | "WriteSummary" >> beam.Map(_write_summary, join(root, SUMMARY_FILE)))
+
+
+def read_summary(root: str, split_names: Iterable[str]) -> IngestSummary:
+  with FileSystems.open(join(root, SUMMARY_FILE),
+                        compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    data = json.loads(f.read().decode("utf-8"))
+  counts = {s: int(data["row_counts"].get(s, 0)) for s in split_names}
+  return IngestSummary(row_counts=counts, skipped_rows=int(data["skipped_rows"]))
+
+
+# ----------------------------------------------------------------------------- commit
+
+
+@contextlib.contextmanager
+def staged_output(uri: str) -> Iterator[str]:
+  """Yields a fresh staging dir inside ``uri``; on normal exit moves its Split-* files
+  into ``uri``. The staging dir is removed in every case."""
+  staging = join(uri, f".staging-{uuid.uuid4().hex}")
+  try:
+    yield staging
+    commit(staging, uri)
+  finally:
+    if FileSystems.exists(staging):
+      FileSystems.delete([staging])
+
+
+def commit(staging: str, uri: str):
+  """Moves staging/Split-*/* to uri/Split-*/; on failure removes what it moved."""
+  sources = sorted(m.path for m in FileSystems.match([join(staging, "Split-*", "*")])[0]
+                   .metadata_list)
+  split_dirs = sorted({posixpath.dirname(p) for p in sources})
+  created = []
+  try:
+    for directory in split_dirs:
+      target = join(uri, posixpath.basename(directory))
+      if FileSystems.exists(target):
+        raise FileExistsError(f"{target} already exists; refusing to overwrite it")
+      FileSystems.mkdirs(target)
+      created.append(target)
+    FileSystems.rename(
+        sources, [join(uri, posixpath.basename(posixpath.dirname(p)), posixpath.basename(p))
+                  for p in sources])
+  except Exception:
+    if created:
+      FileSystems.delete(created)
+    raise
