@@ -15,7 +15,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_component
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.kubeflow import artifact_types, platform, resources
+from tfx_parallel.kubeflow import artifact_types, platform_spec, resources
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
@@ -93,4 +93,4 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     placement = config.placement(task_id)
     _complete_executor(executors[label]["container"], placement, beam_args[task_id])
     placements[label] = placement
-  return Package(pipeline_spec=spec, platform_spec=platform.platform_spec(placements))
+  return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements))

@@ -1,0 +1,138 @@
+"""Strictly validates a compiled package with the current KFP SDK (a separate venv).
+
+    python kubeflow/validate_package.py pipeline.yaml [--compare-with-kfp]
+
+Run with an interpreter that has current ``kfp`` and ``kfp-kubernetes`` (the newer
+resource fields need kfp-pipeline-spec >= 0.4, which cannot be installed beside TFX
+1.16); tests/test_kubeflow_kfp.py creates such a venv in .venv-kfp. Standalone: it
+imports nothing from tfx_parallel. Checks:
+
+1. document 1 parses into ``pipeline_spec_pb2.PipelineSpec`` with unknown fields
+   rejected; document 2 into ``PlatformSpec``, and each executor's config into
+   kfp-kubernetes' ``KubernetesExecutorConfig``, likewise strictly;
+2. every platform executor exists in the PipelineSpec;
+3. ``kfp.components.load_component_from_file`` loads the package;
+4. with --compare-with-kfp: for each executor, compiles a one-task KFP pipeline with
+   the same resources, env, node selector and tolerations through the KFP SDK and
+   kfp-kubernetes, and requires identical ``resources``, ``env`` and executor config.
+
+Prints a JSON summary; exits 1 with the first difference on failure.
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import yaml
+from google.protobuf import json_format
+from kfp import compiler, components, dsl, kubernetes
+from kfp.kubernetes import kubernetes_executor_config_pb2
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+
+def _strict(data, message):
+  return json_format.ParseDict(data, message, ignore_unknown_fields=False)
+
+
+def _kfp_reference(container, k8s_config):
+  """(resources, env, executor config) the KFP SDK emits for the same settings."""
+  res = container.get("resources", {})
+  env = container.get("env", [])
+  selector = k8s_config.get("nodeSelector", {}).get("labels", {})
+  tolerations = k8s_config.get("tolerations", [])
+
+  @dsl.container_component
+  def probe():
+    return dsl.ContainerSpec(image=container["image"], command=["true"])
+
+  @dsl.pipeline(name="reference")
+  def reference():
+    task = probe()
+    for key, setter in (("resourceCpuLimit", task.set_cpu_limit),
+                        ("resourceCpuRequest", task.set_cpu_request),
+                        ("resourceMemoryLimit", task.set_memory_limit),
+                        ("resourceMemoryRequest", task.set_memory_request)):
+      if key in res:
+        setter(res[key])
+    if "accelerator" in res:
+      task.set_accelerator_type(res["accelerator"]["resourceType"])
+      task.set_accelerator_limit(res["accelerator"]["resourceCount"])
+    for variable in env:
+      task.set_env_variable(variable["name"], variable["value"])
+    for key, value in selector.items():
+      kubernetes.add_node_selector(task, label_key=key, label_value=value)
+    for t in tolerations:
+      kubernetes.add_toleration(
+          task, key=t.get("key"), operator=t.get("operator", "Equal"), value=t.get("value"),
+          effect=t.get("effect"),
+          toleration_seconds=int(t["tolerationSeconds"]) if "tolerationSeconds" in t else None)
+
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "reference.yaml")
+    compiler.Compiler().compile(reference, path)
+    with open(path) as f:
+      docs = list(yaml.safe_load_all(f))
+  ref_container = next(iter(docs[0]["deploymentSpec"]["executors"].values()))["container"]
+  ref_k8s = {}
+  if len(docs) > 1:
+    ref_k8s = next(iter(docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+                        .values()))
+  return ref_container.get("resources", {}), ref_container.get("env", []), ref_k8s
+
+
+def validate(path, compare_with_kfp):
+  with open(path) as f:
+    docs = list(yaml.safe_load_all(f))
+  if len(docs) not in (1, 2):
+    raise ValueError(f"expected 1 or 2 YAML documents, found {len(docs)}")
+  spec = _strict(docs[0], pipeline_spec_pb2.PipelineSpec())
+  # PipelineSpec.deployment_spec is a Struct: parse it into its real message, strictly.
+  _strict(docs[0]["deploymentSpec"], pipeline_spec_pb2.PipelineDeploymentConfig())
+  executors = docs[0]["deploymentSpec"]["executors"]
+  platform_executors = {}
+  if len(docs) == 2:
+    _strict(docs[1], pipeline_spec_pb2.PlatformSpec())
+    deployment = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]
+    for label, config in deployment.get("executors", {}).items():
+      if label not in executors:
+        raise ValueError(f"platform executor {label!r} is not in the PipelineSpec "
+                         f"(executors: {sorted(executors)})")
+      _strict(config, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
+      platform_executors[label] = config
+  component = components.load_component_from_file(path)
+  summary = {"pipeline": spec.pipeline_info.name, "executors": sorted(executors),
+             "platform_executors": sorted(platform_executors),
+             "loaded_component": type(component).__name__, "compared_with_kfp": []}
+  if compare_with_kfp:
+    for label, executor in docs[0]["deploymentSpec"]["executors"].items():
+      container = executor["container"]
+      k8s = platform_executors.get(label, {})
+      ref_resources, ref_env, ref_k8s = _kfp_reference(container, k8s)
+      for what, ours, theirs in (("resources", container.get("resources", {}), ref_resources),
+                                 ("env", container.get("env", []), ref_env),
+                                 ("kubernetes executor config", k8s, ref_k8s)):
+        if ours != theirs:
+          raise ValueError(f"{label}: {what} differ from what the KFP SDK emits.\n"
+                           f"  ours: {json.dumps(ours, sort_keys=True)}\n"
+                           f"  kfp:  {json.dumps(theirs, sort_keys=True)}")
+      summary["compared_with_kfp"].append(label)
+  return summary
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("package")
+  parser.add_argument("--compare-with-kfp", action="store_true")
+  args = parser.parse_args(argv)
+  try:
+    summary = validate(args.package, args.compare_with_kfp)
+  except Exception as e:  # pylint: disable=broad-except
+    print(f"INVALID {args.package}: {type(e).__name__}: {e}", file=sys.stderr)
+    return 1
+  print(json.dumps(summary, sort_keys=True))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
