@@ -9,6 +9,7 @@ The same factory is used by the local runner and the Kubeflow compiler.
 from typing import List, Optional
 
 from tfx import v1 as tfx
+from tfx.dsl.components.base import base_node
 
 from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
@@ -16,7 +17,7 @@ from tfx_parallel.components.partitioned_example_gen.component import Partitione
 from tfx_parallel.pipeline.config import PipelineConfig
 
 
-def create_components(config: PipelineConfig) -> List[tfx.dsl.components.base.base_node.BaseNode]:
+def create_components(config: PipelineConfig) -> List[base_node.BaseNode]:
   """The pipeline's components, wired, in topological order."""
   example_gen = PartitionedExampleGen(config=config.example_gen)
   if config.beam_pipeline_args:
