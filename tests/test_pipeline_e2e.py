@@ -1,0 +1,111 @@
+"""End to end: the real LocalDagRunner pipeline with a SQLite ML Metadata store,
+queried afterwards with the plain ml_metadata API."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # noqa: F401
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
+from tfx_parallel.pipeline import config as config_lib
+from tfx_parallel.pipeline import local_runner
+
+COMPONENTS = ("PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator")
+
+
+def _store(path):
+  cfg = metadata_store_pb2.ConnectionConfig()
+  cfg.sqlite.filename_uri = path
+  cfg.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+  return metadata_store.MetadataStore(cfg)
+
+
+def _executions(store):
+  types = {t.id: t.name for t in store.get_execution_types()}
+  return [(types[e.type_id], e) for e in store.get_executions()]
+
+
+def _small_config(**trainer):
+  return config_lib.PipelineConfig(
+      pipeline_name="e2e",
+      example_gen=ExampleGenConfig(rows=2000),
+      trainer=TrainerConfig(**dict(dict(layout="single", epochs=3, learning_rate=0.1,
+                                        optimizer="adam"), **trainer)))
+
+
+@pytest.mark.slow
+def test_local_pipeline_completes_then_is_served_from_cache(tmp_path):
+  config = _small_config()
+  path = local_runner.run(config, str(tmp_path))
+  store = _store(path)
+  execs = _executions(store)
+  by_type = {}
+  for name, e in execs:
+    by_type.setdefault(name.split(".")[-1], []).append(e)
+  for component in COMPONENTS:
+    matching = [k for k in by_type if component in k]
+    assert matching, f"{component} has no execution: {sorted(by_type)}"
+    for e in by_type[matching[0]]:
+      assert e.last_known_state == metadata_store_pb2.Execution.COMPLETE, (component, e)
+  for artifact in store.get_artifacts():
+    assert artifact.state == metadata_store_pb2.Artifact.LIVE
+    assert os.path.exists(artifact.uri), artifact.uri
+  type_names = {t.name for t in store.get_artifact_types()}
+  assert {"Examples", "Model", "TrainingHistory", "ConvergenceMetrics",
+          "ModelBlessing"} <= type_names
+  n_artifacts = len(store.get_artifacts())
+
+  # Second run, nothing changed: every component is served from cache.
+  local_runner.run(config, str(tmp_path))
+  store = _store(path)
+  states = [e.last_known_state for _, e in _executions(store)[len(execs):]]
+  assert len(states) == len(COMPONENTS)
+  assert all(s == metadata_store_pb2.Execution.CACHED for s in states), states
+  assert len(store.get_artifacts()) == n_artifacts
+
+
+def test_bad_config_fails_before_any_component_runs(tmp_path):
+  config = _small_config(layout="mesh", mesh=(1, 3))  # 2 features, model axis 3
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(config, str(tmp_path))
+  assert err.value.key == "trainer.mesh"
+  assert not os.path.exists(tmp_path / config_lib.METADATA_FILE)
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(_small_config(layout="ring"), str(tmp_path))
+  assert err.value.key == "trainer.layout" and "ring" in str(err.value)
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(_small_config(steps=-1), str(tmp_path))
+  assert err.value.key == "trainer.steps"
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(_small_config(layout="mirrored", devices=2, batch_size=63), str(tmp_path))
+  assert err.value.key == "trainer.batch_size"
+  assert not os.path.exists(tmp_path / config_lib.METADATA_FILE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--layout", "single"],
+                                   ["--layout", "mirrored", "--devices", "2"],
+                                   ["--layout", "mesh", "--mesh", "2x2"]])
+def test_cli_run_each_layout_prints_summary_from_mlmd(tmp_path, flags):
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
+       "--rows", "2000", "--epochs", "4", *flags], capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  out = proc.stdout
+  assert "summary (read from ML Metadata" in out
+  assert f"layout         {flags[1]}" in out
+  assert "eval MSE" in out and "learned        w=" in out
+
+
+def test_cli_rejects_bad_mesh_with_the_key(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
+       "--layout", "mesh", "--mesh", "1x3"], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert "trainer.mesh" in proc.stderr
