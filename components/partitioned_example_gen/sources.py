@@ -157,12 +157,12 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
   kept = set(columns or header) | {label}
   inferred = infer_column_types(header, sample)
   types = {c: column_types.get(c, inferred[c]) for c in header if c in kept}
+  if len(files) == 1 and not sample:
+    raise BadInputError(f"{first}: no data rows after the header")
   if types[label] not in NUMERIC_TYPES:
     raise BadInputError(
         f"{first}: label column {label!r} is not numeric (type {types[label]!r}, inferred "
         f"from the first {TYPE_INFERENCE_ROWS} rows); set column_types.{label}")
-  if len(files) == 1 and not sample:
-    raise BadInputError(f"{first}: no data rows after the header")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
                    label_key=label, split_key=config.split_key)
 
@@ -289,12 +289,13 @@ def GenerateSynthetic(pipeline, spec: SyntheticSpec) -> beam.PCollection:
 LineBatch = Tuple[str, int, bytes]  # (path, line number of the first line, lines joined by \n)
 
 
-def iter_line_batches(f, batch_lines: int,
+def iter_line_batches(f, batch_lines: int, first_line_no: int = 1,
                       block_bytes: int = _READ_BLOCK_BYTES) -> Iterator[Tuple[int, List[bytes]]]:
-  """(first line number, lines) of a binary file object, header included as line 1."""
+  """(line number of the first line, up to batch_lines lines) from a binary file object,
+  read in large blocks; the first line read is numbered ``first_line_no``."""
   leftover = b""
   pending: List[bytes] = []
-  line_no = 1
+  line_no = first_line_no
   while True:
     block = f.read(block_bytes)
     if not block:
@@ -323,18 +324,13 @@ class _ReadLines(beam.DoFn):
 
   def process(self, path: str) -> Iterator[LineBatch]:
     with open_file(path) as f:
-      seen_header = False
-      for line_no, lines in iter_line_batches(f, self._batch_lines):
-        if not seen_header:
-          seen_header = True
-          self._check_header(path, lines[0])
-          lines, line_no = lines[1:], line_no + 1
-          if not lines:
-            continue
+      header = f.readline()
+      if not header.strip():
+        raise BadInputError(f"{path}:1: empty file, expected a header row")
+      self._check_header(path, header)
+      for line_no, lines in iter_line_batches(f, self._batch_lines, first_line_no=2):
         self._lines.inc(len(lines))
         yield path, line_no, b"\n".join(lines)
-      if not seen_header:
-        raise BadInputError(f"{path}:1: empty file, expected a header row")
 
   def _check_header(self, path: str, line: bytes):
     try:

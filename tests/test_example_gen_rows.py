@@ -1,0 +1,79 @@
+"""Hand-written tf.train.Example encoding, checked against the protobuf library."""
+import numpy as np
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
+import tensorflow as tf
+
+from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
+from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
+from tfx_parallel.components.partitioned_example_gen.rows import varint
+
+
+def _expected(numeric, strings, i):
+  """The Example for row i, built with the protobuf API."""
+  feature = {}
+  for key, values in numeric.items():
+    if not np.isnan(values[i]):
+      feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[values[i]]))
+  for key, values in strings.items():
+    if values[i] is not None:
+      feature[key] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[values[i]]))
+  return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def _decode(encoded):
+  return [tf.train.Example.FromString(r) for r in encoded.records()]
+
+
+@pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 16383, 16384, 2**35])
+def test_varint_matches_protobuf(value):
+  from google.protobuf.internal import encoder  # pylint: disable=g-import-not-at-top
+  assert varint(value) == encoder._VarintBytes(value)  # pylint: disable=protected-access
+
+
+def test_complete_numeric_rows_use_the_fixed_template_and_parse_back():
+  rng = np.random.default_rng(0)
+  numeric = {f"x{i}": rng.normal(size=50) for i in range(8)}
+  numeric["y"] = rng.normal(size=50) * 1e6
+  batch = RowBatch(("f", 1), numeric, {}, np.arange(50))
+  encoder = ExampleEncoder(list(numeric))
+  encoded = encoder.encode(batch)
+  assert encoded.num_rows == 50
+  assert len(encoded.data) == 50 * encoder.full_row_length
+  assert _decode(encoded) == [_expected(numeric, {}, i) for i in range(50)]
+
+
+def test_missing_values_are_absent_features():
+  numeric = {"a": np.array([1.5, np.nan, 3.0, np.nan]), "b": np.array([np.nan, 2.0, 4.0, np.nan])}
+  batch = RowBatch(("f", 1), numeric, {}, [b"k"] * 4)
+  decoded = _decode(ExampleEncoder(["a", "b"]).encode(batch))
+  assert decoded == [_expected(numeric, {}, i) for i in range(4)]
+  assert list(decoded[0].features.feature) == ["a"]
+  assert len(decoded[3].features.feature) == 0
+
+
+def test_string_columns_are_bytes_lists_including_long_and_unicode_values():
+  long_value = "é" * 200  # > 127 bytes: multi-byte varint lengths.
+  numeric = {"n": np.array([1.0, 2.0, np.nan])}
+  strings = {"s": [b"abc", None, long_value.encode()], "ünï": [b"", b"x", None]}
+  batch = RowBatch(("f", 1), numeric, strings, [b"k"] * 3)
+  decoded = _decode(ExampleEncoder(["n"], list(strings)).encode(batch))
+  assert decoded == [_expected(numeric, strings, i) for i in range(3)]
+
+
+def test_many_features_need_a_two_byte_length():
+  numeric = {f"feature_with_a_long_name_{i}": np.array([float(i)]) for i in range(20)}
+  batch = RowBatch(("f", 1), numeric, {}, np.arange(1))
+  assert _decode(ExampleEncoder(list(numeric)).encode(batch)) == [_expected(numeric, {}, 0)]
+
+
+def test_take_selects_rows_of_every_column():
+  batch = RowBatch(("f", 7), {"a": np.array([0.0, 1.0, 2.0])}, {"s": [b"0", b"1", b"2"]},
+                   [b"k0", b"k1", b"k2"])
+  sub = batch.take(np.array([2, 0]))
+  assert sub.sort_key == ("f", 7)
+  assert sub.numeric["a"].tolist() == [2.0, 0.0]
+  assert sub.strings["s"] == [b"2", b"0"]
+  assert sub.keys == [b"k2", b"k0"]
+  assert sub.num_rows == 2

@@ -1,0 +1,249 @@
+"""The sources alone: synthetic generation, CSV planning, reading, parsing, bad input."""
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
+import apache_beam as beam
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+from tfx_parallel.components.partitioned_example_gen import sources
+from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
+from tfx_parallel.components.partitioned_example_gen.sources import BadInputError
+
+
+def _write(path, text):
+  with open(path, "w", encoding="utf-8", newline="") as f:
+    f.write(text)
+  return str(path)
+
+
+def _layout(path, **kwargs):
+  return sources.plan_source(ExampleGenConfig(source=str(path), **kwargs).validate())
+
+
+def _parse(layout, path, first_line, lines):
+  return sources.parse_csv_lines(layout, (str(path), first_line, "\n".join(lines).encode()))
+
+
+# ----------------------------------------------------------------------------- synthetic
+
+
+def test_synthetic_chunks_cover_every_row_once():
+  chunks = sources.synthetic_chunks(10, chunk_rows=4)
+  assert chunks == [(0, 0, 4), (1, 4, 8), (2, 8, 10)]
+
+
+def test_synthetic_chunk_is_deterministic_and_linear():
+  spec = sources.plan_source(ExampleGenConfig(rows=100, num_features=3, noise=0.0, bias=3.0))
+  assert spec.feature_keys == ("x0", "x1", "x2") and spec.weights == (1.0, 2.0, 3.0)
+  a = sources.generate_synthetic_chunk(spec, (1, 4096, 4106))
+  b = sources.generate_synthetic_chunk(spec, (1, 4096, 4106))
+  c = sources.generate_synthetic_chunk(spec, (2, 8192, 8202))
+  assert a.numeric.keys() == {"x0", "x1", "x2", "y"}
+  assert all(np.array_equal(a.numeric[k], b.numeric[k]) for k in a.numeric)
+  assert not np.array_equal(a.numeric["x0"], c.numeric["x0"])
+  x = np.stack([a.numeric[f"x{i}"] for i in range(3)], axis=1)
+  np.testing.assert_allclose(a.numeric["y"], x @ [1.0, 2.0, 3.0] + 3.0)
+  assert a.keys.tolist() == list(range(4096, 4106))
+
+
+def test_synthetic_noise_has_the_configured_scale():
+  spec = sources.plan_source(ExampleGenConfig(rows=5000, num_features=2, noise=0.5))
+  batch = sources.generate_synthetic_chunk(spec, (0, 0, 5000))
+  residual = batch.numeric["y"] - (batch.numeric["x0"] + 2 * batch.numeric["x1"] + 3.0)
+  assert 0.45 < residual.std() < 0.55
+
+
+def test_generate_synthetic_transform_streams_all_rows():
+  spec = sources.plan_source(ExampleGenConfig(rows=10_000, num_features=2))
+  with beam.Pipeline() as p:
+    batches = p | sources.GenerateSynthetic(spec)
+    rows = batches | beam.FlatMap(lambda b: b.keys.tolist())
+    assert_that(rows, equal_to(list(range(10_000))))
+    sizes = batches | "Sizes" >> beam.Map(lambda b: b.num_rows)
+    assert_that(sizes, equal_to([4096, 4096, 1808]), label="ChunkSizes")
+
+
+# ----------------------------------------------------------------------------- CSV plan
+
+
+def test_plan_infers_types_and_feature_keys(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,b,name,y\n1,2.5,foo,3\n4,,bar,5.5\n")
+  layout = _layout(path)
+  assert layout.files == (path,)
+  assert layout.types == {"a": "int", "b": "float", "name": "string", "y": "float"}
+  assert layout.feature_keys == ("a", "b")
+  assert layout.string_keys == ("name",)
+  assert layout.label_key == "y"
+
+
+def test_plan_honours_column_types_and_columns(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,b,c,y\n1,2,3,4\n")
+  layout = _layout(path, column_types={"a": "string", "y": "float"}, columns=("a", "c"))
+  assert layout.types == {"a": "string", "c": "int", "y": "float"}
+  assert layout.feature_keys == ("c",)
+
+
+def test_taxi_plan_uses_the_csv_in_the_tfx_wheel():
+  layout = sources.plan_source(ExampleGenConfig(source="taxi").validate())
+  assert layout.files[0].endswith(os.path.join("chicago_taxi_pipeline", "data", "simple",
+                                               "data.csv"))
+  assert layout.label_key == "fare"
+  assert layout.feature_keys == tuple(
+      c for c in layout.header if c in sources.TAXI_FEATURE_COLUMNS)
+  assert "tips" not in layout.types and set(layout.types.values()) == {"float"}
+
+
+def test_no_matching_files_fails_naming_the_glob(tmp_path):
+  pattern = str(tmp_path / "nothing-*.csv")
+  with pytest.raises(BadInputError, match=r"source: no files match .*nothing-\*\.csv"):
+    _layout(pattern)
+
+
+def test_missing_label_column_fails_naming_the_column_and_file(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,b\n1,2\n")
+  with pytest.raises(BadInputError, match=r"data\.csv:1: label column 'y' not in header"):
+    _layout(path)
+
+
+def test_header_only_file_fails(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n")
+  with pytest.raises(BadInputError, match=r"data\.csv: no data rows after the header"):
+    _layout(path)
+
+
+def test_empty_file_fails(tmp_path):
+  path = _write(tmp_path / "data.csv", "")
+  with pytest.raises(BadInputError, match=r"data\.csv:1: empty file, expected a header row"):
+    _layout(path)
+
+
+def test_unknown_column_in_config_fails(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,2\n")
+  with pytest.raises(BadInputError, match=r"split_key names column 'nope'"):
+    _layout(path, split_key="nope")
+
+
+def test_non_numeric_label_fails(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,cat\n")
+  with pytest.raises(BadInputError, match=r"label column 'y' is not numeric"):
+    _layout(path)
+
+
+# ----------------------------------------------------------------------------- CSV parse
+
+
+def test_parse_rows_with_missing_values_quotes_crlf_and_blank_lines(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,name,y\n1.5,x,2\n")
+  layout = _layout(path)
+  batch, bad = _parse(layout, path, 2, ["1.5,\"b, c\",2\r", "", ",,3", "4,d,"])
+  assert bad == []
+  np.testing.assert_array_equal(batch.numeric["a"], [1.5, np.nan, 4.0])
+  np.testing.assert_array_equal(batch.numeric["y"], [2.0, 3.0, np.nan])
+  assert batch.strings["name"] == [b"b, c", None, b"d"]
+  assert batch.keys == [b"1.5,\"b, c\",2", b",,3", b"4,d,"]  # Raw lines are the split keys.
+  assert batch.sort_key == (path, 2)
+
+
+def test_split_key_cells_are_the_partition_keys(tmp_path):
+  path = _write(tmp_path / "data.csv", "user,y\nu1,2\n")
+  batch, _ = _parse(_layout(path, split_key="user"), path, 2, ["u1,1", "u2,2", "u1,3"])
+  assert batch.keys == [b"u1", b"u2", b"u1"]
+
+
+BAD_ROWS = [
+    ("1,\"2,3", r"data\.csv:3: malformed CSV row \(unexpected end of data\)"),
+    ("1,2,3,4", r"data\.csv:3: expected 3 columns, got 4"),
+    ("1,2", r"data\.csv:3: expected 3 columns, got 2"),
+    ("1,abc,3", r"data\.csv:3: column 'b': expected float, got 'abc'"),
+    ("1.5,2,3", r"data\.csv:3: column 'a': expected int, got '1\.5'"),
+]
+
+
+@pytest.mark.parametrize("line,message", BAD_ROWS)
+def test_bad_rows_are_reported_with_file_and_line(tmp_path, line, message):
+  path = _write(tmp_path / "data.csv", "a,b,y\n1,2.0,3\n")
+  layout = _layout(path, column_types={"a": "int"})
+  batch, bad = _parse(layout, path, 2, ["1,2,3", line, "4,5,6"])
+  assert len(bad) == 1 and bad[0][0] == 3
+  assert __import__("re").match(message, os.path.basename(bad[0][1])), bad
+  assert batch.numeric["y"].tolist() == [3.0, 6.0]  # Good rows survive.
+
+
+def test_unbalanced_quote_does_not_swallow_the_following_lines(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,2\n")
+  batch, bad = _parse(_layout(path), path, 2, ["1,2", "\"3,4", "5,6", "7,\"8\""])
+  assert [line for line, _ in bad] == [3]
+  assert batch.numeric["a"].tolist() == [1.0, 5.0, 7.0]
+
+
+def _csv_files(tmp_path, n_files=2, rows=5):
+  paths = []
+  for f in range(n_files):
+    lines = ["a,y"] + [f"{f * 100 + i},{i}" for i in range(rows)]
+    paths.append(_write(tmp_path / f"part-{f}.csv", "\n".join(lines) + "\n"))
+  return paths
+
+
+def test_read_csv_lines_transform_numbers_lines_from_the_header(tmp_path):
+  a, b = _csv_files(tmp_path, rows=3)
+  with beam.Pipeline() as p:
+    batches = p | sources.ReadCsvLines([a, b], ("a", "y"), batch_lines=2)
+    assert_that(batches, equal_to([
+        (a, 2, b"0,0\n1,1"), (a, 4, b"2,2"),
+        (b, 2, b"100,0\n101,1"), (b, 4, b"102,2")]))
+
+
+def test_read_csv_lines_reads_gzipped_csv(tmp_path):
+  path = str(tmp_path / "data.csv.gz")
+  with gzip.open(path, "wt") as f:
+    f.write("a,y\n1,2\n3,4")
+  with beam.Pipeline() as p:
+    batches = p | sources.ReadCsvLines([path], ("a", "y"))
+    assert_that(batches, equal_to([(path, 2, b"1,2\n3,4")]))
+
+
+def test_read_csv_lines_rejects_a_different_header(tmp_path):
+  a = _write(tmp_path / "a.csv", "a,y\n1,2\n")
+  b = _write(tmp_path / "b.csv", "y,a\n1,2\n")
+  with pytest.raises(Exception, match=r"b\.csv:1: header \['y', 'a'\] differs from the "
+                                      r"header of .*a\.csv"):
+    with beam.Pipeline() as p:
+      _ = p | sources.ReadCsvLines([a, b], ("a", "y"))
+
+
+def test_parse_csv_transform(tmp_path):
+  paths = _csv_files(tmp_path)
+  layout = _layout(str(tmp_path / "part-*.csv"))
+  with beam.Pipeline() as p:
+    parsed = (p | sources.ReadCsvLines(layout.files, layout.header, batch_lines=2)
+              | sources.ParseCsv(layout, "fail"))
+    values = parsed.rows | beam.FlatMap(lambda b: b.numeric["a"].tolist())
+    assert_that(values, equal_to([float(f * 100 + i) for f in range(2) for i in range(5)]))
+    assert_that(parsed.skipped, equal_to([]), label="NothingSkipped")
+  assert len(paths) == 2
+
+
+def test_parse_csv_transform_fail_policy_raises_with_file_and_line(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,2\n3,4\n5,6,7\n")
+  layout = _layout(path)
+  with pytest.raises(Exception, match=r"data\.csv:4: expected 2 columns, got 3"):
+    with beam.Pipeline() as p:
+      _ = (p | sources.ReadCsvLines(layout.files, layout.header)
+           | sources.ParseCsv(layout, "fail"))
+
+
+def test_parse_csv_transform_skip_policy_counts_bad_rows(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,2\nx,4\n5,6,7\n\"8,9\n10,11\n")
+  layout = _layout(path, column_types={"a": "float"})
+  with beam.Pipeline() as p:
+    parsed = (p | sources.ReadCsvLines(layout.files, layout.header, batch_lines=2)
+              | sources.ParseCsv(layout, "skip"))
+    values = parsed.rows | beam.FlatMap(lambda b: b.numeric["a"].tolist())
+    assert_that(values, equal_to([1.0, 10.0]))
+    total = parsed.skipped | beam.CombineGlobally(sum)
+    assert_that(total, equal_to([3]), label="Skipped")
