@@ -215,14 +215,13 @@ def from_mapping(data: Dict[str, Any]) -> KubeflowConfig:
   default = sections.get(DEFAULT_SECTION) or {}
   require(isinstance(default, dict), f"components.{DEFAULT_SECTION}",
           f"must be a mapping. Received: {type(default).__name__}")
-  components = {}
+  # The default section first, so that its errors name it, not the first component.
+  components = {DEFAULT_SECTION: _placement(default, f"components.{DEFAULT_SECTION}.")}
   for name, section in sections.items():
     require(isinstance(section, dict) or section is None, f"components.{name}",
             f"must be a mapping. Received: {type(section).__name__}")
-    merged = {**default, **(section or {})}
-    components[str(name)] = _placement(merged, f"components.{name}.")
-  if DEFAULT_SECTION not in components:
-    components[DEFAULT_SECTION] = _placement({}, f"components.{DEFAULT_SECTION}.")
+    if name != DEFAULT_SECTION:
+      components[str(name)] = _placement({**default, **(section or {})}, f"components.{name}.")
   return KubeflowConfig(pipeline_root=root, pipeline=pipeline, components=components)
 
 
