@@ -65,6 +65,13 @@ def test_rising_tail_above_target_is_diverged_but_noise_below_target_is_not():
   assert _analyze(noisy_at_floor).state == P.CONVERGED
 
 
+def test_short_history_ending_below_target_is_converged():
+  # The tail median (0.1) is above target 0.04, but the final loss is below it.
+  assert _analyze([4.0, 1.0, 0.1, 0.02, 0.01]).state == P.CONVERGED
+  # A noisy last record above target: the tail median still decides.
+  assert _analyze([4.0, 0.03, 0.02, 0.03, 0.02, 0.05]).state == P.CONVERGED
+
+
 def test_trainer_divergence_flag_wins():
   history = testing.linear_history([3.0, 2.0, 1.0])
   curves = convergence.curves_from_history(history)

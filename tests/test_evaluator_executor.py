@@ -101,6 +101,11 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   assert curves["records"]["step"][:2] == [10, 20]
   assert curves["records"]["loss"][-1] == pytest.approx(losses[-1])
   assert curves["epochs"][0]["epoch"] == 1
+  with open(os.path.join(metrics.uri, "metrics.json")) as f:
+    exact = json.load(f)
+  assert props[P.METRICS_FILE] == "metrics.json"
+  assert set(exact) == set(props)
+  assert exact[P.EVAL_MSE] == props[P.EVAL_MSE]  # Unrounded: not stored in a DB here.
   with open(os.path.join(metrics.uri, "loss.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
 
@@ -117,6 +122,8 @@ def test_diverged_run_is_not_blessed_and_non_finite_values_are_encoded(tmp_path,
   assert props[P.BLESSED] == 0 and "diverged" in props[P.BLESSING_MESSAGE]
   assert blessing.get_int_custom_property("blessed") == 0
   assert os.listdir(blessing.uri) == ["NOT_BLESSED"]
+  with open(os.path.join(tmp_path, "metrics", "metrics.json")) as f:
+    assert json.load(f)[P.FINAL_LOSS] == "nan"
 
 
 def test_bad_config_json_names_the_key(tmp_path, inputs):

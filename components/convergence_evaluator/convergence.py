@@ -10,13 +10,15 @@ Definitions (W = ``plateau_window`` records, the "tail"):
   whose loss is finite and > 0 (NaN with fewer than 2 such records).
 * ``tail_change`` = exp(slope x span) - 1 of the same fit over the last W records: the
   fitted relative change across the tail (0 with fewer than 2 records).
+* The run "ends at target" when the final loss *or* the median loss of the tail is
+  <= ``target_loss`` (the median keeps one noisy last batch from deciding).
 * The state (:func:`classify`), checked in this order:
   1. ``diverged``: a loss is NaN/inf, or the trainer flagged divergence, or
      final loss > initial loss, or the loss is rising at the end, i.e.
-     ``tail_change > rise_tolerance`` while the tail's median loss is above target;
-  2. ``converged``: the median loss of the tail is <= ``target_loss``;
-  3. ``plateaued``: anything else -- the loss is finite and not rising, but the tail
-     is above target (flat, or still falling too slowly to reach it in the budget;
+     ``tail_change > rise_tolerance`` while the run does not end at target;
+  2. ``converged``: the run ends at target;
+  3. ``plateaued``: anything else -- the loss is finite and not rising, but the run
+     ends above target (flat, or still falling too slowly to reach it in the budget;
      ``tail_change`` tells which).
 """
 import dataclasses
@@ -126,10 +128,10 @@ def first_reached(curves: Curves, target: float) -> Tuple[int, float]:
 def classify(loss: np.ndarray, target: float, tail: float, window: int,
              rise_tolerance: float, flagged_diverged: bool = False) -> str:
   """``converged`` | ``plateaued`` | ``diverged``, as defined in the module docstring."""
-  tail_median = float(np.median(loss[-window:]))
   if flagged_diverged or not np.all(np.isfinite(loss)) or loss[-1] > loss[0]:
     return P.DIVERGED
-  above_target = not tail_median <= target  # also True when target is NaN.
+  tail_median = float(np.median(loss[-window:]))
+  above_target = not (loss[-1] <= target or tail_median <= target)  # True if target NaN.
   if tail > rise_tolerance and above_target:
     return P.DIVERGED
   return P.PLATEAUED if above_target else P.CONVERGED

@@ -60,13 +60,14 @@ class Executor(base_executor.BaseExecutor):
         P.BIAS_ERROR: bias_error,
         P.CURVES_FILE: P.CURVES_FILE_NAME,
         P.PLOT_FILE: P.PLOT_FILE_NAME,
+        P.METRICS_FILE: P.METRICS_FILE_NAME,
         P.BLESSED: int(blessed),
         P.BLESSING_MESSAGE: message,
     }
     for name, value in scalars.items():
       P.set_property(metrics, name, value)
-    write_curves(metrics.uri, convergence.curves_document(curves, summary),
-                 label=history.get("layout", "run"))
+    write_files(metrics.uri, scalars, convergence.curves_document(curves, summary),
+                label=history.get("layout", "run"))
     write_blessing(blessing, model, blessed)
     logging.info("ConvergenceEvaluator: state=%s eval_mse=%.6g blessed=%s%s. "
                  "Metrics written to %s.", summary.state, quality.mse, blessed,
@@ -163,13 +164,17 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
   }
 
 
-def write_curves(uri: str, document: Dict[str, Any], label: str):
-  """Writes ``curves.json`` and ``loss.png`` at the metrics artifact URI."""
+def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Dict[str, Any], label: str):
+  """Writes ``metrics.json``, ``curves.json`` and ``loss.png`` at the artifact URI."""
   fileio.makedirs(uri)
+  io_utils.write_string_file(
+      os.path.join(uri, P.METRICS_FILE_NAME),
+      json.dumps({k: P.encode_json(v) for k, v in scalars.items()}, allow_nan=False,
+                 sort_keys=True, indent=1))
   io_utils.write_string_file(os.path.join(uri, P.CURVES_FILE_NAME),
-                             json.dumps(document, allow_nan=False))
+                             json.dumps(curves, allow_nan=False))
   with fileio.open(os.path.join(uri, P.PLOT_FILE_NAME), "wb") as f:
-    f.write(plots.loss_plot_png([(label, document)]))
+    f.write(plots.loss_plot_png([(label, curves)]))
 
 
 def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool):

@@ -5,8 +5,13 @@ only place the names are spelled. Conventions: ``-1`` means "never reached / not
 applicable" (all such quantities are otherwise >= 0); flags are ints 0/1; floats that are
 NaN or +-inf (a diverged run) are stored as the *strings* ``"nan"``, ``"inf"``,
 ``"-inf"``, because ML Metadata's SQLite backend rejects non-finite doubles
-(:func:`encode` / :func:`decode`). Losses are the trainer's per-record training loss
-(MSE for the regression models).
+(:func:`set_property` / :func:`decode`). Losses are the trainer's per-record training
+loss (MSE for the regression models).
+
+Precision: ML Metadata 1.16 writes doubles into its SQL store as fixed-point text with 6
+decimals (``%f``): 0.0123456789 is read back as 0.012346 and 3e-8 as 0.0. The executor
+therefore also writes every property at full precision to ``metrics.json`` at the
+artifact URI (same names, same encoding); ``tfx-parallel metrics`` prefers it.
 
 | Property | Type | Meaning |
 |---|---|---|
@@ -51,6 +56,7 @@ NaN or +-inf (a diverged run) are stored as the *strings* ``"nan"``, ``"inf"``,
 | `examples_per_sec` | float | trainer's overall training throughput |
 | `curves_file` | str | `curves.json`, full curves, relative to the artifact URI |
 | `plot_file` | str | `loss.png`, loss curves plot, relative to the artifact URI |
+| `metrics_file` | str | `metrics.json`, every property at full precision, relative to the artifact URI |
 | `blessed` | int | 1 if the blessing thresholds were met, else 0 (same as the ModelBlessing) |
 | `blessing_message` | str | why the model was not blessed (`""` when blessed) |
 """
@@ -102,6 +108,7 @@ EXAMPLES_PER_SEC = "examples_per_sec"
 
 CURVES_FILE = "curves_file"
 PLOT_FILE = "plot_file"
+METRICS_FILE = "metrics_file"
 BLESSED = "blessed"
 BLESSING_MESSAGE = "blessing_message"
 
@@ -126,6 +133,7 @@ STATES = (CONVERGED, PLATEAUED, DIVERGED)
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"
 PLOT_FILE_NAME = "loss.png"
+METRICS_FILE_NAME = "metrics.json"
 
 Scalar = Union[int, float, str, bool]
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -147,6 +155,20 @@ def set_property(artifact, name: str, value: Scalar):
   else:
     raise TypeError(f"property {name!r}: expected int, float, str or bool. "
                     f"Received: {type(value).__name__} {value!r}")
+
+
+def encode_json(value: Scalar) -> Union[int, float, str]:
+  """The ``metrics.json`` form of a value: as in ML Metadata, non-finite -> string."""
+  if isinstance(value, bool):
+    return int(value)
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+def decode_json(value) -> Scalar:
+  """Inverse of :func:`encode_json`."""
+  return _NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
 def decode(value) -> Scalar:

@@ -1,0 +1,242 @@
+"""`tfx-parallel metrics`: compare runs by reading ConvergenceMetrics back from ML Metadata.
+
+Reads the SQLite store with the plain ``ml_metadata`` API. Every ``ConvergenceMetrics``
+artifact is linked (attribution) to the contexts TFX 1.16 creates: a ``pipeline`` context
+(named after the pipeline) and one ``pipeline_run`` context per run (named by the run
+id). A run that hit the cache is linked to the artifact of the earlier run; it is listed
+with ``cached`` true. When an artifact has no attribution, the contexts of the execution
+that output it are used instead. Property values come from the artifact's
+``metrics.json`` when it is readable (ML Metadata keeps only 6 decimals of a double; see
+properties.py), else from ML Metadata.
+
+    tfx-parallel metrics [--home runs] [--pipeline-name NAME] [--last N] [--json]
+                         [--plot loss.png]
+"""
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from ml_metadata import errors as mlmd_errors
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.convergence_evaluator import plots
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.pipeline import config as config_lib
+from tfx_parallel.pipeline import summary
+
+# ConvergenceMetrics.TYPE_NAME (components/common/artifacts.py), spelled here because
+# importing the artifact class imports TFX and TensorFlow (seconds); a test checks it.
+METRICS_TYPE = "ConvergenceMetrics"
+PIPELINE_CONTEXT = "pipeline"
+RUN_CONTEXT = "pipeline_run"
+
+# (header, property, format) of the table; the run and pipeline columns come first.
+COLUMNS = (
+    ("layout", P.LAYOUT, "{}"),
+    ("mesh", P.MESH_SHAPE, "{}"),
+    ("state", P.CONVERGENCE_STATE, "{}"),
+    ("steps to target", P.STEPS_TO_TARGET, "{}"),
+    ("final loss", P.FINAL_LOSS, "{:.4g}"),
+    ("eval MSE", P.EVAL_MSE, "{:.4g}"),
+    ("examples/s", P.EXAMPLES_PER_SEC, "{:,.0f}"),
+    ("blessed", P.BLESSED, "{}"),
+)
+
+
+@dataclasses.dataclass
+class RunMetrics:
+  """One pipeline run and the ConvergenceMetrics artifact it produced (or reused)."""
+  pipeline: str
+  run: str
+  run_created_ms: int
+  metrics_id: int
+  metrics_uri: str
+  cached: bool
+  properties: Dict[str, Any]
+
+  def to_json(self) -> Dict[str, Any]:
+    """Strict-JSON dict: non-finite floats become null."""
+    props = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in sorted(self.properties.items())}
+    return {"pipeline": self.pipeline, "run": self.run,
+            "run_created": _iso(self.run_created_ms), "metrics_id": self.metrics_id,
+            "metrics_uri": self.metrics_uri, "cached": self.cached, "properties": props}
+
+
+def _iso(ms: int) -> str:
+  return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(
+      timespec="seconds")
+
+
+def _contexts_of(store, artifact_id: int) -> List[metadata_store_pb2.Context]:
+  """Contexts the artifact is attributed to, else those of the execution that output it."""
+  contexts = store.get_contexts_by_artifact(artifact_id)
+  if contexts:
+    return contexts
+  out, seen = [], set()
+  for event in store.get_events_by_artifact_ids([artifact_id]):
+    if event.type in (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT):
+      for context in store.get_contexts_by_execution(event.execution_id):
+        if context.id not in seen:
+          seen.add(context.id)
+          out.append(context)
+  return out
+
+
+def read_artifact_json(uri: str, name: str) -> Optional[Any]:
+  """Parses the JSON file ``name`` in the artifact directory ``uri``; None if absent."""
+  path = os.path.join(uri, name)
+  if "://" in path:  # Remote (gs://...): TFX's filesystem layer; local reads need no TF.
+    from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+    if not fileio.exists(path):
+      return None
+    with fileio.open(path, "r") as f:
+      return json.loads(f.read())
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _exact_properties(uri: str, properties: Dict[str, Any]) -> Dict[str, Any]:
+  """``properties`` with full-precision values from metrics.json overlaid, if present."""
+  name = properties.get(P.METRICS_FILE)
+  exact = read_artifact_json(uri, name) if isinstance(name, str) and name else None
+  if not isinstance(exact, dict):
+    return properties
+  return dict(properties, **{k: P.decode_json(v) for k, v in exact.items()})
+
+
+def find_runs(store, pipeline_name: Optional[str] = None,
+              last: Optional[int] = None) -> List[RunMetrics]:
+  """Runs with ConvergenceMetrics, oldest first; optionally one pipeline's, the last N."""
+  try:
+    artifacts = store.get_artifacts_by_type(METRICS_TYPE)
+  except mlmd_errors.NotFoundError:
+    return []
+  type_names = {t.id: t.name for t in store.get_context_types()}
+  rows = []
+  for artifact in artifacts:
+    contexts = _contexts_of(store, artifact.id)
+    by_type: Dict[str, List[metadata_store_pb2.Context]] = {}
+    for context in contexts:
+      by_type.setdefault(type_names.get(context.type_id, ""), []).append(context)
+    pipelines = [c.name for c in by_type.get(PIPELINE_CONTEXT, [])]
+    pipeline = pipelines[0] if pipelines else ""
+    if pipeline_name and pipeline != pipeline_name:
+      continue
+    runs = sorted(by_type.get(RUN_CONTEXT, []), key=lambda c: (c.create_time_since_epoch, c.id))
+    properties = _exact_properties(artifact.uri, {
+        name: P.decode(value) for name, value in artifact.custom_properties.items()})
+    for index, run in enumerate(runs or [None]):
+      rows.append(RunMetrics(
+          pipeline=pipeline,
+          run=run.name if run else f"artifact-{artifact.id}",
+          run_created_ms=run.create_time_since_epoch if run else artifact.create_time_since_epoch,
+          metrics_id=artifact.id, metrics_uri=artifact.uri, cached=index > 0,
+          properties=properties))
+  rows.sort(key=lambda r: (r.run_created_ms, r.metrics_id))
+  return rows[-last:] if last else rows
+
+
+def _cell(value, fmt: str) -> str:
+  if value is None:
+    return "-"
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  try:
+    return fmt.format(value)
+  except (ValueError, TypeError):
+    return str(value)
+
+
+def format_table(rows: Sequence[RunMetrics]) -> str:
+  """A fixed-width text table, one line per run; cached runs are marked with '*'."""
+  header = ["pipeline", "run"] + [c[0] for c in COLUMNS]
+  lines = [[r.pipeline, r.run + ("*" if r.cached else "")] +
+           [_cell(r.properties.get(prop), fmt) for _, prop, fmt in COLUMNS] for r in rows]
+  widths = [max(len(x) for x in column) for column in zip(header, *lines)]
+  text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+          for line in [header] + lines]
+  if any(r.cached for r in rows):
+    text.append("* reused the cached metrics of an earlier run")
+  return "\n".join(text)
+
+
+def read_curves(row: RunMetrics) -> Optional[Dict[str, Any]]:
+  """The run's curves.json document, or None if it is gone."""
+  return read_artifact_json(row.metrics_uri,
+                            row.properties.get(P.CURVES_FILE, P.CURVES_FILE_NAME))
+
+
+def write_plot(rows: Sequence[RunMetrics], path: str) -> int:
+  """Overlays the loss curves of ``rows`` into a PNG at ``path``; returns curves plotted."""
+  runs = []
+  for row in rows:
+    document = read_curves(row)
+    if document is None:
+      print(f"warning: no curves file for run {row.run} at {row.metrics_uri}",
+            file=sys.stderr)
+      continue
+    label = f"{row.run} {row.properties.get(P.LAYOUT, '')} {row.properties.get(P.MESH_SHAPE, '')}"
+    runs.append((label.strip(), document))
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  with open(path, "wb") as f:
+    f.write(plots.loss_plot_png(runs, title="Training loss by run"))
+  return len(runs)
+
+
+def add_arguments(parser: argparse.ArgumentParser):
+  """Adds the ``metrics`` subcommand's flags to ``parser``."""
+  parser.add_argument("--home", default=config_lib.DEFAULT_HOME,
+                      help="directory holding metadata.sqlite (default: %(default)s)")
+  parser.add_argument("--pipeline-name", default=None,
+                      help="only runs of this pipeline")
+  parser.add_argument("--last", type=int, default=None, metavar="N",
+                      help="only the N most recent runs")
+  parser.add_argument("--json", action="store_true",
+                      help="print JSON (every property of every run) instead of a table")
+  parser.add_argument("--plot", default=None, metavar="OUT.png",
+                      help="write the selected runs' loss curves, overlaid, to this PNG")
+
+
+def run(args: argparse.Namespace) -> int:
+  """Runs the subcommand; returns the exit code (1: no store, 0 otherwise)."""
+  if args.last is not None and args.last < 1:
+    print(f"--last must be >= 1. Received: {args.last}", file=sys.stderr)
+    return 2
+  metadata_path = os.path.join(args.home, config_lib.METADATA_FILE)
+  try:
+    store = summary.open_store(metadata_path)
+  except FileNotFoundError as e:
+    print(str(e), file=sys.stderr)
+    return 1
+  rows = find_runs(store, args.pipeline_name, args.last)
+  if args.json:
+    print(json.dumps([r.to_json() for r in rows], indent=1, allow_nan=False))
+  elif rows:
+    print(format_table(rows))
+  else:
+    which = f" of pipeline {args.pipeline_name!r}" if args.pipeline_name else ""
+    print(f"No runs with ConvergenceMetrics{which} in {metadata_path}")
+  if args.plot:
+    plotted = write_plot(rows, args.plot)
+    print(f"Loss curves of {plotted} run(s) written to {args.plot}", file=sys.stderr)
+  return 0
+
+
+def main(argv: List[str]) -> int:
+  parser = argparse.ArgumentParser(prog="tfx-parallel metrics", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  add_arguments(parser)
+  return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,175 @@
+"""`tfx-parallel metrics`: ML Metadata read-back, table, JSON and overlay plot.
+
+The slow test runs real LocalDagRunner pipelines (Importer nodes feeding
+ConvergenceEvaluator) into a SQLite store; the fast tests write the same graph shape
+(pipeline / pipeline_run contexts, execution, output event, attribution) with the plain
+ml_metadata API.
+"""
+import json
+import math
+import os
+
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.common import artifacts
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.pipeline import metrics_report
+
+
+def test_type_name_matches_the_artifact_class():
+  assert metrics_report.METRICS_TYPE == artifacts.ConvergenceMetrics.TYPE_NAME
+
+
+# --- Fast: a store written with the plain ml_metadata API. -----------------------------
+
+def _store(home):
+  config = metadata_store_pb2.ConnectionConfig()
+  config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  config.sqlite.connection_mode = (
+      metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE)
+  return metadata_store.MetadataStore(config)
+
+
+def _add_run(store, pipeline, run, props, uri="/nowhere"):
+  """One run: contexts, an execution, its ConvergenceMetrics output; returns artifact id."""
+  ctx_types = {name: store.put_context_type(metadata_store_pb2.ContextType(name=name))
+               for name in ("pipeline", "pipeline_run")}
+  art_type = store.put_artifact_type(metadata_store_pb2.ArtifactType(name="ConvergenceMetrics"))
+  exe_type = store.put_execution_type(metadata_store_pb2.ExecutionType(name="Evaluator"))
+  contexts = []
+  for type_name, name in (("pipeline", pipeline), ("pipeline_run", run)):
+    found = store.get_context_by_type_and_name(type_name, name)
+    contexts.append(found or metadata_store_pb2.Context(type_id=ctx_types[type_name], name=name))
+  artifact = metadata_store_pb2.Artifact(type_id=art_type, uri=uri)
+  for name, value in props.items():
+    if isinstance(value, str):
+      artifact.custom_properties[name].string_value = value
+    elif isinstance(value, int):
+      artifact.custom_properties[name].int_value = value
+    else:
+      artifact.custom_properties[name].double_value = value
+  execution = metadata_store_pb2.Execution(type_id=exe_type)
+  event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT)
+  _, [artifact_id], _ = store.put_execution(
+      execution, [(artifact, event)], contexts, reuse_context_if_already_exist=True)
+  return artifact_id
+
+
+def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
+  store = _store(str(tmp_path))
+  base = {P.LAYOUT: "mesh", P.MESH_SHAPE: "2x2", P.STEPS_TO_TARGET: 120,
+          P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged"}
+  _add_run(store, "alpha", "run-1", dict(base, **{P.FINAL_LOSS: 0.01, P.EVAL_MSE: 0.02}))
+  _add_run(store, "beta", "run-2", dict(base, **{P.LAYOUT: "single", P.MESH_SHAPE: "",
+                                                 P.FINAL_LOSS: "nan", P.EVAL_MSE: 3.0,
+                                                 P.BLESSED: 0, P.STEPS_TO_TARGET: -1}))
+  _add_run(store, "alpha", "run-3", dict(base, **{P.FINAL_LOSS: 0.005, P.EVAL_MSE: 0.01}))
+
+  rows = metrics_report.find_runs(store)
+  assert [r.run for r in rows] == ["run-1", "run-2", "run-3"]
+  assert math.isnan(rows[1].properties[P.FINAL_LOSS])
+  assert [r.run for r in metrics_report.find_runs(store, "alpha")] == ["run-1", "run-3"]
+  assert [r.run for r in metrics_report.find_runs(store, last=2)] == ["run-2", "run-3"]
+
+  table = metrics_report.format_table(rows)
+  header, first, second = table.splitlines()[:3]
+  for column in ("run", "layout", "mesh", "steps to target", "final loss", "eval MSE",
+                 "examples/s", "blessed"):
+    assert column in header
+  assert "run-1" in first and "2x2" in first and "12,346" in first and "0.02" in first
+  assert "nan" in second and "-1" in second
+
+  assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "beta"]) == 0
+  [run] = json.loads(capsys.readouterr().out)
+  assert run["pipeline"] == "beta" and run["properties"][P.FINAL_LOSS] is None
+
+
+def test_missing_store_and_empty_store(tmp_path, capsys):
+  assert metrics_report.main(["--home", str(tmp_path / "nothing")]) == 1
+  assert "No ML Metadata store" in capsys.readouterr().err
+  _store(str(tmp_path))
+  assert metrics_report.main(["--home", str(tmp_path)]) == 0
+  assert "No runs" in capsys.readouterr().out
+
+
+# --- Slow: real pipelines. ---------------------------------------------------------------
+
+def _pipeline(name, root, inputs, history_uri):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
+  examples, model = inputs
+  examples_in = tfx.dsl.Importer(
+      source_uri=examples.uri, artifact_type=standard_artifacts.Examples,
+      properties={"split_names": examples.split_names},
+      # Importer takes only int / str custom properties: true_bias goes in as a string
+      # (the executor reads it with float()).
+      custom_properties={k: (str(v) if isinstance(v, float) else v) for k, v in (
+          (k, examples.get_custom_property(k))
+          for k in examples.mlmd_artifact.custom_properties)},
+  ).with_id("examples")
+  model_in = tfx.dsl.Importer(source_uri=model.uri,
+                              artifact_type=standard_artifacts.Model).with_id("model")
+  history_in = tfx.dsl.Importer(source_uri=history_uri,
+                                artifact_type=artifacts.TrainingHistory).with_id("history")
+  evaluator = ConvergenceEvaluator(model=model_in.outputs["result"],
+                                   examples=examples_in.outputs["result"],
+                                   history=history_in.outputs["result"])
+  return tfx.dsl.Pipeline(
+      pipeline_name=name, pipeline_root=os.path.join(root, "pipelines", name),
+      components=[examples_in, model_in, history_in, evaluator], enable_cache=True,
+      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          os.path.join(root, "metadata.sqlite")))
+
+
+@pytest.mark.slow
+def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import testing  # pylint: disable=g-import-not-at-top
+  features = ["x0", "x1"]
+  x, y = testing.synthetic_data(64, [1.0, 2.0], 0.5, noise=0.1)
+  examples = testing.write_examples(
+      str(tmp_path / "data"), {"eval": testing.serialize_examples(x, y, features, "y")},
+      features, "y", [1.0, 2.0], 0.5)
+  model = testing.export_linear_model(str(tmp_path / "model"), [1.0, 2.0], 0.5, features)
+  histories = {}
+  for name, losses in (("good", [4.0, 1.0, 0.1, 0.02, 0.01]),
+                       ("bad", [4.0, 8.0, float("inf")])):
+    histories[name] = str(tmp_path / f"history-{name}")
+    testing.write_history(histories[name], testing.linear_history(
+        losses, kernel=[1.0, 2.1], bias=0.5, steps_per_epoch=20))
+  home = str(tmp_path / "home")
+  runner = tfx.orchestration.LocalDagRunner()
+  runner.run(_pipeline("alpha", home, (examples, model), histories["good"]))
+  runner.run(_pipeline("beta", home, (examples, model), histories["bad"]))
+  runner.run(_pipeline("alpha", home, (examples, model), histories["good"]))  # Cached.
+
+  store = metrics_report.summary.open_store(os.path.join(home, "metadata.sqlite"))
+  rows = metrics_report.find_runs(store)
+  assert [(r.pipeline, r.cached) for r in rows] == [("alpha", False), ("beta", False),
+                                                    ("alpha", True)]
+  assert rows[0].metrics_id == rows[2].metrics_id and rows[0].run != rows[2].run
+  good, bad = rows[0].properties, rows[1].properties
+  assert good[P.CONVERGENCE_STATE] == P.CONVERGED and good[P.BLESSED] == 1
+  assert 0.001 < good[P.EVAL_MSE] < 0.05  # Noise 0.1: MSE ~ 0.01.
+  assert good[P.WEIGHT_ERROR] == pytest.approx(0.1, abs=1e-6)
+  assert good[P.STEPS_TO_TARGET] == 40  # 0.02 <= 0.01 x 4.0 at the 4th record.
+  assert bad[P.CONVERGENCE_STATE] == P.DIVERGED and bad[P.BLESSED] == 0
+  assert bad[P.FINAL_LOSS] == math.inf
+  # Full precision from metrics.json, where ML Metadata keeps 6 decimals.
+  with open(os.path.join(rows[0].metrics_uri, "metrics.json")) as f:
+    assert good[P.EVAL_R2] == json.load(f)[P.EVAL_R2]
+  assert good[P.EVAL_R2] != round(good[P.EVAL_R2], 6)
+
+  plot = str(tmp_path / "out" / "loss.png")
+  assert metrics_report.main(["--home", home, "--pipeline-name", "alpha", "--last", "1",
+                              "--plot", plot]) == 0
+  out = capsys.readouterr()
+  assert len(out.out.strip().splitlines()) == 3  # Header, one run, the cache footnote.
+  assert "1 run(s)" in out.err
+  with open(plot, "rb") as f:
+    assert f.read(4) == b"\x89PNG"
