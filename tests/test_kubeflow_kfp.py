@@ -1,0 +1,115 @@
+"""End to end: the compiled package, validated by the current KFP SDK in its own venv.
+
+The newer resource fields exist only in kfp-pipeline-spec >= 0.4 (protobuf >= 4.21),
+which cannot be installed beside TFX 1.16, so this test creates (once, cached in
+.venv-kfp, gitignored) a venv with current `kfp` and `kfp-kubernetes` and runs
+kubeflow/validate_package.py there: strict proto parsing of both documents,
+`kfp.components.load_component_from_file`, and a comparison with what the KFP SDK
+and kfp-kubernetes emit for the same resources, node selector and tolerations.
+Delete .venv-kfp to pick up newer KFP releases; set TFX_PARALLEL_KFP_PYTHON to choose
+the interpreter.
+"""
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kubeflow_util import FIXTURE_CONFIG, REPO
+
+KFP_VENV = os.path.join(REPO, ".venv-kfp")
+KFP_REQUIREMENTS = ("kfp>=2.7", "kfp-kubernetes")
+VALIDATOR = os.path.join(REPO, "kubeflow", "validate_package.py")
+_PYTHON_VERSIONS = ("3.11", "3.12", "3.10", "3.13")
+
+
+def _python_version(exe):
+  try:
+    out = subprocess.run([exe, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return out.stdout.strip() if out.returncode == 0 else None
+
+
+def find_python():
+  """An interpreter with venv for current KFP (3.10-3.13), or None."""
+  candidates = [os.environ.get("TFX_PARALLEL_KFP_PYTHON")]
+  candidates += [shutil.which(f"python{v}") for v in _PYTHON_VERSIONS]
+  for v in _PYTHON_VERSIONS:
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}*/bin/python{v}")))
+  candidates += [shutil.which("python3")]
+  for exe in filter(None, candidates):
+    if _python_version(exe) in _PYTHON_VERSIONS:
+      return exe
+  return None
+
+
+def kfp_python():
+  """The cached venv's python, creating the venv on first use (~1 min with PyPI)."""
+  python = os.path.join(KFP_VENV, "bin", "python")
+  stamp = os.path.join(KFP_VENV, ".installed")
+  wanted = "\n".join(KFP_REQUIREMENTS)
+  if os.path.exists(stamp) and open(stamp).read() == wanted:
+    return python
+  base = find_python()
+  if base is None:
+    pytest.skip("no python3.10-3.13 with venv found for the KFP validation venv "
+                "(set TFX_PARALLEL_KFP_PYTHON)")
+  building = f"{KFP_VENV}.building-{os.getpid()}"
+  shutil.rmtree(building, ignore_errors=True)
+  subprocess.run([base, "-m", "venv", building], check=True, timeout=300)
+  install = subprocess.run(
+      [os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q",
+       "--disable-pip-version-check", *KFP_REQUIREMENTS],
+      capture_output=True, text=True, timeout=900)
+  if install.returncode != 0:
+    shutil.rmtree(building, ignore_errors=True)
+    pytest.fail(f"pip install {' '.join(KFP_REQUIREMENTS)} failed (PyPI reachable?):\n"
+                f"{install.stderr[-3000:]}")
+  with open(os.path.join(building, ".installed"), "w") as f:
+    f.write(wanted)
+  shutil.rmtree(KFP_VENV, ignore_errors=True)
+  os.rename(building, KFP_VENV)  # A venv's bin/python works after a move.
+  return python
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["fixture", "default"])
+def test_package_passes_strict_kfp_validation(tmp_path, config):
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  config_path = FIXTURE_CONFIG if config == "fixture" else compiler.DEFAULT_CONFIG
+  package = tmp_path / "pipeline.yaml"
+  compiler.compile_file(config_path, str(package))
+  python = kfp_python()
+  result = subprocess.run([python, VALIDATOR, str(package), "--compare-with-kfp"],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+  assert result.returncode == 0, result.stderr[-4000:]
+  assert '"loaded_component": "YamlComponent"' in result.stdout
+  assert '"platform_executors": ["DistributedTrainer_executor"]' in result.stdout
+  assert result.stdout.count("_executor") >= 6, result.stdout  # 3 executors, 3 compared.
+
+
+@pytest.mark.slow
+def test_validator_rejects_unknown_fields(tmp_path):
+  """The strict parse is real: a misspelt field in either document fails."""
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  package = tmp_path / "pipeline.yaml"
+  compiler.compile_file(FIXTURE_CONFIG, str(package))
+  text = package.read_text()
+  python = kfp_python()
+  for old, new in (("resourceCpuLimit:", "resourceCpuLimits:"),
+                   ("tolerations:", "toleration:")):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace(old, new, 1))
+    result = subprocess.run([python, VALIDATOR, str(bad)], capture_output=True, text=True,
+                            timeout=300, cwd=str(tmp_path))
+    assert result.returncode == 1 and new.rstrip(":") in result.stderr, result.stderr
+
+
+if __name__ == "__main__":
+  print(kfp_python(), file=sys.stderr)
