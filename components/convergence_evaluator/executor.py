@@ -67,7 +67,9 @@ class Executor(base_executor.BaseExecutor):
     for name, value in scalars.items():
       P.set_property(metrics, name, value)
     write_files(metrics.uri, scalars, convergence.curves_document(curves, summary),
-                label=history.get("layout", "run"))
+                title=(f"Training loss: {scalars[P.LAYOUT]} layout, mesh "
+                       f"{scalars[P.MESH_SHAPE] or '-'}, {scalars[P.REPLICAS]} replicas, "
+                       f"{summary.state}"))
     write_blessing(blessing, model, blessed)
     logging.info("ConvergenceEvaluator: state=%s eval_mse=%.6g blessed=%s%s. "
                  "Metrics written to %s.", summary.state, quality.mse, blessed,
@@ -161,10 +163,12 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
       P.GLOBAL_BATCH_SIZE: int(history.get("global_batch_size", P.NOT_AVAILABLE)),
       P.MODEL_TYPE: str(history.get("model", "")),
       P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
+      P.OPTIMIZER: str(history.get("optimizer", "")),
+      P.INPUT_WAIT_FRACTION: float(history.get("input_wait_fraction", P.NOT_AVAILABLE)),
   }
 
 
-def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Dict[str, Any], label: str):
+def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Dict[str, Any], title: str):
   """Writes ``metrics.json``, ``curves.json`` and ``loss.png`` at the artifact URI."""
   fileio.makedirs(uri)
   io_utils.write_string_file(
@@ -174,7 +178,7 @@ def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Dict[str, Any], 
   io_utils.write_string_file(os.path.join(uri, P.CURVES_FILE_NAME),
                              json.dumps(curves, allow_nan=False))
   with fileio.open(os.path.join(uri, P.PLOT_FILE_NAME), "wb") as f:
-    f.write(plots.loss_plot_png([(label, curves)]))
+    f.write(plots.loss_plot_png([("", curves)], title=title))
 
 
 def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool):

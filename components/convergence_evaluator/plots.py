@@ -32,15 +32,16 @@ def loss_plot_png(runs: Sequence[Tuple[str, Dict[str, Any]]],
     records = doc.get("records", {})
     steps, loss = _points(records.get("step", []), records.get("loss", []))
     all_values += loss
-    ax.plot(steps, loss, color=color, label=f"{label} train")
+    ax.plot(steps, loss, color=color, label=f"{label} train".strip())
     epochs = doc.get("epochs", [])
     e_steps, e_loss = _points([e.get("step") for e in epochs],
                               [e.get("eval_loss") for e in epochs])
     if e_loss:
       all_values += e_loss
-      ax.plot(e_steps, e_loss, "o--", color=color, alpha=0.7, label=f"{label} eval")
+      ax.plot(e_steps, e_loss, "o--", color=color, alpha=0.7, label=f"{label} eval".strip())
     if doc.get("target_loss") is not None:
-      ax.axhline(doc["target_loss"], color=color, linestyle=":", linewidth=1)
+      ax.axhline(doc["target_loss"], color=color, linestyle=":", linewidth=1,
+                 label=f"{label} target".strip())
   if all_values and min(all_values) > 0:
     ax.set_yscale("log")
   ax.set_xlabel("step")

@@ -54,6 +54,8 @@ artifact URI (same names, same encoding); ``tfx-parallel metrics`` prefers it.
 | `global_batch_size` | int | global batch size |
 | `model_type` | str | trainer model: `linear` or `mlp` |
 | `examples_per_sec` | float | trainer's overall training throughput |
+| `optimizer` | str | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
+| `input_wait_fraction` | float | fraction of training time spent waiting for input; -1 if not recorded |
 | `curves_file` | str | `curves.json`, full curves, relative to the artifact URI |
 | `plot_file` | str | `loss.png`, loss curves plot, relative to the artifact URI |
 | `metrics_file` | str | `metrics.json`, every property at full precision, relative to the artifact URI |
@@ -105,6 +107,8 @@ NUM_DEVICES = "num_devices"
 GLOBAL_BATCH_SIZE = "global_batch_size"
 MODEL_TYPE = "model_type"
 EXAMPLES_PER_SEC = "examples_per_sec"
+OPTIMIZER = "optimizer"
+INPUT_WAIT_FRACTION = "input_wait_fraction"
 
 CURVES_FILE = "curves_file"
 PLOT_FILE = "plot_file"
