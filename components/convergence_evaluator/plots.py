@@ -21,8 +21,8 @@ def loss_plot_png(runs: Sequence[Tuple[str, Dict[str, Any]]],
                   title: str = "Training loss") -> bytes:
   """PNG bytes of the loss curves of ``runs`` = [(label, curves.json document), ...].
 
-  Per run: training loss vs step (line), eval loss at each epoch end (markers), and a
-  dotted line at the run's target loss. Log y axis when every plotted loss is > 0.
+  Per run: training loss vs step (line), eval loss at each epoch end (markers), a
+  dotted line at the run's target loss and a dashed one at its first NaN/inf loss. Log y axis when every plotted loss is > 0.
   """
   fig = Figure(figsize=(8, 5), dpi=100)
   ax = fig.subplots()
@@ -33,6 +33,11 @@ def loss_plot_png(runs: Sequence[Tuple[str, Dict[str, Any]]],
     steps, loss = _points(records.get("step", []), records.get("loss", []))
     all_values += loss
     ax.plot(steps, loss, color=color, label=f"{label} train".strip())
+    bad = [s for s, v in zip(records.get("step", []), records.get("loss", []))
+           if v is None or not math.isfinite(v)]
+    if bad:
+      ax.axvline(bad[0], color=color, linestyle="--", linewidth=1,
+                 label=f"{label} first NaN/inf loss".strip())
     epochs = doc.get("epochs", [])
     e_steps, e_loss = _points([e.get("step") for e in epochs],
                               [e.get("eval_loss") for e in epochs])
