@@ -3,6 +3,7 @@
 Independent of TFX: ``run`` takes any ``beam.Pipeline`` (the executor's, with the user's
 Beam args, or a test's) and an output directory.
 """
+import re
 from typing import Optional
 
 import apache_beam as beam
@@ -40,8 +41,14 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
   """
   with write.staged_output(uri) as staging:
     build(pipeline, config, plan, staging)
-    result = pipeline.run()
-    state = result.wait_until_finish()
+    try:
+      result = pipeline.run()
+      state = result.wait_until_finish()
+    except Exception as e:  # pylint: disable=broad-except
+      message = bad_input_message(e)
+      if message is None:
+        raise
+      raise sources.BadInputError(message) from e
     if state is not None and state != PipelineState.DONE:
       raise RuntimeError(f"PartitionedExampleGen's Beam pipeline ended in state {state}; "
                          f"nothing was written to {uri}")
@@ -52,6 +59,21 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
           f"source {plan.source!r} has no data rows ({summary.skipped_rows} bad rows "
           f"skipped); nothing was written to {uri}")
   return summary
+
+
+_BAD_INPUT = re.compile(r"BadInputError: (.+)")
+
+
+def bad_input_message(error: Exception) -> Optional[str]:
+  """The BadInputError message inside a runner's error, if any.
+
+  The in-memory DirectRunner re-raises a DoFn's BadInputError as is; the multi-process
+  and portable runners wrap it in a RuntimeError carrying the worker's traceback text.
+  """
+  if isinstance(error, sources.BadInputError):
+    return None  # Already clear; re-raised as is.
+  match = _BAD_INPUT.search(str(error))
+  return match.group(1).strip() if match else None
 
 
 def log_metrics(result) -> Optional[dict]:

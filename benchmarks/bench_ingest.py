@@ -1,0 +1,327 @@
+"""Ingest benchmark: PartitionedExampleGen vs stock CsvExampleGen, and synthetic scaling.
+
+Comparison: the same CSV (``--rows`` rows, ``--features`` float features plus a float
+label "y") goes through the stock ``CsvExampleGen`` executor and through ours, both with
+the same Beam args and the same 4:1 train/eval split, alternating, ``--repeats`` times per
+runner mode. Only ``Executor.Do`` is timed (imports and CSV generation are not); rows/s
+is rows / Do seconds, reported as the median with min and max. Each runner mode runs in
+its own subprocess.
+
+Scaling: synthetic rows (1e5, 1e6, 1e7 by default) through our ingest (``ingest.run``,
+which is Do without the artifact bookkeeping, and without importing TensorFlow), each size
+in a fresh subprocess; reports ingest seconds, process wall time, and the peak RSS of the
+process tree (``resource.getrusage(RUSAGE_CHILDREN)`` in a launcher process that only waits for
+the measured child), and plots both against rows to ``benchmarks/ingest_scaling.png``.
+
+Usage:
+  .venv/bin/python benchmarks/bench_ingest.py                   # 1M-row comparison
+  .venv/bin/python benchmarks/bench_ingest.py --rows 100000 --repeats 1
+  .venv/bin/python benchmarks/bench_ingest.py --scaling         # scaling only
+  .venv/bin/python benchmarks/bench_ingest.py --smoke           # tiny sizes, < 1 minute
+A benchmark driver calls ``run(smoke)``, which returns the result rows as dicts.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODES = {
+    "in_memory": [],
+    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+}
+RESULT_PREFIX = "BENCH_RESULT "
+SPLITS = {"train": 4, "eval": 1}
+
+# A launcher that only runs the measured command, so RUSAGE_CHILDREN is that process tree.
+_LAUNCHER = (
+    "import json, resource, subprocess, sys, time\n"
+    "t = time.time()\n"
+    "rc = subprocess.call(sys.argv[1:])\n"
+    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "print('" + RESULT_PREFIX + "' + json.dumps({'rc': rc, 'peak_rss_kb': rss, "
+    "'wall_seconds': time.time() - t}))\n")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def make_csv(path: str, rows: int, features: int, seed: int = 0) -> str:
+  """Writes a CSV with columns x0..x{F-1}, y (floats) unless it already exists."""
+  if os.path.exists(path):
+    return path
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  rng = np.random.default_rng(seed)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(",".join([f"x{i}" for i in range(features)] + ["y"]) + "\n")
+    weights = np.arange(1, features + 1, dtype=np.float64)
+    for start in range(0, rows, 100_000):
+      x = rng.normal(size=(min(100_000, rows - start), features))
+      y = x @ weights + 3.0 + 0.01 * rng.normal(size=len(x))
+      np.savetxt(f, np.column_stack([x, y]), fmt="%.6f", delimiter=",")
+  os.replace(tmp, path)
+  return path
+
+
+# ----------------------------------------------------------------------------- children
+
+
+def _child_compare(csv_path: str, mode: str, repeats: int, rows: int) -> Dict:
+  """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each."""
+  import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  from tfx.components.example_gen.csv_example_gen import executor as csv_executor  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.components.base import base_beam_executor  # pylint: disable=g-import-not-at-top
+  from tfx.proto import example_gen_pb2  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_component_specs as specs  # pylint: disable=g-import-not-at-top
+  from tfx.utils import proto_utils  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import config_util, keys  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen import executor as our_executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  logging.set_verbosity(logging.WARNING)
+
+  work = tempfile.mkdtemp(prefix="bench_ingest_")
+  args = MODES[mode]
+
+  def context():
+    return base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=list(args),
+                                                        tmp_dir=os.path.join(work, "tmp"))
+
+  def output(name):
+    examples = standard_artifacts.Examples()
+    examples.uri = os.path.join(work, name)
+    os.makedirs(examples.uri)
+    return {"examples": [examples]}
+
+  def baseline():
+    props = {
+        specs.INPUT_BASE_KEY: os.path.dirname(csv_path),
+        specs.INPUT_CONFIG_KEY: proto_utils.proto_to_json(example_gen_pb2.Input(splits=[
+            example_gen_pb2.Input.Split(name="single_split",
+                                        pattern=os.path.basename(csv_path))])),
+        specs.OUTPUT_CONFIG_KEY: proto_utils.proto_to_json(example_gen_pb2.Output(
+            split_config=example_gen_pb2.SplitConfig(splits=[
+                example_gen_pb2.SplitConfig.Split(name=n, hash_buckets=b)
+                for n, b in SPLITS.items()]))),
+    }
+    out = output("baseline")
+    csv_executor.Executor(context()).Do({}, out, props)
+    return out
+
+  def ours():
+    config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS),
+                              column_types=None).validate()
+    out = output("ours")
+    our_executor.Executor(context()).Do({}, out, {keys.CONFIG_KEY: config_util.to_json(config)})
+    written = sum(json.loads(out["examples"][0].get_custom_property(keys.ROW_COUNTS)).values())
+    if written != rows:
+      raise RuntimeError(f"ours wrote {written} rows, expected {rows}")
+    return out
+
+  times = {"baseline": [], "ours": []}
+  try:
+    for r in range(repeats):
+      order = [("baseline", baseline), ("ours", ours)]
+      for name, fn in (order if r % 2 == 0 else order[::-1]):
+        start = time.perf_counter()
+        fn()
+        times[name].append(time.perf_counter() - start)
+        shutil.rmtree(os.path.join(work, name))
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return times
+
+
+def _child_scale(rows: int, mode: str, features: int) -> Dict:
+  """One synthetic ingest (``ingest.run``, the whole of Do except setting artifact
+  properties; no TensorFlow or TFX import, so RSS is the ingest's own); returns seconds."""
+  import apache_beam as beam  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen import ingest, sources  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  work = tempfile.mkdtemp(prefix="bench_scale_")
+  try:
+    config = ExampleGenConfig(rows=rows, num_features=features).validate()
+    start = time.perf_counter()
+    summary = ingest.run(beam.Pipeline(argv=list(MODES[mode])), config,
+                         sources.plan_source(config), work)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows_written": summary.total_rows}
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_child(args: Sequence[str], timeout: Optional[float] = None) -> Dict:
+  """Runs this script as a child under the RSS launcher; merges both JSON results."""
+  cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, os.path.abspath(__file__), *args]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+  results = [json.loads(line[len(RESULT_PREFIX):]) for line in proc.stdout.splitlines()
+             if line.startswith(RESULT_PREFIX)]
+  if len(results) != 2 or results[-1]["rc"] != 0:
+    raise RuntimeError(f"benchmark child {args} failed:\n{proc.stdout[-3000:]}\n"
+                       f"{proc.stderr[-5000:]}")
+  merged = dict(results[0])
+  merged.update(results[1])
+  return merged
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+
+def _summary(rows: int, seconds: List[float]) -> Dict:
+  rates = [rows / s for s in seconds]
+  return {"median": statistics.median(rates), "min": min(rates), "max": max(rates)}
+
+
+def compare(rows: int, features: int, repeats: int, modes: Sequence[str],
+            data_dir: str) -> List[Dict]:
+  csv_path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{features}", "data.csv"),
+                      rows, features)
+  results = []
+  for mode in modes:
+    child = _run_child(["--_child", "compare", "--csv", csv_path, "--mode", mode,
+                        "--repeats", str(repeats), "--rows", str(rows)])
+    base, ours = _summary(rows, child["baseline"]), _summary(rows, child["ours"])
+    results.append({
+        "benchmark": "ingest_vs_csv_example_gen",
+        "command": (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py "
+                    f"--rows {rows} --repeats {repeats} --modes {mode}"),
+        "runner": mode, "beam_args": " ".join(MODES[mode]) or "(DirectRunner default)",
+        "rows": rows, "features": features,
+        "csv_mb": round(os.path.getsize(csv_path) / 2**20, 1), "repeats": repeats,
+        "baseline_rows_per_s": round(base["median"]),
+        "baseline_min": round(base["min"]), "baseline_max": round(base["max"]),
+        "ours_rows_per_s": round(ours["median"]),
+        "ours_min": round(ours["min"]), "ours_max": round(ours["max"]),
+        "ratio": round(ours["median"] / base["median"], 2),
+        "peak_rss_mb_both": round(child["peak_rss_kb"] / 1024),
+    })
+  return results
+
+
+def scaling(sizes: Sequence[int], features: int, mode: str, plot_path: Optional[str]
+            ) -> List[Dict]:
+  results = []
+  for rows in sizes:
+    child = _run_child(["--_child", "scale", "--rows", str(rows), "--mode", mode,
+                        "--features", str(features)])
+    results.append({
+        "benchmark": "ingest_scaling_synthetic", "runner": mode, "rows": rows,
+        "features": features, "ingest_seconds": round(child["seconds"], 2),
+        "rows_per_s": round(rows / child["seconds"]),
+        "process_wall_seconds": round(child["wall_seconds"], 2),
+        "peak_rss_mb": round(child["peak_rss_kb"] / 1024),
+        "rows_written": child["rows_written"],
+    })
+  if plot_path:
+    _plot(results, plot_path)
+    for r in results:
+      r["plot"] = os.path.relpath(plot_path, os.path.dirname(HERE))
+  return results
+
+
+def _plot(results: List[Dict], path: str):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  rows = [r["rows"] for r in results]
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+  ax1.loglog(rows, [r["ingest_seconds"] for r in results], "o-", label="ingest.run")
+  ax1.loglog(rows, [r["process_wall_seconds"] for r in results], "s--",
+             label="process (incl. imports)")
+  ax1.set_xlabel("synthetic rows")
+  ax1.set_ylabel("seconds")
+  ax1.legend()
+  ax1.grid(True, which="both", alpha=0.3)
+  ax2.semilogx(rows, [r["peak_rss_mb"] for r in results], "o-")
+  ax2.set_xlabel("synthetic rows")
+  ax2.set_ylabel("peak RSS of the process tree (MB)")
+  ax2.grid(True, which="both", alpha=0.3)
+  fig.suptitle(f"PartitionedExampleGen scaling ({results[0]['runner']}, "
+               f"{results[0]['features']} features)")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def run(smoke: bool, rows: Optional[int] = None, repeats: int = 3,
+        modes: Sequence[str] = tuple(MODES), do_compare: bool = True,
+        do_scaling: bool = True, scaling_sizes: Optional[Sequence[int]] = None,
+        features: int = 8, data_dir: Optional[str] = None) -> List[Dict]:
+  """Runs the benchmarks; ``smoke`` uses tiny sizes and the in-memory runner only."""
+  data_dir = data_dir or os.path.join(tempfile.gettempdir(), "tfx_parallel_bench")
+  results = []
+  if smoke:
+    rows, modes, scaling_sizes = 2000, ("in_memory",), (1000, 10_000)
+  if do_compare:
+    results += compare(rows or 1_000_000, features, repeats, modes, data_dir)
+  if do_scaling:
+    sizes = scaling_sizes or (100_000, 1_000_000, 10_000_000)
+    plot = os.path.join(HERE, "ingest_scaling_smoke.png" if smoke else "ingest_scaling.png")
+    results += scaling(sizes, features, "in_memory", plot)
+  return results
+
+
+def markdown(results: List[Dict]) -> str:
+  lines = []
+  for kind in sorted({r["benchmark"] for r in results}):
+    rows = [r for r in results if r["benchmark"] == kind]
+    columns = [c for c in rows[0] if c != "benchmark"]
+    lines += [f"**{kind}**", "", "| " + " | ".join(columns) + " |",
+              "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    lines.append("")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--rows", type=int, default=1_000_000)
+  parser.add_argument("--features", type=int, default=8)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--modes", default=",".join(MODES),
+                      help="comma-separated runner modes: in_memory,multi_processing")
+  parser.add_argument("--smoke", action="store_true", help="tiny sizes, under a minute")
+  parser.add_argument("--scaling", action="store_true", help="only the scaling benchmark")
+  parser.add_argument("--compare", action="store_true", help="only the comparison")
+  parser.add_argument("--scaling-rows", default="100000,1000000,10000000")
+  parser.add_argument("--data-dir", default=None, help="where the benchmark CSV is cached")
+  parser.add_argument("--json", default=None, help="also write the results to this file")
+  parser.add_argument("--_child", choices=["compare", "scale"], help=argparse.SUPPRESS)
+  parser.add_argument("--csv", help=argparse.SUPPRESS)
+  parser.add_argument("--mode", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+
+  if args._child == "compare":  # pylint: disable=protected-access
+    print(RESULT_PREFIX + json.dumps(_child_compare(args.csv, args.mode, args.repeats,
+                                                    args.rows)), flush=True)
+    return
+  if args._child == "scale":  # pylint: disable=protected-access
+    print(RESULT_PREFIX + json.dumps(_child_scale(args.rows, args.mode, args.features)),
+          flush=True)
+    return
+
+  both = not (args.scaling or args.compare)
+  results = run(smoke=args.smoke, rows=args.rows, repeats=args.repeats,
+                modes=[m for m in args.modes.split(",") if m],
+                do_compare=both or args.compare, do_scaling=both or args.scaling,
+                scaling_sizes=[int(float(s)) for s in args.scaling_rows.split(",")],
+                features=args.features, data_dir=args.data_dir)
+  print(markdown(results))
+  for r in results:
+    print(json.dumps(r))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()
