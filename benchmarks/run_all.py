@@ -1,0 +1,296 @@
+"""Runs every benchmark and writes the results table and plots.
+
+    python benchmarks/run_all.py            # full: benchmarks/RESULTS.md + benchmarks/plots/
+    python benchmarks/run_all.py --smoke    # small: benchmarks/_work/RESULTS-smoke.md
+
+Each benchmark module (``bench_*.py`` in MODULES) exposes ``run(smoke) -> list[dict]``
+(rows as built by ``benchutil.row``). Every module runs in its own child process, so a
+crash or a missing module becomes a "MISSING" row instead of a missing table, and one
+module's memory or TensorFlow state cannot affect another's figures. Full mode runs
+the modules one after another; smoke mode runs them concurrently, because it only
+checks that the benchmark code still works (its figures are not measurements).
+
+Every figure is the median of the runs with [min, max]; the ratio is a speed-up
+(> 1: ours is faster): ours/baseline for rates, baseline/ours for times.
+"""
+import argparse
+import concurrent.futures
+import datetime
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchutil as bu  # noqa: E402
+
+MODULES = ("bench_ingest", "bench_train", "bench_eval", "bench_e2e", "bench_limits")
+TITLES = {"bench_ingest": "Ingest: PartitionedExampleGen vs CsvExampleGen",
+          "bench_train": "Training: DistributedTrainer layouts vs tf_keras fit",
+          "bench_eval": "Evaluation: ConvergenceEvaluator vs stock Evaluator (TFMA)",
+          "bench_e2e": "End to end: tfx-parallel pipeline vs stock TFX pipeline",
+          "bench_limits": "Rough physical limits of this machine"}
+# Seconds before a module is stopped and reported MISSING (smoke: all run at once).
+SMOKE_TIMEOUT_S = 170
+FULL_TIMEOUT_S = {"bench_ingest": 600, "bench_train": 600, "bench_eval": 360,
+                  "bench_e2e": 480, "bench_limits": 120}
+
+
+def child(module: str, smoke: bool, out: str) -> int:
+  """Child-process mode: runs one module and writes its rows as JSON."""
+  mod = __import__(module)
+  rows = mod.run(smoke)
+  with open(out, "w") as f:
+    json.dump(rows, f, indent=1, default=float)
+  return 0
+
+
+def run_module(module: str, smoke: bool) -> dict:
+  """Runs `module` in a child process; returns {rows, seconds, error}."""
+  path = os.path.join(bu.BENCH_DIR, f"{module}.py")
+  if not os.path.exists(path):
+    return {"rows": [], "seconds": 0.0, "error": f"{module}.py does not exist"}
+  out = os.path.join(bu.work_dir("rows"), f"{module}{'-smoke' if smoke else ''}.json")
+  if os.path.exists(out):
+    os.remove(out)
+  log = os.path.join(bu.work_dir("logs"), f"{module}{'-smoke' if smoke else ''}.log")
+  args = [bu.PYTHON, os.path.abspath(__file__), "--module", module, "--out", out]
+  args += ["--smoke"] if smoke else []
+  start = time.perf_counter()
+  print(f"[run_all] {module}: started (log {log})", flush=True)
+  timeout = SMOKE_TIMEOUT_S if smoke else FULL_TIMEOUT_S[module]
+  with open(log, "w") as f:
+    # Own process group, so a timeout stops the module's whole process tree.
+    proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, cwd=bu.REPO,
+                            start_new_session=True)
+    try:
+      code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+      code = f"timeout after {timeout}s"
+  seconds = time.perf_counter() - start
+  print(f"[run_all] {module}: finished in {seconds:.0f}s (exit {code})", flush=True)
+  if code != 0 or not os.path.exists(out):
+    with open(log) as f:
+      tail = f.read()[-1500:]
+    return {"rows": [], "seconds": seconds,
+            "error": f"exit {code} after {seconds:.0f}s; log {os.path.relpath(log, bu.REPO)}"
+                     f"; tail:\n{tail}"}
+  with open(out) as f:
+    return {"rows": json.load(f), "seconds": seconds, "error": None}
+
+
+# --- reducing and formatting ---------------------------------------------------------
+
+def _runs(r: dict, *names) -> List[float]:
+  """Per-run figures under the first present key (tolerates other row shapes)."""
+  for n in names:
+    v = r.get(n)
+    if isinstance(v, (list, tuple)) and v:
+      return [float(x) for x in v]
+    if isinstance(v, (int, float)):
+      return [float(v)]
+  return []
+
+
+def stats(values: List[float]) -> Optional[dict]:
+  if not values:
+    return None
+  return {"median": statistics.median(values), "min": min(values), "max": max(values),
+          "n": len(values)}
+
+
+def adapt_ingest(r: dict) -> dict:
+  """bench_ingest's comparison rows carry median/min/max, not per-run lists."""
+  n = int(r.get("repeats", 0)) or None
+  return dict(
+      r, case=f"runner {r.get('runner', '')}", unit="rows/s (Executor.Do)",
+      data=f"{r.get('rows', 0):,} rows x {r.get('features', '?')} features CSV "
+           f"({r.get('csv_mb', '?')} MB), split 4:1",
+      baseline="stock CsvExampleGen executor", higher_is_better=True,
+      target="ingest >= 3x CsvExampleGen",
+      notes=f"beam args: {r.get('beam_args', '')}; peak RSS (both) "
+            f"{r.get('peak_rss_mb_both', '?')} MB",
+      ours_stats={"median": r["ours_rows_per_s"], "min": r["ours_min"],
+                  "max": r["ours_max"], "n": n},
+      base_stats={"median": r["baseline_rows_per_s"], "min": r["baseline_min"],
+                  "max": r["baseline_max"], "n": n})
+
+
+def normalise(r: dict, module: str) -> dict:
+  """A row with ours/base stats and a finite-or-None speed-up ratio."""
+  if "baseline_rows_per_s" in r and "ours_rows_per_s" in r:
+    r = adapt_ingest(r)
+  ours = r.get("ours_stats") or stats(_runs(r, "ours", "ours_runs", "our_runs"))
+  base = r.get("base_stats") or stats(_runs(r, "base", "baseline_runs", "base_runs"))
+  hib = bool(r.get("higher_is_better", True))
+  ratio = None
+  if ours and base and ours["median"] > 0 and base["median"] > 0:
+    ratio = (ours["median"] / base["median"]) if hib else (base["median"] / ours["median"])
+  return dict(r, module=module, ours_stats=ours, base_stats=base, ratio=ratio,
+              higher_is_better=hib, case=str(r.get("case", r.get("name", ""))),
+              command=str(r.get("command", "")), data=str(r.get("data", r.get("data_size", ""))),
+              baseline=str(r.get("baseline", "")), unit=str(r.get("unit", "")),
+              target=str(r.get("target", "")), notes=str(r.get("notes", "")))
+
+
+def fmt(v: float) -> str:
+  if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    return "n/a"
+  a = abs(v)
+  if a >= 1e6:
+    return f"{v / 1e6:.2f}M"
+  if a >= 1e4:
+    return f"{v / 1e3:.1f}k"
+  if a >= 100:
+    return f"{v:.0f}"
+  if a >= 1:
+    return f"{v:.2f}"
+  return f"{v:.3g}"
+
+
+def fmt_stats(s: Optional[dict]) -> str:
+  if not s:
+    return "n/a"
+  return f"**{fmt(s['median'])}** [{fmt(s['min'])}, {fmt(s['max'])}] (n={s['n']})"
+
+
+def table(rows: List[dict]) -> List[str]:
+  out = ["| case | command | data size | baseline | baseline figure | our figure | unit | "
+         "speed-up (ours vs baseline) | target | notes |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "n/a"
+    cells = [r["case"], f"`{r['command']}`" if r["command"] else "", r["data"], r["baseline"],
+             fmt_stats(r["base_stats"]), fmt_stats(r["ours_stats"]), r["unit"], ratio,
+             r["target"], r["notes"]]
+    out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells)
+               + " |")
+  return out
+
+
+def is_info(r: dict) -> bool:
+  """A row without a baseline (e.g. bench_ingest's scaling rows): shown, not compared."""
+  return not (r.get("base") or r.get("baseline_rows_per_s") or r.get("base_stats"))
+
+
+def info_table(rows: List[dict]) -> List[str]:
+  columns = [c for c in rows[0] if c not in ("extra",)]
+  out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+  for r in rows:
+    out.append("| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in columns) + " |")
+  return out
+
+
+def machine() -> str:
+  cpus = os.cpu_count()
+  mem = ""
+  try:
+    with open("/proc/meminfo") as f:
+      mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.1f} GiB RAM"
+  except OSError:
+    pass
+  return f"{platform.machine()}, {cpus} cores, {mem}, Python {platform.python_version()}"
+
+
+def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before: str,
+                  load_after: str, total_s: float, plots: List[str]):
+  lines = [f"# Benchmark results{' (SMOKE: tiny sizes, 1 run, not measurements)' if smoke else ''}",
+           "",
+           f"Produced by `python benchmarks/run_all.py{' --smoke' if smoke else ''}` "
+           f"(`make bench{'-smoke' if smoke else ''}`) on "
+           f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; {machine()}; "
+           f"total {total_s / 60:.1f} min.",
+           f"Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
+           "",
+           "Every figure: **median** [min, max] (n = runs). Speed-up > 1 means ours is "
+           "faster: ours/baseline for rates, baseline/ours for times. How each figure is "
+           "measured is in the docstring of the module named in each section.",
+           ""]
+  if not smoke and os.path.exists(os.path.join(bu.BENCH_DIR, "NOTES.md")):
+    with open(os.path.join(bu.BENCH_DIR, "NOTES.md")) as f:
+      lines += [f.read().strip(), ""]
+  for module in MODULES:
+    res = results.get(module)
+    if res is None:
+      continue
+    lines += [f"## {TITLES[module]} (`benchmarks/{module}.py`, {res['seconds']:.0f}s)", ""]
+    if res["error"]:
+      first = res["error"].splitlines()[0]
+      lines += [f"**MISSING**: {first}", "", "```", res["error"][-1200:], "```", ""]
+      continue
+    compared = [r for r in res["rows"] if not is_info(r)]
+    info = [r for r in res["rows"] if is_info(r)]
+    lines += table([normalise(r, module) for r in compared]) + [""]
+    if info:
+      lines += ["Further figures (no baseline):", ""] + info_table(info) + [""]
+    for r in res["rows"]:
+      if r.get("extra", {}).get("text"):
+        lines += [r["extra"]["text"], ""]
+  if plots:
+    lines += ["## Plots", ""] + [f"![{os.path.basename(p)}]({os.path.relpath(p, os.path.dirname(path))})"
+                                 for p in plots] + [""]
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  print(f"[run_all] results written to {path}", flush=True)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 run, concurrent")
+  p.add_argument("--only", nargs="*", choices=MODULES, help="run only these modules")
+  p.add_argument("--output", help="results file (default: RESULTS.md or "
+                                  "_work/RESULTS-smoke.md)")
+  p.add_argument("--module", help=argparse.SUPPRESS)  # child mode
+  p.add_argument("--out", help=argparse.SUPPRESS)
+  a = p.parse_args(argv)
+  if a.module:
+    return child(a.module, a.smoke, a.out)
+
+  modules = a.only or list(MODULES)
+  load_before = bu.load_average()
+  start = time.perf_counter()
+  results: Dict[str, dict] = {}
+  if a.smoke:
+    with concurrent.futures.ThreadPoolExecutor(len(modules)) as pool:
+      futures = {m: pool.submit(run_module, m, True) for m in modules}
+      results = {m: f.result() for m, f in futures.items()}
+  else:
+    for m in modules:
+      results[m] = run_module(m, False)
+  total = time.perf_counter() - start
+  path = a.output or (os.path.join(bu.WORK, "RESULTS-smoke.md") if a.smoke
+                      else os.path.join(bu.BENCH_DIR, "RESULTS.md"))
+  plot_dir = os.path.dirname(bu.plot_path("x", a.smoke))
+  plots = sorted(os.path.join(plot_dir, f) for f in os.listdir(plot_dir) if f.endswith(".png"))
+  # bench_ingest (owned separately) writes its own plot next to itself.
+  ingest_plot = os.path.join(bu.BENCH_DIR, "ingest_scaling_smoke.png" if a.smoke
+                             else "ingest_scaling.png")
+  if "bench_ingest" in modules and os.path.exists(ingest_plot):
+    plots.append(ingest_plot)
+  try:
+    write_results(results, a.smoke, path, load_before, bu.load_average(), total, plots)
+  except Exception:  # pylint: disable=broad-except
+    traceback.print_exc()
+    return 1
+  with open(os.path.splitext(path)[0] + ".json", "w") as f:
+    json.dump({m: {"seconds": r["seconds"], "error": r["error"],
+                   "rows": [normalise(x, m) for x in r["rows"] if not is_info(x)],
+                   "info_rows": [x for x in r["rows"] if is_info(x)]}
+               for m, r in results.items()}, f, indent=1, default=float)
+  missing = [m for m, r in results.items() if r["error"]]
+  print(f"[run_all] done in {total / 60:.1f} min; missing: {missing or 'none'}", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
