@@ -272,8 +272,23 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   with open(args.job) as f:
     job = Job(**json.load(f))
-  run(job)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    run(job)
+  except (tf.errors.UnavailableError, tf.errors.AbortedError,
+          tf.errors.CancelledError, tf.errors.DeadlineExceededError) as e:
+    # A peer of a multi-worker run died: say so plainly instead of a hang or a
+    # page of collective-op traceback.
+    first = str(e.message if hasattr(e, "message") else e).strip().splitlines()[0]
+    print(f"[train] ERROR: a peer training process failed or became unreachable "
+          f"({type(e).__name__}: {first[:300]}). Stopping this worker; rerun to resume "
+          f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
+    return PEER_FAILED_EXIT_CODE
   return 0
+
+
+# Exit code of a worker that stopped because a peer failed.
+PEER_FAILED_EXIT_CODE = 3
 
 
 if __name__ == "__main__":
