@@ -109,28 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
   p = sub.add_parser("compile", help="compile to a Kubeflow Pipelines v2 package for GPU nodes",
                      description="Compiles the same pipeline with KubeflowV2DagRunner and adds "
                                  "resources, node selectors and tolerations per component.")
-  try:
-    from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
-    compiler.add_arguments(p)
-    p.set_defaults(func=compiler.run)
-  except (ImportError, AttributeError) as e:
-    p.set_defaults(func=lambda a, e=e: _unavailable("compile", e))
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  compiler.add_arguments(p)
+  p.set_defaults(func=compiler.run)
 
   p = sub.add_parser("metrics", help="print runs' metrics read from ML Metadata",
                      description="Prints a table of runs read from ML Metadata: layout, mesh, "
                                  "steps to target, final loss, eval MSE, examples/s, blessed.")
-  try:
-    from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
-    metrics_report.add_arguments(p)
-    p.set_defaults(func=metrics_report.run)
-  except (ImportError, AttributeError) as e:
-    p.set_defaults(func=lambda a, e=e: _unavailable("metrics", e))
+  from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
+  metrics_report.add_arguments(p)
+  p.set_defaults(func=metrics_report.run)
   return parser
-
-
-def _unavailable(name, error) -> int:
-  print(f"tfx-parallel {name} is unavailable: {error}", file=sys.stderr)
-  return 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:

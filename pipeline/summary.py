@@ -37,8 +37,19 @@ def latest_run(store, pipeline_name: str) -> Optional[Dict[str, Dict[str, object
   run = max(runs, key=lambda c: (c.create_time_since_epoch, c.id))
   found: Dict[str, Dict[str, object]] = {}
   types = {t.id: t.name for t in store.get_artifact_types()}
-  for artifact in store.get_artifacts_by_context(run.id):
-    found[types[artifact.type_id]] = dict(_props(artifact), uri=artifact.uri, id=artifact.id)
+  for artifact in sorted(store.get_artifacts_by_context(run.id), key=lambda a: a.id):
+    name = types[artifact.type_id]
+    props = dict(_props(artifact), uri=artifact.uri, id=artifact.id)
+    if name == "ModelBlessing" and "blessed" not in props:
+      continue  # The stock Evaluator's blessing (--with-tfma, no thresholds).
+    found.setdefault(name, props)
+  metrics = found.get("ConvergenceMetrics")
+  if metrics and metrics.get("metrics_file"):
+    # MLMD's SQLite store rounds doubles to 6 decimals; the full values are here.
+    path = os.path.join(str(metrics["uri"]), str(metrics["metrics_file"]))
+    if os.path.exists(path):
+      with open(path) as f:
+        metrics.update(json.load(f))
   found["_run"] = {"name": run.name}
   return found
 
