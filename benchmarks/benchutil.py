@@ -91,9 +91,11 @@ def write_tfrecords(root: str, splits: Dict[str, int], shards: int = 4, seed: in
 
 
 def write_csv(path: str, rows: int, seed: int = 0) -> str:
-  """The same synthetic problem as CSV (header x0..x7,y), written once."""
-  if os.path.exists(path) and os.path.exists(path + ".stamp"):
-    with open(path + ".stamp") as f:
+  """The same synthetic problem as CSV (header x0..x7,y), written once. The stamp file
+  sits beside the CSV's folder: CsvExampleGen reads every file in the folder."""
+  stamp = os.path.dirname(path) + ".stamp"
+  if os.path.exists(path) and os.path.exists(stamp):
+    with open(stamp) as f:
       if f.read() == f"{rows},{seed}":
         return path
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -102,7 +104,7 @@ def write_csv(path: str, rows: int, seed: int = 0) -> str:
   data = np.concatenate([x, y[:, None]], axis=1)
   np.savetxt(path, data, delimiter=",", fmt="%.6f", header=",".join(feature_keys() + ["y"]),
              comments="")
-  with open(path + ".stamp", "w") as f:
+  with open(stamp, "w") as f:
     f.write(f"{rows},{seed}")
   return path
 

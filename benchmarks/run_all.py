@@ -36,17 +36,30 @@ TITLES = {"bench_ingest": "Ingest: PartitionedExampleGen vs CsvExampleGen",
           "bench_train": "Training: DistributedTrainer layouts vs tf_keras fit",
           "bench_eval": "Evaluation: ConvergenceEvaluator vs stock Evaluator (TFMA)",
           "bench_e2e": "End to end: tfx-parallel pipeline vs stock TFX pipeline",
-          "bench_limits": "Rough physical limits of this machine"}
+          "bench_limits": "Rough physical limits of this machine (ratio column: the "
+                          "fraction of the limit that our figure reaches)"}
+# Keyword arguments for a module's run() in full mode, to keep `make bench` under 30
+# minutes on 2 cores (applied only if run() accepts them). bench_ingest's defaults
+# (a 1M-row comparison in two runner modes, scaling to 10M rows) take longer than the
+# whole budget here; the driver compares on 100k rows and scales to 1M (run
+# `python benchmarks/bench_ingest.py` for its full defaults).
+FULL_KWARGS = {"bench_ingest": {"rows": 100_000, "scaling_sizes": (100_000, 1_000_000)}}
 # Seconds before a module is stopped and reported MISSING (smoke: all run at once).
-SMOKE_TIMEOUT_S = 170
+SMOKE_TIMEOUT_S = 200
 FULL_TIMEOUT_S = {"bench_ingest": 600, "bench_train": 600, "bench_eval": 360,
                   "bench_e2e": 480, "bench_limits": 120}
 
 
 def child(module: str, smoke: bool, out: str) -> int:
   """Child-process mode: runs one module and writes its rows as JSON."""
+  import inspect  # pylint: disable=g-import-not-at-top
   mod = __import__(module)
-  rows = mod.run(smoke)
+  params = inspect.signature(mod.run).parameters
+  kwargs = {k: v for k, v in FULL_KWARGS.get(module, {}).items()
+            if not smoke and k in params}
+  if kwargs:
+    print(f"[run_all] {module}.run(smoke={smoke}, **{kwargs})", flush=True)
+  rows = mod.run(smoke, **kwargs)
   with open(out, "w") as f:
     json.dump(rows, f, indent=1, default=float)
   return 0
@@ -75,7 +88,7 @@ def run_module(module: str, smoke: bool) -> dict:
     except subprocess.TimeoutExpired:
       os.killpg(proc.pid, signal.SIGKILL)
       proc.wait()
-      code = f"timeout after {timeout}s"
+      code = "timeout"
   seconds = time.perf_counter() - start
   print(f"[run_all] {module}: finished in {seconds:.0f}s (exit {code})", flush=True)
   if code != 0 or not os.path.exists(out):
@@ -177,9 +190,31 @@ def table(rows: List[dict]) -> List[str]:
   return out
 
 
+def compared_rows(results: Dict[str, dict]) -> Dict[str, List[dict]]:
+  """Normalised comparison rows per module; a row with ``extra.ours_from`` = [module,
+  case] (bench_limits) takes its "our figure" from that row, so its ratio is the
+  fraction of the limit reached."""
+  out = {m: [normalise(r, m) for r in res["rows"] if not is_info(r)]
+         for m, res in results.items()}
+  index = {(m, r["case"]): r for m, rows in out.items() for r in rows}
+  for rows in out.values():
+    for r in rows:
+      ref = (r.get("extra") or {}).get("ours_from")
+      if ref and not r["ours_stats"]:
+        src = index.get(tuple(ref))
+        if src is None:
+          r["notes"] += f" (no figure: {ref[0]} row {ref[1]!r} is missing)"
+          continue
+        r["ours_stats"] = src["ours_stats"]
+        if r["ours_stats"] and r["base_stats"] and r["base_stats"]["median"] > 0:
+          r["ratio"] = r["ours_stats"]["median"] / r["base_stats"]["median"]
+  return out
+
+
 def is_info(r: dict) -> bool:
   """A row without a baseline (e.g. bench_ingest's scaling rows): shown, not compared."""
   return not (r.get("base") or r.get("baseline_rows_per_s") or r.get("base_stats"))
+
 
 
 def info_table(rows: List[dict]) -> List[str]:
@@ -218,6 +253,7 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
   if not smoke and os.path.exists(os.path.join(bu.BENCH_DIR, "NOTES.md")):
     with open(os.path.join(bu.BENCH_DIR, "NOTES.md")) as f:
       lines += [f.read().strip(), ""]
+  compared = compared_rows(results)
   for module in MODULES:
     res = results.get(module)
     if res is None:
@@ -227,9 +263,8 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
       first = res["error"].splitlines()[0]
       lines += [f"**MISSING**: {first}", "", "```", res["error"][-1200:], "```", ""]
       continue
-    compared = [r for r in res["rows"] if not is_info(r)]
     info = [r for r in res["rows"] if is_info(r)]
-    lines += table([normalise(r, module) for r in compared]) + [""]
+    lines += table(compared[module]) + [""]
     if info:
       lines += ["Further figures (no baseline):", ""] + info_table(info) + [""]
     for r in res["rows"]:
@@ -283,8 +318,8 @@ def main(argv=None) -> int:
     traceback.print_exc()
     return 1
   with open(os.path.splitext(path)[0] + ".json", "w") as f:
-    json.dump({m: {"seconds": r["seconds"], "error": r["error"],
-                   "rows": [normalise(x, m) for x in r["rows"] if not is_info(x)],
+    compared = compared_rows(results)
+    json.dump({m: {"seconds": r["seconds"], "error": r["error"], "rows": compared[m],
                    "info_rows": [x for x in r["rows"] if is_info(x)]}
                for m, r in results.items()}, f, indent=1, default=float)
   missing = [m for m, r in results.items() if r["error"]]

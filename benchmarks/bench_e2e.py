@@ -1,0 +1,211 @@
+"""The whole local pipeline vs a pipeline of stock TFX components doing the same work.
+
+Data: the seed problem with 8 features as one CSV (benchmarks/_work/e2e_data), read by
+both pipelines; split train:eval 4:1 by hash in both.
+
+* ours: ``tfx_parallel.pipeline.local_runner.run(PipelineConfig(...))``:
+  PartitionedExampleGen (CSV source) -> DistributedTrainer (layout single) ->
+  ConvergenceEvaluator;
+* stock: CsvExampleGen (output_config 4:1) -> Trainer (``stock_trainer_module.run_fn``:
+  plain tf_keras, same model, optimizer, global batch and steps) -> Evaluator
+  (TFMA, ``tfma_stage.eval_config``).
+
+Both run with LocalDagRunner, caching off, a fresh home per run, each in its own
+process (``python benchmarks/bench_e2e.py --child ours|stock``), alternating. Figures:
+process wall time (imports included: what a user waits for), per-component wall time
+from ML Metadata (execution ``last_update_time - create_time``), and the process's peak
+RSS (``os.wait4`` rusage of the child, the same quantity as
+``getrusage(RUSAGE_CHILDREN).ru_maxrss``; it includes the trainer subprocess, which the
+child waits for).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchutil as bu  # noqa: E402
+
+BATCH = 512
+LR = 0.1
+COMPONENT_ORDER = ("ExampleGen", "Trainer", "Evaluator")
+
+
+def sizes(smoke: bool) -> dict:
+  return dict(rows=5_000, steps=20, reps=1) if smoke else dict(rows=100_000, steps=200, reps=3)
+
+
+def _short(type_name: str) -> str:
+  """'tfx.components.trainer.component.Trainer' -> 'Trainer' etc., then a stage name."""
+  name = type_name.split(".")[-1]
+  for stage in COMPONENT_ORDER:
+    if stage in name:
+      return stage
+  return name
+
+
+def component_seconds(metadata_path: str) -> Dict[str, float]:
+  from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  cfg = metadata_store_pb2.ConnectionConfig()
+  cfg.sqlite.filename_uri = metadata_path
+  store = metadata_store.MetadataStore(cfg)
+  out = {}
+  for e in store.get_executions():
+    [t] = store.get_execution_types_by_id([e.type_id])
+    seconds = (e.last_update_time_since_epoch - e.create_time_since_epoch) / 1000.0
+    out[_short(t.name)] = out.get(_short(t.name), 0.0) + seconds
+  return out
+
+
+def run_ours(csv: str, home: str, steps: int) -> str:
+  from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline.config import PipelineConfig  # pylint: disable=g-import-not-at-top
+  config = PipelineConfig(
+      pipeline_name="bench-ours",
+      example_gen=ExampleGenConfig(source=csv, label="y"),
+      trainer=TrainerConfig(layout="single", batch_size=BATCH, learning_rate=LR,
+                            optimizer="sgd", steps=steps, checkpoint_every=0),
+      evaluator=EvaluatorConfig(require_converged=False),
+      enable_cache=False)
+  return local_runner.run(config, home=home)
+
+
+def run_stock(csv: str, home: str, steps: int) -> str:
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx.proto import example_gen_pb2  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import tfma_stage  # pylint: disable=g-import-not-at-top
+  output = example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
+      example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=4),
+      example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1)]))
+  example_gen = tfx.components.CsvExampleGen(input_base=os.path.dirname(csv),
+                                             output_config=output)
+  trainer = tfx.components.Trainer(
+      run_fn="stock_trainer_module.run_fn", examples=example_gen.outputs["examples"],
+      train_args=tfx.proto.TrainArgs(num_steps=steps),
+      eval_args=tfx.proto.EvalArgs(num_steps=0),
+      custom_config={"feature_keys": bu.feature_keys(), "label_key": "y",
+                     "batch_size": BATCH, "learning_rate": LR})
+  evaluator = tfma_stage.stock_evaluator(trainer.outputs["model"],
+                                         example_gen.outputs["examples"], "y")
+  metadata_path = os.path.join(home, "metadata.sqlite")
+  pipeline = tfx.dsl.Pipeline(
+      pipeline_name="bench-stock", pipeline_root=os.path.join(home, "pipelines", "stock"),
+      components=[example_gen, trainer, evaluator], enable_cache=False,
+      metadata_connection_config=tfx.orchestration.metadata
+      .sqlite_metadata_connection_config(metadata_path))
+  tfx.orchestration.LocalDagRunner().run(pipeline)
+  return metadata_path
+
+
+def child(which: str, csv: str, home: str, steps: int) -> dict:
+  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  start = time.perf_counter()
+  metadata = (run_ours if which == "ours" else run_stock)(csv, home, steps)
+  return {"pipeline_seconds": time.perf_counter() - start,
+          "components": component_seconds(metadata)}
+
+
+def run(smoke: bool) -> List[dict]:
+  sz = sizes(smoke)
+  csv = bu.write_csv(os.path.join(bu.work_dir(f"e2e_data_{sz['rows']}"), "data.csv"),
+                     sz["rows"])
+  res: Dict[str, List[dict]] = {"ours": [], "stock": []}
+
+  def one(which: str, rep: int) -> dict:
+    home = os.path.join(bu.work_dir("e2e_runs"), f"{which}{'-smoke' if smoke else ''}-{rep}")
+    shutil.rmtree(home, ignore_errors=True)
+    out = bu.run_python([os.path.abspath(__file__), "--child", which, "--csv", csv,
+                         "--home", home, "--steps", str(sz["steps"])], timeout=900)
+    r = bu.last_json_line(out["stdout"])
+    r.update(process_seconds=out["seconds"], maxrss_mb=out["maxrss_mb"])
+    print(f"[bench_e2e] rep {rep} {which}: {out['seconds']:.0f}s process, components "
+          f"{ {k: round(v, 1) for k, v in r['components'].items()} }, peak RSS "
+          f"{out['maxrss_mb']:.0f} MB", flush=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return r
+
+  if smoke:  # Smoke only checks the code: both pipelines at once, to stay short.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+      futures = {w: pool.submit(one, w, 0) for w in res}
+      for w, f in futures.items():
+        res[w].append(f.result())
+  else:  # Measurements: one pipeline at a time, alternating.
+    for rep in range(sz["reps"]):
+      for which in ("ours", "stock"):
+        res[which].append(one(which, rep))
+  data = (f"{sz['rows']:,} rows x {bu.NUM_FEATURES} features CSV, split 4:1; "
+          f"{sz['steps']} steps of global batch {BATCH}, linear model, SGD")
+  stock_desc = "stock pipeline: CsvExampleGen -> Trainer (tf_keras run_fn) -> Evaluator (TFMA)"
+  rows = [bu.row("e2e", "total (process wall)",
+                 command="python benchmarks/bench_e2e.py --child ours (local_runner.run)",
+                 data=data, baseline=stock_desc, unit="seconds",
+                 ours=[r["process_seconds"] for r in res["ours"]],
+                 base=[r["process_seconds"] for r in res["stock"]], higher_is_better=False,
+                 target="ours <= 0.5x stock time (speed-up >= 2)",
+                 notes="includes Python/TF imports and pipeline compilation")]
+  for stage in COMPONENT_ORDER:
+    rows.append(bu.row(
+        "e2e", f"{stage} (MLMD execution time)", command="same run", data=data,
+        baseline=stock_desc, unit="seconds",
+        ours=[r["components"].get(stage, float("nan")) for r in res["ours"]],
+        base=[r["components"].get(stage, float("nan")) for r in res["stock"]],
+        higher_is_better=False))
+  rows.append(bu.row("e2e", "peak RSS", command="same run", data=data, baseline=stock_desc,
+                     unit="MB (peak RSS of the pipeline process tree)",
+                     ours=[r["maxrss_mb"] for r in res["ours"]],
+                     base=[r["maxrss_mb"] for r in res["stock"]], higher_is_better=False,
+                     notes="ratio > 1: ours uses less memory"))
+  plot(res, bu.plot_path("e2e", smoke))
+  return rows
+
+
+def plot(res: Dict[str, List[dict]], path: str):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 3.5))
+  names = ["stock", "ours"]
+  left = np.zeros(2)
+  for stage, color in zip(COMPONENT_ORDER, ("tab:blue", "tab:orange", "tab:green")):
+    vals = np.array([np.median([r["components"].get(stage, 0.0) for r in res[n]])
+                     for n in names])
+    ax.barh(names, vals, left=left, color=color, label=stage)
+    left += vals
+  other = np.array([np.median([r["process_seconds"] for r in res[n]]) for n in names]) - left
+  ax.barh(names, np.maximum(other, 0), left=left, color="lightgray",
+          label="imports, compile, MLMD")
+  ax.set_xlabel("seconds (median)")
+  ax.set_title("End-to-end wall time per component")
+  ax.legend(fontsize=8, loc="lower right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def main() -> int:
+  p = argparse.ArgumentParser(description=__doc__)
+  p.add_argument("--child", choices=("ours", "stock"))
+  p.add_argument("--csv")
+  p.add_argument("--home")
+  p.add_argument("--steps", type=int)
+  p.add_argument("--smoke", action="store_true")
+  a = p.parse_args()
+  if a.child:
+    print(json.dumps(child(a.child, a.csv, a.home, a.steps)))
+    return 0
+  for r in run(a.smoke):
+    print(json.dumps(r))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

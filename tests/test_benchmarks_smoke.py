@@ -1,0 +1,43 @@
+"""`benchmarks/run_all.py --smoke` still runs and produces a complete results file.
+
+Runs the driver in a subprocess (as `make bench-smoke` does) and checks that the smoke
+results name every benchmark module, that each of the project's own benchmarks
+produced rows, and that every comparison row has a finite, positive ratio. bench_ingest
+is owned separately: its section must be present, as rows or as an explicit MISSING.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_ALL = os.path.join(REPO, "benchmarks", "run_all.py")
+OURS = ("bench_train", "bench_eval", "bench_e2e", "bench_limits")
+
+
+@pytest.mark.slow
+def test_run_all_smoke_writes_rows_with_finite_ratios(tmp_path):
+  output = tmp_path / "RESULTS-smoke.md"
+  proc = subprocess.run([sys.executable, RUN_ALL, "--smoke", "--output", str(output)],
+                        cwd=REPO, capture_output=True, text=True, timeout=240)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  text = output.read_text()
+  with open(tmp_path / "RESULTS-smoke.json") as f:
+    results = json.load(f)
+  for module in OURS + ("bench_ingest",):
+    assert f"`benchmarks/{module}.py`" in text, module
+  for module in OURS:
+    res = results[module]
+    assert res["error"] is None, f"{module}: {res['error']}"
+    assert res["rows"], f"{module} produced no rows"
+    for row in res["rows"]:
+      assert row["command"] and row["data"] and row["baseline"], row
+      assert isinstance(row["ratio"], float) and math.isfinite(row["ratio"]) \
+          and row["ratio"] > 0, f"{module} {row['case']}: ratio {row['ratio']}"
+  ingest = results["bench_ingest"]
+  assert ingest["error"] or ingest["rows"], "bench_ingest: neither rows nor MISSING"
+  for row in ingest["rows"]:
+    assert math.isfinite(row["ratio"]), row
