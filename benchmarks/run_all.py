@@ -50,6 +50,15 @@ FULL_TIMEOUT_S = {"bench_ingest": 600, "bench_train": 600, "bench_eval": 360,
                   "bench_e2e": 480, "bench_limits": 120}
 
 
+# The issue's targets, as minimum speed-ups: (module, case prefix, min ratio, target).
+TARGETS = (
+    ("bench_ingest", "runner", 3.0, "ingest >= 3x CsvExampleGen"),
+    ("bench_train", "single", 0.9, "single layout within 10% of plain Keras"),
+    ("bench_eval", "quality", 3.0, "evaluator >= 3x TFMA"),
+    ("bench_e2e", "total", 2.0, "end to end <= 0.5x the stock pipeline's time"),
+)
+
+
 def child(module: str, smoke: bool, out: str) -> int:
   """Child-process mode: runs one module and writes its rows as JSON."""
   import inspect  # pylint: disable=g-import-not-at-top
@@ -211,6 +220,28 @@ def compared_rows(results: Dict[str, dict]) -> Dict[str, List[dict]]:
   return out
 
 
+def target_lines(compared: Dict[str, List[dict]], results: Dict[str, dict]) -> List[str]:
+  out = ["## Targets", "", "| target | case | speed-up | met? |", "|---|---|---|---|"]
+  for module, prefix, need, text in TARGETS:
+    rows = [r for r in compared.get(module, []) if r["case"].startswith(prefix)]
+    if not rows:
+      why = (results.get(module) or {}).get("error") or "not run"
+      out.append(f"| {text} | MISSING | n/a | unknown ({why.splitlines()[0]}) |")
+    for r in rows:
+      ok = r["ratio"] is not None and r["ratio"] >= need
+      ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "n/a"
+      out.append(f"| {text} (speed-up >= {need:g}) | {r['case']} | {ratio} | "
+                 f"{'yes' if ok else '**no**'} |")
+  train = [r for r in compared.get("bench_train", [])
+           if r["case"] == "single" and r.get("extra", {}).get("input_wait")]
+  for r in train:
+    waits = r["extra"]["input_wait"]
+    med = statistics.median(waits)
+    out.append(f"| input-wait fraction < 5% | single | {med:.1%} (median) | "
+               f"{'yes' if med < 0.05 else '**no**'} |")
+  return out + [""]
+
+
 def is_info(r: dict) -> bool:
   """A row without a baseline (e.g. bench_ingest's scaling rows): shown, not compared."""
   return not (r.get("base") or r.get("baseline_rows_per_s") or r.get("base_stats"))
@@ -237,12 +268,13 @@ def machine() -> str:
 
 
 def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before: str,
-                  load_after: str, total_s: float, plots: List[str]):
+                  load_after: str, total_s: float, plots: List[str],
+                  when: Optional[str] = None):
   lines = [f"# Benchmark results{' (SMOKE: tiny sizes, 1 run, not measurements)' if smoke else ''}",
            "",
            f"Produced by `python benchmarks/run_all.py{' --smoke' if smoke else ''}` "
            f"(`make bench{'-smoke' if smoke else ''}`) on "
-           f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; {machine()}; "
+           f"{when or datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; {machine()}; "
            f"total {total_s / 60:.1f} min.",
            f"Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
            "",
@@ -254,6 +286,7 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
     with open(os.path.join(bu.BENCH_DIR, "NOTES.md")) as f:
       lines += [f.read().strip(), ""]
   compared = compared_rows(results)
+  lines += target_lines(compared, results)
   for module in MODULES:
     res = results.get(module)
     if res is None:
@@ -285,12 +318,17 @@ def main(argv=None) -> int:
   p.add_argument("--only", nargs="*", choices=MODULES, help="run only these modules")
   p.add_argument("--output", help="results file (default: RESULTS.md or "
                                   "_work/RESULTS-smoke.md)")
+  p.add_argument("--render", metavar="RESULTS.json",
+                 help="rewrite the results file from a previous run's JSON, without "
+                      "running anything")
   p.add_argument("--module", help=argparse.SUPPRESS)  # child mode
   p.add_argument("--out", help=argparse.SUPPRESS)
   a = p.parse_args(argv)
   if a.module:
     return child(a.module, a.smoke, a.out)
 
+  if a.render:
+    return render(a.render, a.smoke, a.output)
   modules = a.only or list(MODULES)
   load_before = bu.load_average()
   start = time.perf_counter()
@@ -319,11 +357,28 @@ def main(argv=None) -> int:
     return 1
   with open(os.path.splitext(path)[0] + ".json", "w") as f:
     compared = compared_rows(results)
-    json.dump({m: {"seconds": r["seconds"], "error": r["error"], "rows": compared[m],
-                   "info_rows": [x for x in r["rows"] if is_info(x)]}
-               for m, r in results.items()}, f, indent=1, default=float)
+    json.dump({"_run": {"load_before": load_before, "load_after": bu.load_average(),
+                        "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+                        "total_s": total, "plots": plots},
+               **{m: {"seconds": r["seconds"], "error": r["error"], "rows": compared[m],
+                      "info_rows": [x for x in r["rows"] if is_info(x)]}
+                  for m, r in results.items()}}, f, indent=1, default=float)
   missing = [m for m, r in results.items() if r["error"]]
   print(f"[run_all] done in {total / 60:.1f} min; missing: {missing or 'none'}", flush=True)
+  return 0
+
+
+def render(json_path: str, smoke: bool, output: Optional[str]) -> int:
+  """Re-renders the markdown from a run's JSON (e.g. after editing NOTES.md)."""
+  with open(json_path) as f:
+    saved = json.load(f)
+  run = saved.pop("_run", {})
+  results = {m: {"seconds": r["seconds"], "error": r["error"],
+                 "rows": r["rows"] + r.get("info_rows", [])} for m, r in saved.items()}
+  path = output or os.path.splitext(json_path)[0] + ".md"
+  write_results(results, smoke, path, run.get("load_before", "n/a"),
+                run.get("load_after", "n/a"), run.get("total_s", 0.0), run.get("plots", []),
+                run.get("when"))
   return 0
 
 
