@@ -1,10 +1,13 @@
 """Pipeline configuration: typed dataclasses, validated before anything runs.
 
-Constants and typed config only (no I/O). `PipelineConfig.validate()` checks every
+Constants and typed config. `PipelineConfig.validate()` (no I/O) checks every
 component's config and the cross-component rules (a mesh's model axis must divide
 the feature count, shards must be sized for the workers), naming the offending key.
+`PipelineConfig.check_inputs()` (local runs) reads the start of the CSV inputs.
 """
 import dataclasses
+import re
+import zlib
 from typing import Any, Dict, List
 
 from tfx_parallel.components.common.config_util import ConfigError, from_dict, require
@@ -16,6 +19,7 @@ DEFAULT_PIPELINE_NAME = "tfx-parallel"
 DEFAULT_HOME = "runs"
 METADATA_FILE = "metadata.sqlite"
 PIPELINE_ROOT_DIR = "pipelines"
+_PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +34,12 @@ class PipelineConfig:
   beam_pipeline_args: List[str] = dataclasses.field(default_factory=list)
 
   def validate(self) -> "PipelineConfig":
-    require(bool(self.pipeline_name) and all(c.isalnum() or c in "-_." for c in
-                                             self.pipeline_name),
-            "pipeline_name", f"must be non-empty [A-Za-z0-9._-]. Received: "
-            f"{self.pipeline_name!r}")
+    # The name is a directory under <home>/pipelines/: "." or ".." would put the
+    # artifacts in <home>/pipelines or <home> itself.
+    require(isinstance(self.pipeline_name, str)
+            and bool(_PIPELINE_NAME_RE.fullmatch(self.pipeline_name)),
+            "pipeline_name", f"must be [A-Za-z0-9._-] starting with a letter or digit. "
+            f"Received: {self.pipeline_name!r}")
     for prefix, sub in (("example_gen", self.example_gen), ("trainer", self.trainer),
                         ("evaluator", self.evaluator)):
       try:
@@ -51,6 +57,49 @@ class PipelineConfig:
       raise ConfigError("example_gen.split_ratios",
                         "the pipeline trains on 'train' and evaluates on 'eval'; "
                         f"received splits {sorted(eg.split_ratios)}")
+    return self
+
+  def check_inputs(self) -> "PipelineConfig":
+    """Reads the start of every CSV input; raises ConfigError naming the key and file.
+
+    Unlike ``validate()`` this does I/O, so the local runner calls it (before any
+    directory or ML Metadata is created) and the Kubeflow compiler does not (its
+    paths are the pods'). Checks: the glob matches files; each file opens, decodes
+    and has the same header as the first; the header names the label (and the
+    columns the config names); a linear mesh's model axis divides the feature count.
+    """
+    eg, tr = self.example_gen, self.trainer
+    if eg.is_synthetic:
+      return self
+    from tfx_parallel.components.partitioned_example_gen import sources  # pylint: disable=g-import-not-at-top
+    source_key = "example_gen.source"
+    try:
+      plan = sources.plan_source(eg)
+    except sources.BadInputError as e:
+      message = str(e)
+      label_error = f"label column {eg.label_key!r}" in message
+      raise ConfigError("example_gen.label" if label_error else source_key,
+                        message) from None
+    except (OSError, ValueError, zlib.error) as e:  # a directory, a corrupt .gz, ...
+      raise ConfigError(source_key, f"cannot read the first file matching "
+                        f"{eg.source!r}: {type(e).__name__}: {e}") from None
+    for path in plan.files[1:]:
+      try:
+        with sources.open_file(path) as f:
+          header = sources.parse_header(f.readline().decode("utf-8", errors="replace"), path)
+      except sources.BadInputError as e:
+        raise ConfigError(source_key, str(e)) from None
+      except (OSError, ValueError, zlib.error) as e:
+        raise ConfigError(source_key, f"cannot read {path}: {type(e).__name__}: {e}") from None
+      require(header == plan.header, source_key,
+              f"{path}:1: header {list(header)} differs from {plan.files[0]}'s "
+              f"{list(plan.header)}")
+    if tr.layout == "mesh" and tr.model == "linear" and not tr.pad_features:
+      n = len(plan.feature_keys)
+      require(n % tr.mesh_model == 0, "trainer.mesh",
+              f"the model axis ({tr.mesh_model}) must divide the feature count ({n} numeric "
+              f"feature columns in {plan.files[0]}); set trainer.pad_features=true to pad "
+              f"with zero features instead")
     return self
 
   @classmethod

@@ -4,6 +4,7 @@ import os
 from absl import logging
 from tfx import v1 as tfx
 
+from tfx_parallel.components.common.config_util import require
 from tfx_parallel.pipeline import config as config_lib
 from tfx_parallel.pipeline import pipeline as pipeline_lib
 
@@ -15,9 +16,24 @@ def paths(home: str, pipeline_name: str):
           os.path.join(home, config_lib.METADATA_FILE))
 
 
+def check_home(home: str):
+  """Raises ConfigError("home") unless home is a writable directory or can be created."""
+  home = os.path.abspath(home)
+  existing = home
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  require(os.path.isdir(existing), "home",
+          f"{existing} is not a directory. Received: home={home!r}")
+  require(os.access(existing, os.W_OK | os.X_OK), "home",
+          f"{existing} is not writable. Received: home={home!r}")
+
+
 def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
-  """Validates, builds and runs the pipeline. Returns the MLMD SQLite path."""
-  config.validate()  # Before any directory is created or any component runs.
+  """Validates the config and inputs, builds and runs the pipeline. Returns the MLMD
+  SQLite path. Raises ConfigError (naming the key) before anything is written."""
+  # Before any directory is created or any component runs.
+  config.validate().check_inputs()
+  check_home(home)
   pipeline_root, metadata_path = paths(home, config.pipeline_name)
   os.makedirs(os.path.dirname(metadata_path), exist_ok=True)
   pipeline = pipeline_lib.create_pipeline(
