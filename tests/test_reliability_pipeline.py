@@ -1,0 +1,325 @@
+"""Reliability of the whole pipeline: real faults and bad inputs, no mocks.
+
+* ExampleGen SIGKILLed mid-write, then rerun (slow);
+* two runs at the same time on one SQLite ML Metadata store (slow);
+* config and input errors rejected before any directory or MLMD store exists;
+* safety: nothing unpickles or evals user data, the image runs as non-root, paths from
+  config are checked.
+
+"Consistent store" (``assert_store_consistent``): every execution is in a final state
+(COMPLETE, CACHED, FAILED, CANCELED) except the ones this test killed, which stay RUNNING
+and have no output events; every LIVE artifact is the output of a COMPLETE or CACHED
+execution and its files exist; every LIVE Examples artifact holds all of its shards with
+exactly the rows its ``row_counts`` property says. See docs/RELIABILITY.md.
+"""
+import glob
+import gzip
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow / TFX)
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
+from tfx_parallel.pipeline import config as config_lib
+from tfx_parallel.pipeline import local_runner
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+Execution = metadata_store_pb2.Execution
+Artifact = metadata_store_pb2.Artifact
+Event = metadata_store_pb2.Event
+FINAL_STATES = (Execution.COMPLETE, Execution.CACHED, Execution.FAILED, Execution.CANCELED)
+PUBLISHED_STATES = (Execution.COMPLETE, Execution.CACHED)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def open_store(path: str) -> metadata_store.MetadataStore:
+  cfg = metadata_store_pb2.ConnectionConfig()
+  cfg.sqlite.filename_uri = path
+  cfg.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+  return metadata_store.MetadataStore(cfg)
+
+
+def count_tfrecords(path: str) -> int:
+  """Records in a gzip TFRecord file, by its framing (raises on a truncated file)."""
+  with gzip.open(path, "rb") as f:
+    data = f.read()
+  i = n = 0
+  while i < len(data):
+    (length,) = struct.unpack_from("<Q", data, i)
+    i += 8 + 4 + length + 4
+    if i > len(data):
+      raise ValueError(f"{path}: truncated record {n}")
+    n += 1
+  return n
+
+
+def _prop(artifact, name):
+  v = artifact.custom_properties[name]
+  return getattr(v, v.WhichOneof("value"))
+
+
+def check_examples_complete(artifact) -> None:
+  """All splits, all shards, exactly the recorded rows, no staging leftovers."""
+  counts = json.loads(_prop(artifact, "row_counts"))
+  shards = int(_prop(artifact, "num_shards"))
+  assert not glob.glob(os.path.join(artifact.uri, ".staging-*")), artifact.uri
+  for split, rows in counts.items():
+    files = sorted(glob.glob(os.path.join(artifact.uri, f"Split-{split}", "*")))
+    assert len(files) == shards, (artifact.uri, split, files)
+    assert sum(count_tfrecords(f) for f in files) == rows, (artifact.uri, split)
+
+
+def assert_store_consistent(path: str, killed=()):
+  """See the module docstring. ``killed``: ids of executions a test SIGKILLed.
+
+  Returns (executions by state name, number of LIVE artifacts).
+  """
+  store = open_store(path)
+  states = {}
+  executions = {e.id: e for e in store.get_executions()}
+  for e in executions.values():
+    states.setdefault(Execution.State.Name(e.last_known_state), []).append(e.id)
+    if e.id in killed:
+      assert e.last_known_state == Execution.RUNNING, e
+    else:
+      assert e.last_known_state in FINAL_STATES, e
+  events = store.get_events_by_execution_ids(list(executions))
+  for event in events:
+    if event.execution_id in killed:
+      assert event.type not in (Event.OUTPUT, Event.DECLARED_OUTPUT), event
+  outputs_of = {}
+  for event in events:
+    if event.type in (Event.OUTPUT, Event.DECLARED_OUTPUT):
+      outputs_of.setdefault(event.artifact_id, []).append(event.execution_id)
+  types = {t.id: t.name for t in store.get_artifact_types()}
+  live = 0
+  for artifact in store.get_artifacts():
+    assert artifact.state == Artifact.LIVE, artifact  # nothing PENDING / abandoned
+    live += 1
+    producers = [executions[i] for i in outputs_of.get(artifact.id, [])]
+    assert any(p.last_known_state in PUBLISHED_STATES for p in producers), (
+        f"orphaned LIVE artifact {artifact.id} {types[artifact.type_id]} {artifact.uri}")
+    assert os.path.exists(artifact.uri), artifact.uri
+    if types[artifact.type_id] == "Examples":
+      check_examples_complete(artifact)
+  return states, live
+
+
+# ----------------------------------------------------------------------------- config errors
+
+
+def _csv(path, header="a,b,y", rows=20):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(header + "\n")
+    columns = header.count(",") + 1
+    f.writelines(",".join(str(i * (c + 1)) for c in range(columns)) + "\n"
+                 for i in range(rows))
+  return str(path)
+
+
+def _pipeline(source="synthetic", label=None, pipeline_name="rel", **trainer):
+  return config_lib.PipelineConfig(
+      pipeline_name=pipeline_name,
+      example_gen=ExampleGenConfig(source=source, label=label, rows=1000),
+      trainer=TrainerConfig(**dict(dict(layout="single", epochs=1), **trainer)))
+
+
+def _bad_inputs(tmp):
+  """name -> (config, expected key, regex the message must match)."""
+  data = tmp / "data"
+  good = _csv(data / "good.csv")
+  three = _csv(data / "three.csv", header="a,b,c,y")  # 3 numeric features
+  no_label = _csv(data / "nolabel.csv", header="a,b,z")
+  os.makedirs(data / "dir.csv")
+  with open(data / "corrupt.csv.gz", "wb") as f:
+    f.write(b"this is not gzip data\n" * 4)
+  _csv(data / "parts" / "p0.csv")
+  _csv(data / "parts" / "p1.csv", header="a,c,y")
+  return {
+      "missing_label_column": (_pipeline(no_label, "y"), "example_gen.label",
+                               r"nolabel\.csv:1: label column 'y' not in header"),
+      "nonexistent_csv_glob": (_pipeline(str(data / "missing-*.csv"), "y"),
+                               "example_gen.source", r"no files match .*missing-\*\.csv"),
+      "nonexistent_csv_file": (_pipeline(str(data / "nope.csv"), "y"),
+                               "example_gen.source", r"no files match .*nope\.csv"),
+      "input_is_a_directory": (_pipeline(str(data / "dir.csv"), "y"),
+                               "example_gen.source", r"cannot read .*IsADirectoryError"),
+      "corrupt_gzip_csv": (_pipeline(str(data / "corrupt.csv.gz"), "y"),
+                           "example_gen.source", r"cannot read .*corrupt\.csv\.gz"),
+      "second_file_other_header": (_pipeline(str(data / "parts" / "*.csv"), "y"),
+                                   "example_gen.source",
+                                   r"p1\.csv:1: header \['a', 'c', 'y'\] differs"),
+      "csv_features_not_dividing_model_axis": (
+          _pipeline(three, "y", layout="mesh", mesh=(1, 2)), "trainer.mesh",
+          r"model axis \(2\) must divide the feature count \(3 .*three\.csv"),
+      "synthetic_features_not_dividing_model_axis": (
+          _pipeline(layout="mesh", mesh=(2, 3)), "trainer.mesh", r"model axis \(3\)"),
+      "batch_not_divisible_by_mesh_replicas": (
+          _pipeline(good, "y", layout="mesh", mesh=(3, 1)), "trainer.batch_size",
+          r"global batch 64 is not divisible by the 3 replicas"),
+      "mlp_width_not_divisible_by_model_axis": (
+          _pipeline(good, "y", layout="mesh", mesh=(1, 2), model="mlp", hidden_units=(5,)),
+          "trainer.hidden_units", r"hidden width 5"),
+      "unknown_layout": (_pipeline(layout="pipeline_parallel"), "trainer.layout",
+                         r"unknown layout 'pipeline_parallel'"),
+      "negative_steps": (_pipeline(steps=-5), "trainer.steps", r"steps=-5"),
+      "zero_workers": (_pipeline(layout="multi_worker", workers=0), "trainer.workers",
+                       r"workers=0"),
+      "pipeline_name_dotdot": (_pipeline(pipeline_name=".."), "pipeline_name", r"'\.\.'"),
+      "pipeline_name_dot": (_pipeline(pipeline_name="."), "pipeline_name", r"'\.'"),
+      "pipeline_name_slash": (_pipeline(pipeline_name="../escape"), "pipeline_name",
+                              r"'\.\./escape'"),
+      "pipeline_name_empty": (_pipeline(pipeline_name=""), "pipeline_name", r"''"),
+  }
+
+
+BAD_INPUT_CASES = [  # the keys of _bad_inputs (which needs tmp_path to build them)
+    "missing_label_column", "nonexistent_csv_glob", "nonexistent_csv_file",
+    "input_is_a_directory", "corrupt_gzip_csv", "second_file_other_header",
+    "csv_features_not_dividing_model_axis", "synthetic_features_not_dividing_model_axis",
+    "batch_not_divisible_by_mesh_replicas", "mlp_width_not_divisible_by_model_axis",
+    "unknown_layout", "negative_steps", "zero_workers", "pipeline_name_dotdot",
+    "pipeline_name_dot", "pipeline_name_slash", "pipeline_name_empty"]
+
+
+@pytest.mark.parametrize("case", BAD_INPUT_CASES)
+def test_config_and_input_errors_fail_before_any_work_naming_the_key(tmp_path, case):
+  cases = _bad_inputs(tmp_path)
+  assert sorted(cases) == sorted(BAD_INPUT_CASES)
+  config, key, message = cases[case]
+  home = tmp_path / "home"
+  t0 = time.monotonic()
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(config, str(home))
+  elapsed = time.monotonic() - t0
+  assert err.value.key == key, err.value
+  assert re.search(message, str(err.value)), err.value
+  assert not home.exists()  # no ML Metadata store, no pipeline root: nothing ran
+  assert elapsed < 10, elapsed
+
+
+def test_good_csv_passes_the_input_check(tmp_path):
+  config = _pipeline(_csv(tmp_path / "d" / "a.csv"), "y", layout="mesh", mesh=(2, 2))
+  assert config.validate().check_inputs() is config  # 2 features, model axis 2
+
+
+def test_home_that_is_a_file_is_rejected_before_any_work(tmp_path):
+  home = tmp_path / "home"
+  home.write_text("not a directory")
+  with pytest.raises(ConfigError) as err:
+    local_runner.run(_pipeline(), str(home / "sub"))
+  assert err.value.key == "home" and "is not a directory" in str(err.value)
+  assert home.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("name", ["tfx-parallel", "e2e", "run_1.v2", "A"])
+def test_ordinary_pipeline_names_are_accepted(name):
+  _pipeline(pipeline_name=name).validate()
+
+
+# ----------------------------------------------------------------------------- safety
+
+# Calls that can run code hidden in data: unpickling, eval/exec, unsafe YAML, shells.
+_UNSAFE_CALLS = {
+    ("pickle", "load"), ("pickle", "loads"), ("dill", "load"), ("dill", "loads"),
+    ("cloudpickle", "load"), ("cloudpickle", "loads"), ("marshal", "load"),
+    ("marshal", "loads"), ("shelve", "open"), ("joblib", "load"), ("yaml", "unsafe_load"),
+    ("yaml", "full_load"), ("yaml", "load_all"), ("pd", "read_pickle"),
+    ("pandas", "read_pickle"), ("os", "system"), ("os", "popen"), ("torch", "load"),
+}
+_SOURCE_DIRS = ("pipeline", "components", "kubeflow", "benchmarks")
+
+
+def _python_files():
+  for top in _SOURCE_DIRS:
+    for root, dirs, files in os.walk(os.path.join(REPO, top)):
+      dirs[:] = [d for d in dirs if not d.startswith((".", "_work", "__pycache__"))]
+      for name in files:
+        if name.endswith(".py"):
+          yield os.path.join(root, name)
+
+
+def _unsafe_calls(path):
+  import ast  # pylint: disable=g-import-not-at-top
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Call):
+      continue
+    func = node.func
+    kwargs = {k.arg: k.value for k in node.keywords}
+    where = f"{os.path.relpath(path, REPO)}:{node.lineno}"
+    if isinstance(func, ast.Name) and func.id in ("eval", "exec"):
+      found.append(f"{where}: {func.id}(")
+    if not isinstance(func, ast.Attribute):
+      continue
+    owner = func.value.id if isinstance(func.value, ast.Name) else None
+    if (owner, func.attr) in _UNSAFE_CALLS:
+      found.append(f"{where}: {owner}.{func.attr}(")
+    if owner == "yaml" and func.attr == "load":
+      loader = kwargs.get("Loader", node.args[1] if len(node.args) > 1 else None)
+      if not (isinstance(loader, ast.Attribute) and loader.attr in ("SafeLoader", "CSafeLoader")):
+        found.append(f"{where}: yaml.load without SafeLoader")
+    if owner in ("np", "numpy") and func.attr == "load":
+      allow = kwargs.get("allow_pickle")
+      if not (isinstance(allow, ast.Constant) and allow.value is False):
+        found.append(f"{where}: np.load without allow_pickle=False")
+    if "shell" in kwargs and not (isinstance(kwargs["shell"], ast.Constant)
+                                  and kwargs["shell"].value is False):
+      found.append(f"{where}: {func.attr}(shell=...)")
+  return found
+
+
+def test_no_code_unpickles_evals_or_shells_out_on_data():
+  files = list(_python_files())
+  assert len(files) > 40, files  # the scan really saw the code base
+  found = [hit for path in files for hit in _unsafe_calls(path)]
+  assert not found, found
+
+
+def test_the_scan_catches_what_it_looks_for(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text(textwrap.dedent("""
+      import pickle, yaml, numpy as np, subprocess
+      pickle.loads(b"")
+      yaml.load(open("c.yaml"))
+      yaml.load(open("c.yaml"), Loader=yaml.SafeLoader)
+      np.load("w.npz")
+      np.load("w.npz", allow_pickle=False)
+      eval("1 + 1")
+      subprocess.run("ls", shell=True)
+      """))
+  found = _unsafe_calls(str(bad))
+  assert [hit.split(": ", 1)[1] for hit in found] == [
+      "pickle.loads(", "yaml.load without SafeLoader", "np.load without allow_pickle=False",
+      "eval(", "run(shell=...)"], found
+
+
+def test_container_image_runs_as_a_non_root_user():
+  with open(os.path.join(REPO, "kubeflow", "Dockerfile"), encoding="utf-8") as f:
+    lines = [l.strip() for l in f if l.strip() and not l.lstrip().startswith("#")]
+  users = [i for i, l in enumerate(lines) if l.upper().startswith("USER ")]
+  assert users, "the Dockerfile sets no USER: the components would run as root"
+  user = lines[users[-1]].split(None, 1)[1].split(":")[0]
+  assert user not in ("root", "0"), user
+  runs = [i for i, l in enumerate(lines) if l.upper().startswith("RUN ")]
+  assert users[-1] > max(runs)  # the install runs as root; nothing after the switch does
+  secrets = re.compile(r"^(ENV|ARG)\s+.*(PASSWORD|SECRET|TOKEN|CREDENTIAL|_KEY\b)", re.I)
+  assert not [l for l in lines if secrets.search(l)]
