@@ -162,8 +162,10 @@ class MultiWorkerRuntime(MirroredRuntime):
 class MeshRuntime(Runtime):
   """A DTensor mesh of batch x model devices.
 
-  Inputs are laid out [batch, model]: rows split over the batch axis (data parallel),
-  feature columns over the model axis. Kernels follow `ParamSpec.sharding`.
+  Input rows are split over the batch axis (data parallel). For the linear model the
+  feature columns are split over the model axis too (device (b, m) holds X_i for its
+  W_i); for the MLP every model-axis device sees all features. Kernels follow
+  `ParamSpec.sharding`.
   """
   name = "mesh"
 
@@ -181,7 +183,11 @@ class MeshRuntime(Runtime):
     self.mesh = dtensor.create_mesh([(BATCH_AXIS, mesh_shape[0]), (MODEL_AXIS, mesh_shape[1])],
                                     devices=[d.name for d in local[:n]],
                                     device_type=device_type)
-    self.x_layout = dtensor.Layout([BATCH_AXIS, MODEL_AXIS], self.mesh)
+    # Feature columns are split over the model axis only when the first kernel is
+    # row-sharded (linear); a column-sharded first layer (MLP) needs every feature.
+    self.split_features = self.specs[0].sharding == model_lib.ROWS
+    self.x_layout = dtensor.Layout(
+        [BATCH_AXIS, MODEL_AXIS if self.split_features else dtensor.UNSHARDED], self.mesh)
     self.y_layout = dtensor.Layout([BATCH_AXIS, dtensor.UNSHARDED], self.mesh)
 
   def devices(self) -> List[str]:
@@ -217,7 +223,7 @@ class MeshRuntime(Runtime):
     block m (only the block, no replication)."""
     b, m = self.mesh_shape
     rows = tf.split(value, b, axis=0)
-    if layout is self.x_layout:
+    if layout is self.x_layout and self.split_features:
       parts = [c for r in rows for c in tf.split(r, m, axis=1)]
     else:
       parts = [r for r in rows for _ in range(m)]
