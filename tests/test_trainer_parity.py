@@ -7,55 +7,59 @@ import pytest
 
 from trainer_util import run_script
 
-# One script per layout: a fixed global batch, N steps, gathered weights as JSON.
+# One process per layout runs every case: a fixed global batch, N steps, gathered
+# weights as JSON (a fresh process per layout: DTensor and MirroredStrategy
+# collectives cannot share one).
+CASES = [("linear", "sgd", 1), ("linear", "adam", 5), ("mlp", "momentum", 5)]
+
 _STEPS_SCRIPT = textwrap.dedent("""
     import json
     from tfx_parallel.pipeline import tfenv
     tfenv.split_cpu({devices})
     import numpy as np, tensorflow as tf
     from tfx_parallel.components.distributed_trainer import layouts, model as M
-    specs = M.param_specs({model!r}, 4, (4,))
-    rt = layouts.create({layout!r}, specs=specs, optimizer={optimizer!r}, lr=0.05,
-                        global_batch=8, devices=2, mesh_shape={mesh})
-    rt.build(M.init_params(specs, 0))
-    rng = np.random.default_rng(1)
-    out = []
-    batches = []
-    for _ in range({steps}):
-      x = rng.normal(size=(8, 4)).astype(np.float32)
-      batches.append((x, (x @ np.array([[1], [2], [3], [4]], np.float32) + 3)))
-    ds = rt.distribute(lambda b, n, i: tf.data.Dataset.from_tensor_slices(
-        (np.stack([b[0] for b in batches]), np.stack([b[1] for b in batches]))))
-    for t, batch in enumerate(ds, 1):
-      out.append(rt.step(batch, t))
-    values, slots = rt.gather()
-    print("RESULT" + json.dumps({{"losses": out,
-                                 "values": {{k: v.tolist() for k, v in values.items()}}}}))
+    results = []
+    for model, optimizer, steps in {cases!r}:
+      specs = M.param_specs(model, 4, (4,))
+      rt = layouts.create({layout!r}, specs=specs, optimizer=optimizer, lr=0.05,
+                          global_batch=8, devices=2, mesh_shape={mesh})
+      rt.build(M.init_params(specs, 0))
+      rng = np.random.default_rng(1)
+      xs = rng.normal(size=(steps, 8, 4)).astype(np.float32)
+      ys = xs @ np.array([[1], [2], [3], [4]], np.float32) + 3
+      ds = rt.distribute(lambda b, n, i: tf.data.Dataset.from_tensor_slices((xs, ys)))
+      losses = [rt.step(batch, t) for t, batch in enumerate(ds, 1)]
+      values, _ = rt.gather()
+      results.append({{"losses": losses,
+                       "values": {{k: v.tolist() for k, v in values.items()}}}})
+    print("RESULT" + json.dumps(results))
 """)
 
 LAYOUTS = [("mirrored", 2, (1, 1)), ("mesh", 2, (2, 1)), ("mesh", 2, (1, 2)),
            ("mesh", 4, (2, 2))]
 
 
-def _run(layout, devices, mesh, model, optimizer, steps):
+def _run(layout, devices, mesh):
   out = run_script(_STEPS_SCRIPT.format(layout=layout, devices=devices, mesh=mesh,
-                                        model=model, optimizer=optimizer, steps=steps))
+                                        cases=CASES))
   return json.loads(out.split("RESULT", 1)[1])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,optimizer,steps", [("linear", "sgd", 1),
-                                                   ("linear", "adam", 5),
-                                                   ("mlp", "momentum", 5)])
-def test_layouts_match_single(model, optimizer, steps):
-  ref = _run("single", 1, (1, 1), model, optimizer, steps)
+def test_layouts_match_single():
+  """One step (sgd) and several steps (adam, momentum MLP) under every layout give
+  the same losses and updated weights as `single` on the same global batches."""
+  ref = _run("single", 1, (1, 1))
+  assert len(ref) == len(CASES)
   for layout, devices, mesh in LAYOUTS:
-    got = _run(layout, devices, mesh, model, optimizer, steps)
-    np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-5, atol=1e-6,
-                               err_msg=f"{layout} {mesh} losses")
-    for name, value in ref["values"].items():
-      np.testing.assert_allclose(got["values"][name], value, rtol=1e-5, atol=1e-6,
-                                 err_msg=f"{layout} {mesh} {name}")
+    got = _run(layout, devices, mesh)
+    for case, r, g in zip(CASES, ref, got):
+      assert len(g["losses"]) == case[2]
+      np.testing.assert_allclose(g["losses"], r["losses"], rtol=1e-5, atol=1e-6,
+                                 err_msg=f"{layout} {mesh} {case} losses")
+      for name, value in r["values"].items():
+        np.testing.assert_allclose(g["values"][name], value, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{layout} {mesh} {case} {name}")
 
 
 _SHARDED_MATH = textwrap.dedent("""

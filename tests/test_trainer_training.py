@@ -44,9 +44,9 @@ def test_every_layout_recovers_seed_parameters(examples, tmp_path, layout, extra
 @pytest.mark.slow
 def test_mesh_pads_features_when_model_axis_does_not_divide(tmp_path):
   root = str(tmp_path / "ex3")
-  keys, _, rows = tu.write_examples(root, rows=1024, num_features=3)
+  keys, _, rows = tu.write_examples(root, rows=2048, num_features=3)
   job = tu.job_dict(str(tmp_path), root, keys, rows, layout="mesh", mesh=[1, 2],
-                    pad_features=True, **SEED_CONFIG)
+                    pad_features=True, **dict(SEED_CONFIG, epochs=8))
   history = tu.run_job(job, str(tmp_path))
   assert history["padded_features"] == 1
   w = np.array(history["weights"]["kernel"]).ravel()
