@@ -25,14 +25,14 @@ run: setup
 
 # Fast unit tests first, then the slow end-to-end tests.
 test: setup
-	$(PYTEST) -m "not slow" tests
-	$(PYTEST) -m "slow" tests
+	$(PYTEST) -m "not slow" --durations=10 tests
+	$(PYTEST) -m "slow" --durations=30 tests
 
 test-unit: setup
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) -m "not slow" --durations=10 tests
 
 test-e2e: setup
-	$(PYTEST) -m "slow" tests
+	$(PYTEST) -m "slow" --durations=30 tests
 
 bench: setup
 	$(PY) benchmarks/run_all.py
