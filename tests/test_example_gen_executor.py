@@ -221,6 +221,14 @@ def test_multi_processing_runner_matches_in_memory(tmp_path):
   assert props(in_memory)[keys.ROW_COUNTS] == props(multi)[keys.ROW_COUNTS]
 
 
+@pytest.mark.slow
+def test_multi_processing_runner_reports_bad_rows_with_file_and_line(tmp_path):
+  path = write_csv(tmp_path / "data.csv", ["a,y", "1,2", "3,4,5"])
+  with pytest.raises(sources.BadInputError, match=r"data\.csv:3: expected 2 columns, got 3"):
+    run_executor(tmp_path, ExampleGenConfig(source=path), MULTI_PROCESS_ARGS)
+  assert os.listdir(tmp_path / "examples") == []
+
+
 # ----------------------------------------------------------------------------- component
 
 

@@ -50,7 +50,8 @@ def test_encode_examples_transform():
     assert_that(out, equal_to([(("train", 1), ("src", 0), 4, expected_data)]))
 
 
-def test_write_shards_writes_every_shard_even_empty_ones(tmp_path):
+@pytest.mark.parametrize("part_buffer_bytes", [1, write.PART_BUFFER_BYTES])
+def test_write_shards_writes_every_shard_even_empty_ones(tmp_path, part_buffer_bytes):
   root = str(tmp_path)
   encoder = ExampleEncoder(["x"])
   # Batches arrive out of order; the shard file keeps source order.
@@ -58,7 +59,7 @@ def test_write_shards_writes_every_shard_even_empty_ones(tmp_path):
            (("eval", 2), _batch(20, 1))]
   with beam.Pipeline() as p:
     written = (p | beam.Create(parts) | write.EncodeExamples(encoder)
-               | write.WriteShards(root, ["eval", "train"], 3))
+               | write.WriteShards(root, ["eval", "train"], 3, part_buffer_bytes))
     assert_that(written, equal_to([("train", 5), ("train", 0), ("train", 0),
                                    ("eval", 0), ("eval", 0), ("eval", 1)]))
   for split in ("train", "eval"):
@@ -67,6 +68,9 @@ def test_write_shards_writes_every_shard_even_empty_ones(tmp_path):
   assert _x_values(os.path.join(root, "Split-train", "data_tfrecord-00000-of-00003.gz")) == [
       0.0, 1.0, 2.0, 10.0, 11.0]
   assert _x_values(os.path.join(root, "Split-train", "data_tfrecord-00001-of-00003.gz")) == []
+  # One part file per flush: per chunk with a 1-byte buffer, per bundle otherwise.
+  parts = os.listdir(os.path.join(root, write.PARTS_DIR))
+  assert len(parts) == 3 if part_buffer_bytes == 1 else 1 <= len(parts) <= 3
 
 
 def test_write_summary_transform_and_read_summary(tmp_path):

@@ -88,6 +88,8 @@ class ExampleGenConfig:
               f"needs num_features={self.num_features} values. "
               f"Received: {len(self.weights)}")
     require(self.noise >= 0, "noise", f"must be >= 0. Received: {self.noise}")
+    require(isinstance(self.seed, int) and self.seed >= 0, "seed",
+            f"must be a non-negative integer. Received: {self.seed!r}")
     require(bool(self.split_ratios), "split_ratios", "must name at least one split")
     for name, ratio in self.split_ratios.items():
       require(isinstance(ratio, int) and ratio > 0, f"split_ratios.{name}",

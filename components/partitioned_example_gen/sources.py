@@ -169,11 +169,7 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
 
 def match_files(pattern: str) -> Tuple[str, ...]:
   """Sorted paths matching a glob on any Beam filesystem; empty if none."""
-  try:
-    results = FileSystems.match([pattern])
-  except Exception:  # pylint: disable=broad-except
-    return ()  # Beam raises for a missing non-glob path on some filesystems.
-  return tuple(sorted(m.path for m in results[0].metadata_list))
+  return tuple(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
 
 
 def open_file(path: str):
@@ -228,8 +224,8 @@ def _is_type(values: Sequence[str], parse) -> bool:
 
 
 def infer_column_types(header: Sequence[str], sample: Sequence[Sequence[str]]) -> Dict[str, str]:
-  """"int" if every non-empty sampled cell is an integer, else "float" if numeric,
-  else "string". A column with no non-empty cell in the sample is "string"."""
+  """Per column: "int" if every non-empty sampled cell parses as int, else "float" if
+  every one parses as float, else "string" (also when the sample has no non-empty cell)."""
   types = {}
   for i, name in enumerate(header):
     values = [row[i] for row in sample if row[i] != ""]

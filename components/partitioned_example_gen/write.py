@@ -9,8 +9,9 @@ File format: gzip-compressed TFRecord of serialized tf.train.Example. Each batch
 framed as TFRecords and gzip-compressed in the parallel encode stage, and a shard file is
 the concatenation of its batches' gzip members (RFC 1952 allows a gzip file to be a
 series of members; TensorFlow, Beam's ReadFromTFRecord, tfx_bsl, Python's gzip and zcat
-all read it as one stream). This keeps the single-threaded per-shard write down to
-appending bytes, and the shuffle in front of it carries compressed data.
+all read it as one stream). The encode stage stages chunks in part files and the shuffle
+carries only references to them, so memory does not grow with the data; each shard's
+writer copies its chunks, in source order, into the shard file.
 
 I/O goes through Beam's ``FileSystems`` (local, gs://, hdfs://, s3:// ...), so the Beam
 workers never import TensorFlow. The pipeline writes under a staging directory inside the
@@ -29,8 +30,10 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequenc
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen.partition import ShardKey
 from tfx_parallel.components.partitioned_example_gen.rows import EncodedBatch
 from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 from tfx_parallel.components.partitioned_example_gen.rows import SortKey
@@ -43,6 +46,8 @@ except ImportError:  # pragma: no cover
 METRICS_NAMESPACE = "PartitionedExampleGen"
 SUMMARY_FILE = "summary.json"
 GZIP_LEVEL = 6  # zlib's default, as TensorFlow's TFRecordWriter uses.
+PARTS_DIR = "_parts"
+PART_BUFFER_BYTES = 32 << 20
 _ROWS, _SKIPPED = "rows", "skipped"
 
 
@@ -107,34 +112,102 @@ def EncodeExamples(parts, encoder: ExampleEncoder):
       lambda key, batch: (key, to_gzip_chunk(encoder.encode(batch))))
 
 
+class ChunkRef(NamedTuple):
+  """Where a staged GzipChunk is: bytes [offset, offset + length) of a part file."""
+  sort_key: SortKey
+  path: str
+  offset: int
+  length: int
+  num_rows: int
+
+
+class _StageChunks(beam.DoFn):
+  """((split, shard), GzipChunk) -> part files; emits ((split, shard), ChunkRef).
+
+  Chunks are buffered per bundle and flushed to one part file every ``buffer_bytes``, so
+  the shuffle in front of the shard writers carries small ChunkRefs instead of data, and
+  memory stays flat whatever the number of rows. Part files live under the staging dir.
+  """
+
+  def __init__(self, parts_dir: str, buffer_bytes: int):
+    self._parts_dir = parts_dir
+    self._buffer_bytes = buffer_bytes
+
+  def start_bundle(self):
+    self._pending: List[Tuple[ShardKey, GzipChunk]] = []
+    self._size = 0
+
+  def process(self, element):
+    self._pending.append(element)
+    self._size += len(element[1].data)
+    if self._size >= self._buffer_bytes:
+      yield from self._flush()
+
+  def finish_bundle(self):
+    for key_ref in self._flush():
+      yield GlobalWindows.windowed_value(key_ref)
+
+  def _flush(self) -> List[Tuple[ShardKey, ChunkRef]]:
+    if not self._pending:
+      return []
+    path = join(self._parts_dir, f"{uuid.uuid4().hex}.part")  # Unique per attempt.
+    refs, offset = [], 0
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      for key, chunk in self._pending:
+        f.write(chunk.data)
+        refs.append((key, ChunkRef(chunk.sort_key, path, offset, len(chunk.data),
+                                   chunk.num_rows)))
+        offset += len(chunk.data)
+    self._pending, self._size = [], 0
+    return refs
+
+
 class _WriteShard(beam.DoFn):
-  """((split, shard), [GzipChunk or None]) -> one shard file; emits (split, rows)."""
+  """((split, shard), [ChunkRef or None]) -> one shard file, its chunks in sort-key
+  order copied from the part files; emits (split, rows)."""
 
   def __init__(self, root: str, num_shards: int):
     self._root = root
     self._num_shards = num_shards
 
   def process(self, element) -> Iterator[Tuple[str, int]]:
-    (split, shard), chunks = element
-    chunks: List[GzipChunk] = sorted((c for c in chunks if c is not None),
-                                     key=lambda c: c.sort_key)
+    (split, shard), refs = element
+    refs: List[ChunkRef] = sorted((r for r in refs if r is not None), key=lambda r: r.sort_key)
     path = join(split_dir(self._root, split), shard_file_name(shard, self._num_shards))
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-      for chunk in chunks:
-        f.write(chunk.data)
-      if not chunks:  # A valid, empty gzip stream.
-        f.write(gzip.compress(b"", mtime=0))
-    rows = sum(c.num_rows for c in chunks)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+      if not refs:  # A valid, empty gzip stream.
+        out.write(gzip.compress(b"", mtime=0))
+      source_path, source = None, None
+      try:
+        for ref in refs:
+          if ref.path != source_path:
+            if source is not None:
+              source.close()
+            source_path = ref.path
+            source = FileSystems.open(ref.path, compression_type=CompressionTypes.UNCOMPRESSED)
+          source.seek(ref.offset)
+          out.write(source.read(ref.length))
+      finally:
+        if source is not None:
+          source.close()
+    rows = sum(r.num_rows for r in refs)
     beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"rows_written_{split}").inc(rows)
     yield split, rows
 
 
 @beam.ptransform_fn
-def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int):
-  """((split, shard), GzipChunk) -> files under root/Split-*; returns (split, rows)."""
+def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int,
+                part_buffer_bytes: int = PART_BUFFER_BYTES):
+  """((split, shard), GzipChunk) -> files under root/Split-*; returns (split, rows).
+
+  Chunks are staged in part files under root/_parts (removed with the staging dir); only
+  their references are grouped by shard.
+  """
   every_shard = [((s, i), None) for s in split_names for i in range(num_shards)]
   placeholders = chunks.pipeline | "EveryShard" >> beam.Create(every_shard)
-  return ((chunks, placeholders)
+  refs = chunks | "StageChunks" >> beam.ParDo(
+      _StageChunks(join(root, PARTS_DIR), part_buffer_bytes))
+  return ((refs, placeholders)
           | "WithEmptyShards" >> beam.Flatten()
           | "GroupByShard" >> beam.GroupByKey()
           | "Write" >> beam.ParDo(_WriteShard(root, num_shards)))
