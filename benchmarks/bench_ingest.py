@@ -244,6 +244,7 @@ def _plot(results: List[Dict], path: str):
   ax2.semilogx(rows, [r["peak_rss_mb"] for r in results], "o-")
   ax2.set_xlabel("synthetic rows")
   ax2.set_ylabel("peak RSS of the process tree (MB)")
+  ax2.set_ylim(bottom=0)
   ax2.grid(True, which="both", alpha=0.3)
   fig.suptitle(f"PartitionedExampleGen scaling ({results[0]['runner']}, "
                f"{results[0]['features']} features)")

@@ -46,7 +46,7 @@ def test_encode_examples_transform():
            | write.EncodeExamples(encoder)
            | beam.MapTuple(lambda key, chunk: (key, chunk.sort_key, chunk.num_rows,
                                                gzip.decompress(chunk.data))))
-    expected_data = write.frame_tfrecords(encoder.encode(_batch(0, 4)).records())
+    expected_data = write.frame_tfrecords(encoder.encode(_batch(0, 4)))
     assert_that(out, equal_to([(("train", 1), ("src", 0), 4, expected_data)]))
 
 
@@ -121,6 +121,17 @@ def test_commit_refuses_to_overwrite_and_rolls_back(tmp_path):
       _stage_files(staging)
   assert sorted(os.listdir(uri)) == ["Split-train"]  # Split-eval was rolled back.
   assert glob.glob(os.path.join(uri, ".staging-*")) == []
+
+
+@pytest.mark.parametrize("records", [[b"abc", b"def", b"ghi"], [b"a", b"", b"bcdefgh" * 40]])
+def test_frame_tfrecords_matches_tensorflow(tmp_path, records):
+  path = str(tmp_path / "tf.tfrecord")
+  with tf.io.TFRecordWriter(path) as writer:
+    for record in records:
+      writer.write(record)
+  ends = np.cumsum([len(r) for r in records])
+  with open(path, "rb") as f:
+    assert write.frame_tfrecords(EncodedBatch(("s", 0), b"".join(records), ends)) == f.read()
 
 
 def test_encoded_batch_records_round_trip():
