@@ -490,3 +490,68 @@ def test_two_runs_at_once_on_one_store_complete_and_leave_it_consistent(tmp_path
   assert len(runs) == 2, [r.name for r in runs]
   print(f"[concurrent {names}] states {dict((k, len(v)) for k, v in states.items())}, "
         f"{live} LIVE artifacts")
+
+
+# Run B waits (imports done) until run A's trainer has written a checkpoint, so B's
+# ExampleGen is served from A's cache and B's trainer starts while A's still trains:
+# same Examples URI and same config, hence the same checkpoint directory
+# (components/distributed_trainer/executor.py checkpoint_dir).
+_GATED_RUN_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    import tfx_parallel.pipeline.tfenv
+    from tfx_parallel.pipeline import config as config_lib, local_runner
+    config = config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1]))
+    open(sys.argv[3], "w").close()
+    while not os.path.exists(sys.argv[4]):
+      time.sleep(0.01)
+    local_runner.run(config, sys.argv[2])
+    """)
+
+OVERLAP_CONFIG = {
+    "pipeline_name": "overlap",
+    "example_gen": {"rows": 2000},
+    "trainer": {"layout": "single", "steps": 8000, "log_every": 100, "checkpoint_every": 1,
+                "optimizer": "adam", "learning_rate": 0.05},
+    "evaluator": {"require_converged": False},
+}
+TRAINER_FAILED = "Training process trainer failed with exit code"
+
+
+@pytest.mark.slow
+def test_same_name_runs_whose_trainers_overlap_complete_or_fail_cleanly(tmp_path):
+  home = str(tmp_path / "home")
+  ckpts = os.path.join(home, "pipelines", "overlap", "DistributedTrainer", "_checkpoints")
+  ready, go = str(tmp_path / "ready"), str(tmp_path / "go")
+  config = json.dumps(OVERLAP_CONFIG)
+  procs = []
+  try:
+    procs.append(subprocess.Popen([sys.executable, "-c", _RUN_CHILD, config, home],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True))
+    procs.append(subprocess.Popen(
+        [sys.executable, "-c", _GATED_RUN_CHILD, config, home, ready, go],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    deadline = time.monotonic() + CHILD_TIMEOUT_SECONDS
+    while not (glob.glob(os.path.join(ckpts, "*", "ckpt-*")) and os.path.exists(ready)):
+      assert procs[0].poll() is None, procs[0].communicate()[0][-3000:]
+      assert time.monotonic() < deadline
+      time.sleep(0.05)
+    open(go, "w").close()
+    results = [p.communicate(timeout=CHILD_TIMEOUT_SECONDS)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+  codes = [p.returncode for p in procs]
+  resumed = [re.findall(r"\[train\] resuming from \S+ at step (\d+)", out) for out in results]
+  print(f"\n[overlap] exit codes {codes}; run B resumed at step {resumed[1]}; "
+        + "; ".join(l.strip() for out in results for l in out.splitlines()
+                    if "Error:" in l)[-600:])
+  assert codes[0] == 0, results[0][-3000:]  # the first run is never disturbed
+  # Run B completes, or fails cleanly: its trainer execution FAILED, the error is the
+  # launcher's, nothing half-written is LIVE.
+  assert codes[1] == 0 or TRAINER_FAILED in results[1], results[1][-3000:]
+  states, live = assert_store_consistent(os.path.join(home, config_lib.METADATA_FILE))
+  assert set(states) <= {"COMPLETE", "CACHED", "FAILED"}, states
+  assert len(states.get("FAILED", [])) == (0 if codes[1] == 0 else 1), states
+  print(f"[overlap] states {dict((k, len(v)) for k, v in states.items())}, {live} LIVE")
