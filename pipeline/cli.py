@@ -80,13 +80,14 @@ def config_from_args(args) -> config_lib.PipelineConfig:
 
 
 def cmd_run(args) -> int:
+  from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
   config = config_from_args(args)
   try:
-    config.validate()
+    config.validate().check_inputs()
+    local_runner.check_home(args.home)
   except ConfigError as e:
     print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
     return 2
-  from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
   metadata_path = local_runner.run(config, args.home)
   found = summary.latest_run(summary.open_store(metadata_path), config.pipeline_name)
   print("\n=== tfx-parallel summary (read from ML Metadata: %s) ===" % metadata_path)

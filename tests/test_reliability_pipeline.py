@@ -515,6 +515,7 @@ OVERLAP_CONFIG = {
     "evaluator": {"require_converged": False},
 }
 TRAINER_FAILED = "Training process trainer failed with exit code"
+CHECKPOINT_IN_USE = "is in use by another training run"
 
 
 @pytest.mark.slow
@@ -550,7 +551,10 @@ def test_same_name_runs_whose_trainers_overlap_complete_or_fail_cleanly(tmp_path
   assert codes[0] == 0, results[0][-3000:]  # the first run is never disturbed
   # Run B completes, or fails cleanly: its trainer execution FAILED, the error is the
   # launcher's, nothing half-written is LIVE.
-  assert codes[1] == 0 or TRAINER_FAILED in results[1], results[1][-3000:]
+  # The checkpoint directory is held by run A's trainer, so run B's trainer fails fast
+  # naming it, and never resumes from (or prunes) A's live checkpoints.
+  assert codes[1] == 0 or CHECKPOINT_IN_USE in results[1], results[1][-3000:]
+  assert not resumed[1], resumed[1]
   states, live = assert_store_consistent(os.path.join(home, config_lib.METADATA_FILE))
   assert set(states) <= {"COMPLETE", "CACHED", "FAILED"}, states
   assert len(states.get("FAILED", [])) == (0 if codes[1] == 0 else 1), states

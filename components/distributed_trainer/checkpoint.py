@@ -7,6 +7,7 @@ layout can resume from any other layout's checkpoint.
 import io
 import json
 import os
+import uuid
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -30,13 +31,49 @@ def save(directory: str, step: int, values: Dict[str, np.ndarray],
   buf = io.BytesIO()
   np.savez(buf, **arrays)
   final = _path(directory, step)
-  tmp = final + ".tmp"
+  tmp = f"{final}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
   with tf.io.gfile.GFile(tmp, "wb") as f:
     f.write(buf.getvalue())
   tf.io.gfile.rename(tmp, final, overwrite=True)
   for old in sorted(tf.io.gfile.glob(os.path.join(directory, _PREFIX + "*.npz")))[:-_KEEP]:
-    tf.io.gfile.remove(old)
+    try:
+      tf.io.gfile.remove(old)
+    except tf.errors.NotFoundError:
+      pass
   return final
+
+
+class Lock:
+  """Exclusive hold on a local checkpoint directory for one training job.
+
+  Two runs of the same inputs + config (e.g. the same pipeline started twice) would
+  otherwise resume from and prune each other's live checkpoints. The second fails
+  fast, naming the directory. Remote filesystems (gs://, s3://) have no flock; there
+  the orchestrator is trusted to run one job per directory.
+  """
+
+  def __init__(self, directory: str):
+    self.directory = directory
+    self._file = None
+
+  def __enter__(self):
+    if "://" in self.directory:
+      return self
+    import fcntl  # pylint: disable=g-import-not-at-top
+    os.makedirs(self.directory, exist_ok=True)
+    self._file = open(os.path.join(self.directory, ".lock"), "w")
+    try:
+      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      self._file.close()
+      raise RuntimeError(
+          f"Checkpoint directory {self.directory} is in use by another training run "
+          f"of the same inputs and config; wait for it to finish (or cancel it) and rerun.")
+    return self
+
+  def __exit__(self, *exc):
+    if self._file:
+      self._file.close()
 
 
 def latest(directory: str) -> Optional[str]:

@@ -18,6 +18,7 @@ from typing import List
 
 from absl import logging
 
+from tfx_parallel.components.distributed_trainer import checkpoint
 from tfx_parallel.components.distributed_trainer.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
@@ -67,8 +68,12 @@ def _wait_all(procs: List[subprocess.Popen], names: List[str]):
 
 
 def launch(job: Job, layout: str, workers: int) -> None:
-  """Runs the training job in child process(es); raises RuntimeError on failure."""
-  with tempfile.TemporaryDirectory(prefix="tfx_parallel_train_") as tmp:
+  """Runs the training job in child process(es); raises RuntimeError on failure.
+
+  Holds the job's checkpoint directory exclusively while training runs.
+  """
+  with checkpoint.Lock(job.checkpoint_dir), \
+      tempfile.TemporaryDirectory(prefix="tfx_parallel_train_") as tmp:
     job_path = os.path.join(tmp, "job.json")
     with open(job_path, "w") as f:
       json.dump(dataclasses.asdict(job), f)
