@@ -23,16 +23,18 @@ $(STAMP): constraints.txt setup.py
 run: setup
 	$(VENV)/bin/tfx-parallel run $(ARGS)
 
-# Fast unit tests first, then the slow end-to-end tests.
+# Fast unit tests first, then the slow end-to-end tests. Two pytest workers: most of a
+# test's time is TensorFlow start-up and waiting on child processes, not both cores.
+XDIST := -n 2
 test: setup
-	$(PYTEST) -m "not slow" --durations=10 tests
-	$(PYTEST) -m "slow" --durations=30 tests
+	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
+	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests
 
 test-unit: setup
-	$(PYTEST) -m "not slow" --durations=10 tests
+	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
 
 test-e2e: setup
-	$(PYTEST) -m "slow" --durations=30 tests
+	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests
 
 bench: setup
 	$(PY) benchmarks/run_all.py

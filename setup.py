@@ -45,7 +45,7 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
     },
     entry_points={
         "console_scripts": ["tfx-parallel=tfx_parallel.pipeline.cli:main"],
