@@ -13,21 +13,21 @@ import sys
 
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.kubeflow import config as config_lib
-from tfx_parallel.kubeflow import package
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                               "default_config.yaml")
 DEFAULT_OUTPUT = "pipeline.yaml"
 
 
-def compile_package(config: config_lib.KubeflowConfig) -> package.Package:
+def compile_package(config: config_lib.KubeflowConfig) -> "package.Package":
   """Builds the pipeline from `config` and compiles it; raises ConfigError naming the key."""
   from tfx_parallel.pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
   pipeline = pipeline_lib.create_pipeline(config.pipeline, config.pipeline_root)
+  from tfx_parallel.kubeflow import package  # pylint: disable=g-import-not-at-top  # TFX: slow
   return package.build(config, pipeline)
 
 
-def compile_file(config_path: str, output_path: str) -> package.Package:
+def compile_file(config_path: str, output_path: str) -> "package.Package":
   """Reads the YAML config, compiles, writes the package to `output_path`."""
   result = compile_package(config_lib.load(config_path))
   directory = os.path.dirname(os.path.abspath(output_path))

@@ -80,10 +80,11 @@ def config_from_args(args) -> config_lib.PipelineConfig:
 
 
 def cmd_run(args) -> int:
-  from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
   config = config_from_args(args)
   try:
-    config.validate().check_inputs()
+    config.validate()  # Before TFX is imported: a bad flag fails in about a second.
+    from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
+    config.check_inputs()
     local_runner.check_home(args.home)
   except ConfigError as e:
     print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
