@@ -34,7 +34,7 @@ setup(
     python_requires=">=3.9,<3.11",
     packages=sorted(_PACKAGE_DIR),
     package_dir=_PACKAGE_DIR,
-    package_data={"tfx_parallel.kubeflow": ["default_config.yaml", "Dockerfile"]},
+    package_data={"tfx_parallel.kubeflow": ["default_config.yaml", "Dockerfile", "gpu.yaml"]},
     install_requires=[
         "tfx[kfp]==1.16.0",
         "tensorflow>=2.16,<2.17",

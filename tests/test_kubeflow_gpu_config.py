@@ -1,0 +1,73 @@
+"""kubeflow/gpu.yaml: the GPU config, and its commented multi-node variant, compile."""
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
+
+import copy
+import os
+
+import yaml
+
+from kubeflow_util import REPO, executors, platform_executors
+from tfx_parallel.kubeflow import compiler
+from tfx_parallel.kubeflow import config as config_lib
+
+GPU_CONFIG = os.path.join(REPO, "kubeflow", "gpu.yaml")
+TRAINER = "DistributedTrainer_executor"
+_VARIANT_MARKER = "# Merge this block over the sections above"
+
+
+def _merge(base, override):
+  """`override` over `base`, recursively for mappings (as the comment in gpu.yaml says)."""
+  merged = copy.deepcopy(base)
+  for key, value in override.items():
+    if isinstance(value, dict) and isinstance(merged.get(key), dict) and value:
+      merged[key] = _merge(merged[key], value)
+    else:
+      merged[key] = value
+  return merged
+
+
+def _multi_node_variant():
+  """The commented block at the end of gpu.yaml, uncommented and merged over the file."""
+  with open(GPU_CONFIG) as f:
+    text = f.read()
+  block = text[text.index(_VARIANT_MARKER):].splitlines()
+  block = block[block.index("#") + 1:]  # The YAML starts after the first bare "#".
+  uncommented = "\n".join(line[2:] for line in block if line.startswith("# "))
+  return _merge(yaml.safe_load(text), yaml.safe_load(uncommented))
+
+
+def test_gpu_config_compiles_to_a_package(tmp_path):
+  output = tmp_path / "gpu" / "pipeline.yaml"
+  compiler.compile_file(GPU_CONFIG, str(output))
+  with open(output) as f:
+    documents = list(yaml.safe_load_all(f))
+  assert len(documents) == 2
+  assert documents[0]["pipelineInfo"]["name"] == "tfx-parallel-gpu"
+  assert documents[0]["defaultPipelineRoot"].startswith("gs://")
+  trainer = executors(documents)[TRAINER]["container"]
+  accelerator = trainer["resources"]["accelerator"]
+  assert (accelerator["resourceType"], accelerator["resourceCount"]) == ("nvidia.com/gpu", "4")
+  platform = platform_executors(documents)[TRAINER]
+  assert platform["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+  assert platform["tolerations"][0]["key"] == "nvidia.com/gpu"
+  config = config_lib.load(GPU_CONFIG)
+  assert (config.pipeline.trainer.layout, config.pipeline.trainer.devices) == ("mirrored", 0)
+  assert config.pipeline.trainer.batch_size % 4 == 0
+
+
+def test_gpu_config_is_packaged():
+  with open(os.path.join(REPO, "setup.py")) as f:
+    assert '"gpu.yaml"' in f.read()
+
+
+def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():
+  data = _multi_node_variant()
+  config = config_lib.from_mapping(copy.deepcopy(data))
+  assert config.pipeline.trainer.layout == "multi_worker"
+  trainer = config.placement("DistributedTrainer")
+  assert trainer.accelerator is None and not trainer.tolerations
+  assert trainer.env["TFX_PARALLEL_TFJOB_IMAGE"] == config.placement("default").image
+  documents = compiler.compile_package(config).documents()
+  env = {e["name"]: e["value"] for e in executors(documents)[TRAINER]["container"]["env"]}
+  assert env["TFX_PARALLEL_TFJOB_WORKERS"] == "2"
+  assert TRAINER not in platform_executors(documents)
