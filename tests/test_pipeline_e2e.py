@@ -1,5 +1,6 @@
 """End to end: the real LocalDagRunner pipeline with a SQLite ML Metadata store,
 queried afterwards with the plain ml_metadata API."""
+import json
 import os
 import subprocess
 import sys
@@ -89,18 +90,33 @@ def test_bad_config_fails_before_any_component_runs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["--layout", "single"],
-                                   ["--layout", "mirrored", "--devices", "2"],
-                                   ["--layout", "mesh", "--mesh", "2x2"]])
-def test_cli_run_each_layout_prints_summary_from_mlmd(tmp_path, flags):
+def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
+  """`tfx-parallel run` with single, mirrored and a 2x2 mesh into one home, then
+  `tfx-parallel metrics --json` lists the three runs with their layouts."""
+  runs = {"single": ["--layout", "single"],
+          "mirrored": ["--layout", "mirrored", "--devices", "2"],
+          "mesh": ["--layout", "mesh", "--mesh", "2x2"]}
+  for layout, flags in runs.items():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
+         "--pipeline-name", f"cli-{layout}", "--rows", "2000", "--epochs", "4", *flags],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "summary (read from ML Metadata" in out
+    assert f"layout         {layout}" in out
+    assert "eval MSE" in out and "learned        w=" in out
   proc = subprocess.run(
-      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
-       "--rows", "2000", "--epochs", "4", *flags], capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  out = proc.stdout
-  assert "summary (read from ML Metadata" in out
-  assert f"layout         {flags[1]}" in out
-  assert "eval MSE" in out and "learned        w=" in out
+      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path),
+       "--json"], capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout)
+  layouts = {r["pipeline"]: r for r in rows}
+  assert set(layouts) == {"cli-single", "cli-mirrored", "cli-mesh"}, proc.stdout[-2000:]
+  for layout in runs:
+    assert layouts[f"cli-{layout}"]["properties"]["layout"] == layout
+  assert layouts["cli-mesh"]["properties"]["mesh_shape"] == "2x2"
+  assert layouts["cli-mirrored"]["properties"]["replicas"] == 2
 
 
 def test_cli_rejects_bad_mesh_with_the_key(tmp_path):
