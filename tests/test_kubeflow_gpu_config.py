@@ -3,7 +3,6 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import copy
 import os
-
 import yaml
 
 from kubeflow_util import REPO, executors, platform_executors
@@ -70,4 +69,15 @@ def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():
   documents = compiler.compile_package(config).documents()
   env = {e["name"]: e["value"] for e in executors(documents)[TRAINER]["container"]["env"]}
   assert env["TFX_PARALLEL_TFJOB_WORKERS"] == "2"
+  from tfx_parallel.components.distributed_trainer import tfjob  # pylint: disable=g-import-not-at-top
+  settings = tfjob.settings_from_env(env, config.pipeline.trainer.layout,
+                                     config.pipeline.trainer.workers)
+  body = tfjob.manifest(tfjob.spec_for(settings, "train-1", "gs://b/job.json"))
+  worker = body["spec"]["tfReplicaSpecs"]["Worker"]
+  assert worker["replicas"] == 2
+  pod = worker["template"]["spec"]
+  assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+  assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+  assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
   assert TRAINER not in platform_executors(documents)
+

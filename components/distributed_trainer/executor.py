@@ -12,7 +12,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys
-from tfx_parallel.components.distributed_trainer import launcher
+from tfx_parallel.components.distributed_trainer import launcher, tfjob
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job
 
@@ -56,7 +56,11 @@ class Executor(base_executor.BaseExecutor):
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     job = job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri)
-    launcher.launch(job, config.layout, config.workers)
+    settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
+    if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
+      tfjob.run(job, settings)
+    else:
+      launcher.launch(job, config.layout, config.workers)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
     for name in ("layout", "model", "optimizer"):
