@@ -4,6 +4,9 @@ The client tests talk to a tiny HTTP server in a thread that answers like the
 Kubernetes API, through the real `kubernetes` client: a real HTTP round trip.
 """
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -256,3 +259,20 @@ def test_run_raises_with_the_logs_when_the_tfjob_fails(tmp_path):
       tfjob.run(_job(tmp_path), settings, client=k8s.client(), now=lambda: 5)
   assert "DELETE" in [m for m, _, _, _ in k8s.requests]
   assert "Pod logs" in str(e.value)
+
+
+@pytest.mark.slow
+def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
+  """What each TFJob replica runs, here as one process without TF_CONFIG."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=512)
+  job = trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                              layout="single", epochs=1, batch_size=64)
+  shared = tmp_path / "shared" / "job.json"  # Stands for the job file on pipeline_root.
+  shared.parent.mkdir()
+  shared.write_text(json.dumps(job))
+  proc = subprocess.run([sys.executable, "-m", tfjob.replica_command("x")[2], "--job",
+                         str(shared)], capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
