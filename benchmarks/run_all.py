@@ -45,7 +45,9 @@ TITLES = {"bench_ingest": "Ingest: PartitionedExampleGen vs CsvExampleGen",
 # `python benchmarks/bench_ingest.py` for its full defaults).
 FULL_KWARGS = {"bench_ingest": {"rows": 100_000, "scaling_sizes": (100_000, 1_000_000)}}
 # Seconds before a module is stopped and reported MISSING (smoke: all run at once).
-SMOKE_TIMEOUT_S = 200
+# The smoke test under `make test` raises it (a shared CI machine is slower; the smoke
+# run's purpose there is that the code works, not its speed).
+SMOKE_TIMEOUT_S = int(os.environ.get("TFX_PARALLEL_SMOKE_TIMEOUT_S", "200"))
 FULL_TIMEOUT_S = {"bench_ingest": 600, "bench_train": 900, "bench_eval": 360,
                   "bench_e2e": 900, "bench_limits": 120}
 
