@@ -13,7 +13,6 @@ batch -- except for a binary {0, 1} label, whose scores are kept for the exact A
 """
 import dataclasses
 import math
-import os
 import time
 from typing import Iterator, List, Tuple
 
@@ -27,6 +26,7 @@ tfenv.prepare()
 import tensorflow as tf
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common.splits import split_files
 
 PREDICTION_KEY = "predictions"
 ACCURACY_THRESHOLD = 0.5
@@ -121,15 +121,6 @@ class QualityAccumulator:
     return Quality(examples=self.count, mse=mse, rmse=math.sqrt(mse),
                    mae=self._sum_abs / self.count, r2=r2, label_is_binary=self._binary,
                    accuracy=accuracy, auc=area, seconds=seconds)
-
-
-def split_files(examples_uri: str, split: str) -> List[str]:
-  """The split's TFRecord files; raises naming the directory if there are none."""
-  pattern = os.path.join(examples_uri, f"Split-{split}", "*")
-  files = sorted(tf.io.gfile.glob(pattern))
-  if not files:
-    raise FileNotFoundError(f"no TFRecord files for split {split!r} at {pattern}")
-  return files
 
 
 def _label_dtype(files: List[str], label_key: str) -> tf.DType:

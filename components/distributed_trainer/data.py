@@ -4,10 +4,11 @@ Batches serialized records before parsing (one `parse_example` per batch), parse
 parallel with AUTOTUNE, prefetches, and shards by FILE for multi-worker input.
 """
 import dataclasses
-import os
-from typing import List, Sequence
+from typing import Sequence
 
 import tensorflow as tf
+
+from tfx_parallel.components.common.splits import split_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,14 +18,6 @@ class InputSpec:
   feature_keys: Sequence[str]
   label_key: str
   num_features_padded: int  # >= len(feature_keys); extra columns are zeros.
-
-
-def split_files(examples_uri: str, split: str) -> List[str]:
-  pattern = os.path.join(examples_uri, f"Split-{split}", "*")
-  files = sorted(tf.io.gfile.glob(pattern))
-  if not files:
-    raise FileNotFoundError(f"No files for split '{split}' under {pattern}")
-  return files
 
 
 def parse_batch(serialized, spec: InputSpec):
