@@ -33,6 +33,9 @@ class ExampleGenConfig:
       from the first rows of the first file (see sources.infer_column_types).
     columns: optional CSV columns to keep (the label is always kept); None keeps every
       column, except for "taxi", which keeps sources.TAXI_FEATURE_COLUMNS.
+    verify_output: re-read every written record (both CRCs, parse as tf.train.Example,
+      row counts per split) before the artifact is published; off by default, its cost
+      is in benchmarks/RESULTS.md.
   """
   source: str = SYNTHETIC
   label: Optional[str] = None
@@ -50,6 +53,7 @@ class ExampleGenConfig:
   bad_row_policy: str = "fail"
   column_types: Optional[Dict[str, str]] = None
   columns: Optional[Tuple[str, ...]] = None
+  verify_output: bool = False
 
   @property
   def is_synthetic(self) -> bool:
@@ -102,6 +106,8 @@ class ExampleGenConfig:
             "shards_per_worker", f"must be >= 1. Received: {self.shards_per_worker!r}")
     require(self.bad_row_policy in BAD_ROW_POLICIES, "bad_row_policy",
             f"must be one of {BAD_ROW_POLICIES}. Received: {self.bad_row_policy!r}")
+    require(isinstance(self.verify_output, bool), "verify_output",
+            f"must be true or false. Received: {self.verify_output!r}")
     if self.column_types:
       for col, typ in self.column_types.items():
         require(typ in ("float", "int", "string"), f"column_types.{col}",

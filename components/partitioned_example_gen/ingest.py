@@ -13,6 +13,7 @@ from apache_beam.runners.runner import PipelineState
 
 from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import sources
+from tfx_parallel.components.partitioned_example_gen import verify
 from tfx_parallel.components.partitioned_example_gen import write
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
@@ -37,6 +38,8 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
 
   Raises:
     sources.BadInputError: the source has bad rows (policy "fail") or no rows at all.
+    verify.CorruptRecordError: ``config.verify_output`` is on and a record read back
+      fails a check.
     Exception: whatever the runner raised; ``uri`` then has no Split-* directories.
   """
   with write.staged_output(uri) as staging:
@@ -58,6 +61,10 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       raise sources.BadInputError(
           f"source {plan.source!r} has no data rows ({summary.skipped_rows} bad rows "
           f"skipped); nothing was written to {uri}")
+    if config.verify_output:
+      verify.verify_output(staging, summary.row_counts, config.split_names)
+      logging.info("PartitionedExampleGen: verified every record of %d rows",
+                   summary.total_rows)
   return summary
 
 

@@ -89,7 +89,7 @@ def _length_header(length: int) -> bytes:
 
 def frame_tfrecords(encoded: EncodedBatch) -> bytes:
   """TFRecord framing of each record: length, masked crc32c of length, data, masked
-  crc32c of data. Vectorized when all records have the same length (complete numeric
+  crc32c of data. Vectorized when every record has the same length (complete numeric
   rows), where the length header is one constant."""
   n = encoded.num_rows
   if n == 0:
@@ -101,8 +101,11 @@ def frame_tfrecords(encoded: EncodedBatch) -> bytes:
                      count=n)
   masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(0xA282EAD8))
             & np.uint64(0xFFFFFFFF)).astype("<u4")
+  lengths = np.diff(encoded.ends, prepend=0)
   length = ends[0]
-  if ends[-1] == length * n:  # Every record has the same length.
+  # The fast path needs every record to be exactly ``length`` bytes: test each one. (A
+  # test of the total alone, ends[-1] == length * n, also holds for 15, 14 and 16 bytes.)
+  if bool((lengths == length).all()):
     out = np.empty((n, length + 16), dtype=np.uint8)
     out[:, :12] = np.frombuffer(_length_header(length), dtype=np.uint8)
     out[:, 12:12 + length] = np.frombuffer(data, dtype=np.uint8).reshape(n, length)
@@ -229,12 +232,15 @@ class _WriteShard(beam.DoFn):
 
 @beam.ptransform_fn
 def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int,
-                part_buffer_bytes: int = PART_BUFFER_BYTES):
+                part_buffer_bytes: Optional[int] = None):
   """((split, shard), GzipChunk) -> files under root/Split-*; returns (split, rows).
 
   Chunks are staged in part files under root/_parts (removed with the staging dir); only
-  their references are grouped by shard.
+  their references are grouped by shard. ``part_buffer_bytes`` defaults to
+  ``PART_BUFFER_BYTES``, read when the pipeline is built.
   """
+  if part_buffer_bytes is None:
+    part_buffer_bytes = PART_BUFFER_BYTES
   every_shard = [((s, i), None) for s in split_names for i in range(num_shards)]
   placeholders = chunks.pipeline | "EveryShard" >> beam.Create(every_shard)
   refs = chunks | "StageChunks" >> beam.ParDo(
