@@ -27,3 +27,15 @@ TRUE_BIAS = "true_bias"              # float (synthetic only).
 TFRECORD_PREFIX = "data_tfrecord"    # Split-<name>/data_tfrecord-00000-of-00004.gz
 HISTORY_FILE = "history.json"        # in the TrainingHistory artifact's URI.
 SERVING_SIGNATURE = "serving_default"  # takes serialized tf.Example under "examples".
+
+# The task contract between DistributedTrainer and ConvergenceEvaluator. Custom properties
+# on the Model and TrainingHistory artifacts (written by DistributedTrainer):
+TASK = "task"                          # "regression" | "binary" | "multiclass".
+TASKS = ("regression", "binary", "multiclass")
+NUM_CLASSES = "num_classes"            # int: 1 for regression and binary, K for multiclass.
+LABEL_VOCABULARY = "label_vocabulary"  # JSON list, class id -> label string (string labels).
+# Outputs of the serving signature, by task:
+PREDICTIONS_OUTPUT = "predictions"     # regression: float32 [N, 1].
+PROBABILITIES_OUTPUT = "probabilities" # binary: float32 [N, 1], P(class 1); multiclass [N, K].
+CLASS_IDS_OUTPUT = "class_ids"         # classification: int64 [N, 1].
+LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K].
