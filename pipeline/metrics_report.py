@@ -131,8 +131,7 @@ def find_runs(store, pipeline_name: Optional[str] = None,
     if pipeline_name and pipeline != pipeline_name:
       continue
     runs = sorted(by_type.get(RUN_CONTEXT, []), key=lambda c: (c.create_time_since_epoch, c.id))
-    properties = _exact_properties(artifact.uri, {
-        name: P.decode(value) for name, value in artifact.custom_properties.items()})
+    properties = _exact_properties(artifact.uri, P.read_properties(artifact.custom_properties))
     for index, run in enumerate(runs or [None]):
       rows.append(RunMetrics(
           pipeline=pipeline,

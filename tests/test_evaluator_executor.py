@@ -15,6 +15,7 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.convergence_evaluator import executor
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import testing
+from tfx_parallel.components.convergence_evaluator import config as config_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 
 FEATURES = ["x0", "x1"]
@@ -34,9 +35,9 @@ def inputs(tmp_path_factory):
   return examples, model, x[100:], y[100:]
 
 
-def _run(tmp_path, inputs, history, config=EvaluatorConfig()):
-  examples, model, _, _ = inputs
-  history_artifact = testing.write_history(str(tmp_path / "history"), history)
+def _run(tmp_path, inputs, history, config=EvaluatorConfig(), **history_task):
+  examples, model = inputs[:2]
+  history_artifact = testing.write_history(str(tmp_path / "history"), history, **history_task)
   metrics = artifacts.ConvergenceMetrics()
   metrics.uri = str(tmp_path / "metrics")
   blessing = standard_artifacts.ModelBlessing()
@@ -47,8 +48,7 @@ def _run(tmp_path, inputs, history, config=EvaluatorConfig()):
        keys.HISTORY_KEY: [history_artifact]},
       {keys.METRICS_KEY: [metrics], keys.BLESSING_KEY: [blessing]},
       {keys.CONFIG_KEY: config_util.to_json(config)})
-  props = {name: P.decode(value) for name, value in
-           metrics.mlmd_artifact.custom_properties.items()}
+  props = P.read_properties(metrics.mlmd_artifact.custom_properties)
   return metrics, blessing, props
 
 
@@ -57,8 +57,8 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   losses = 20.0 * np.exp(-0.2 * np.arange(1, 31))  # Records every 10 steps.
   history = testing.linear_history(losses, kernel=LEARNED_W, bias=LEARNED_B,
                                    steps_per_epoch=100)
-  metrics, blessing, props = _run(tmp_path, inputs, history,
-                                  EvaluatorConfig(max_eval_mse=1.0, min_r2=0.5))
+  metrics, blessing, props = _run(tmp_path, inputs, history, EvaluatorConfig(
+      regression=config_lib.RegressionThresholds(max_eval_mse=1.0, min_r2=0.5)))
 
   predictions = x.astype(np.float64) @ np.float32(LEARNED_W) + np.float32(LEARNED_B)
   error = predictions - y
@@ -69,6 +69,8 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
       1 - np.sum(error ** 2) / np.sum((y - y.mean()) ** 2), rel=1e-5)
   assert props[P.EVAL_EXAMPLES] == 100 and props[P.EVAL_SPLIT] == "eval"
   assert props[P.LABEL_IS_BINARY] == 0 and props[P.EVAL_AUC] == -1
+  assert props[P.TASK] == "regression" and props[P.NUM_CLASSES] == 1  # No task property.
+  assert P.EVAL_LOG_LOSS not in props and P.LABEL_VOCABULARY not in props
 
   first = int(np.flatnonzero(losses <= 0.01 * losses[0])[0])
   assert props[P.STEPS_TO_TARGET] == (first + 1) * 10
@@ -106,6 +108,9 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   assert props[P.METRICS_FILE] == "metrics.json"
   assert set(exact) == set(props)
   assert exact[P.EVAL_MSE] == props[P.EVAL_MSE]  # Unrounded: not stored in a DB here.
+  precise = metrics.get_json_value_custom_property(P.PRECISE_VALUES)
+  assert precise[P.EVAL_MSE] == exact[P.EVAL_MSE]
+  assert set(precise) == {k for k, v in exact.items() if isinstance(props[k], float)}
   with open(os.path.join(metrics.uri, "loss.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
 
@@ -132,3 +137,100 @@ def test_bad_config_json_names_the_key(tmp_path, inputs):
     executor.Executor().Do(
         {keys.MODEL_KEY: [model], keys.EXAMPLES_KEY: [examples], keys.HISTORY_KEY: []},
         {}, {keys.CONFIG_KEY: json.dumps({"plateau_windw": 3})})
+
+
+BINARY_W, BINARY_B = [2.0, -1.0], 0.2
+MULTI_W, MULTI_B = [[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]], [0.0, 0.1, -0.1]
+
+
+@pytest.fixture(scope="module")
+def classification(tmp_path_factory):
+  """Examples with a float 0/1 label and a string label, and the two classifiers."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("classification")
+  x, y = testing.classification_data(300, BINARY_W, BINARY_B, noise=0.5, seed=11)
+  _, ids = testing.classification_data(300, MULTI_W, MULTI_B, noise=0.5, seed=11)
+  names = np.array(["lo", "mid", "hi"])[ids]
+  splits = {}
+  for split, rows in (("train", slice(0, 100)), ("eval", slice(100, 300))):
+    binary = testing.serialize_examples(x[rows], y[rows].astype(np.float32), FEATURES, "y")
+    multi = testing.serialize_examples(x[rows], names[rows], FEATURES, "z", label_type="bytes")
+    for b, m in zip(binary, multi):  # One example holding both labels.
+      example = tf.train.Example.FromString(b)
+      example.features.feature["z"].CopyFrom(tf.train.Example.FromString(m).features.feature["z"])
+      splits.setdefault(split, []).append(example.SerializeToString())
+  binary_model = testing.export_classifier_model(str(root / "binary"), "binary", BINARY_W,
+                                                 BINARY_B, FEATURES)
+  multi_model = testing.export_classifier_model(str(root / "multi"), "multiclass", MULTI_W,
+                                                MULTI_B, FEATURES, with_properties=False)
+  return {"x": x[100:], "y": y[100:], "ids": ids[100:], "splits": splits, "root": root,
+          "binary": binary_model, "multi": multi_model}
+
+
+def _examples(classification, label_key):
+  return testing.write_examples(str(classification["root"] / f"examples-{label_key}"),
+                                classification["splits"], FEATURES, label_key)
+
+
+def _converged():
+  return testing.linear_history(20.0 * np.exp(-0.2 * np.arange(1, 31)), layout="single",
+                                mesh_shape=(), replicas=1)
+
+
+def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
+    tmp_path, classification):
+  inputs = (_examples(classification, "y"), classification["binary"])
+  config = EvaluatorConfig(binary=config_lib.BinaryThresholds(min_accuracy=0.6, min_auc=0.7),
+                           regression=config_lib.RegressionThresholds(max_eval_mse=0.0))
+  _, blessing, props = _run(tmp_path, inputs, _converged(), config)  # History: no task.
+  x, y = classification["x"], classification["y"]
+  z = x.astype(np.float64) @ np.float32(BINARY_W) + np.float32(BINARY_B)
+  assert props[P.TASK] == "binary" and props[P.NUM_CLASSES] == 2
+  assert props[P.EVAL_EXAMPLES] == 200
+  assert props[P.EVAL_ACCURACY] == np.mean((z > 0) == (y == 1))
+  assert props[P.EVAL_LOG_LOSS] == pytest.approx(np.mean(np.logaddexp(0, z) - y * z),
+                                                 rel=1e-5)
+  tp = np.sum((z > 0) & (y == 1))
+  assert props[P.EVAL_PRECISION] == tp / np.sum(z > 0)
+  assert props[P.EVAL_RECALL] == tp / np.sum(y == 1)
+  assert props[P.EVAL_POSITIVES] == np.sum(y == 1)
+  assert 0.7 < props[P.EVAL_AUC] <= 1.0
+  assert P.EVAL_MSE not in props and P.EVAL_R2 not in props
+  assert props[P.BLESSED] == 1, props[P.BLESSING_MESSAGE]  # regression bound not checked.
+  assert blessing.get_int_custom_property("blessed") == 1
+
+  config = EvaluatorConfig(binary=config_lib.BinaryThresholds(min_auc=0.999))
+  _, _, props = _run(tmp_path / "strict", inputs, _converged(), config)
+  assert props[P.BLESSED] == 0
+  assert props[P.BLESSING_MESSAGE].startswith("eval_auc ") and "binary.min_auc" in \
+      props[P.BLESSING_MESSAGE]
+
+
+def test_multiclass_task_from_the_history_with_string_labels(tmp_path, classification):
+  inputs = (_examples(classification, "z"), classification["multi"])  # Model: no task.
+  _, _, props = _run(tmp_path, inputs, _converged(), task="multiclass", num_classes=3,
+                     label_vocabulary=["lo", "mid", "hi"])
+  x, ids = classification["x"], classification["ids"]
+  predicted = (x.astype(np.float64) @ np.float32(MULTI_W) + np.float32(MULTI_B)).argmax(1)
+  assert props[P.TASK] == "multiclass" and props[P.NUM_CLASSES] == 3
+  assert json.loads(props[P.LABEL_VOCABULARY]) == ["lo", "mid", "hi"]
+  assert props[P.EVAL_ACCURACY] == pytest.approx(np.mean(predicted == ids), abs=1e-12)
+  for k in range(3):
+    assert props[f"{P.EVAL_CLASS_EXAMPLES_PREFIX}{k}"] == np.sum(ids == k)
+    assert props[f"{P.EVAL_CLASS_ACCURACY_PREFIX}{k}"] == pytest.approx(
+        np.mean(predicted[ids == k] == k), abs=1e-12)
+  assert props[P.EVAL_LOG_LOSS] > 0 and P.EVAL_AUC not in props
+
+
+def test_task_from_config_and_conflicts_fail_before_evaluation(tmp_path, classification):
+  examples = _examples(classification, "y")
+  config = EvaluatorConfig(task="binary")
+  model = testing.export_classifier_model(str(tmp_path / "bare"), "binary", BINARY_W,
+                                          BINARY_B, FEATURES, with_properties=False)
+  _, _, props = _run(tmp_path / "config", (examples, model), _converged(), config)
+  assert props[P.TASK] == "binary" and props[P.EVAL_AUC] > 0.7
+  with pytest.raises(ValueError, match=r"Model artifact at .* says 'binary', TrainingHistory "
+                                       r"artifact at .* says 'multiclass'"):
+    _run(tmp_path / "conflict", (examples, classification["binary"]), _converged(),
+         task="multiclass", num_classes=3)
+  assert not os.path.exists(tmp_path / "conflict" / "metrics")  # Nothing written.

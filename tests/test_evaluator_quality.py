@@ -121,3 +121,154 @@ def test_evaluate_errors_name_what_is_missing(model_dir, tmp_path):
       str(tmp_path), {"eval": testing.serialize_examples(x, y, FEATURES, "y")}, FEATURES, "y")
   with pytest.raises(ValueError, match="'label' is not a feature"):
     quality.evaluate(model_dir, examples.uri, "eval", "label", 8)
+
+
+# --- Classification. -------------------------------------------------------------------
+
+def _pairwise_auc(labels, scores):
+  pos, neg = scores[labels == 1], scores[labels == 0]
+  diff = pos[:, None] - neg[None, :]
+  return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
+
+
+def test_binary_accumulator_equals_one_shot_numpy():
+  rng = np.random.default_rng(2)
+  logits = rng.normal(scale=3.0, size=501).astype(np.float32)
+  logits[:5] = [40.0, -40.0, 0.0, 25.0, -30.0]  # P rounds to 1 / 0: log loss stays finite.
+  labels = (rng.random(501) < 1 / (1 + np.exp(-logits))).astype(np.int64)
+  labels[:2] = [0, 1]  # Confidently wrong: a loss of 40 each.
+  probabilities = (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+  accumulator = quality.BinaryAccumulator()
+  for start in range(0, 501, 64):
+    end = start + 64
+    accumulator.update(labels[start:end], probabilities[start:end, None],
+                       logits[start:end, None])
+  result = accumulator.result()
+  z, y = logits.astype(np.float64), labels.astype(np.float64)
+  predicted = probabilities > 0.5
+  tp = np.sum(predicted & (labels == 1))
+  assert result.examples == 501 and result.positives == labels.sum()
+  assert result.log_loss == pytest.approx(np.mean(np.log1p(np.exp(-z)) + (1 - y) * z),
+                                          rel=1e-12)
+  assert result.log_loss > 80 / 501  # The two confident mistakes count in full.
+  assert result.accuracy == np.mean(predicted == (labels == 1))
+  assert result.precision == tp / predicted.sum()
+  assert result.recall == tp / labels.sum()
+  assert result.auc == pytest.approx(_pairwise_auc(labels, probabilities), rel=1e-12)
+
+
+def test_binary_without_positives_or_predictions_reports_not_applicable():
+  accumulator = quality.BinaryAccumulator()
+  accumulator.update(np.zeros(3, np.int64), np.full(3, 0.2), np.full(3, -1.4))
+  result = accumulator.result()
+  assert (result.precision, result.recall, result.auc) == (-1.0, -1.0, -1.0)
+  assert result.accuracy == 1.0
+  with pytest.raises(ValueError, match=r"binary model's probabilities must be \[N, 1\]"):
+    quality.BinaryAccumulator().update(np.zeros(3, np.int64), np.zeros((3, 2)), np.zeros(3))
+
+
+def test_multiclass_accumulator_equals_one_shot_numpy():
+  rng = np.random.default_rng(3)
+  logits = rng.normal(scale=2.0, size=(300, 4))
+  logits[0] = [60.0, -60.0, 0.0, 0.0]  # Softmax rounds to one-hot.
+  labels = rng.integers(0, 3, size=300)  # Class 3 never occurs.
+  labels[0] = 1
+  probabilities = np.exp(logits - logits.max(1, keepdims=True))
+  probabilities /= probabilities.sum(1, keepdims=True)
+  accumulator = quality.MulticlassAccumulator()  # K from the first batch.
+  for start in range(0, 300, 50):
+    end = start + 50
+    accumulator.update(labels[start:end], probabilities[start:end].astype(np.float32),
+                       logits[start:end].astype(np.float32))
+  result = accumulator.result()
+  z = logits.astype(np.float32).astype(np.float64)
+  log_sum = np.log(np.sum(np.exp(z - z.max(1, keepdims=True)), 1)) + z.max(1)
+  predicted = probabilities.astype(np.float32).argmax(1)
+  assert result.examples == 300
+  assert result.log_loss == pytest.approx(np.mean(log_sum - z[np.arange(300), labels]),
+                                          rel=1e-12)
+  assert result.accuracy == np.mean(predicted == labels)
+  for k in range(3):
+    assert result.class_accuracy[k] == np.mean(predicted[labels == k] == k)
+    assert result.class_examples[k] == np.sum(labels == k)
+  assert result.class_accuracy[3] == -1.0 and result.class_examples[3] == 0
+
+
+def test_multiclass_shape_and_range_errors():
+  with pytest.raises(ValueError, match=r"logits must be \[N, K\] = \[2, 3\]"):
+    quality.MulticlassAccumulator(3).update(np.array([0, 1]), np.zeros((2, 3)),
+                                            np.zeros((2, 4)))
+  with pytest.raises(ValueError, match="class id 3 is outside 0..2"):
+    quality.MulticlassAccumulator(3).update(np.array([0, 3]), np.zeros((2, 3)),
+                                            np.zeros((2, 3)))
+
+
+BINARY_W, BINARY_B = [1.5, -2.0, 0.5], 0.3
+MULTI_W = [[1.0, -1.0, 0.2], [0.5, 0.0, -1.5], [-0.3, 1.2, 0.4]]
+MULTI_B = [0.1, 0.0, -0.2]
+
+
+@pytest.fixture(scope="module")
+def classifiers(tmp_path_factory):
+  root = tmp_path_factory.mktemp("classifiers")
+  binary = testing.export_classifier_model(str(root / "binary"), "binary", BINARY_W,
+                                           BINARY_B, FEATURES)
+  multi = testing.export_classifier_model(str(root / "multi"), "multiclass", MULTI_W,
+                                          MULTI_B, FEATURES, ["cat", "dog", "emu"])
+  return binary, multi
+
+
+def test_evaluate_binary_classifier_on_float_labels(classifiers, tmp_path):
+  from tfx_parallel.components.convergence_evaluator import task as task_lib  # pylint: disable=g-import-not-at-top
+  x, y = testing.classification_data(400, BINARY_W, BINARY_B, seed=6)
+  records = testing.serialize_examples(x, y.astype(np.float32), FEATURES, "label")
+  examples = testing.write_examples(str(tmp_path), {"eval": records}, FEATURES, "label",
+                                    shards=2)
+  binary, _ = classifiers
+  info = task_lib.resolve(task_lib.read_properties(binary), {})
+  result = quality.evaluate(path_utils.serving_model_path(binary.uri), examples.uri, "eval",
+                            "label", 64, info)
+  z = x.astype(np.float64) @ np.float32(BINARY_W) + np.float32(BINARY_B)
+  assert isinstance(result, quality.BinaryQuality) and result.examples == 400
+  assert result.accuracy == np.mean((z > 0) == (y == 1))
+  assert result.log_loss == pytest.approx(np.mean(np.logaddexp(0, z) - y * z), rel=1e-5)
+  assert result.auc == pytest.approx(_pairwise_auc(y, z), abs=1e-6)
+  assert 0.6 < result.accuracy < 0.95  # Noisy labels: neither trivial nor random.
+
+
+def test_evaluate_multiclass_classifier_on_string_labels(classifiers, model_dir, tmp_path):
+  from tfx_parallel.components.convergence_evaluator import task as task_lib  # pylint: disable=g-import-not-at-top
+  x, ids = testing.classification_data(300, MULTI_W, MULTI_B, seed=7)
+  names = np.array(["cat", "dog", "emu"])[ids]
+  records = testing.serialize_examples(x, names, FEATURES, "animal", label_type="bytes")
+  examples = testing.write_examples(str(tmp_path), {"eval": records}, FEATURES, "animal")
+  _, multi = classifiers
+  info = task_lib.resolve(task_lib.read_properties(multi), {})
+  regression_dir, model_dir = model_dir, path_utils.serving_model_path(multi.uri)
+  result = quality.evaluate(model_dir, examples.uri, "eval", "animal", 64, info)
+  z = x.astype(np.float64) @ np.float32(MULTI_W) + np.float32(MULTI_B)
+  predicted = z.argmax(1)
+  assert isinstance(result, quality.MulticlassQuality) and result.examples == 300
+  assert result.accuracy == pytest.approx(np.mean(predicted == ids), abs=1e-12)
+  assert result.class_examples == tuple(np.bincount(ids, minlength=3))
+  assert result.class_accuracy[2] == pytest.approx(np.mean(predicted[ids == 2] == 2))
+
+  no_vocabulary = task_lib.TaskInfo("multiclass", 3)
+  with pytest.raises(ValueError, match=r"label 'animal' in split 'eval' of .* holds strings"):
+    quality.evaluate(model_dir, examples.uri, "eval", "animal", 64, no_vocabulary)
+  with pytest.raises(ValueError, match=r"lacks the output\(s\) \['predictions'\] the regression "
+                                       r"task needs"):
+    quality.evaluate(model_dir, examples.uri, "eval", "animal", 64)  # No task: regression.
+  with pytest.raises(ValueError, match=r"holds strings \(bytes_list\); a regression label"):
+    quality.evaluate(regression_dir, examples.uri, "eval", "animal", 64)
+
+
+def test_evaluate_a_regression_model_as_a_classifier_names_the_missing_outputs(model_dir,
+                                                                              tmp_path):
+  from tfx_parallel.components.convergence_evaluator import task as task_lib  # pylint: disable=g-import-not-at-top
+  x, y = testing.classification_data(8, BINARY_W, BINARY_B)
+  examples = testing.write_examples(
+      str(tmp_path), {"eval": testing.serialize_examples(x, y, FEATURES, "y")}, FEATURES, "y")
+  with pytest.raises(ValueError, match=r"lacks the output\(s\) \['logits', 'probabilities'\] "
+                                       r"the binary task needs; it returns \['predictions'\]"):
+    quality.evaluate(model_dir, examples.uri, "eval", "y", 8, task_lib.TaskInfo("binary", 2))

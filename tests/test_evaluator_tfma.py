@@ -1,4 +1,8 @@
-"""Parity with the stock TFMA Evaluator configured by tfma_stage (same model, same split)."""
+"""Parity with the stock TFMA Evaluator configured by tfma_stage (same model, same split).
+
+Each slow test runs the stock Evaluator's executor (TFMA on Beam's DirectRunner) and our
+``quality.evaluate`` on the same fixture model and Examples, per task.
+"""
 import json
 import os
 
@@ -12,6 +16,7 @@ from tfx.utils import path_utils
 from tfx.utils import proto_utils
 
 from tfx_parallel.components.convergence_evaluator import quality
+from tfx_parallel.components.convergence_evaluator import task as task_lib
 from tfx_parallel.components.convergence_evaluator import testing
 from tfx_parallel.components.convergence_evaluator import tfma_stage
 
@@ -23,6 +28,24 @@ def _output(tmp_path, artifact_class, name):
   artifact.uri = str(tmp_path / name)
   os.makedirs(artifact.uri)
   return artifact
+
+
+def _run_stock_evaluator(tmp_path, examples, model, label_key, task="regression"):
+  """Runs the stock Evaluator's executor with tfma_stage's config; {metric name: value}."""
+  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
+  from tfx import types  # pylint: disable=g-import-not-at-top
+  component = tfma_stage.stock_evaluator(types.Channel(type=standard_artifacts.Model),
+                                         types.Channel(type=standard_artifacts.Examples),
+                                         label_key, task=task)
+  exec_properties = dict(component.exec_properties)  # The component's own JSON config.
+  evaluation = _output(tmp_path, standard_artifacts.ModelEvaluation, "evaluation")
+  blessing = _output(tmp_path, standard_artifacts.ModelBlessing, "blessing")
+  component.executor_spec.executor_class().Do(
+      {specs.EXAMPLES_KEY: [examples], specs.MODEL_KEY: [model]},
+      {specs.EVALUATION_KEY: [evaluation], specs.BLESSING_KEY: [blessing]},
+      exec_properties)
+  [result] = tfma.load_metrics(evaluation.uri)
+  return {kv.key.name: kv.value.double_value.value for kv in result.metric_keys_and_values}
 
 
 def test_stock_evaluator_is_wired_to_our_channels():
@@ -40,8 +63,6 @@ def test_stock_evaluator_is_wired_to_our_channels():
 
 @pytest.mark.slow
 def test_eval_mse_matches_tfma_within_1e_4_relative(tmp_path):
-  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
-  from tfx import types  # pylint: disable=g-import-not-at-top
   x, y = testing.synthetic_data(3000, [1.0, -2.0, 0.5, 3.0], 1.5, noise=0.7, seed=5)
   missing = np.zeros_like(x, bool)
   missing[::11, 2] = True  # Both evaluators must see the model's 0.0 default.
@@ -54,20 +75,62 @@ def test_eval_mse_matches_tfma_within_1e_4_relative(tmp_path):
 
   ours = quality.evaluate(path_utils.serving_model_path(model.uri), examples.uri, "eval",
                           "y", batch_size=256)
-
-  component = tfma_stage.stock_evaluator(types.Channel(type=standard_artifacts.Model),
-                                         types.Channel(type=standard_artifacts.Examples), "y")
-  exec_properties = dict(component.exec_properties)  # The component's own JSON config.
-  evaluation = _output(tmp_path, standard_artifacts.ModelEvaluation, "evaluation")
-  blessing = _output(tmp_path, standard_artifacts.ModelBlessing, "blessing")
-  component.executor_spec.executor_class().Do(
-      {specs.EXAMPLES_KEY: [examples], specs.MODEL_KEY: [model]},
-      {specs.EVALUATION_KEY: [evaluation], specs.BLESSING_KEY: [blessing]},
-      exec_properties)
-
-  [result] = tfma.load_metrics(evaluation.uri)
-  theirs = {kv.key.name: kv.value.double_value.value
-            for kv in result.metric_keys_and_values}
+  theirs = _run_stock_evaluator(tmp_path, examples, model, "y")
   assert theirs["example_count"] == ours.examples == 2000
   assert ours.mse == pytest.approx(theirs["mean_squared_error"], rel=1e-4)
   assert ours.mae == pytest.approx(theirs["mean_absolute_error"], rel=1e-4)
+
+
+def test_classification_configs_read_the_probabilities_with_matching_metrics():
+  binary = tfma_stage.eval_config("y", task="binary")
+  assert binary.model_specs[0].prediction_key == "probabilities"
+  assert [m.class_name for m in binary.metrics_specs[0].metrics] == [
+      "ExampleCount", "BinaryAccuracy", "AUC", "Precision", "Recall", "BinaryCrossEntropy"]
+  multi = tfma_stage.eval_config("y", task="multiclass")
+  assert "SparseCategoricalAccuracy" in [m.class_name for m in multi.metrics_specs[0].metrics]
+  with pytest.raises(ValueError, match="task must be one of .* Received: 'ranking'"):
+    tfma_stage.eval_config("y", task="ranking")
+
+
+def _classification_inputs(tmp_path, task, kernel, bias, seed):
+  x, ids = testing.classification_data(3000, kernel, bias, noise=1.0, seed=seed)
+  missing = np.zeros_like(x, bool)
+  missing[::13, 1] = True  # Both evaluators must see the model's 0.0 default.
+  # Float labels, as PartitionedExampleGen writes a numeric label column today.
+  records = testing.serialize_examples(x, ids.astype(np.float32), FEATURES, "label",
+                                       missing=missing)
+  examples = testing.write_examples(str(tmp_path / "examples"),
+                                    {"train": records[:1000], "eval": records[1000:]},
+                                    FEATURES, "label", shards=2)
+  # The served model is a little off the data's, so neither metric is near 1.
+  model = testing.export_classifier_model(str(tmp_path / "model"), task,
+                                          np.asarray(kernel) * 0.8 + 0.1,
+                                          np.asarray(bias) - 0.1, FEATURES)
+  info = task_lib.resolve(task_lib.read_properties(model), {})
+  ours = quality.evaluate(path_utils.serving_model_path(model.uri), examples.uri, "eval",
+                          "label", 256, info)
+  return ours, _run_stock_evaluator(tmp_path, examples, model, "label", task=task)
+
+
+@pytest.mark.slow
+def test_binary_accuracy_and_auc_match_tfma_within_1e_4(tmp_path):
+  ours, theirs = _classification_inputs(tmp_path, "binary", [1.0, -2.0, 0.5, 3.0], 0.4,
+                                        seed=8)
+  assert theirs["example_count"] == ours.examples == 2000
+  assert 0.6 < ours.accuracy < 0.95 and 0.6 < ours.auc < 0.99
+  assert ours.accuracy == pytest.approx(theirs["binary_accuracy"], abs=1e-4)
+  assert ours.auc == pytest.approx(theirs["auc"], abs=1e-4)
+  assert ours.precision == pytest.approx(theirs["precision"], abs=1e-4)
+  assert ours.recall == pytest.approx(theirs["recall"], abs=1e-4)
+  # TFMA's log loss is from clipped float32 probabilities, ours from the logits.
+  assert ours.log_loss == pytest.approx(theirs["binary_crossentropy"], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_multiclass_accuracy_matches_tfma_within_1e_4(tmp_path):
+  kernel = [[1.0, -1.0, 0.0], [0.5, 1.0, -1.5], [-1.0, 0.3, 1.0], [0.2, 0.0, -0.4]]
+  ours, theirs = _classification_inputs(tmp_path, "multiclass", kernel, [0.1, 0.0, -0.1],
+                                        seed=9)
+  assert theirs["example_count"] == ours.examples == 2000
+  assert 0.4 < ours.accuracy < 0.95
+  assert ours.accuracy == pytest.approx(theirs["sparse_categorical_accuracy"], abs=1e-4)

@@ -1,8 +1,66 @@
-"""Typed config of ConvergenceEvaluator: convergence targets and blessing thresholds."""
+"""Typed config of ConvergenceEvaluator: convergence targets and blessing thresholds.
+
+Blessing thresholds are grouped by task (``regression``, ``binary``, ``multiclass``);
+only the group of the evaluated model's task is checked. An unset (None) threshold is
+not checked.
+"""
 import dataclasses
 from typing import Optional
 
+from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
+
+
+def _require_fraction(value: Optional[float], key: str):
+  require(value is None or 0.0 <= value <= 1.0, key,
+          f"must be in [0, 1] or null. Received: {value!r}")
+
+
+def _require_non_negative(value: Optional[float], key: str):
+  require(value is None or value >= 0.0, key, f"must be >= 0 or null. Received: {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionThresholds:
+  """Bless a regression model only when eval MSE <= ``max_eval_mse`` and R^2 >= ``min_r2``."""
+  max_eval_mse: Optional[float] = None
+  min_r2: Optional[float] = None
+
+  def validate(self, prefix: str = "regression."):
+    _require_non_negative(self.max_eval_mse, prefix + "max_eval_mse")
+    require(self.min_r2 is None or self.min_r2 <= 1.0, prefix + "min_r2",
+            f"must be <= 1 (R^2 cannot exceed 1) or null. Received: {self.min_r2!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BinaryThresholds:
+  """Bless a binary classifier only when every set bound holds (threshold 0.5)."""
+  min_accuracy: Optional[float] = None
+  min_auc: Optional[float] = None
+  max_log_loss: Optional[float] = None
+  min_precision: Optional[float] = None
+  min_recall: Optional[float] = None
+
+  def validate(self, prefix: str = "binary."):
+    for name in ("min_accuracy", "min_auc", "min_precision", "min_recall"):
+      _require_fraction(getattr(self, name), prefix + name)
+    _require_non_negative(self.max_log_loss, prefix + "max_log_loss")
+
+
+@dataclasses.dataclass(frozen=True)
+class MulticlassThresholds:
+  """Bless a multi-class classifier only when every set bound holds.
+
+  ``min_class_accuracy`` bounds the accuracy of every class present in the split.
+  """
+  min_accuracy: Optional[float] = None
+  max_log_loss: Optional[float] = None
+  min_class_accuracy: Optional[float] = None
+
+  def validate(self, prefix: str = "multiclass."):
+    _require_fraction(self.min_accuracy, prefix + "min_accuracy")
+    _require_fraction(self.min_class_accuracy, prefix + "min_class_accuracy")
+    _require_non_negative(self.max_log_loss, prefix + "max_log_loss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,8 +76,12 @@ class EvaluatorConfig:
     rise_tolerance: a tail whose fitted loss rises by more than this fraction (and
       is above target) makes the run "diverged".
     split: the Examples split to evaluate quality on.
-    max_eval_mse: bless only when eval MSE <= this (None: no bound).
-    min_r2: bless only when eval R^2 >= this (None: no bound).
+    task: the task to evaluate when neither the Model nor the TrainingHistory artifact
+      has a ``task`` property (None: regression). When an artifact has one, this must
+      agree with it.
+    regression: blessing thresholds of a regression model.
+    binary: blessing thresholds of a binary classifier.
+    multiclass: blessing thresholds of a multi-class classifier.
     require_converged: bless only runs whose state is "converged".
     batch_size: eval batch size.
   """
@@ -28,8 +90,10 @@ class EvaluatorConfig:
   plateau_window: int = 5
   rise_tolerance: float = 0.5
   split: str = "eval"
-  max_eval_mse: Optional[float] = None
-  min_r2: Optional[float] = None
+  task: Optional[str] = None
+  regression: RegressionThresholds = dataclasses.field(default_factory=RegressionThresholds)
+  binary: BinaryThresholds = dataclasses.field(default_factory=BinaryThresholds)
+  multiclass: MulticlassThresholds = dataclasses.field(default_factory=MulticlassThresholds)
   require_converged: bool = True
   batch_size: int = 1024
 
@@ -43,7 +107,14 @@ class EvaluatorConfig:
     require(self.rise_tolerance > 0, "rise_tolerance",
             f"must be > 0. Received: {self.rise_tolerance!r}")
     require(bool(self.split), "split", f"must be a split name. Received: {self.split!r}")
-    require(self.max_eval_mse is None or self.max_eval_mse >= 0, "max_eval_mse",
-            f"must be >= 0. Received: {self.max_eval_mse!r}")
+    require(self.task is None or self.task in keys.TASKS, "task",
+            f"must be one of {list(keys.TASKS)} or null. Received: {self.task!r}")
+    for name, cls in (("regression", RegressionThresholds), ("binary", BinaryThresholds),
+                      ("multiclass", MulticlassThresholds)):
+      group = getattr(self, name)
+      require(isinstance(group, cls), name,
+              f"must be a {cls.__name__} (a mapping of its thresholds). "
+              f"Received: {group!r}")
+      group.validate(name + ".")
     require(self.batch_size >= 1, "batch_size", f"must be >= 1. Received: {self.batch_size}")
     return self

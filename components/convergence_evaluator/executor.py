@@ -24,6 +24,7 @@ from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
+from tfx_parallel.components.convergence_evaluator import task as task_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 
 
@@ -46,14 +47,21 @@ class Executor(base_executor.BaseExecutor):
     summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
                                   config.plateau_window, config.rise_tolerance,
                                   flagged_diverged=bool(history.get("diverged")))
+    info = read_task(model, history_artifact, config)
+    logging.info("ConvergenceEvaluator: evaluating a %s model (task from %s)%s.", info.task,
+                 info.source, f", {info.num_classes} classes" if info.is_classification else "")
     quality = quality_lib.evaluate(path_utils.serving_model_path(model.uri), examples.uri,
-                                   config.split, read_label_key(examples), config.batch_size)
+                                   config.split, read_label_key(examples), config.batch_size,
+                                   info)
+    if isinstance(quality, quality_lib.MulticlassQuality):
+      info = info.with_num_classes(len(quality.class_examples))
     weight_error, bias_error = convergence.parameter_error(
         history.get("weights"), *read_true_parameters(examples))
     blessed, message = blessing_lib.decide(quality, summary.state, config)
 
     scalars = {
         **convergence_properties(curves, summary, history),
+        **task_properties(info),
         **quality_properties(quality, config.split),
         **run_properties(history),
         P.WEIGHT_ERROR: weight_error,
@@ -64,16 +72,26 @@ class Executor(base_executor.BaseExecutor):
         P.BLESSED: int(blessed),
         P.BLESSING_MESSAGE: message,
     }
-    for name, value in scalars.items():
-      P.set_property(metrics, name, value)
+    P.set_properties(metrics, scalars)
     write_files(metrics.uri, scalars, convergence.curves_document(curves, summary),
                 title=(f"Training loss: {scalars[P.LAYOUT]} layout, mesh "
                        f"{scalars[P.MESH_SHAPE] or '-'}, {scalars[P.REPLICAS]} replicas, "
                        f"{summary.state}"))
     write_blessing(blessing, model, blessed)
-    logging.info("ConvergenceEvaluator: state=%s eval_mse=%.6g blessed=%s%s. "
-                 "Metrics written to %s.", summary.state, quality.mse, blessed,
-                 f" ({message})" if message else "", metrics.uri)
+    headline = (f"eval_mse={quality.mse:.6g}" if isinstance(quality, quality_lib.Quality)
+                else f"eval_accuracy={quality.accuracy:.6g}")
+    logging.info("ConvergenceEvaluator: state=%s %s blessed=%s%s. Metrics written to %s.",
+                 summary.state, headline, blessed, f" ({message})" if message else "",
+                 metrics.uri)
+
+
+def read_task(model: types.Artifact, history: types.Artifact,
+              config: EvaluatorConfig) -> task_lib.TaskInfo:
+  """The task from the Model's properties, else the history's, else config (task.py)."""
+  return task_lib.resolve(
+      task_lib.read_properties(model), task_lib.read_properties(history), config.task,
+      model_where=f"Model artifact at {model.uri}",
+      history_where=f"TrainingHistory artifact at {history.uri}")
 
 
 def read_history(uri: str) -> Dict[str, Any]:
@@ -131,19 +149,31 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
   return out
 
 
-def quality_properties(quality: quality_lib.Quality, split: str) -> Dict[str, P.Scalar]:
-  return {
-      P.EVAL_SPLIT: split,
-      P.EVAL_EXAMPLES: quality.examples,
-      P.EVAL_MSE: quality.mse,
-      P.EVAL_RMSE: quality.rmse,
-      P.EVAL_MAE: quality.mae,
-      P.EVAL_R2: quality.r2,
-      P.LABEL_IS_BINARY: quality.label_is_binary,
-      P.EVAL_ACCURACY: quality.accuracy,
-      P.EVAL_AUC: quality.auc,
-      P.EVAL_SECONDS: quality.seconds,
-  }
+def task_properties(info: task_lib.TaskInfo) -> Dict[str, P.Scalar]:
+  out = {P.TASK: info.task, P.NUM_CLASSES: info.num_classes}
+  if info.label_vocabulary is not None:
+    out[P.LABEL_VOCABULARY] = json.dumps(list(info.label_vocabulary))
+  return out
+
+
+def quality_properties(quality: quality_lib.AnyQuality, split: str) -> Dict[str, P.Scalar]:
+  """The task's quality properties (names and which task has which: properties.py)."""
+  out = {P.EVAL_SPLIT: split, P.EVAL_EXAMPLES: quality.examples,
+         P.EVAL_ACCURACY: quality.accuracy, P.EVAL_SECONDS: quality.seconds}
+  if isinstance(quality, quality_lib.BinaryQuality):
+    out.update({P.EVAL_AUC: quality.auc, P.EVAL_LOG_LOSS: quality.log_loss,
+                P.EVAL_PRECISION: quality.precision, P.EVAL_RECALL: quality.recall,
+                P.EVAL_POSITIVES: quality.positives})
+  elif isinstance(quality, quality_lib.MulticlassQuality):
+    out[P.EVAL_LOG_LOSS] = quality.log_loss
+    for k, (accuracy, n) in enumerate(zip(quality.class_accuracy, quality.class_examples)):
+      out[f"{P.EVAL_CLASS_ACCURACY_PREFIX}{k}"] = accuracy
+      out[f"{P.EVAL_CLASS_EXAMPLES_PREFIX}{k}"] = n
+  else:
+    out.update({P.EVAL_MSE: quality.mse, P.EVAL_RMSE: quality.rmse, P.EVAL_MAE: quality.mae,
+                P.EVAL_R2: quality.r2, P.LABEL_IS_BINARY: quality.label_is_binary,
+                P.EVAL_AUC: quality.auc})
+  return out
 
 
 def mesh_string(mesh_shape: Optional[List[int]]) -> str:

@@ -6,64 +6,82 @@ applicable" (all such quantities are otherwise >= 0); flags are ints 0/1; floats
 NaN or +-inf (a diverged run) are stored as the *strings* ``"nan"``, ``"inf"``,
 ``"-inf"``, because ML Metadata's SQLite backend rejects non-finite doubles
 (:func:`set_property` / :func:`decode`). Losses are the trainer's per-record training
-loss (MSE for the regression models).
+loss (MSE for regression, cross-entropy for classification).
+
+Which quality properties exist depends on the evaluated model's ``task`` (the Task
+column; "all": every task). A property of another task is absent, not -1.
 
 Precision: ML Metadata 1.16 writes doubles into its SQL store as fixed-point text with 6
-decimals (``%f``): 0.0123456789 is read back as 0.012346 and 3e-8 as 0.0. The executor
-therefore also writes every property at full precision to ``metrics.json`` at the
-artifact URI (same names, same encoding); ``tfx-parallel metrics`` prefers it.
+decimals (``%f``): 0.0123456789 is read back as 0.012346 and 3.2e-9 as 0.0. The double
+properties stay (queries and UIs filter on them), and the executor also records every
+float at full precision in ML Metadata, in the one ``struct_value`` property
+``precise_values`` ({name: value}, non-finite values as strings). Read properties with
+:func:`read_properties`, which overlays the precise values; ``tfx-parallel metrics``
+does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 
-| Property | Type | Meaning |
-|---|---|---|
-| `initial_loss` | float | training loss of the first history record |
-| `final_loss` | float | training loss of the last history record |
-| `best_loss` | float | lowest finite training loss of any record |
-| `target_loss` | float | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
-| `steps_to_target` | int | step of the first record with loss <= `target_loss`; -1 if never reached |
-| `seconds_to_target` | float | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | `converged`, `plateaued` or `diverged` (see `convergence.classify`) |
-| `convergence_rate` | float | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
-| `tail_change` | float | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
-| `num_records` | int | history records (one per `log_every` steps) |
-| `last_step` | int | step of the last record (< `total_steps` if stopped early) |
-| `total_steps` | int | steps the trainer planned |
-| `stopped_early` | int | 1 if the trainer stopped before `total_steps` |
-| `num_epochs` | int | epochs in the history |
-| `epoch_loss_<k>` | float | training loss at the end of epoch k (k = 1, 2, ...) |
-| `epoch_eval_loss_<k>` | float | eval loss at the end of epoch k |
-| `grad_norm_first` | float | gradient norm of the first record with a finite one |
-| `grad_norm_last` | float | gradient norm of the last record with a finite one |
-| `grad_norm_trend` | float | least-squares slope of grad_norm vs step (per step) |
-| `weight_error` | float | max_i abs(w_hat_i - w_i) vs the Examples' `true_weights`; -1 if not synthetic or not linear |
-| `bias_error` | float | abs(b_hat - b) vs `true_bias`; -1 if not available |
-| `eval_split` | str | split evaluated |
-| `eval_examples` | int | examples evaluated |
-| `eval_mse` | float | mean squared error of `predictions` vs the label |
-| `eval_rmse` | float | sqrt(`eval_mse`) |
-| `eval_mae` | float | mean absolute error |
-| `eval_r2` | float | 1 - SS_res / SS_tot (NaN if the label is constant) |
-| `label_is_binary` | int | 1 if every label is 0 or 1 |
-| `eval_accuracy` | float | mean((prediction >= 0.5) == label) if binary, else -1 |
-| `eval_auc` | float | ROC AUC (exact, ties counted half) if binary with both classes, else -1 |
-| `eval_seconds` | float | wall seconds the quality evaluation took |
-| `layout` | str | trainer layout: `single`, `mirrored`, `multi_worker`, `mesh` |
-| `mesh_shape` | str | mesh as `"<batch>x<model>"`, e.g. `"2x2"`; `""` if the layout has no mesh |
-| `replicas` | int | data-parallel replicas |
-| `devices` | str | JSON list of the devices the trainer used |
-| `num_devices` | int | length of `devices` |
-| `global_batch_size` | int | global batch size |
-| `model_type` | str | trainer model: `linear` or `mlp` |
-| `examples_per_sec` | float | trainer's overall training throughput |
-| `optimizer` | str | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
-| `input_wait_fraction` | float | fraction of training time spent waiting for input; -1 if not recorded |
-| `curves_file` | str | `curves.json`, full curves, relative to the artifact URI |
-| `plot_file` | str | `loss.png`, loss curves plot, relative to the artifact URI |
-| `metrics_file` | str | `metrics.json`, every property at full precision, relative to the artifact URI |
-| `blessed` | int | 1 if the blessing thresholds were met, else 0 (same as the ModelBlessing) |
-| `blessing_message` | str | why the model was not blessed (`""` when blessed) |
+| Property | Type | Task | Meaning |
+|---|---|---|---|
+| `initial_loss` | float | all | training loss of the first history record |
+| `final_loss` | float | all | training loss of the last history record |
+| `best_loss` | float | all | lowest finite training loss of any record |
+| `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
+| `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
+| `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
+| `convergence_state` | str | all | `converged`, `plateaued` or `diverged` (see `convergence.classify`) |
+| `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
+| `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
+| `num_records` | int | all | history records (one per `log_every` steps) |
+| `last_step` | int | all | step of the last record (< `total_steps` if stopped early) |
+| `total_steps` | int | all | steps the trainer planned |
+| `stopped_early` | int | all | 1 if the trainer stopped before `total_steps` |
+| `num_epochs` | int | all | epochs in the history |
+| `epoch_loss_<k>` | float | all | training loss at the end of epoch k (k = 1, 2, ...) |
+| `epoch_eval_loss_<k>` | float | all | eval loss at the end of epoch k |
+| `grad_norm_first` | float | all | gradient norm of the first record with a finite one |
+| `grad_norm_last` | float | all | gradient norm of the last record with a finite one |
+| `grad_norm_trend` | float | all | least-squares slope of grad_norm vs step (per step) |
+| `weight_error` | float | all | max_i abs(w_hat_i - w_i) vs the Examples' `true_weights`; -1 if not synthetic or not linear |
+| `bias_error` | float | all | abs(b_hat - b) vs `true_bias`; -1 if not available |
+| `task` | str | all | task evaluated: `regression`, `binary` or `multiclass` (Model's `task` property, else the TrainingHistory's, else config `task`, else `regression`) |
+| `num_classes` | int | all | 1 for regression, 2 for binary, K for multiclass |
+| `label_vocabulary` | str | binary, multiclass | JSON list, class id -> label; only when the model has one (string labels) |
+| `eval_split` | str | all | split evaluated |
+| `eval_examples` | int | all | examples evaluated |
+| `eval_mse` | float | regression | mean squared error of `predictions` vs the label |
+| `eval_rmse` | float | regression | sqrt(`eval_mse`) |
+| `eval_mae` | float | regression | mean absolute error |
+| `eval_r2` | float | regression | 1 - SS_res / SS_tot (NaN if the label is constant) |
+| `label_is_binary` | int | regression | 1 if every label is 0 or 1 |
+| `eval_accuracy` | float | all | regression: mean((prediction >= 0.5) == label) if `label_is_binary`, else -1; binary: fraction with (P(class 1) > 0.5) == label; multiclass: fraction with argmax(probabilities) == label |
+| `eval_auc` | float | regression, binary | exact ROC AUC (ties counted half) of the prediction (regression, if `label_is_binary`) or of P(class 1) (binary); -1 without both classes |
+| `eval_log_loss` | float | binary, multiclass | mean cross-entropy, computed from the `logits` output in float64 (exact where a probability rounds to 0 or 1) |
+| `eval_precision` | float | binary | TP / (TP + FP) at P(class 1) > 0.5; -1 if nothing is predicted positive |
+| `eval_recall` | float | binary | TP / (TP + FN) at P(class 1) > 0.5; -1 if no label is positive |
+| `eval_positives` | int | binary | examples whose label is class 1 |
+| `eval_class_accuracy_<k>` | float | multiclass | fraction of the examples of class id k (k = 0..K-1) predicted as k; -1 if the split has none |
+| `eval_class_examples_<k>` | int | multiclass | examples of class id k |
+| `eval_seconds` | float | all | wall seconds the quality evaluation took |
+| `layout` | str | all | trainer layout: `single`, `mirrored`, `multi_worker`, `mesh` |
+| `mesh_shape` | str | all | mesh as `"<batch>x<model>"`, e.g. `"2x2"`; `""` if the layout has no mesh |
+| `replicas` | int | all | data-parallel replicas |
+| `devices` | str | all | JSON list of the devices the trainer used |
+| `num_devices` | int | all | length of `devices` |
+| `global_batch_size` | int | all | global batch size |
+| `model_type` | str | all | trainer model: `linear` or `mlp` |
+| `examples_per_sec` | float | all | trainer's overall training throughput |
+| `optimizer` | str | all | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
+| `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
+| `curves_file` | str | all | `curves.json`, full curves, relative to the artifact URI |
+| `plot_file` | str | all | `loss.png`, loss curves plot, relative to the artifact URI |
+| `metrics_file` | str | all | `metrics.json`, every property at full precision, relative to the artifact URI |
+| `precise_values` | struct | all | every float property above at full precision, {name: value} (see Precision) |
+| `blessed` | int | all | 1 if the blessing thresholds were met, else 0 (same as the ModelBlessing) |
+| `blessing_message` | str | all | why the model was not blessed (`""` when blessed) |
 """
 import math
-from typing import Union
+from typing import Any, Dict, Mapping, Union
+
+from tfx_parallel.components.common import keys
 
 INITIAL_LOSS = "initial_loss"
 FINAL_LOSS = "final_loss"
@@ -88,6 +106,10 @@ GRAD_NORM_TREND = "grad_norm_trend"
 WEIGHT_ERROR = "weight_error"
 BIAS_ERROR = "bias_error"
 
+TASK = keys.TASK
+NUM_CLASSES = keys.NUM_CLASSES
+LABEL_VOCABULARY = keys.LABEL_VOCABULARY
+
 EVAL_SPLIT = "eval_split"
 EVAL_EXAMPLES = "eval_examples"
 EVAL_MSE = "eval_mse"
@@ -97,6 +119,12 @@ EVAL_R2 = "eval_r2"
 LABEL_IS_BINARY = "label_is_binary"
 EVAL_ACCURACY = "eval_accuracy"
 EVAL_AUC = "eval_auc"
+EVAL_LOG_LOSS = "eval_log_loss"
+EVAL_PRECISION = "eval_precision"
+EVAL_RECALL = "eval_recall"
+EVAL_POSITIVES = "eval_positives"
+EVAL_CLASS_ACCURACY_PREFIX = "eval_class_accuracy_"
+EVAL_CLASS_EXAMPLES_PREFIX = "eval_class_examples_"
 EVAL_SECONDS = "eval_seconds"
 
 LAYOUT = "layout"
@@ -113,6 +141,7 @@ INPUT_WAIT_FRACTION = "input_wait_fraction"
 CURVES_FILE = "curves_file"
 PLOT_FILE = "plot_file"
 METRICS_FILE = "metrics_file"
+PRECISE_VALUES = "precise_values"
 BLESSED = "blessed"
 BLESSING_MESSAGE = "blessing_message"
 
@@ -159,6 +188,40 @@ def set_property(artifact, name: str, value: Scalar):
   else:
     raise TypeError(f"property {name!r}: expected int, float, str or bool. "
                     f"Received: {type(value).__name__} {value!r}")
+
+
+def set_properties(artifact, scalars: Mapping[str, Scalar]):
+  """Sets every scalar with :func:`set_property`, plus the full-precision ``precise_values``."""
+  for name, value in scalars.items():
+    set_property(artifact, name, value)
+  artifact.set_json_value_custom_property(PRECISE_VALUES, precise_values(scalars))
+
+
+def precise_values(scalars: Mapping[str, Scalar]) -> Dict[str, Union[float, str]]:
+  """{name: value} of the float scalars, non-finite ones as strings (a struct's numbers
+  are doubles: exact)."""
+  return {name: encode_json(value) for name, value in scalars.items()
+          if isinstance(value, float)}
+
+
+def read_properties(custom_properties: Mapping[str, Any]) -> Dict[str, Scalar]:
+  """Python values of an ML Metadata artifact's ``custom_properties`` map (``Value``
+  protos), with the full-precision ``precise_values`` overlaid on the rounded doubles.
+
+  Works on an artifact written before ``precise_values`` existed (doubles as stored).
+  """
+  out = {name: decode(value) for name, value in custom_properties.items()
+         if name != PRECISE_VALUES}
+  if PRECISE_VALUES in custom_properties:
+    struct = custom_properties[PRECISE_VALUES]
+    if struct.WhichOneof("value") == "struct_value":
+      for name, value in struct.struct_value.fields.items():
+        kind = value.WhichOneof("kind")
+        if kind == "number_value":
+          out[name] = value.number_value
+        elif kind == "string_value":
+          out[name] = decode_json(value.string_value)
+  return out
 
 
 def encode_json(value: Scalar) -> Union[int, float, str]:

@@ -4,17 +4,30 @@
 label, and feeds the *serialized* batch to the model's ``serving_default`` signature
 (the same entry point TFMA and TF Serving use). Features are therefore parsed by the
 model's own signature: a feature missing from an example gets whatever default the
-trainer's parse spec gives it (0.0 by the trainer contract). The label is required in
-every example (float_list or int64_list, one value).
+trainer's parse spec gives it. The label is required in every example, one value
+(float_list, int64_list, or for a classifier with a label vocabulary bytes_list).
 
-:class:`QualityAccumulator` is the pure-numpy part: float64 running sums merged per batch
-(Chan's parallel update for the label variance), so 1M rows cost no more memory than a
-batch -- except for a binary {0, 1} label, whose scores are kept for the exact AUC.
+What is measured depends on the task (task.py; outputs: components/common/keys.py):
+
+* regression (output ``predictions``): :class:`QualityAccumulator`, float64 running
+  sums merged per batch (Chan's parallel update for the label variance) -- plus accuracy
+  and AUC of the prediction as a score when every label is 0 or 1;
+* binary (``probabilities`` = P(class 1), ``logits``): :class:`BinaryAccumulator`,
+  accuracy, precision and recall at P > 0.5 (as Keras and TFMA count), exact ROC AUC of
+  the probabilities, and log loss from the logits (exact even where the probability
+  rounds to 0 or 1);
+* multiclass (``probabilities`` [N, K], ``logits``): :class:`MulticlassAccumulator`,
+  accuracy of argmax(probabilities), per-class accuracy (the fraction of each class's
+  examples predicted as that class) and log loss from the logits.
+
+Only the exact AUC keeps per-example values (the binary scores); everything else is a
+running sum, so 1M rows cost no more memory than a batch.
 """
 import dataclasses
 import math
+import os
 import time
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -27,9 +40,11 @@ import tensorflow as tf
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.convergence_evaluator import task as task_lib
 
-PREDICTION_KEY = "predictions"
-ACCURACY_THRESHOLD = 0.5
+PREDICTION_KEY = keys.PREDICTIONS_OUTPUT
+ACCURACY_THRESHOLD = 0.5  # Regression fallback on a 0/1 label: score >= 0.5 counts as 1.
+BINARY_THRESHOLD = 0.5    # Binary classifier: P(class 1) > 0.5 predicts 1 (Keras, TFMA).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,31 +138,191 @@ class QualityAccumulator:
                    accuracy=accuracy, auc=area, seconds=seconds)
 
 
+@dataclasses.dataclass(frozen=True)
+class BinaryQuality:
+  """Eval metrics of a binary classifier; precision is -1 when nothing is predicted
+  positive, recall -1 when no label is positive, auc -1 without both classes."""
+  examples: int
+  accuracy: float
+  auc: float
+  log_loss: float
+  precision: float
+  recall: float
+  positives: int  # examples whose label is class 1.
+  seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MulticlassQuality:
+  """Eval metrics of a K-class classifier; ``class_accuracy[k]`` is -1 when class k has
+  no example in the split."""
+  examples: int
+  accuracy: float
+  log_loss: float
+  class_accuracy: Tuple[float, ...]
+  class_examples: Tuple[int, ...]
+  seconds: float = 0.0
+
+
+AnyQuality = Union[Quality, BinaryQuality, MulticlassQuality]
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+  return float(numerator / denominator) if denominator else -1.0
+
+
+class BinaryAccumulator:
+  """Streaming confusion counts and log loss; the probabilities are kept for the exact AUC."""
+
+  def __init__(self):
+    self.count = 0
+    self._log_loss = 0.0
+    self._tp = self._fp = self._fn = self._tn = 0
+    self._labels: List[np.ndarray] = []
+    self._scores: List[np.ndarray] = []
+
+  def update(self, ids: np.ndarray, probabilities: np.ndarray, logits: np.ndarray):
+    """ids: class ids 0/1 [N]; probabilities: P(class 1) [N] or [N, 1]; logits likewise."""
+    ids = np.asarray(ids).reshape(-1)
+    probabilities = _column(probabilities, "probabilities", ids.size)
+    logits = _column(logits, "logits", ids.size)
+    if ids.size == 0:
+      return
+    y = ids.astype(np.float64)
+    z = logits.astype(np.float64)
+    # -[y log(sigmoid(z)) + (1 - y) log(1 - sigmoid(z))] = softplus(z) - y z, stable.
+    self._log_loss += float(np.sum(np.logaddexp(0.0, z) - y * z))
+    predicted = probabilities > BINARY_THRESHOLD
+    positive = ids == 1
+    self._tp += int(np.sum(predicted & positive))
+    self._fp += int(np.sum(predicted & ~positive))
+    self._fn += int(np.sum(~predicted & positive))
+    self._tn += int(np.sum(~predicted & ~positive))
+    self.count += ids.size
+    self._labels.append(ids.astype(np.int8))
+    self._scores.append(probabilities.astype(np.float32))
+
+  def result(self, seconds: float = 0.0) -> BinaryQuality:
+    if self.count == 0:
+      raise ValueError("no examples were evaluated")
+    area = auc(np.concatenate(self._labels), np.concatenate(self._scores))
+    return BinaryQuality(
+        examples=self.count, accuracy=(self._tp + self._tn) / self.count,
+        auc=-1.0 if math.isnan(area) else area, log_loss=self._log_loss / self.count,
+        precision=_ratio(self._tp, self._tp + self._fp),
+        recall=_ratio(self._tp, self._tp + self._fn), positives=self._tp + self._fn,
+        seconds=seconds)
+
+
+class MulticlassAccumulator:
+  """Streaming K x K confusion counts (rows: label, columns: argmax) and log loss.
+
+  ``num_classes`` 0 takes K from the width of the first batch's probabilities.
+  """
+
+  def __init__(self, num_classes: int = 0):
+    self.num_classes = num_classes
+    self.count = 0
+    self._log_loss = 0.0
+    self._confusion: Optional[np.ndarray] = None
+
+  def update(self, ids: np.ndarray, probabilities: np.ndarray, logits: np.ndarray):
+    """ids: class ids [N]; probabilities and logits: [N, K]."""
+    ids = np.asarray(ids).reshape(-1)
+    probabilities = np.asarray(probabilities)
+    logits = np.asarray(logits, np.float64)
+    if not self.num_classes:
+      self.num_classes = int(probabilities.shape[-1]) if probabilities.ndim == 2 else 0
+    k = self.num_classes
+    for name, value in (("probabilities", probabilities), ("logits", logits)):
+      if value.shape != (ids.size, k):
+        raise ValueError(f"a multiclass model's {name} must be [N, K] = [{ids.size}, {k}] "
+                         f"for this batch. Received shape: {list(value.shape)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= k):
+      raise ValueError(f"class id {int(ids.max())} is outside 0..{k - 1}: the labels have "
+                       f"more classes than the model's {k} outputs")
+    if self._confusion is None:
+      self._confusion = np.zeros((k, k), np.int64)
+    if ids.size == 0:
+      return
+    top = logits.max(axis=1)
+    log_sum = top + np.log(np.sum(np.exp(logits - top[:, None]), axis=1))
+    self._log_loss += float(np.sum(log_sum - logits[np.arange(ids.size), ids]))
+    predicted = np.argmax(probabilities, axis=1)
+    self._confusion += np.bincount(ids * k + predicted, minlength=k * k).reshape(k, k)
+    self.count += ids.size
+
+  def result(self, seconds: float = 0.0) -> MulticlassQuality:
+    if self.count == 0:
+      raise ValueError("no examples were evaluated")
+    per_class = self._confusion.sum(axis=1)
+    correct = np.diag(self._confusion)
+    return MulticlassQuality(
+        examples=self.count, accuracy=float(correct.sum() / self.count),
+        log_loss=self._log_loss / self.count,
+        class_accuracy=tuple(_ratio(c, n) for c, n in zip(correct, per_class)),
+        class_examples=tuple(int(n) for n in per_class), seconds=seconds)
+
+
+def _column(value: np.ndarray, name: str, n: int) -> np.ndarray:
+  value = np.asarray(value)
+  if value.shape not in ((n,), (n, 1)):
+    raise ValueError(f"a binary model's {name} must be [N, 1] (for class 1) = [{n}, 1] for "
+                     f"this batch. Received shape: {list(value.shape)}")
+  return value.reshape(-1)
+
+
 def _label_dtype(files: List[str], label_key: str) -> tf.DType:
-  """float32 or int64, from the first example's label feature."""
+  """float32, int64 or string, from the first example's label feature."""
   for record in tf.data.TFRecordDataset(files[:1], compression_type="GZIP").take(1):
     feature = tf.train.Example.FromString(record.numpy()).features.feature
     if label_key not in feature:
       raise ValueError(f"label {label_key!r} is not a feature of the examples in "
                        f"{files[0]}; features present: {sorted(feature)}")
-    return tf.int64 if feature[label_key].WhichOneof("kind") == "int64_list" else tf.float32
+    kind = feature[label_key].WhichOneof("kind")
+    return {"int64_list": tf.int64, "bytes_list": tf.string}.get(kind, tf.float32)
   raise ValueError(f"{files[0]} holds no examples")
 
 
-def predict_batches(model_dir: str, files: List[str], label_key: str,
-                    batch_size: int) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-  """Yields (labels [B], predictions [B]) for every batch of the files, in any order."""
+def _outputs_of(info: task_lib.TaskInfo) -> Tuple[str, ...]:
+  if info.is_classification:
+    return (keys.PROBABILITIES_OUTPUT, keys.LOGITS_OUTPUT)
+  return (PREDICTION_KEY,)
+
+
+def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size: int,
+                    outputs: Sequence[str] = (PREDICTION_KEY,), numeric_label: bool = True,
+                    task: str = task_lib.REGRESSION
+                    ) -> Iterator[Tuple[np.ndarray, Dict[str, np.ndarray]]]:
+  """Yields (labels [B], {output: [B, ...]}) for every batch of the files, in any order.
+
+  Labels are float32 when ``numeric_label``, else as stored (float32, int64 or bytes).
+  ``task`` only names the task in errors.
+  """
   loaded = tf.saved_model.load(model_dir)  # Must outlive the signature (owns variables).
   if keys.SERVING_SIGNATURE not in loaded.signatures:
     raise ValueError(f"the SavedModel at {model_dir} has no {keys.SERVING_SIGNATURE!r} "
                      f"signature; it has {sorted(loaded.signatures)}")
   signature = loaded.signatures[keys.SERVING_SIGNATURE]
-  label_spec = {label_key: tf.io.FixedLenFeature([], _label_dtype(files, label_key))}
+  missing = sorted(set(outputs) - set(signature.structured_outputs))
+  if missing:
+    raise ValueError(f"the {keys.SERVING_SIGNATURE!r} signature of the SavedModel at "
+                     f"{model_dir} lacks the output(s) {missing} the {task} task needs; it "
+                     f"returns {sorted(signature.structured_outputs)} (is the Model's "
+                     f"{keys.TASK!r} property missing or wrong?)")
+  dtype = _label_dtype(files, label_key)
+  if numeric_label and dtype == tf.string:
+    raise ValueError(f"label {label_key!r} in {files[0]} holds strings (bytes_list); a "
+                     f"regression label must be a number. Is the model a classifier "
+                     f"without its 'task' property?")
+  label_spec = {label_key: tf.io.FixedLenFeature([], dtype)}
 
   def predict(serialized):
-    label = tf.cast(tf.io.parse_example(serialized, label_spec)[label_key], tf.float32)
-    prediction = signature(examples=serialized)[PREDICTION_KEY]
-    return label, tf.reshape(prediction, [-1])
+    label = tf.io.parse_example(serialized, label_spec)[label_key]
+    if numeric_label:
+      label = tf.cast(label, tf.float32)
+    result = signature(examples=serialized)
+    return label, {name: result[name] for name in outputs}
 
   options = tf.data.Options()
   options.deterministic = False
@@ -157,16 +332,30 @@ def predict_batches(model_dir: str, files: List[str], label_key: str,
              .map(predict, num_parallel_calls=tf.data.AUTOTUNE)
              .prefetch(2)
              .with_options(options))
-  for labels, predictions in dataset.as_numpy_iterator():
-    yield labels, predictions
+  try:
+    yield from dataset.as_numpy_iterator()
+  except tf.errors.InvalidArgumentError as e:
+    raise ValueError(f"reading label {label_key!r} (one {dtype.name} per example, as in "
+                     f"the first example of {files[0]}) from {os.path.dirname(files[0])}: "
+                     f"{e.message}") from None
 
 
 def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
-             batch_size: int) -> Quality:
-  """Quality of the SavedModel at ``model_dir`` on ``split`` of the Examples."""
+             batch_size: int, info: task_lib.TaskInfo = task_lib.TaskInfo()) -> AnyQuality:
+  """Quality of the SavedModel at ``model_dir`` on ``split`` of the Examples, by task."""
   start = time.perf_counter()
-  accumulator = QualityAccumulator()
-  for labels, predictions in predict_batches(model_dir, split_files(examples_uri, split),
-                                             label_key, batch_size):
-    accumulator.update(labels, predictions)
+  files = split_files(examples_uri, split)
+  batches = predict_batches(model_dir, files, label_key, batch_size, _outputs_of(info),
+                            numeric_label=not info.is_classification, task=info.task)
+  if info.task == task_lib.REGRESSION:
+    accumulator = QualityAccumulator()
+    for labels, outputs in batches:
+      accumulator.update(labels, outputs[PREDICTION_KEY])
+  else:
+    where = f"split {split!r} of {examples_uri}"
+    accumulator = (BinaryAccumulator() if info.task == task_lib.BINARY
+                   else MulticlassAccumulator(info.num_classes))
+    for labels, outputs in batches:
+      accumulator.update(task_lib.class_ids(labels, info, label_key, where),
+                         outputs[keys.PROBABILITIES_OUTPUT], outputs[keys.LOGITS_OUTPUT])
   return accumulator.result(seconds=time.perf_counter() - start)

@@ -1,9 +1,21 @@
 """The optional stock TFMA Evaluator stage (``--with-tfma``), configured like ours.
 
-It evaluates the same exported model (``serving_default`` on serialized tf.Examples,
-output ``predictions``) on the same split, so its ``mean_squared_error`` is directly
-comparable with ConvergenceEvaluator's ``eval_mse`` (tests check 1e-4 relative parity).
+It evaluates the same exported model (``serving_default`` on serialized tf.Examples) on
+the same split, with the metrics that match ConvergenceEvaluator's for the task, so the
+numbers are directly comparable (tests check them):
+
+* regression: output ``predictions``; ``mean_squared_error`` ~ ``eval_mse`` (1e-4 rel);
+* binary: output ``probabilities`` (P(class 1)); ``binary_accuracy``, ``precision``,
+  ``recall`` at threshold 0.5 and ``auc`` ~ ``eval_accuracy``, ``eval_precision``,
+  ``eval_recall``, ``eval_auc`` (1e-4). TFMA's AUC sums over ``AUC_THRESHOLDS`` buckets of
+  the probability, ours is exact; the buckets are fine enough for 1e-4;
+* multiclass: output ``probabilities`` [N, K]; ``sparse_categorical_accuracy`` ~
+  ``eval_accuracy`` (1e-4).
+
+TFMA reads the label itself, so it needs numeric labels (0/1, 0..K-1): string labels
+mapped through a ``label_vocabulary`` are evaluated only by ConvergenceEvaluator.
 """
+import json
 from typing import Sequence
 
 from tfx_parallel.pipeline import tfenv
@@ -16,32 +28,65 @@ from tfx import types
 from tfx.components import Evaluator
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator import task as task_lib
 
-PREDICTION_KEY = "predictions"
+PREDICTION_KEY = keys.PREDICTIONS_OUTPUT
 # TFMA-native (Beam combiner) metrics, no Keras metric wrappers: they are the fastest
 # form TFMA offers, so a speed comparison against it is fair.
 METRICS = ("ExampleCount", "MeanSquaredError", "MeanAbsoluteError")
+AUC_THRESHOLDS = 100_000
+BINARY_METRICS = (
+    tfma.MetricConfig(class_name="ExampleCount"),
+    tfma.MetricConfig(class_name="BinaryAccuracy"),
+    tfma.MetricConfig(class_name="AUC",
+                      config=json.dumps({"num_thresholds": AUC_THRESHOLDS})),
+    tfma.MetricConfig(class_name="Precision"),
+    tfma.MetricConfig(class_name="Recall"),
+    tfma.MetricConfig(class_name="BinaryCrossEntropy"),
+)
+# SparseCategoricalAccuracy is a Keras metric (tf_keras here), which TFMA wraps: TFMA has
+# no native top-1 accuracy over class ids.
+MULTICLASS_METRICS = (
+    tfma.MetricConfig(class_name="ExampleCount"),
+    tfma.MetricConfig(class_name="SparseCategoricalAccuracy"),
+)
 
 
-def eval_config(label_key: str, metrics: Sequence[str] = METRICS) -> tfma.EvalConfig:
-  """TFMA EvalConfig: one model, serving_default, overall slice, regression metrics."""
+def _metric_configs(task: str, metrics: Sequence[str]):
+  if task == task_lib.BINARY:
+    return list(BINARY_METRICS)
+  if task == task_lib.MULTICLASS:
+    return list(MULTICLASS_METRICS)
+  if task != task_lib.REGRESSION:
+    raise ValueError(f"task must be one of {list(keys.TASKS)}. Received: {task!r}")
+  return [tfma.MetricConfig(class_name=name) for name in metrics]
+
+
+def eval_config(label_key: str, metrics: Sequence[str] = METRICS,
+                task: str = "regression") -> tfma.EvalConfig:
+  """TFMA EvalConfig: one model, serving_default, overall slice, the task's metrics.
+
+  ``metrics`` (TFMA class names) applies to regression; classification uses the fixed
+  sets above, matched to ConvergenceEvaluator's.
+  """
+  prediction_key = PREDICTION_KEY if task == task_lib.REGRESSION else keys.PROBABILITIES_OUTPUT
   return tfma.EvalConfig(
       model_specs=[tfma.ModelSpec(signature_name=keys.SERVING_SIGNATURE,
                                   label_key=label_key,
-                                  prediction_key=PREDICTION_KEY,
+                                  prediction_key=prediction_key,
                                   preprocessing_function_names=[])],
       slicing_specs=[tfma.SlicingSpec()],
-      metrics_specs=[tfma.MetricsSpec(
-          metrics=[tfma.MetricConfig(class_name=name) for name in metrics])])
+      metrics_specs=[tfma.MetricsSpec(metrics=_metric_configs(task, metrics))])
 
 
 def stock_evaluator(model_channel: types.BaseChannel, examples_channel: types.BaseChannel,
-                    label_key: str, split: str = "eval") -> Evaluator:
+                    label_key: str, split: str = "eval",
+                    task: str = "regression") -> Evaluator:
   """A stock ``tfx.components.Evaluator`` evaluating ``split`` with :func:`eval_config`.
 
   It has no thresholds, so the stock executor skips validation and its ``blessing``
   output gets no ``blessed`` property; ConvergenceEvaluator's blessing is the one that
-  gates. Its ``evaluation`` output holds ``mean_squared_error`` (``tfma.load_metrics``).
+  gates. Its ``evaluation`` output holds the metrics (``tfma.load_metrics``).
   """
   return Evaluator(examples=examples_channel, model=model_channel,
-                   eval_config=eval_config(label_key), example_splits=[split])
+                   eval_config=eval_config(label_key, task=task), example_splits=[split])
