@@ -272,3 +272,17 @@ def test_evaluate_a_regression_model_as_a_classifier_names_the_missing_outputs(m
   with pytest.raises(ValueError, match=r"lacks the output\(s\) \['logits', 'probabilities'\] "
                                        r"the binary task needs; it returns \['predictions'\]"):
     quality.evaluate(model_dir, examples.uri, "eval", "y", 8, task_lib.TaskInfo("binary", 2))
+
+
+def test_a_missing_or_mistyped_label_later_in_the_split_is_an_error(model_dir, tmp_path):
+  x, y = testing.synthetic_data(6, [1.0, 0.0, 0.0], 0.0)
+  good = testing.serialize_examples(x[:4], y[:4], FEATURES, "label")
+  unlabelled = testing.serialize_examples(x[4:5], y[4:5], FEATURES, "other")
+  int_label = testing.serialize_examples(x[5:], y[5:], FEATURES, "label", int_label=True)
+  for name, bad, reason in (("missing", unlabelled, "is required but could not be found"),
+                            ("int", int_label, "")):
+    examples = testing.write_examples(str(tmp_path / name), {"eval": good + bad}, FEATURES,
+                                      "label")
+    with pytest.raises(ValueError, match=r"reading label 'label' \(one float32 per example, "
+                                         r"as in the first example of .*Split-eval.*" + reason):
+      quality.evaluate(model_dir, examples.uri, "eval", "label", 2)

@@ -1,18 +1,24 @@
 """ConvergenceEvaluator: eval-split quality + training convergence -> ML Metadata.
 
-Inputs (contract with PartitionedExampleGen and DistributedTrainer):
+Inputs (contract with PartitionedExampleGen and DistributedTrainer, keys.py):
 
 * ``model`` (Model): SavedModel at ``<uri>/Format-Serving`` whose ``serving_default``
-  signature takes serialized tf.Examples (1-D tf.string ``examples``) and returns
-  ``{'predictions': float32 [N, 1]}``;
+  signature takes serialized tf.Examples (1-D tf.string ``examples``) and returns, by
+  task, ``{'predictions': float32 [N, 1]}`` (regression) or ``{'probabilities',
+  'class_ids', 'logits'}`` (binary: [N, 1]; multiclass: [N, K]); custom properties
+  ``task``, ``num_classes``, ``label_vocabulary`` (a model without them is a regression
+  model unless the history or the config's ``task`` says otherwise);
 * ``examples`` (Examples): gzip TFRecords in ``Split-<split>/``; custom properties
   ``label_key`` and, for synthetic data, ``true_weights`` / ``true_bias``;
-* ``history`` (TrainingHistory): ``history.json`` at its URI.
+* ``history`` (TrainingHistory): ``history.json`` at its URI; the same task properties
+  as the model, if any.
 
 Outputs:
 
-* ``metrics`` (ConvergenceMetrics): every scalar as a custom property (names and
-  meanings: properties.py), plus ``curves.json`` and ``loss.png`` at its URI;
+* ``metrics`` (ConvergenceMetrics): every scalar as a custom property (names, meanings
+  and which task has which: properties.py), every float also at full precision in the
+  struct property ``precise_values``, plus ``metrics.json``, ``curves.json`` and
+  ``loss.png`` at its URI;
 * ``blessing`` (ModelBlessing): ``blessed`` 1/0 and a BLESSED / NOT_BLESSED file, as the
   stock Evaluator writes them, so a stock Pusher can consume it.
 """
@@ -60,7 +66,7 @@ class ConvergenceEvaluator(base_component.BaseComponent):
       model: Model channel (the trainer's ``model`` output).
       examples: Examples channel (PartitionedExampleGen's ``examples``).
       history: TrainingHistory channel (the trainer's ``history`` output).
-      config: targets and blessing thresholds; validated here, so a bad value fails
+      config: targets and per-task blessing thresholds; validated here, so a bad value fails
         when the pipeline is built, naming the key.
     """
     if not isinstance(config, EvaluatorConfig):

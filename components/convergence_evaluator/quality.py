@@ -26,6 +26,7 @@ running sum, so 1M rows cost no more memory than a batch.
 import dataclasses
 import math
 import os
+import re
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -335,9 +336,11 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   try:
     yield from dataset.as_numpy_iterator()
   except tf.errors.InvalidArgumentError as e:
+    # TF's text: "{{function_node ...}} Name: <unknown>, Feature: y ... found.\n\t [[...]]".
+    reason = re.sub(r"^\{\{[^}]*\}\}\s*", "", e.message.split("\n")[0]).strip()
     raise ValueError(f"reading label {label_key!r} (one {dtype.name} per example, as in "
                      f"the first example of {files[0]}) from {os.path.dirname(files[0])}: "
-                     f"{e.message}") from None
+                     f"{reason}") from None
 
 
 def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
