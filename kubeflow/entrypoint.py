@@ -29,6 +29,9 @@ adapting what the open-source KFP v2 driver and launcher hand over
 
 ``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
 and ``/s3`` directories are; tests point it at a temporary directory.
+``TFX_PARALLEL_ARTIFACT_PATHS=remote`` keeps the remote URIs instead (for a step whose
+files other pods must reach, such as the trainer submitting a TFJob; TensorFlow reads
+``gs://`` natively, never ``minio://``).
 """
 import argparse
 import copy
@@ -42,6 +45,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
+ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
+ARTIFACT_PATHS = ("local", "remote")
 # backend/src/v2/component/launcher_v2.go LocalPathForURI (oci:// is for model cars).
 _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 
@@ -50,8 +55,13 @@ class EntrypointError(ValueError):
   """The ExecutorInput cannot be adapted; the message names the artifact."""
 
 
-def local_path(uri: str, mount_root: str = "/") -> str:
-  """The launcher's local path for `uri` under `mount_root`; other URIs unchanged."""
+def local_path(uri: str, mount_root: Optional[str] = "/") -> str:
+  """The launcher's local path for `uri` under `mount_root`; other URIs unchanged.
+
+  `mount_root` None keeps every URI as it is (``TFX_PARALLEL_ARTIFACT_PATHS=remote``).
+  """
+  if mount_root is None:
+    return uri
   for scheme, directory in _LOCAL_PREFIXES:
     if uri.startswith(scheme):
       return os.path.join(mount_root, directory, uri[len(scheme):])
@@ -82,7 +92,7 @@ def _typed(key: str, artifact: Dict[str, Any], declared: Optional[Mapping[str, A
 
 
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
-          mount_root: str = "/") -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
+          mount_root: Optional[str] = "/") -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
   """The ExecutorInput TFX's entry point can run, and {output key: original URIs}."""
   adapted = copy.deepcopy(executor_input)
   declared = (inputs_spec or {}).get("artifacts", {})
@@ -100,7 +110,7 @@ def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any
   return adapted, remote
 
 
-def local_to_remote(executor_input: Mapping[str, Any], mount_root: str = "/") -> Dict[str, str]:
+def local_to_remote(executor_input: Mapping[str, Any], mount_root: Optional[str] = "/") -> Dict[str, str]:
   """{local path: remote URI} of every input and output artifact with a remote URI."""
   result = {}
   for side in ("inputs", "outputs"):
@@ -164,7 +174,11 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
-  mount_root = environ.get(MOUNT_ROOT_ENV, "/")
+  paths = environ.get(ARTIFACT_PATHS_ENV, "local")
+  if paths not in ARTIFACT_PATHS:
+    raise EntrypointError(f"{ARTIFACT_PATHS_ENV} must be one of {ARTIFACT_PATHS}. "
+                          f"Received: {paths!r}")
+  mount_root = environ.get(MOUNT_ROOT_ENV, "/") if paths == "local" else None
   adapted, remote = adapt(executor_input, inputs_spec, mount_root)
   args.json_serialized_invocation_args = json.dumps(adapted)
   # Imported here: TFX imports TensorFlow (the package's __init__ has set its environment).

@@ -96,6 +96,31 @@ def _complete_executor(container: Dict[str, Any], placement: ComponentPlacement,
   container["args"] = list(container.get("args", [])) + beam_args
 
 
+OPEN_SOURCE_SCHEMA_VERSION = "2.1.0"  # The only one the KFP API server accepts.
+
+
+def check_open_source(spec: Dict[str, Any]) -> None:
+  """Raises ValueError if open-source KFP would reject or fail to run `spec`.
+
+  Its API server accepts schema 2.1.0 only (backend/src/apiserver/template/
+  v2_template.go), its driver resolves only ``runtimeValue.constant``
+  (driver/resolve.go), and its Argo compiler has no resolver nodes (argocompiler/argo.go).
+  """
+  if spec.get("schemaVersion") != OPEN_SOURCE_SCHEMA_VERSION:
+    raise ValueError(f"schemaVersion is {spec.get('schemaVersion')!r}; open-source KFP "
+                     f"accepts only {OPEN_SOURCE_SCHEMA_VERSION}")
+  for task_id, task in spec["root"]["dag"]["tasks"].items():
+    for name, parameter in task.get("inputs", {}).get("parameters", {}).items():
+      runtime = parameter.get("runtimeValue")
+      if runtime is not None and set(runtime) != {"constant"}:
+        raise ValueError(f"task {task_id} parameter {name}: runtimeValue {sorted(runtime)}; "
+                         "the open-source KFP driver resolves only 'constant'")
+  for label, executor in spec["deploymentSpec"]["executors"].items():
+    if "resolver" in executor:
+      raise ValueError(f"executor {label} is a resolver; open-source KFP's Argo compiler "
+                       "rejects resolver nodes ('resolver not implemented yet')")
+
+
 def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
   """Compiles `pipeline` and applies `config`'s placements; ConfigError names the key."""
   nodes = {node.id: node for node in pipeline.components}
@@ -114,4 +139,5 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     _inputs_spec_arg(executors[label]["container"], component.get("inputDefinitions", {}))
     _complete_executor(executors[label]["container"], placement, beam_args[task_id])
     placements[label] = placement
+  check_open_source(spec)
   return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements))

@@ -28,7 +28,9 @@ def _small_config():
   data["pipeline"]["example_gen"] = {"rows": 2000, "num_features": 4}
   data["pipeline"]["trainer"] = {"layout": "single", "epochs": 3, "learning_rate": 0.1,
                                  "optimizer": "adam", "batch_size": 64}
-  data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = ["--runner=DirectRunner"]
+  # No Beam args: with any, TFX's Beam executor first builds an sdist of TFX for remote
+  # workers (dependency_utils.make_beam_dependency_flags), which takes minutes here.
+  data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = []
   return data
 
 
@@ -65,6 +67,18 @@ def test_adapt_types_inputs_from_the_inputs_spec_and_maps_uris(input_type):
   assert model["uri"] == "/pod/minio/b/run/Train/s/model"
   assert remote == {"model": ["minio://b/run/Train/s/model"]}
   assert adapted["outputs"]["outputFile"] == "/minio/b/run/Train/s/output_metadata.json"
+
+
+def test_remote_artifact_paths_keep_the_uris():
+  adapted, remote = entrypoint.adapt(_executor_input({"instanceSchema": ""}), {"artifacts": {
+      "examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}, mount_root=None)
+  assert adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]["uri"] == (
+      "minio://b/run/Gen/s/examples")
+  assert entrypoint.local_to_remote(adapted, None) == {}
+  with pytest.raises(entrypoint.EntrypointError, match="TFX_PARALLEL_ARTIFACT_PATHS must be "
+                                                       "one of .* Received: 'gcs'"):
+    entrypoint.run(["--executor_class_path", "x.Y", "--json_serialized_invocation_args",
+                    "{}"], {"TFX_PARALLEL_ARTIFACT_PATHS": "gcs"})
 
 
 def test_adapt_keeps_a_real_title_and_names_an_untypable_input():
@@ -139,7 +153,7 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
       assert str(tmp_path) not in json.dumps(value), (task, key, name, value)
 
   examples = recorded[("PartitionedExampleGen", "examples")]
-  assert json.loads(examples["custom_properties"]["split_names"]) == ["train", "eval"]
+  assert sorted(json.loads(examples["custom_properties"]["split_names"])) == ["eval", "train"]
   for split in ("train", "eval"):
     split_dir = os.path.join(launcher.object_path(examples["uri"]), f"Split-{split}")
     assert os.listdir(split_dir), split_dir
