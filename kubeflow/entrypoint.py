@@ -110,7 +110,8 @@ def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any
   return adapted, remote
 
 
-def local_to_remote(executor_input: Mapping[str, Any], mount_root: Optional[str] = "/") -> Dict[str, str]:
+def local_to_remote(executor_input: Mapping[str, Any],
+                    mount_root: Optional[str] = "/") -> Dict[str, str]:
   """{local path: remote URI} of every input and output artifact with a remote URI."""
   result = {}
   for side in ("inputs", "outputs"):

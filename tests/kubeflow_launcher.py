@@ -178,9 +178,12 @@ class Launcher:
   def executor_input(self, task_name: str) -> Dict[str, Any]:
     task = self.spec["root"]["dag"]["tasks"][task_name]
     component = self.spec["components"][task["componentRef"]["name"]]
-    if "executorLabel" not in component or "resolver" in json.dumps(
-        self.spec["deploymentSpec"]["executors"].get(component.get("executorLabel"), {})):
+    executor = self.spec["deploymentSpec"]["executors"].get(component.get("executorLabel"), {})
+    if "resolver" in executor:  # argocompiler/argo.go
       raise LauncherError(f"{task_name}: resolver not implemented yet")
+    if "container" not in executor:
+      raise LauncherError(f"{task_name}: only container executors are run in this test, got "
+                          f"{sorted(executor)}")
     task_root = f"{self.root}/{task_name}/salt-{task_name.lower()}"
     outputs = {
         key: {"artifacts": [{"name": key, "uri": f"{task_root}/{key}",

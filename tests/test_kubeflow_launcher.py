@@ -10,6 +10,8 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 import copy
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -101,6 +103,21 @@ def test_restore_puts_back_remote_uris_in_artifacts_and_metadata():
   blessing = restored["artifacts"]["blessing"]["artifacts"][0]
   assert blessing["uri"] == "minio://b/run/Eval/s/blessing"
   assert blessing["metadata"] == {"current_model": "minio://b/run/Train/s/model", "blessed": 1}
+
+
+@pytest.mark.slow
+def test_a_failing_step_prints_the_error_and_exits_1(tmp_path):
+  """The process ends (os._exit) with status 1, and the log names what failed."""
+  executor_input = _executor_input({"instanceSchema": ""})
+  spec = {"artifacts": {"examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.kubeflow.entrypoint", "--executor_class_path",
+       "tfx_parallel.no_such_module.Executor", "--json_serialized_invocation_args",
+       json.dumps(executor_input), "--json_serialized_inputs_spec_args", json.dumps(spec)],
+      env=dict(os.environ, TFX_PARALLEL_MOUNT_ROOT=str(tmp_path)), capture_output=True,
+      text=True, timeout=600)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "tfx_parallel.no_such_module" in proc.stderr, proc.stderr[-3000:]
 
 
 # --- What the open-source driver accepts. --------------------------------------------
