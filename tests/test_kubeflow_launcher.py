@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from kubeflow_launcher import Launcher, LauncherError, resolve_parameters, to_mlmd_value
+from kubeflow_launcher import (Launcher, LauncherError, local_path_for_uri, resolve_parameters,
+                               to_mlmd_value, topological_order)
 from kubeflow_util import compile_mapping, fixture_mapping
 from tfx_parallel.kubeflow import entrypoint
 
@@ -147,6 +148,20 @@ def test_the_driver_rules_fail_on_the_old_schema(package):
     resolve_parameters("DistributedTrainer", task, component)
   with pytest.raises(LauncherError, match="NullValue"):
     to_mlmd_value("x", None)
+  # An executor output naming a local path instead of the remote URI cannot be uploaded.
+  with pytest.raises(LauncherError, match="unsupported storage scheme"):
+    local_path_for_uri("/pod/minio/mlpipeline/run/model")
+  assert local_path_for_uri("minio://mlpipeline/run/model") == "minio/mlpipeline/run/model"
+
+
+def test_tasks_run_after_their_producers(package):
+  tasks = package["root"]["dag"]["tasks"]
+  assert topological_order(tasks) == ["PartitionedExampleGen", "DistributedTrainer",
+                                      "ConvergenceEvaluator"]
+  cyclic = copy.deepcopy(tasks)
+  cyclic["PartitionedExampleGen"]["dependentTasks"] = ["ConvergenceEvaluator"]
+  with pytest.raises(LauncherError, match="cycle"):
+    topological_order(cyclic)
 
 
 # --- The whole pipeline. --------------------------------------------------------------
