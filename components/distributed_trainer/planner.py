@@ -1,0 +1,164 @@
+"""The layout planner: which layout fits a model's training state in the devices present.
+
+A pure function of the model's variables (shapes, dtypes, and which dimension the layout
+rules split over the model axis), the device count, the memory per device and the global
+batch. Training state per device is parameters + gradients + optimizer slots, each stored
+at its per-device shard size: a dimension the rules split over the model axis holds
+1/M of it, everything else is replicated.
+
+Choice, in order:
+1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
+   state fits on one device.
+2. Otherwise the smallest model axis M (a divisor of the device count, that divides every
+   split dimension and leaves a batch axis that divides the global batch) whose state fits.
+3. Ties (same M, e.g. fewer replicas because of the batch) go to the smaller all-reduce
+   volume per step: a ring all-reduce moves 2 (B - 1) / B of the gradient bytes that each
+   device holds.
+When nothing fits, ``PlanError`` says what the best layout would need against the budget.
+"""
+import dataclasses
+import math
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+MODEL_AXIS = "model"
+# Optimizer slot variables per parameter, by optimizer name.
+SLOTS_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2, "adagrad": 1, "rmsprop": 1}
+
+
+class PlanError(ValueError):
+  """No layout fits; the message has the numbers."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableInfo:
+  """One trainable variable as the planner sees it.
+
+  Attributes:
+    name: variable path, for messages.
+    shape: global shape.
+    dtype_bytes: bytes per element.
+    sharding: per dimension, "model" if the layout rules split it over the model axis,
+      else None (empty: replicated).
+  """
+  name: str
+  shape: Tuple[int, ...]
+  dtype_bytes: int = 4
+  sharding: Tuple[Optional[str], ...] = ()
+
+  @property
+  def num_elements(self) -> int:
+    return int(math.prod(self.shape))
+
+  @property
+  def split_dims(self) -> Tuple[int, ...]:
+    return tuple(i for i, s in enumerate(self.sharding) if s == MODEL_AXIS)
+
+  def bytes_per_device(self, model_axis: int) -> int:
+    """Bytes of this variable on one device when the model axis has ``model_axis`` devices."""
+    divisor = model_axis if self.split_dims and model_axis > 1 else 1
+    return self.num_elements * self.dtype_bytes // divisor
+
+  def divisible_by(self, model_axis: int) -> bool:
+    return all(self.shape[d] % model_axis == 0 for d in self.split_dims)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """A chosen layout and what it costs per device."""
+  layout: str                   # "single" | "mirrored" | "mesh"
+  mesh: Tuple[int, int]         # (batch, model); (N, 1) for mirrored, (1, 1) for single
+  state_bytes_per_device: int
+  allreduce_bytes_per_step: int
+  reason: str
+
+  @property
+  def devices(self) -> int:
+    return self.mesh[0] * self.mesh[1]
+
+  def describe(self) -> str:
+    if self.layout == "mesh":
+      return f"mesh {self.mesh[0]}x{self.mesh[1]}"
+    if self.layout == "mirrored":
+      return f"mirrored {self.mesh[0]}"
+    return "single"
+
+
+def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
+                           slots_per_param: int) -> int:
+  """Parameters + gradients + optimizer slots on one device, at shard size."""
+  return sum(v.bytes_per_device(model_axis) for v in variables) * (2 + slots_per_param)
+
+
+def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
+                             model_axis: int) -> int:
+  """Bytes each device sends in a ring all-reduce of its gradient shards over the batch axis."""
+  if batch_axis <= 1:
+    return 0
+  grad = sum(v.bytes_per_device(model_axis) for v in variables)
+  return int(2 * (batch_axis - 1) * grad / batch_axis)
+
+
+def _divisors(n: int) -> List[int]:
+  return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _candidates(variables: Sequence[VariableInfo], num_devices: int,
+                global_batch: int) -> Iterable[Tuple[int, int]]:
+  """(batch axis, model axis) pairs that are valid layouts on up to num_devices devices."""
+  for model_axis in _divisors(num_devices):
+    if not all(v.divisible_by(model_axis) for v in variables):
+      continue
+    if model_axis > 1 and not any(v.split_dims for v in variables):
+      continue  # No rule splits anything: a model axis would only replicate.
+    for batch_axis in _divisors(num_devices // model_axis):
+      if global_batch % batch_axis == 0:
+        yield batch_axis, model_axis
+
+
+def _human(n: float) -> str:
+  for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+    if abs(n) < 1024 or unit == "TiB":
+      return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n):,} B"
+    n /= 1024
+  raise AssertionError("unreachable")
+
+
+def plan(variables: Sequence[VariableInfo], num_devices: int, memory_per_device: int,
+         global_batch: int, slots_per_param: int) -> Plan:
+  """The layout to use (see the module docstring); raises PlanError when none fits."""
+  if num_devices < 1:
+    raise PlanError(f"no devices to train on. Received: num_devices={num_devices}")
+  if memory_per_device <= 0:
+    raise PlanError(f"memory per device must be positive. Received: {memory_per_device}")
+  total = sum(v.num_elements * v.dtype_bytes for v in variables)
+  options = []
+  for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
+    need = state_bytes_per_device(variables, model_axis, slots_per_param)
+    if need <= memory_per_device:
+      volume = allreduce_bytes_per_step(variables, batch_axis, model_axis)
+      # Smallest model axis first; then the most replicas (more throughput), then the
+      # smaller all-reduce volume.
+      options.append(((model_axis, -batch_axis, volume), batch_axis, model_axis, need, volume))
+  if not options:
+    best_m = max((m for _, m in _candidates(variables, num_devices, global_batch)), default=1)
+    best = state_bytes_per_device(variables, best_m, slots_per_param)
+    raise PlanError(
+        f"the model does not fit: its training state (parameters {_human(total)}, with "
+        f"gradients and {slots_per_param} optimizer slot(s) per parameter) needs "
+        f"{_human(best)} per device even on the widest model axis possible here "
+        f"(M={best_m} of {num_devices} device(s)), and each device has "
+        f"{_human(memory_per_device)}")
+  _, batch_axis, model_axis, need, volume = min(options, key=lambda o: o[0])
+  one = state_bytes_per_device(variables, 1, slots_per_param)
+  if model_axis == 1:
+    layout = "single" if batch_axis == 1 else "mirrored"
+    reason = (f"the state fits on one device ({_human(one)} of {_human(memory_per_device)}), "
+              f"so pure data parallelism over {batch_axis} device(s)")
+  else:
+    layout = "mesh"
+    reason = (f"the state needs {_human(one)} on one device, more than its "
+              f"{_human(memory_per_device)}; a model axis of {model_axis} is the smallest "
+              f"that fits ({_human(need)} per device), with {batch_axis} data-parallel "
+              f"replica(s)")
+  return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
+              allreduce_bytes_per_step=volume, reason=reason)
