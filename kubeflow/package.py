@@ -1,11 +1,15 @@
 """Builds the KFP v2 package: TFX's PipelineSpec, completed, plus the PlatformSpec.
 
-TFX's KubeflowV2DagRunner compiles the pipeline (images, commands, DAG). What it
-lacks is added here, per executor: resources in both KFP schema generations (for
-every component, ExampleGen included: TFX ignores platform_config there,
-tensorflow/tfx#6146), the environment, per-component Beam args, importable schema
-titles for our artifact types, the default pipeline root; and the Kubernetes
-PlatformSpec (node selectors, tolerations) as a second YAML document.
+TFX's KubeflowV2DagRunner compiles the pipeline (images, DAG) in schema 2.1.0
+(``use_pipeline_spec_2_1``: ``runtimeValue.constant`` parameters, ``parameterType``,
+``--json_serialized_inputs_spec_args``), with our entry point as every container's
+command (kubeflow/entrypoint.py). What it lacks is added here, per executor: resources
+in both KFP schema generations (for every component, ExampleGen included: TFX ignores
+platform_config there, tensorflow/tfx#6146), the environment, per-component Beam args,
+importable schema titles for our artifact types (also in the inputs spec argument),
+the default pipeline root; and the Kubernetes PlatformSpec (node selectors,
+tolerations) as a second YAML document. :func:`check_open_source` then refuses a spec
+open-source KFP would reject.
 """
 import dataclasses
 import json
