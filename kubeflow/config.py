@@ -238,6 +238,27 @@ def _pipeline_config(data: Dict[str, Any]) -> PipelineConfig:
   return config
 
 
+def check_vertex(config: KubeflowConfig) -> None:
+  """Rejects what Vertex AI Pipelines cannot use; the ConfigError names the key.
+
+  Vertex runs each step on a machine it picks from the accelerator type (a machine
+  accelerator such as NVIDIA_TESLA_T4, not a Kubernetes resource name), has no node
+  selectors or tolerations, and reads and writes Cloud Storage only.
+  """
+  require(config.pipeline_root.startswith("gs://"), "pipeline_root",
+          f"Vertex AI Pipelines needs a gs:// root. Received: {config.pipeline_root!r}")
+  for name, placement in sorted(config.components.items()):
+    require(not placement.node_selector, f"components.{name}.node_selector",
+            "Vertex AI Pipelines has no node selectors; pick the GPU with accelerator.type")
+    require(not placement.tolerations, f"components.{name}.tolerations",
+            "Vertex AI Pipelines has no tolerations")
+    if placement.accelerator is not None:
+      require("/" not in placement.accelerator.type and "." not in placement.accelerator.type,
+              f"components.{name}.accelerator.type",
+              "Vertex AI Pipelines needs a machine accelerator such as NVIDIA_TESLA_T4, not "
+              f"a Kubernetes resource name. Received: {placement.accelerator.type!r}")
+
+
 def load(path: str) -> KubeflowConfig:
   """Reads a YAML config file; errors name the file and the key."""
   import yaml  # pylint: disable=g-import-not-at-top

@@ -1,13 +1,18 @@
 """Builds the KFP v2 package: TFX's PipelineSpec, completed, plus the PlatformSpec.
 
-TFX's KubeflowV2DagRunner compiles the pipeline (images, commands, DAG). What it
-lacks is added here, per executor: resources in both KFP schema generations (for
-every component, ExampleGen included: TFX ignores platform_config there,
-tensorflow/tfx#6146), the environment, per-component Beam args, importable schema
-titles for our artifact types, the default pipeline root; and the Kubernetes
-PlatformSpec (node selectors, tolerations) as a second YAML document.
+TFX's KubeflowV2DagRunner compiles the pipeline (images, DAG) in schema 2.1.0
+(``use_pipeline_spec_2_1``: ``runtimeValue.constant`` parameters, ``parameterType``,
+``--json_serialized_inputs_spec_args``), with our entry point as every container's
+command (kubeflow/entrypoint.py). What it lacks is added here, per executor: resources
+in both KFP schema generations (for every component, ExampleGen included: TFX ignores
+platform_config there, tensorflow/tfx#6146), the environment, per-component Beam args,
+importable schema titles for our artifact types (also in the inputs spec argument),
+the default pipeline root; and the Kubernetes PlatformSpec (node selectors,
+tolerations) as a second YAML document. :func:`check_open_source` then refuses a spec
+open-source KFP would reject.
 """
 import dataclasses
+import json
 from typing import Any, Dict, List, Mapping
 
 import yaml
@@ -20,6 +25,9 @@ from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, Ku
 
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
 _DEFAULT_IMAGE_KEY = "default_image_path"
+# Every container runs our entry point (kubeflow/entrypoint.py), which adapts what the
+# open-source KFP driver and launcher hand over, then runs TFX's kubeflow_v2_run_executor.
+ENTRYPOINT_COMMAND = ("python", "-m", "tfx_parallel.kubeflow.entrypoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +68,27 @@ def _beam_args(config: KubeflowConfig, node_id: str, node) -> List[str]:
 def tfx_pipeline_spec(pipeline: tfx.dsl.Pipeline, images: Dict[str, str]) -> Dict[str, Any]:
   """The bare PipelineSpec (JSON dict) TFX's KubeflowV2DagRunner compiles."""
   runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-      tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=dict(images)))
+      tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+          default_image=dict(images), default_commands=list(ENTRYPOINT_COMMAND),
+          use_pipeline_spec_2_1=True))
   with artifact_types.kfp_type_names(artifact_types.custom_types(pipeline.components)) as titles:
     job = runner.run(pipeline, write_out=False)
   spec = job["pipelineSpec"]
   artifact_types.retitle(spec, titles)
   return spec
+
+
+_INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+
+
+def _inputs_spec_arg(container: Dict[str, Any], input_definitions: Dict[str, Any]) -> None:
+  """Rewrites the inputs spec TFX put in the args with the (retitled) component inputs."""
+  args = container.get("args", [])
+  if _INPUTS_SPEC_FLAG not in args or args.index(_INPUTS_SPEC_FLAG) + 1 >= len(args):
+    raise ValueError(f"TFX compiled no {_INPUTS_SPEC_FLAG} (use_pipeline_spec_2_1 off?): "
+                     f"{args!r}")
+  args[args.index(_INPUTS_SPEC_FLAG) + 1] = json.dumps(input_definitions, indent=2,
+                                                       sort_keys=True)
 
 
 def _complete_executor(container: Dict[str, Any], placement: ComponentPlacement,
@@ -75,6 +98,31 @@ def _complete_executor(container: Dict[str, Any], placement: ComponentPlacement,
     container["resources"] = container_resources
   container["env"] = resources.container_env(placement)
   container["args"] = list(container.get("args", [])) + beam_args
+
+
+OPEN_SOURCE_SCHEMA_VERSION = "2.1.0"  # The only one the KFP API server accepts.
+
+
+def check_open_source(spec: Dict[str, Any]) -> None:
+  """Raises ValueError if open-source KFP would reject or fail to run `spec`.
+
+  Its API server accepts schema 2.1.0 only (backend/src/apiserver/template/
+  v2_template.go), its driver resolves only ``runtimeValue.constant``
+  (driver/resolve.go), and its Argo compiler has no resolver nodes (argocompiler/argo.go).
+  """
+  if spec.get("schemaVersion") != OPEN_SOURCE_SCHEMA_VERSION:
+    raise ValueError(f"schemaVersion is {spec.get('schemaVersion')!r}; open-source KFP "
+                     f"accepts only {OPEN_SOURCE_SCHEMA_VERSION}")
+  for task_id, task in spec["root"]["dag"]["tasks"].items():
+    for name, parameter in task.get("inputs", {}).get("parameters", {}).items():
+      runtime = parameter.get("runtimeValue")
+      if runtime is not None and set(runtime) != {"constant"}:
+        raise ValueError(f"task {task_id} parameter {name}: runtimeValue {sorted(runtime)}; "
+                         "the open-source KFP driver resolves only 'constant'")
+  for label, executor in spec["deploymentSpec"]["executors"].items():
+    if "resolver" in executor:
+      raise ValueError(f"executor {label} is a resolver; open-source KFP's Argo compiler "
+                       "rejects resolver nodes ('resolver not implemented yet')")
 
 
 def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
@@ -89,8 +137,11 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
   executors = spec["deploymentSpec"]["executors"]
   placements = {}
   for task_id, task in spec["root"]["dag"]["tasks"].items():
-    label = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+    component = spec["components"][task["componentRef"]["name"]]
+    label = component["executorLabel"]
     placement = config.placement(task_id)
+    _inputs_spec_arg(executors[label]["container"], component.get("inputDefinitions", {}))
     _complete_executor(executors[label]["container"], placement, beam_args[task_id])
     placements[label] = placement
+  check_open_source(spec)
   return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements))

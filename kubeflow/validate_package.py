@@ -7,6 +7,12 @@ resource fields need kfp-pipeline-spec >= 0.4, which cannot be installed beside 
 1.16); tests/test_kubeflow_kfp.py creates such a venv in .venv-kfp. Standalone: it
 imports nothing from tfx_parallel. Checks:
 
+0. the KFP API server's upload rules (``NewV2SpecTemplate`` in kubeflow/pipelines
+   ``backend/src/apiserver/template/v2_template.go``): exactly one PipelineSpec
+   document, ``schemaVersion`` 2.1.0, a ``pipelineInfo.name`` of lower case
+   alphanumerics, '-' or '.', starting and ending alphanumeric, a ``root``; at most one
+   PlatformSpec document with a ``kubernetes`` platform; each parsed strictly
+   (``protojson.Unmarshal``); any other document is rejected here (the server ignores it);
 1. document 1 parses into ``pipeline_spec_pb2.PipelineSpec`` with unknown fields
    rejected; document 2 into ``PlatformSpec``, and each executor's config into
    kfp-kubernetes' ``KubernetesExecutorConfig``, likewise strictly;
@@ -21,6 +27,7 @@ Prints a JSON summary; exits 1 with the first difference on failure.
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -81,9 +88,63 @@ def _kfp_reference(container, k8s_config):
   return ref_container.get("resources", {}), ref_container.get("env", []), ref_k8s
 
 
+SCHEMA_VERSION = "2.1.0"  # v2_template.go SCHEMA_VERSION_2_1_0
+# v2_template.go's pattern, anchored (the server's regexp.MatchString is not).
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _parses(data, message):
+  try:
+    _strict(data, message)
+    return True
+  except json_format.ParseError:
+    return False
+
+
+def upload_rules(docs):
+  """The API server's checks of an uploaded v2 package; raises ValueError like it would."""
+  pipeline_specs, platform_specs = [], []
+  for i, doc in enumerate(docs):
+    if doc is None:
+      continue
+    spec = pipeline_spec_pb2.PipelineSpec()
+    if _parses(doc, spec) and spec.pipeline_info.name and spec.HasField("root"):
+      pipeline_specs.append(spec)
+      if len(pipeline_specs) > 1:
+        raise ValueError("multiple pipeline specs provided")
+      if spec.schema_version != SCHEMA_VERSION:
+        raise ValueError(f"KFP only supports schema version {SCHEMA_VERSION}, but the "
+                         f"pipeline spec has version {spec.schema_version}")
+      if not _NAME_RE.match(spec.pipeline_info.name):
+        raise ValueError("invalid v2 pipeline spec: name should consist of lower case "
+                         "alphanumeric characters, '-' or '.', and must start and end with "
+                         f"an alphanumeric character. Received: {spec.pipeline_info.name!r}")
+      continue
+    platform = pipeline_spec_pb2.PlatformSpec()
+    if _parses(doc, platform) and "kubernetes" in platform.platforms:
+      platform_specs.append(platform)
+      if len(platform_specs) > 1:
+        raise ValueError("multiple platform specs provided")
+      continue
+    # Name the reason: parse it again without catching the error.
+    if "pipelineInfo" in doc or "root" in doc or "schemaVersion" in doc:
+      _strict(doc, pipeline_spec_pb2.PipelineSpec())
+      raise ValueError(f"document {i + 1}: invalid v2 pipeline spec: "
+                       + ("name is empty" if not spec.pipeline_info.name
+                          else "root component is empty"))
+    _strict(doc, pipeline_spec_pb2.PlatformSpec())
+    raise ValueError(f"document {i + 1} is neither a PipelineSpec nor a PlatformSpec with "
+                     "a kubernetes platform")
+  if not pipeline_specs:
+    raise ValueError("no pipeline spec is provided")
+  return pipeline_specs[0]
+
+
 def validate(path, compare_with_kfp):
   with open(path) as f:
     docs = list(yaml.safe_load_all(f))
+  upload_rules(docs)
+  docs = [d for d in docs if d is not None]
   if len(docs) not in (1, 2):
     raise ValueError(f"expected 1 or 2 YAML documents, found {len(docs)}")
   spec = _strict(docs[0], pipeline_spec_pb2.PipelineSpec())
@@ -101,7 +162,8 @@ def validate(path, compare_with_kfp):
       _strict(config, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
       platform_executors[label] = config
   component = components.load_component_from_file(path)
-  summary = {"pipeline": spec.pipeline_info.name, "executors": sorted(executors),
+  summary = {"pipeline": spec.pipeline_info.name, "schema_version": spec.schema_version,
+             "upload_rules": "passed", "executors": sorted(executors),
              "platform_executors": sorted(platform_executors),
              "loaded_component": type(component).__name__, "compared_with_kfp": []}
   if compare_with_kfp:

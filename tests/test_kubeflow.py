@@ -4,6 +4,7 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 import argparse
 import copy
 import difflib
+import json
 import os
 import re
 
@@ -177,9 +178,23 @@ def test_bare_pipeline_spec_with_pipeline_root_from_config(documents):
   assert "pipelineSpec" not in spec and "runtimeConfig" not in spec  # not a PipelineJob
   assert spec["defaultPipelineRoot"] == "gs://fixture-bucket/tfx-parallel"
   assert spec["pipelineInfo"]["name"] == "tfx-parallel-fixture"
+  assert spec["schemaVersion"] == "2.1.0"  # The only version the KFP API server accepts.
   trainer_config = spec["root"]["dag"]["tasks"]["DistributedTrainer"]["inputs"]["parameters"]
-  assert '"layout": "mirrored"' in trainer_config["config"]["runtimeValue"]["constantValue"][
-      "stringValue"]
+  assert '"layout": "mirrored"' in trainer_config["config"]["runtimeValue"]["constant"]
+  assert "constantValue" not in yaml.safe_dump(spec)  # The KFP driver resolves `constant` only.
+
+
+def test_every_step_runs_our_entry_point_with_its_inputs_spec(documents):
+  """Our entry point adapts the open-source launcher's ExecutorInput (kubeflow/entrypoint.py);
+  the inputs spec it reads carries the same (importable) titles as the component."""
+  spec = documents[0]
+  for task in spec["root"]["dag"]["tasks"].values():
+    component = spec["components"][task["componentRef"]["name"]]
+    container = executors(documents)[component["executorLabel"]]["container"]
+    assert container["command"] == ["python", "-m", "tfx_parallel.kubeflow.entrypoint"]
+    args = container["args"]
+    inputs_spec = json.loads(args[args.index("--json_serialized_inputs_spec_args") + 1])
+    assert inputs_spec == component["inputDefinitions"]
 
 
 def test_custom_artifact_types_are_importable_and_untouched(documents):
@@ -252,3 +267,60 @@ def test_golden_package(documents):
   assert actual == expected, ("compiled package differs from tests/golden/"
                               "kubeflow_pipeline.yaml (regenerate with UPDATE_GOLDEN=1 if "
                               "intended):\n" + diff)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda s: s.update(schemaVersion="2.0.0"), "accepts only 2.1.0"),
+    (lambda s: s["root"]["dag"]["tasks"]["DistributedTrainer"]["inputs"]["parameters"][
+        "config"].update(runtimeValue={"constantValue": {"stringValue": "{}"}}),
+     "DistributedTrainer parameter config: runtimeValue \\['constantValue'\\]"),
+    (lambda s: s["deploymentSpec"]["executors"].update(
+        latest_model_resolver={"resolver": {"outputArtifactQueries": {}}}),
+     "executor latest_model_resolver is a resolver"),
+])
+def test_open_source_check_rejects_what_kfp_rejects(documents, change, needle):
+  from tfx_parallel.kubeflow import package  # pylint: disable=g-import-not-at-top
+  spec = copy.deepcopy(documents[0])
+  package.check_open_source(spec)
+  change(spec)
+  with pytest.raises(ValueError, match=needle):
+    package.check_open_source(spec)
+
+
+def _vertex_mapping():
+  data = fixture_mapping()
+  trainer = data["components"]["DistributedTrainer"]
+  del trainer["node_selector"], trainer["tolerations"]
+  trainer["accelerator"]["type"] = "NVIDIA_TESLA_T4"
+  return data
+
+
+@pytest.mark.parametrize("path,value,key", [
+    ("components.DistributedTrainer.node_selector", {"pool": "gpu"},
+     "components.DistributedTrainer.node_selector"),
+    ("components.default.tolerations", [{"key": "a", "operator": "Exists"}],
+     "components.DistributedTrainer.tolerations"),
+    ("components.DistributedTrainer.accelerator", {"type": "nvidia.com/gpu", "count": 1},
+     "components.DistributedTrainer.accelerator.type"),
+    ("pipeline_root", "minio://mlpipeline/v2/artifacts", "pipeline_root"),
+])
+def test_vertex_target_rejects_what_vertex_cannot_use(path, value, key):
+  config = config_lib.from_mapping(_with(path, value, _vertex_mapping()))
+  with pytest.raises(ConfigError) as e:
+    compiler.compile_package(config, target="vertex")
+  assert e.value.key == key, str(e.value)
+
+
+def test_vertex_target_writes_the_pipeline_spec_alone(tmp_path):
+  path = tmp_path / "kubeflow.yaml"
+  path.write_text(yaml.safe_dump(_vertex_mapping()))
+  parser = argparse.ArgumentParser()
+  compiler.add_arguments(parser)
+  output = tmp_path / "vertex.yaml"
+  assert compiler.run(parser.parse_args(["--config", str(path), "--output", str(output),
+                                         "--target", "vertex"])) == 0
+  with open(output) as f:
+    docs = list(yaml.safe_load_all(f))
+  assert len(docs) == 1 and docs[0]["schemaVersion"] == "2.1.0"
+  trainer = executors(docs)["DistributedTrainer_executor"]["container"]["resources"]
+  assert trainer["accelerator"]["type"] == "NVIDIA_TESLA_T4"

@@ -90,25 +90,46 @@ def test_package_passes_strict_kfp_validation(tmp_path, config):
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
   assert result.returncode == 0, result.stderr[-4000:]
   assert '"loaded_component": "YamlComponent"' in result.stdout
+  assert '"schema_version": "2.1.0"' in result.stdout
+  assert '"upload_rules": "passed"' in result.stdout
   assert '"platform_executors": ["DistributedTrainer_executor"]' in result.stdout
   assert result.stdout.count("_executor") >= 6, result.stdout  # 3 executors, 3 compared.
 
 
+def _documents(text):
+  """The package text's YAML documents, without the comment header."""
+  return text.split("\n---\n")
+
+
 @pytest.mark.slow
-def test_validator_rejects_unknown_fields(tmp_path):
-  """The strict parse is real: a misspelt field in either document fails."""
+def test_validator_rejects_unknown_fields_and_what_the_api_server_rejects(tmp_path):
+  """The strict parse is real: a misspelt field in either document fails; and so does
+  each upload rule of the KFP API server (v2_template.go)."""
   from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
   package = tmp_path / "pipeline.yaml"
   compiler.compile_file(FIXTURE_CONFIG, str(package))
   text = package.read_text()
+  spec, platform = _documents(text)
   python = kfp_python()
-  for old, new in (("resourceCpuLimit:", "resourceCpuLimits:"),
-                   ("tolerations:", "toleration:")):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace(old, new, 1))
+  cases = [
+      (text.replace("resourceCpuLimit:", "resourceCpuLimits:", 1), "resourceCpuLimits"),
+      (text.replace("tolerations:", "toleration:", 1), "toleration"),
+      (text.replace("schemaVersion: 2.1.0", "schemaVersion: 2.0.0"),
+       "KFP only supports schema version 2.1.0, but the pipeline spec has version 2.0.0"),
+      (text.replace("name: tfx-parallel-fixture", "name: Tfx_Parallel"),
+       "name should consist of lower case alphanumeric characters"),
+      (spec + "\n---\n" + spec, "multiple pipeline specs provided"),
+      (text + "\n---\n" + platform, "multiple platform specs provided"),
+      (platform, "no pipeline spec is provided"),
+      (text.replace("\nroot:\n", "\nnot_root:\n", 1), "not_root"),
+  ]
+  assert all(case != text for case, _ in cases)
+  for i, (bad_text, needle) in enumerate(cases):
+    bad = tmp_path / f"bad{i}.yaml"
+    bad.write_text(bad_text)
     result = subprocess.run([python, VALIDATOR, str(bad)], capture_output=True, text=True,
                             timeout=300, cwd=str(tmp_path))
-    assert result.returncode == 1 and new.rstrip(":") in result.stderr, result.stderr
+    assert result.returncode == 1 and needle in result.stderr, (needle, result.stderr)
 
 
 if __name__ == "__main__":

@@ -100,3 +100,16 @@ def test_bad_arguments(bad, message):
   kwargs.update(bad)
   with pytest.raises(planner.PlanError, match=message):
     planner.plan(_mlp(8), **kwargs)
+
+
+def test_variables_may_depend_on_the_model_axis():
+  """Rules that leave a dimension whole when the axis does not divide it: M=4 replicates
+  the 4098-wide kernel, so only M=2 halves it."""
+  def at(model_axis):
+    width = 4098
+    split = width % model_axis == 0
+    return [VariableInfo("k", (64, width), 4, (None, "model") if split else ())]
+  one = planner.state_bytes_per_device(at(1), 1, 0)
+  p = planner.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
+                   slots_per_param=0)
+  assert p.mesh == (2, 2)

@@ -18,7 +18,7 @@ When nothing fits, ``PlanError`` says what the best layout would need against th
 """
 import dataclasses
 import math
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 MODEL_AXIS = "model"
 # Optimizer slot variables per parameter, by optimizer name.
@@ -102,13 +102,23 @@ def _divisors(n: int) -> List[int]:
   return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _candidates(variables: Sequence[VariableInfo], num_devices: int,
+# The variables, or a function of the model axis giving them with that axis's sharding
+# (layout rules may leave a dimension whole when the axis does not divide it).
+Variables = Union[Sequence[VariableInfo], Callable[[int], Sequence[VariableInfo]]]
+
+
+def _at(variables: Variables, model_axis: int) -> Sequence[VariableInfo]:
+  return variables(model_axis) if callable(variables) else variables
+
+
+def _candidates(variables: Variables, num_devices: int,
                 global_batch: int) -> Iterable[Tuple[int, int]]:
   """(batch axis, model axis) pairs that are valid layouts on up to num_devices devices."""
   for model_axis in _divisors(num_devices):
-    if not all(v.divisible_by(model_axis) for v in variables):
+    variables_m = _at(variables, model_axis)
+    if not all(v.divisible_by(model_axis) for v in variables_m):
       continue
-    if model_axis > 1 and not any(v.split_dims for v in variables):
+    if model_axis > 1 and not any(v.split_dims for v in variables_m):
       continue  # No rule splits anything: a model axis would only replicate.
     for batch_axis in _divisors(num_devices // model_axis):
       if global_batch % batch_axis == 0:
@@ -123,25 +133,28 @@ def _human(n: float) -> str:
   raise AssertionError("unreachable")
 
 
-def plan(variables: Sequence[VariableInfo], num_devices: int, memory_per_device: int,
+def plan(variables: Variables, num_devices: int, memory_per_device: int,
          global_batch: int, slots_per_param: int) -> Plan:
-  """The layout to use (see the module docstring); raises PlanError when none fits."""
+  """The layout to use (see the module docstring); raises PlanError when none fits.
+
+  ``variables`` is a list of VariableInfo, or a function of the model axis returning it.
+  """
   if num_devices < 1:
     raise PlanError(f"no devices to train on. Received: num_devices={num_devices}")
   if memory_per_device <= 0:
     raise PlanError(f"memory per device must be positive. Received: {memory_per_device}")
-  total = sum(v.num_elements * v.dtype_bytes for v in variables)
+  total = sum(v.num_elements * v.dtype_bytes for v in _at(variables, 1))
   options = []
   for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
-    need = state_bytes_per_device(variables, model_axis, slots_per_param)
+    need = state_bytes_per_device(_at(variables, model_axis), model_axis, slots_per_param)
     if need <= memory_per_device:
-      volume = allreduce_bytes_per_step(variables, batch_axis, model_axis)
+      volume = allreduce_bytes_per_step(_at(variables, model_axis), batch_axis, model_axis)
       # Smallest model axis first; then the most replicas (more throughput), then the
       # smaller all-reduce volume.
       options.append(((model_axis, -batch_axis, volume), batch_axis, model_axis, need, volume))
   if not options:
     best_m = max((m for _, m in _candidates(variables, num_devices, global_batch)), default=1)
-    best = state_bytes_per_device(variables, best_m, slots_per_param)
+    best = state_bytes_per_device(_at(variables, best_m), best_m, slots_per_param)
     raise PlanError(
         f"the model does not fit: its training state (parameters {_human(total)}, with "
         f"gradients and {slots_per_param} optimizer slot(s) per parameter) needs "
@@ -149,7 +162,7 @@ def plan(variables: Sequence[VariableInfo], num_devices: int, memory_per_device:
         f"(M={best_m} of {num_devices} device(s)), and each device has "
         f"{_human(memory_per_device)}")
   _, batch_axis, model_axis, need, volume = min(options, key=lambda o: o[0])
-  one = state_bytes_per_device(variables, 1, slots_per_param)
+  one = state_bytes_per_device(_at(variables, 1), 1, slots_per_param)
   if model_axis == 1:
     layout = "single" if batch_axis == 1 else "mirrored"
     reason = (f"the state fits on one device ({_human(one)} of {_human(memory_per_device)}), "

@@ -1,0 +1,218 @@
+"""The container entry point of every compiled step (open-source KFP and Vertex AI).
+
+    python -m tfx_parallel.kubeflow.entrypoint --executor_class_path C \\
+        --json_serialized_invocation_args '{{$}}' --json_serialized_inputs_spec_args S [beam args]
+
+It takes the same arguments as TFX's ``kubeflow_v2_run_executor`` and runs it, after
+adapting what the open-source KFP v2 driver and launcher hand over
+(kubeflow/pipelines ``backend/src/v2/driver``, ``backend/src/v2/component/launcher_v2.go``):
+
+* **Input artifact types.** The driver reads input artifacts back from ML Metadata with
+  an empty ``instanceSchema`` (``OutputArtifact.Schema`` is never filled), which TFX's
+  parser cannot read (``yaml.safe_load('')`` is None), and KFP may name a type by a
+  ``system.*`` title (``system.Model``), which TFX cannot import. Such an artifact gets
+  the type its component declares in ``--json_serialized_inputs_spec_args``.
+* **Artifact files.** The launcher downloads each input artifact to, and uploads each
+  output artifact from, ``LocalPathForURI(uri)``: ``gs://b/p`` -> ``/gcs/b/p``,
+  ``minio://b/p`` -> ``/minio/b/p``, ``s3://b/p`` -> ``/s3/b/p``. The executors get those
+  local paths as URIs (TensorFlow cannot open ``minio://`` at all), and the executor
+  output names the original URIs again, so that ML Metadata records remote URIs and the
+  launcher uploads from the local paths. Writing locally also avoids the zero-byte GCS
+  "directory" objects that break the launcher's download of nested outputs such as a
+  Model's ``Format-Serving/`` (kubeflow/pipelines#13476). On Vertex AI ``/gcs/`` is the
+  Cloud Storage FUSE mount, so the same paths work there.
+* **Metadata values the launcher cannot record** (``null``: ``StructValueToMLMDValue``
+  rejects it) are left out of the executor output.
+* **Exit.** The process ends with ``os._exit`` once the executor output is written: the
+  interpreter's shutdown can hang on non-daemon threads (Beam, Dask) or crash in
+  protobuf/MLMD destructors, and the launcher waits for the process to end.
+
+``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
+and ``/s3`` directories are; tests point it at a temporary directory.
+``TFX_PARALLEL_ARTIFACT_PATHS=remote`` keeps the remote URIs instead (for a step whose
+files other pods must reach, such as the trainer submitting a TFJob; TensorFlow reads
+``gs://`` natively, never ``minio://``).
+"""
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+import traceback
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
+ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
+ARTIFACT_PATHS = ("local", "remote")
+# backend/src/v2/component/launcher_v2.go LocalPathForURI (oci:// is for model cars).
+_LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
+
+
+class EntrypointError(ValueError):
+  """The ExecutorInput cannot be adapted; the message names the artifact."""
+
+
+def local_path(uri: str, mount_root: Optional[str] = "/") -> str:
+  """The launcher's local path for `uri` under `mount_root`; other URIs unchanged.
+
+  `mount_root` None keeps every URI as it is (``TFX_PARALLEL_ARTIFACT_PATHS=remote``).
+  """
+  if mount_root is None:
+    return uri
+  for scheme, directory in _LOCAL_PREFIXES:
+    if uri.startswith(scheme):
+      return os.path.join(mount_root, directory, uri[len(scheme):])
+  return uri
+
+
+def _title(artifact_type: Optional[Mapping[str, Any]]) -> str:
+  """The schema title of an ArtifactTypeSchema (JSON); '' when there is none."""
+  if not artifact_type:
+    return ""
+  if artifact_type.get("schemaTitle"):
+    return artifact_type["schemaTitle"]
+  schema = yaml.safe_load(artifact_type.get("instanceSchema") or "") or {}
+  return schema.get("title", "") if isinstance(schema, dict) else ""
+
+
+def _typed(key: str, artifact: Dict[str, Any], declared: Optional[Mapping[str, Any]]) -> None:
+  """Gives `artifact` its declared type when it has none or a system.* title."""
+  title = _title(artifact.get("type"))
+  if title and not title.startswith("system."):
+    return
+  if not declared or not _title(declared):
+    raise EntrypointError(
+        f"input artifact {key!r} has type {title or 'none'!r} and the inputs spec "
+        "(--json_serialized_inputs_spec_args) declares no type for it; recompile the "
+        "package with `tfx-parallel compile`")
+  artifact["type"] = copy.deepcopy(dict(declared))
+
+
+def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
+          mount_root: Optional[str] = "/") -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
+  """The ExecutorInput TFX's entry point can run, and {output key: original URIs}."""
+  adapted = copy.deepcopy(executor_input)
+  declared = (inputs_spec or {}).get("artifacts", {})
+  for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
+    for artifact in artifacts.get("artifacts", []):
+      _typed(key, artifact, declared.get(key, {}).get("artifactType"))
+      artifact["uri"] = local_path(artifact.get("uri", ""), mount_root)
+  remote = {}
+  for key, artifacts in adapted.get("outputs", {}).get("artifacts", {}).items():
+    remote[key] = [a.get("uri", "") for a in artifacts.get("artifacts", [])]
+    for artifact in artifacts.get("artifacts", []):
+      if not _title(artifact.get("type")):
+        raise EntrypointError(f"output artifact {key!r} has no type in the ExecutorInput")
+      artifact["uri"] = local_path(artifact.get("uri", ""), mount_root)
+  return adapted, remote
+
+
+def local_to_remote(executor_input: Mapping[str, Any],
+                    mount_root: Optional[str] = "/") -> Dict[str, str]:
+  """{local path: remote URI} of every input and output artifact with a remote URI."""
+  result = {}
+  for side in ("inputs", "outputs"):
+    for artifacts in executor_input.get(side, {}).get("artifacts", {}).values():
+      for artifact in artifacts.get("artifacts", []):
+        uri = artifact.get("uri", "")
+        if local_path(uri, mount_root) != uri:
+          result[local_path(uri, mount_root)] = uri
+  return result
+
+
+def _remote_value(value: Any, paths: Mapping[str, str]) -> Any:
+  """`value` with a leading local artifact path replaced by its remote URI."""
+  if not isinstance(value, str):
+    return value
+  for local in sorted(paths, key=len, reverse=True):
+    if value == local or value.startswith(local + "/"):
+      return paths[local] + value[len(local):]
+  return value
+
+
+def restore(executor_output: Dict[str, Any], remote: Mapping[str, List[str]],
+            paths: Mapping[str, str] = None) -> Dict[str, Any]:
+  """The executor output with remote URIs again and without null metadata values.
+
+  Args:
+    executor_output: ExecutorOutput JSON as TFX's entry point wrote it.
+    remote: {output key: the original URIs}, from :func:`adapt`.
+    paths: {local path: remote URI} (:func:`local_to_remote`), for metadata values
+      that name an artifact's files, e.g. a blessing's ``current_model``.
+  """
+  restored = copy.deepcopy(executor_output)
+  for key, artifacts in restored.get("artifacts", {}).items():
+    uris = remote.get(key, [])
+    for i, artifact in enumerate(artifacts.get("artifacts", [])):
+      if i < len(uris) and uris[i]:
+        artifact["uri"] = uris[i]
+      metadata = artifact.get("metadata") or {}
+      for name in list(metadata):
+        if metadata[name] is None:
+          logging.info("Output %s: metadata %r is null, left out (KFP cannot record null)",
+                       key, name)
+          del metadata[name]
+        else:
+          metadata[name] = _remote_value(metadata[name], paths or {})
+  return restored
+
+
+def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
+  """The flags of TFX's kubeflow_v2_run_executor; the rest are Beam args."""
+  parser = argparse.ArgumentParser(prog="tfx_parallel.kubeflow.entrypoint")
+  parser.add_argument("--executor_class_path", required=True)
+  parser.add_argument("--json_serialized_invocation_args", required=True)
+  parser.add_argument("--json_serialized_inputs_spec_args", default=None)
+  return parser.parse_known_args(argv)
+
+
+def run(argv: List[str], environ: Mapping[str, str]) -> None:
+  """Adapts the ExecutorInput, runs TFX's executor entry point, restores the URIs."""
+  args, beam_args = _parse(argv)
+  executor_input = json.loads(args.json_serialized_invocation_args)
+  inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
+                 if args.json_serialized_inputs_spec_args else None)
+  paths = environ.get(ARTIFACT_PATHS_ENV, "local")
+  if paths not in ARTIFACT_PATHS:
+    raise EntrypointError(f"{ARTIFACT_PATHS_ENV} must be one of {ARTIFACT_PATHS}. "
+                          f"Received: {paths!r}")
+  mount_root = environ.get(MOUNT_ROOT_ENV, "/") if paths == "local" else None
+  adapted, remote = adapt(executor_input, inputs_spec, mount_root)
+  args.json_serialized_invocation_args = json.dumps(adapted)
+  # Imported here: TFX imports TensorFlow (the package's __init__ has set its environment).
+  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
+  kubeflow_v2_run_executor._run_executor(args, beam_args)  # pylint: disable=protected-access
+  output_file = adapted["outputs"]["outputFile"]
+  with fileio.open(output_file, "r") as f:
+    executor_output = json.loads(f.read())
+  with fileio.open(output_file, "w") as f:
+    f.write(json.dumps(restore(executor_output, remote,
+                               local_to_remote(executor_input, mount_root)),
+                       indent=2, sort_keys=True))
+  logging.info("Executor output written to %s", output_file)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+  """Runs the step, then ends the process at once: 0 on success, 1 on an error."""
+  logging.basicConfig(level=logging.INFO)
+  status = 1
+  try:
+    run(sys.argv[1:] if argv is None else argv, os.environ)
+    status = 0
+  except SystemExit as e:
+    status = e.code if isinstance(e.code, int) else 1
+  except BaseException:  # pylint: disable=broad-except  # Reported, then exit status 1.
+    traceback.print_exc()
+  finally:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(status)  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":
+  main()

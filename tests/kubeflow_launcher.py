@@ -1,0 +1,273 @@
+"""Plays the open-source KFP v2 driver and launcher for a compiled package, on this machine.
+
+What each part does is copied from kubeflow/pipelines ``backend/src/v2`` (KFP 2.x):
+
+* **Driver** (``driver/driver.go``, ``driver/resolve.go``): a task's parameters come only
+  from ``runtimeValue.constant`` (anything else: "param runtime value spec of type %T not
+  implemented"), are checked against the component's ``inputDefinitions`` and handed over
+  as ``parameterValues``; input artifacts are the upstream task's outputs as ML Metadata
+  returns them (``toRuntimeArtifact``: name = MLMD id, uri, metadata, and an *empty*
+  ``instanceSchema``); each output artifact gets ``<root>/<task>/<salt>/<key>`` and its
+  declared type; ``outputFile`` is ``LocalPathForURI(<root>/<task>/<salt>)/
+  output_metadata.json``. Resolver tasks fail ("resolver not implemented yet").
+* **Launcher** (``component/launcher_v2.go``): downloads each input artifact from the
+  object store to ``LocalPathForURI(uri)`` (files only: an object store has no empty
+  directories), creates only the *parent* directory of each output's local path,
+  replaces ``{{$}}`` in the container's command and args with the ExecutorInput JSON,
+  runs the command, reads ``outputFile``, merges each output artifact
+  (``mergeRuntimeArtifacts``: the executor's uri if non-empty, metadata fields), uploads
+  its local path to the object store and records it in ML Metadata
+  (``StructValueToMLMDValue``: null is rejected, bool becomes int, a list becomes
+  ``{"list": ...}``, a struct ``{"struct": ...}``).
+
+Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
+container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
+downloaded for it. The bucket is a directory of files keyed by object name.
+Stricter than the real launcher on purpose: an output URI the launcher cannot map to a
+local path fails here (the real one logs a warning and records an unusable URI).
+"""
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any, Dict, List, Mapping
+
+# LocalPathForURI, launcher_v2.go.
+_LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
+MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
+
+
+class LauncherError(RuntimeError):
+  """The driver or launcher would fail here; the message says which task and why."""
+
+
+def local_path_for_uri(uri: str) -> str:
+  """``LocalPathForURI``: the path (relative to the pod's /) of a remote URI."""
+  for scheme, directory in _LOCAL_PREFIXES:
+    if uri.startswith(scheme):
+      return os.path.join(directory, uri[len(scheme):])
+  raise LauncherError(f"failed to generate local path for URI {uri}: unsupported storage "
+                      "scheme")
+
+
+def topological_order(tasks: Mapping[str, Any]) -> List[str]:
+  """Task names so that every task comes after the tasks it depends on."""
+  deps = {}
+  for name, task in tasks.items():
+    upstream = set(task.get("dependentTasks", []))
+    for spec in task.get("inputs", {}).get("artifacts", {}).values():
+      if "taskOutputArtifact" in spec:
+        upstream.add(spec["taskOutputArtifact"]["producerTask"])
+    deps[name] = upstream
+  order = []
+  while deps:
+    ready = sorted(n for n, d in deps.items() if not d - set(order))
+    if not ready:
+      raise LauncherError(f"the DAG has a cycle among {sorted(deps)}")
+    order.extend(ready)
+    for name in ready:
+      del deps[name]
+  return order
+
+
+def resolve_parameters(task_name: str, task: Mapping[str, Any],
+                       component: Mapping[str, Any]) -> Dict[str, Any]:
+  """The driver's ``resolveInputs`` for constant parameters: ``parameterValues``."""
+  values = {}
+  for name, spec in task.get("inputs", {}).get("parameters", {}).items():
+    runtime = spec.get("runtimeValue")
+    if runtime is None:
+      raise LauncherError(f"{task_name}: parameter {name!r}: only runtimeValue parameters "
+                          f"are resolved in this test, got {sorted(spec)}")
+    if "constant" not in runtime:
+      kind = next(iter(runtime), "none")
+      raise LauncherError(f"{task_name}: parameter {name!r}: param runtime value spec of "
+                          f"type {kind} not implemented")
+    values[name] = runtime["constant"]
+  for name, spec in component.get("inputDefinitions", {}).get("parameters", {}).items():
+    if name not in values:
+      if spec.get("isOptional"):
+        continue
+      if "defaultValue" not in spec:
+        raise LauncherError(f"{task_name}: neither value nor default value provided for "
+                            f"non-optional parameter {name!r}")
+      values[name] = spec["defaultValue"]
+    kind = spec.get("parameterType")
+    if kind is None:
+      raise LauncherError(f"{task_name}: parameter {name!r} has no parameterType (legacy "
+                          "`type` schema, before 2.1.0)")
+    if kind == "STRING" and not isinstance(values[name], str):
+      values[name] = json.dumps(values[name])
+  return values
+
+
+def to_mlmd_value(key: str, value: Any) -> Any:
+  """``StructValueToMLMDValue``: what ML Metadata keeps of a metadata value."""
+  if value is None:
+    raise LauncherError(f"metadata {key!r}: unknown/unsupported value type "
+                        "*structpb.Value_NullValue")
+  if isinstance(value, bool):
+    return int(value)
+  if isinstance(value, list):
+    return {"list": value}
+  if isinstance(value, dict):
+    return {"struct": value}
+  return value
+
+
+class Launcher:
+  """Runs a compiled package's tasks in dependency order, as KFP's pods would."""
+
+  def __init__(self, package: Mapping[str, Any], workdir: str, pipeline_root: str,
+               run_id: str = "run-1", timeout: int = 900):
+    self.spec = package
+    self.workdir = workdir
+    self.root = f"{pipeline_root.rstrip('/')}/{package['pipelineInfo']['name']}/{run_id}"
+    self.bucket = os.path.join(workdir, "object-store")
+    self.timeout = timeout
+    self.mlmd: Dict[str, Dict[str, Dict[str, Any]]] = {}  # task -> key -> artifact
+    self.executor_inputs: Dict[str, Dict[str, Any]] = {}
+    self._next_id = 1
+
+  # The object store: files keyed by their path below the scheme.
+  def _object_dir(self, uri: str) -> str:
+    return os.path.join(self.bucket, local_path_for_uri(uri))
+
+  def upload(self, local: str, uri: str) -> None:
+    if not os.path.exists(local):
+      return  # launcher_v2.go: "Local filepath does not exist" is only a warning.
+    if os.path.isfile(local):
+      os.makedirs(os.path.dirname(self._object_dir(uri)), exist_ok=True)
+      shutil.copy2(local, self._object_dir(uri))
+      return
+    for directory, _, files in os.walk(local):
+      for name in files:
+        source = os.path.join(directory, name)
+        target = os.path.join(self._object_dir(uri), os.path.relpath(source, local))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(source, target)
+
+  def download(self, uri: str, local: str) -> None:
+    source = self._object_dir(uri)
+    if os.path.isfile(source):
+      os.makedirs(os.path.dirname(local), exist_ok=True)
+      shutil.copy2(source, local)
+    elif os.path.isdir(source):
+      shutil.copytree(source, local, dirs_exist_ok=True)
+    else:
+      raise LauncherError(f"failed to download input artifact from remote storage URI {uri}: "
+                          "no such object")
+
+  # The driver.
+  def _input_artifacts(self, task_name: str, task: Mapping[str, Any]) -> Dict[str, Any]:
+    artifacts = {}
+    for key, spec in task.get("inputs", {}).get("artifacts", {}).items():
+      if "taskOutputArtifact" not in spec:
+        raise LauncherError(f"{task_name}: input artifact {key!r}: only taskOutputArtifact "
+                            f"inputs are resolved in this test, got {sorted(spec)}")
+      producer = spec["taskOutputArtifact"]["producerTask"]
+      recorded = self.mlmd[producer][spec["taskOutputArtifact"]["outputArtifactKey"]]
+      artifacts[key] = {"artifacts": [{  # toRuntimeArtifact + OutputArtifact.Schema == "".
+          "name": str(recorded["id"]), "uri": recorded["uri"],
+          "metadata": copy.deepcopy(recorded["custom_properties"]),
+          "type": {"instanceSchema": ""}}]}
+    return artifacts
+
+  def executor_input(self, task_name: str) -> Dict[str, Any]:
+    task = self.spec["root"]["dag"]["tasks"][task_name]
+    component = self.spec["components"][task["componentRef"]["name"]]
+    executor = self.spec["deploymentSpec"]["executors"].get(component.get("executorLabel"), {})
+    if "resolver" in executor:  # argocompiler/argo.go
+      raise LauncherError(f"{task_name}: resolver not implemented yet")
+    if "container" not in executor:
+      raise LauncherError(f"{task_name}: only container executors are run in this test, got "
+                          f"{sorted(executor)}")
+    task_root = f"{self.root}/{task_name}/salt-{task_name.lower()}"
+    outputs = {
+        key: {"artifacts": [{"name": key, "uri": f"{task_root}/{key}",
+                             "type": copy.deepcopy(spec["artifactType"])}]}
+        for key, spec in component.get("outputDefinitions", {}).get("artifacts", {}).items()}
+    return {
+        "inputs": {"parameterValues": resolve_parameters(task_name, task, component),
+                   "artifacts": self._input_artifacts(task_name, task)},
+        "outputs": {"artifacts": outputs,
+                    "outputFile": "/" + os.path.join(local_path_for_uri(task_root),
+                                                     "output_metadata.json")}}
+
+  # The launcher.
+  def run_task(self, task_name: str) -> Dict[str, Any]:
+    """Runs one task; returns its ExecutorOutput (as written by the step)."""
+    task = self.spec["root"]["dag"]["tasks"][task_name]
+    component = self.spec["components"][task["componentRef"]["name"]]
+    container = self.spec["deploymentSpec"]["executors"][component["executorLabel"]][
+        "container"]
+    executor_input = self.executor_input(task_name)
+    self.executor_inputs[task_name] = executor_input
+    pod = os.path.join(self.workdir, "pods", task_name)  # Stands for the pod's "/".
+    os.makedirs(os.path.join(pod, "home"))
+    for artifacts in executor_input["inputs"]["artifacts"].values():
+      for artifact in artifacts["artifacts"]:
+        self.download(artifact["uri"], os.path.join(pod, local_path_for_uri(artifact["uri"])))
+    for artifacts in executor_input["outputs"]["artifacts"].values():
+      for artifact in artifacts["artifacts"]:
+        local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
+        os.makedirs(os.path.dirname(local), exist_ok=True)  # prepareOutputFolders.
+    # The pod sees "/minio/..."; this machine sees <pod>/minio/...
+    executor_input_json = json.dumps(dict(executor_input, outputs=dict(
+        executor_input["outputs"], outputFile=pod + executor_input["outputs"]["outputFile"])))
+    command = [a.replace("{{$}}", executor_input_json) for a in container["command"]]
+    args = [a.replace("{{$}}", executor_input_json) for a in container.get("args", [])]
+    unresolved = [a for a in command + args if "{{$." in a]
+    if unresolved:
+      raise LauncherError(f"{task_name}: placeholders this test does not fill: {unresolved}")
+    if command[0] != "python":
+      raise LauncherError(f"{task_name}: the image's python is expected, got {command[0]!r}")
+    command[0] = sys.executable  # This venv stands for the image's python.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
+           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod}
+    env.update({e["name"]: e["value"] for e in container.get("env", [])})
+    log_path = os.path.join(self.workdir, f"{task_name}.log")
+    with open(log_path, "w") as log:
+      proc = subprocess.run(command + args, env=env, cwd=os.path.join(pod, "home"),
+                            stdout=log, stderr=subprocess.STDOUT, timeout=self.timeout)
+    with open(log_path) as f:
+      log_text = f.read()
+    if proc.returncode != 0:
+      raise LauncherError(f"{task_name}: the step exited with {proc.returncode}:\n"
+                          f"{log_text[-6000:]}")
+    output_file = pod + executor_input["outputs"]["outputFile"]
+    if not os.path.exists(output_file):
+      raise LauncherError(f"{task_name}: no executor output at {output_file}:\n"
+                          f"{log_text[-3000:]}")
+    with open(output_file) as f:
+      executor_output = json.load(f)
+    self.mlmd[task_name] = {}
+    for key, artifacts in executor_input["outputs"]["artifacts"].items():
+      artifact = copy.deepcopy(artifacts["artifacts"][0])
+      produced = executor_output.get("artifacts", {}).get(key, {}).get("artifacts", [])
+      if produced:  # mergeRuntimeArtifacts.
+        if produced[0].get("uri"):
+          artifact["uri"] = produced[0]["uri"]
+        artifact.setdefault("metadata", {}).update(produced[0].get("metadata", {}))
+      local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
+      self.upload(local, artifact["uri"])
+      self.mlmd[task_name][key] = {
+          "id": self._next_id, "uri": artifact["uri"], "type": artifact["type"],
+          "custom_properties": {k: to_mlmd_value(k, v)
+                                for k, v in artifact.get("metadata", {}).items()}}
+      self._next_id += 1
+    return executor_output
+
+  def run(self) -> List[str]:
+    """Runs every task of the root DAG; returns the order they ran in."""
+    order = topological_order(self.spec["root"]["dag"]["tasks"])
+    for task_name in order:
+      print(f"kubeflow_launcher: running {task_name}", file=sys.stderr, flush=True)
+      self.run_task(task_name)
+    return order
+
+  def object_path(self, uri: str) -> str:
+    """Where the object store keeps `uri` (to inspect uploaded outputs)."""
+    return self._object_dir(uri)

@@ -1,0 +1,205 @@
+"""The whole compiled pipeline, run step by step as open-source KFP's driver and launcher
+would run it (tests/kubeflow_launcher.py): from the package alone, with a `minio://`
+pipeline root, to a blessed model.
+
+Also the entry point's adaptation on its own (kubeflow/entrypoint.py), and the
+driver's rules that the package must satisfy (constant parameters only, no resolvers).
+"""
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kubeflow_launcher import (Launcher, LauncherError, local_path_for_uri, resolve_parameters,
+                               to_mlmd_value, topological_order)
+from kubeflow_util import compile_mapping, fixture_mapping
+from tfx_parallel.kubeflow import entrypoint
+
+PIPELINE_ROOT = "minio://mlpipeline/v2/artifacts"  # The open-source install's default.
+EXAMPLES_TITLE = "title: tfx.Examples\ntype: object\n"
+
+
+def _small_config():
+  """The fixture config, tiny and on CPU, with the open-source default pipeline root."""
+  data = copy.deepcopy(fixture_mapping())
+  data["pipeline_root"] = PIPELINE_ROOT
+  data["pipeline"]["example_gen"] = {"rows": 2000, "num_features": 4}
+  data["pipeline"]["trainer"] = {"layout": "single", "epochs": 3, "learning_rate": 0.1,
+                                 "optimizer": "adam", "batch_size": 64}
+  # No Beam args: with any, TFX's Beam executor first builds an sdist of TFX for remote
+  # workers (dependency_utils.make_beam_dependency_flags), which takes minutes here.
+  data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = []
+  return data
+
+
+# --- The entry point's adaptation, without TFX. --------------------------------------
+
+def test_local_path_is_the_launchers():
+  assert entrypoint.local_path("gs://b/p/x") == "/gcs/b/p/x"
+  assert entrypoint.local_path("minio://mlpipeline/v2/a") == "/minio/mlpipeline/v2/a"
+  assert entrypoint.local_path("s3://b/k", "/tmp/pod") == "/tmp/pod/s3/b/k"
+  assert entrypoint.local_path("/already/local") == "/already/local"
+
+
+def _executor_input(input_type):
+  return {
+      "inputs": {"parameterValues": {"config": "{}"},
+                 "artifacts": {"examples": {"artifacts": [
+                     {"name": "7", "uri": "minio://b/run/Gen/s/examples", "type": input_type,
+                      "metadata": {"split_names": '["train"]'}}]}}},
+      "outputs": {"artifacts": {"model": {"artifacts": [
+          {"name": "model", "uri": "minio://b/run/Train/s/model",
+           "type": {"instanceSchema": "title: tfx.Model\ntype: object\n"}}]}},
+                  "outputFile": "/minio/b/run/Train/s/output_metadata.json"}}
+
+
+@pytest.mark.parametrize("input_type", [{"instanceSchema": ""}, {"schemaTitle": "system.Dataset"},
+                                        None])
+def test_adapt_types_inputs_from_the_inputs_spec_and_maps_uris(input_type):
+  spec = {"artifacts": {"examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}
+  adapted, remote = entrypoint.adapt(_executor_input(input_type), spec, "/pod")
+  examples = adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]
+  assert examples["type"] == {"instanceSchema": EXAMPLES_TITLE}
+  assert examples["uri"] == "/pod/minio/b/run/Gen/s/examples"
+  model = adapted["outputs"]["artifacts"]["model"]["artifacts"][0]
+  assert model["uri"] == "/pod/minio/b/run/Train/s/model"
+  assert remote == {"model": ["minio://b/run/Train/s/model"]}
+  assert adapted["outputs"]["outputFile"] == "/minio/b/run/Train/s/output_metadata.json"
+
+
+def test_remote_artifact_paths_keep_the_uris():
+  adapted, remote = entrypoint.adapt(_executor_input({"instanceSchema": ""}), {"artifacts": {
+      "examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}, mount_root=None)
+  assert adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]["uri"] == (
+      "minio://b/run/Gen/s/examples")
+  assert entrypoint.local_to_remote(adapted, None) == {}
+  with pytest.raises(entrypoint.EntrypointError, match="TFX_PARALLEL_ARTIFACT_PATHS must be "
+                                                       "one of .* Received: 'gcs'"):
+    entrypoint.run(["--executor_class_path", "x.Y", "--json_serialized_invocation_args",
+                    "{}"], {"TFX_PARALLEL_ARTIFACT_PATHS": "gcs"})
+
+
+def test_adapt_keeps_a_real_title_and_names_an_untypable_input():
+  typed = {"instanceSchema": "title: tfx_parallel.components.common.artifacts.X\n"}
+  adapted, _ = entrypoint.adapt(_executor_input(typed), None)
+  assert adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]["type"] == typed
+  with pytest.raises(entrypoint.EntrypointError, match=r"input artifact 'examples' has type "
+                                                       r"'system.Dataset'"):
+    entrypoint.adapt(_executor_input({"schemaTitle": "system.Dataset"}), {"artifacts": {}})
+
+
+def test_restore_puts_back_remote_uris_in_artifacts_and_metadata():
+  local_to_remote = {"/pod/minio/b/run/Train/s/model": "minio://b/run/Train/s/model"}
+  output = {"artifacts": {"blessing": {"artifacts": [{
+      "uri": "/pod/minio/b/run/Eval/s/blessing",
+      "metadata": {"current_model": "/pod/minio/b/run/Train/s/model", "blessed": 1,
+                   "missing": None}}]}}}
+  restored = entrypoint.restore(output, {"blessing": ["minio://b/run/Eval/s/blessing"]},
+                                local_to_remote)
+  blessing = restored["artifacts"]["blessing"]["artifacts"][0]
+  assert blessing["uri"] == "minio://b/run/Eval/s/blessing"
+  assert blessing["metadata"] == {"current_model": "minio://b/run/Train/s/model", "blessed": 1}
+
+
+@pytest.mark.slow
+def test_a_failing_step_prints_the_error_and_exits_1(tmp_path):
+  """The process ends (os._exit) with status 1, and the log names what failed."""
+  executor_input = _executor_input({"instanceSchema": ""})
+  spec = {"artifacts": {"examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.kubeflow.entrypoint", "--executor_class_path",
+       "tfx_parallel.no_such_module.Executor", "--json_serialized_invocation_args",
+       json.dumps(executor_input), "--json_serialized_inputs_spec_args", json.dumps(spec)],
+      env=dict(os.environ, TFX_PARALLEL_MOUNT_ROOT=str(tmp_path)), capture_output=True,
+      text=True, timeout=600)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "tfx_parallel.no_such_module" in proc.stderr, proc.stderr[-3000:]
+
+
+# --- What the open-source driver accepts. --------------------------------------------
+
+@pytest.fixture(scope="module")
+def package():
+  return compile_mapping(_small_config()).pipeline_spec
+
+
+def test_every_parameter_is_a_runtime_constant_with_a_typed_definition(package):
+  text = json.dumps(package)
+  assert package["schemaVersion"] == "2.1.0"
+  assert "constantValue" not in text and "resolver" not in text.lower()
+  for name, task in package["root"]["dag"]["tasks"].items():
+    component = package["components"][task["componentRef"]["name"]]
+    values = resolve_parameters(name, task, component)
+    assert json.loads(values["config"]), name  # The component's config, as JSON text.
+
+
+def test_the_driver_rules_fail_on_the_old_schema(package):
+  task = copy.deepcopy(package["root"]["dag"]["tasks"]["DistributedTrainer"])
+  component = package["components"]["DistributedTrainer"]
+  task["inputs"]["parameters"]["config"]["runtimeValue"] = {
+      "constantValue": {"stringValue": "{}"}}
+  with pytest.raises(LauncherError, match="param runtime value spec of type constantValue "
+                                          "not implemented"):
+    resolve_parameters("DistributedTrainer", task, component)
+  with pytest.raises(LauncherError, match="NullValue"):
+    to_mlmd_value("x", None)
+  # An executor output naming a local path instead of the remote URI cannot be uploaded.
+  with pytest.raises(LauncherError, match="unsupported storage scheme"):
+    local_path_for_uri("/pod/minio/mlpipeline/run/model")
+  assert local_path_for_uri("minio://mlpipeline/run/model") == "minio/mlpipeline/run/model"
+
+
+def test_tasks_run_after_their_producers(package):
+  tasks = package["root"]["dag"]["tasks"]
+  assert topological_order(tasks) == ["PartitionedExampleGen", "DistributedTrainer",
+                                      "ConvergenceEvaluator"]
+  cyclic = copy.deepcopy(tasks)
+  cyclic["PartitionedExampleGen"]["dependentTasks"] = ["ConvergenceEvaluator"]
+  with pytest.raises(LauncherError, match="cycle"):
+    topological_order(cyclic)
+
+
+# --- The whole pipeline. --------------------------------------------------------------
+
+@pytest.mark.slow
+def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path, package):
+  """Every step runs the package's own command and args in its own "pod"; artifacts
+  move only through the object store, by their minio:// URIs."""
+  launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT)
+  order = launcher.run()
+  assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
+
+  for task, executor_input in launcher.executor_inputs.items():  # What the steps received.
+    assert set(executor_input["inputs"]) == {"parameterValues", "artifacts"}, task
+  recorded = {(task, key): a for task, outputs in launcher.mlmd.items()
+              for key, a in outputs.items()}
+  for (task, key), artifact in recorded.items():
+    assert artifact["uri"].startswith(f"{PIPELINE_ROOT}/tfx-parallel-fixture/run-1/{task}/"), (
+        task, key, artifact["uri"])
+    for name, value in artifact["custom_properties"].items():
+      assert str(tmp_path) not in json.dumps(value), (task, key, name, value)
+
+  examples = recorded[("PartitionedExampleGen", "examples")]
+  assert sorted(json.loads(examples["custom_properties"]["split_names"])) == ["eval", "train"]
+  for split in ("train", "eval"):
+    split_dir = os.path.join(launcher.object_path(examples["uri"]), f"Split-{split}")
+    assert os.listdir(split_dir), split_dir
+
+  model = recorded[("DistributedTrainer", "model")]
+  assert os.path.isfile(os.path.join(launcher.object_path(model["uri"]), "Format-Serving",
+                                     "saved_model.pb"))
+  history = recorded[("DistributedTrainer", "history")]["custom_properties"]
+  assert history["layout"] == "single" and int(history["steps_run"]) >= 3
+
+  metrics = recorded[("ConvergenceEvaluator", "metrics")]["custom_properties"]
+  assert metrics["convergence_state"] == "converged", metrics
+  assert int(metrics["blessed"]) == 1, metrics
+  blessing = recorded[("ConvergenceEvaluator", "blessing")]
+  assert int(blessing["custom_properties"]["blessed"]) == 1
+  assert blessing["custom_properties"]["current_model"] == model["uri"]
+  assert os.path.isfile(os.path.join(launcher.object_path(blessing["uri"]), "BLESSED"))
