@@ -1,0 +1,331 @@
+"""The ``mesh`` layout for any tf_keras model: a DTensor mesh of batch x model devices.
+
+:class:`MeshTrainer` trains a user's ``build_model()`` on a mesh (B, M) of logical CPU
+devices (or GPUs when present) with a custom loop:
+
+* **Placement.** ``build_model()`` runs once plainly (a *probe*: the same variables,
+  initial values and names as any single-device build), the layout rules
+  (:mod:`sharding`; the user's ``layout_rules`` or the defaults) are resolved and
+  validated against the probe's variables, then ``build_model()`` runs again under a
+  variable creator that makes every variable a ``dtensor.DVariable`` holding the
+  probe's initial value in its layout: sharding per dimension over the ``model``
+  axis, replicated over ``batch``. So a mesh run starts from exactly the weights a
+  single-device run would, whatever the initialisers.
+* **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
+  device (b, m) receives row block b (replicated over the model axis).
+* **Step.** One ``tf.function``: forward, ``loss_fn(labels, outputs)`` (a mean over the
+  global batch, plus the model's regularisation losses), gradients, each gradient put
+  in its variable's layout (the batch-axis sum of per-device partial gradients happens
+  there, before any non-linear update), then a tf_keras optimizer built with
+  ``mesh=``, whose slot variables (momentum, Adam m/v) are created with
+  ``zeros_like(variable)`` and so follow the variable's layout.
+
+  DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
+  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
+  shard i's gradient X_iᵀ ∂L/∂Y; a column-split kernel gives output blocks
+  Y_i = X W_i with no communication; Megatron pairs (column then row) need one
+  all-reduce per pair. See :mod:`sharding` for the rules and the defaults.
+* **Reading back.** ``full_weights()`` relayouts each variable to replicated and
+  returns numpy arrays in ``model.get_weights()`` order (export: a plain
+  ``build_model()`` outside any mesh takes them with ``set_weights``);
+  ``shard_shapes()`` reads each device's local shape from the DTensor itself;
+  ``state()`` / ``load_state()`` round-trip model and optimizer variables.
+
+Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
+models, or subclassed models built inside ``build_model``) are supported.
+"""
+import contextlib
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
+
+BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
+OPTIMIZERS = ("sgd", "momentum", "adam")
+MOMENTUM = 0.9
+
+
+def make_optimizer(name: str, learning_rate: float, mesh=None):
+  """The tf_keras optimizer for config ``optimizer`` (``mesh=`` places its state on a
+  DTensor mesh, following each variable's layout)."""
+  kwargs = {} if mesh is None else {"mesh": mesh}
+  if name == "sgd":
+    return tf_keras.optimizers.SGD(learning_rate, **kwargs)
+  if name == "momentum":
+    return tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM, **kwargs)
+  if name == "adam":
+    return tf_keras.optimizers.Adam(learning_rate, **kwargs)
+  raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {name!r}")
+
+
+def _dtensor():
+  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  return dtensor
+
+
+def create_mesh(mesh_shape: Tuple[int, int]):
+  """A (batch, model) mesh over the first B*M GPUs, or logical CPUs when there is no GPU."""
+  dtensor = _dtensor()
+  b, m = mesh_shape
+  device_type = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+  local = tf.config.list_logical_devices(device_type)
+  if len(local) < b * m:
+    raise ValueError(f"mesh: {b}x{m} needs {b * m} {device_type} devices, found {len(local)} "
+                     f"(split the CPU first: tfenv.split_cpu). Received: mesh_shape={mesh_shape}")
+  return dtensor.create_mesh([(BATCH_AXIS, b), (MODEL_AXIS, m)],
+                             devices=[d.name for d in local[:b * m]], device_type=device_type)
+
+
+@contextlib.contextmanager
+def _rewound_layer_names():
+  """Runs a block, then rewinds tf_keras's auto layer-name counters to where they were,
+  so the next build of the same model gets the same names (``dense`` again, not
+  ``dense_2``): the rules are resolved on the probe's variable paths."""
+  from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
+  uids = backend.get_default_graph_uid_map()
+  saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
+  try:
+    yield
+  finally:
+    uids.clear()
+    uids.update(saved_uids)
+    backend.OBSERVED_NAMES.clear()
+    backend.OBSERVED_NAMES.update(saved_observed)
+
+
+def _check_model(model, module_name: str):
+  if not isinstance(model, tf_keras.Model):
+    raise TypeError(f"module {module_name!r}: build_model() must return a tf_keras.Model. "
+                    f"Received: {type(model).__name__}")
+  if not model.weights:
+    raise ValueError(f"module {module_name!r}: build_model() returned a model with no variables; "
+                     f"the mesh layout places variables when they are created, so build the "
+                     f"model inside build_model (tf_keras.Input, or call model.build).")
+
+
+class MeshTrainer:
+  """Trains ``build_model()`` on a (batch, model) DTensor mesh; see the module docstring.
+
+  Args:
+    build_model: returns a fresh tf_keras.Model taking a dict of feature tensors.
+    mesh_shape: (B, M): B devices along the batch axis, M along the model axis.
+    rules: variable-path regex -> sharding per dimension (:mod:`sharding`); None uses
+      :func:`sharding.default_rules`.
+    loss_fn: (labels, outputs) -> scalar mean loss over the global batch.
+    optimizer: "sgd", "momentum" or "adam" (tf_keras optimizers).
+    learning_rate: the optimizer's learning rate.
+    global_batch: rows per step; B must divide it.
+    module_name: names the user module in errors.
+
+  Raises:
+    sharding.ShardingError: a rule does not apply (before any training).
+    ValueError: bad mesh shape, global batch, optimizer, or too few devices.
+  """
+
+  def __init__(self, build_model: Callable[[], tf_keras.Model], *, mesh_shape: Tuple[int, int],
+               rules: Optional[Mapping[str, Tuple[Optional[str], ...]]],
+               loss_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+               optimizer: str, learning_rate: float, global_batch: int,
+               module_name: str = "built-in"):
+    mesh_shape = tuple(int(x) for x in mesh_shape)
+    if len(mesh_shape) != 2 or min(mesh_shape) < 1:
+      raise ValueError(f"mesh_shape: two positive sizes (batch, model). Received: {mesh_shape}")
+    if global_batch < 1 or global_batch % mesh_shape[0]:
+      raise ValueError(f"global_batch: must be a positive multiple of the batch axis "
+                       f"{mesh_shape[0]}. Received: global_batch={global_batch}")
+    if optimizer not in OPTIMIZERS:
+      raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {optimizer!r}")
+    self.mesh_shape = mesh_shape
+    self.global_batch = global_batch
+    self.module_name = module_name
+    self.loss_fn = loss_fn
+    self._d = _dtensor()
+    self.mesh = create_mesh(mesh_shape)
+
+    # 1. Probe: a plain build gives the variables, their paths and initial values.
+    created: List[tf.Variable] = []
+
+    def record(next_creator, **kwargs):
+      v = next_creator(**kwargs)
+      created.append(v)
+      return v
+
+    with _rewound_layer_names(), tf.variable_creator_scope(record):
+      probe = build_model()
+    _check_model(probe, module_name)
+    infos = sharding_lib.describe_variables(probe)
+    if rules is None:
+      rules = sharding_lib.default_rules(probe, mesh_shape[1])
+    self.rules = dict(rules)
+    self.shardings = sharding_lib.resolve(self.rules, infos, mesh_shape[1], module_name)
+    plan = [(sharding_lib.variable_path(v), v.numpy()) for v in created]
+    del probe, created
+
+    # 2. The real build: every variable a DVariable in its layout, starting from the
+    # probe's value (the i-th variable created is the probe's i-th).
+    placed: List[tf.Variable] = []
+
+    def place(next_creator, **kwargs):
+      del next_creator
+      i = len(placed)
+      if i >= len(plan):
+        raise RuntimeError(f"module {module_name!r}: build_model() created more variables on "
+                           f"the second build than on the first; it must be deterministic.")
+      path, value = plan[i]
+      spec = self.shardings.get(path, (None,) * value.ndim)
+      v = self._d.DVariable(self._place(value, self._layout(spec)), name=kwargs.get("name"),
+                            trainable=kwargs.get("trainable", True),
+                            constraint=kwargs.get("constraint"))
+      if sharding_lib.variable_path(v) != path:
+        raise RuntimeError(f"module {module_name!r}: variable {i} is {path!r} on the first "
+                           f"build and {sharding_lib.variable_path(v)!r} on the second; "
+                           f"build_model() must be deterministic.")
+      placed.append(v)
+      return v
+
+    with tf.variable_creator_scope(place):
+      self.model = build_model()
+    _check_model(self.model, module_name)
+    if len(placed) != len(plan):
+      raise RuntimeError(f"module {module_name!r}: build_model() created {len(plan)} variables "
+                         f"on the first build and {len(placed)} on the second.")
+
+    self._gather_split_lookups()
+    self.optimizer = make_optimizer(optimizer, learning_rate, mesh=self.mesh)
+    self.optimizer.build(self.model.trainable_variables)
+    # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
+    self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
+    self._step_fn = tf.function(self._train_step)
+
+  def _gather_split_lookups(self):
+    """Makes each Embedding whose table is split over the model axis return its lookups
+    whole on every model-axis device (split over the batch axis only).
+
+    The table stays split (each device stores and updates only its columns); the
+    looked-up vectors are all-gathered once, so the user's model can use them like
+    any tensor. Without this, DTensor's layout propagation carries the split into
+    the next op: concatenating a split [B, 4] lookup with a [B, 1] float feature
+    fails ("requires dimension 1 to be divisible by sharding").
+    """
+    d = self._d
+    for layer in sharding_lib.leaf_layers(self.model):
+      if not isinstance(layer, tf_keras.layers.Embedding):
+        continue
+      if not sharding_lib.is_sharded(self.shardings[sharding_lib.variable_path(layer.embeddings)]):
+        continue
+      lookup = layer.call
+
+      def lookup_then_gather(*args, _lookup=lookup, **kwargs):
+        out = _lookup(*args, **kwargs)
+        rank = out.shape.rank
+        return d.relayout(out, d.Layout([BATCH_AXIS] + [d.UNSHARDED] * (rank - 1), self.mesh))
+
+      layer.call = lookup_then_gather
+
+  # --- layouts ------------------------------------------------------------------
+  def _layout(self, spec: Sequence[Optional[str]]):
+    d = self._d
+    return d.Layout([s if s is not None else d.UNSHARDED for s in spec], self.mesh)
+
+  def _place(self, value, layout):
+    """A host value as a DTensor in ``layout`` (each device keeps only its block)."""
+    d = self._d
+    t = d.copy_to_mesh(tf.convert_to_tensor(value),
+                       d.Layout.replicated(self.mesh, rank=len(layout.sharding_specs)))
+    return d.relayout(t, layout)
+
+  def _full(self, variable) -> np.ndarray:
+    d = self._d
+    value = variable.read_value()
+    rank = len(variable.shape)
+    return d.unpack(d.relayout(value, d.Layout.replicated(self.mesh, rank=rank)))[0].numpy()
+
+  def _pack(self, value) -> tf.Tensor:
+    """A global-batch host tensor as a DTensor split by rows over the batch axis:
+    device (b, m) gets row block b (the mesh orders devices batch-major)."""
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank == 0 or value.shape[0] != self.global_batch:
+      raise ValueError(f"inputs: every feature and the labels must have the global batch "
+                       f"{self.global_batch} as first dimension. Received: shape {value.shape}")
+    b, m = self.mesh_shape
+    blocks = tf.split(value, b, axis=0)
+    layout = self._d.Layout([BATCH_AXIS] + [self._d.UNSHARDED] * (value.shape.rank - 1),
+                            self.mesh)
+    return self._d.pack([blk for blk in blocks for _ in range(m)], layout)
+
+  # --- training -----------------------------------------------------------------
+  def _train_step(self, features, labels):
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      outputs = self.model(features, training=True)
+      loss = self.loss_fn(labels, outputs)
+      if self.model.losses:
+        loss += tf.add_n(self.model.losses)
+    grads = tape.gradient(loss, variables)
+    # Each gradient in its variable's layout: this sums the per-device partial
+    # gradients over the batch axis before the (non-linear) optimizer update.
+    grads = [self._d.relayout(tf.convert_to_tensor(g), layout)
+             for g, layout in zip(grads, self._grad_layouts)]
+    self.optimizer.apply_gradients(zip(grads, variables))
+    return loss
+
+  def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
+    """One synchronous step on a global batch; returns the loss."""
+    packed = {k: self._pack(v) for k, v in features.items()}
+    loss = self._step_fn(packed, self._pack(labels))
+    return float(self._d.unpack(loss)[0].numpy())
+
+  # --- reading back -------------------------------------------------------------
+  def full_weights(self) -> List[np.ndarray]:
+    """Unsharded values in ``model.get_weights()`` order."""
+    return [self._full(v) for v in self.model.weights]
+
+  def shard_shapes(self) -> Dict[str, Tuple[int, ...]]:
+    """Variable path -> the shape of the block each device holds, read from the DTensor
+    (every device's component is checked to have the same shape)."""
+    out = {}
+    for v in self.model.weights:
+      shapes = {tuple(c.shape.as_list()) for c in self._d.unpack(v.read_value())}
+      if len(shapes) != 1:
+        raise RuntimeError(f"{v.name}: devices hold blocks of different shapes {shapes}")
+      out[sharding_lib.variable_path(v)] = shapes.pop()
+    return out
+
+  def layouts(self) -> Dict[str, Tuple[str, ...]]:
+    """Variable path -> the DTensor sharding spec per dimension, model and optimizer state
+    (e.g. ``"m/hidden_1/kernel": ("unsharded", "model")``)."""
+    return {name: tuple(self._d.fetch_layout(v).sharding_specs)
+            for name, v in self._state_variables().items()}
+
+  def _state_variables(self) -> Dict[str, tf.Variable]:
+    out: Dict[str, tf.Variable] = {}
+    for prefix, variables in (("model/", self.model.weights),
+                              ("optimizer/", self.optimizer.variables)):
+      for v in variables:
+        key = prefix + sharding_lib.variable_path(v)
+        if key in out:
+          raise ValueError(f"state: two variables are named {key!r}; give the layers "
+                           f"unique names")
+        out[key] = v
+    return out
+
+  def state(self) -> Dict[str, np.ndarray]:
+    """Every model and optimizer variable, unsharded: ``model/<path>``, ``optimizer/<name>``."""
+    return {k: self._full(v) for k, v in self._state_variables().items()}
+
+  def load_state(self, state: Dict[str, np.ndarray]):
+    """Restores what :meth:`state` returned (same model, optimizer and rules)."""
+    variables = self._state_variables()
+    missing, extra = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
+    if missing or extra:
+      raise ValueError(f"state: does not fit this model and optimizer; missing {missing}, "
+                       f"unexpected {extra}")
+    for key, v in variables.items():
+      value = np.asarray(state[key])
+      if tuple(value.shape) != tuple(v.shape.as_list()):
+        raise ValueError(f"state: {key} has shape {list(value.shape)}, the variable "
+                         f"{v.shape.as_list()}")
+      v.assign(self._place(value.astype(v.dtype.as_numpy_dtype), self._d.fetch_layout(v)))
