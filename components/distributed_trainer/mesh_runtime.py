@@ -51,7 +51,7 @@ MOMENTUM = 0.9
 def make_optimizer(name: str, learning_rate: float, mesh=None):
   """The tf_keras optimizer for config ``optimizer`` (``mesh=`` places its state on a
   DTensor mesh, following each variable's layout)."""
-  kwargs = {} if mesh is None else {"mesh": mesh}
+  kwargs = {"jit_compile": False} if mesh is None else {"mesh": mesh, "jit_compile": False}
   if name == "sgd":
     return tf_keras.optimizers.SGD(learning_rate, **kwargs)
   if name == "momentum":
@@ -198,7 +198,8 @@ class MeshTrainer:
     self.optimizer.build(self.model.trainable_variables)
     # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
     self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
-    self._step_fn = tf.function(self._train_step)
+    self._gradients_fn = tf.function(self._gradients)
+    self._apply_fn = tf.function(self._apply)
 
   def _gather_split_lookups(self):
     """Makes each Embedding whose table is split over the model axis return its lookups
@@ -257,7 +258,7 @@ class MeshTrainer:
     return self._d.pack([blk for blk in blocks for _ in range(m)], layout)
 
   # --- training -----------------------------------------------------------------
-  def _train_step(self, features, labels):
+  def _gradients(self, features, labels):
     variables = self.model.trainable_variables
     with tf.GradientTape() as tape:
       outputs = self.model(features, training=True)
@@ -267,15 +268,22 @@ class MeshTrainer:
     grads = tape.gradient(loss, variables)
     # Each gradient in its variable's layout: this sums the per-device partial
     # gradients over the batch axis before the (non-linear) optimizer update.
-    grads = [self._d.relayout(tf.convert_to_tensor(g), layout)
-             for g, layout in zip(grads, self._grad_layouts)]
-    self.optimizer.apply_gradients(zip(grads, variables))
-    return loss
+    return loss, [self._d.relayout(tf.convert_to_tensor(g), layout)
+                  for g, layout in zip(grads, self._grad_layouts)]
+
+  def _apply(self, grads):
+    self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
 
   def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
-    """One synchronous step on a global batch; returns the loss."""
+    """One synchronous step on a global batch; returns the loss.
+
+    Gradients and the update are two functions: inside one, DTensor does not order
+    the forward pass's variable reads before the optimizer's writes once the batch
+    axis is split (a 2x1 mesh then drifts from single-device after the first step).
+    """
     packed = {k: self._pack(v) for k, v in features.items()}
-    loss = self._step_fn(packed, self._pack(labels))
+    loss, grads = self._gradients_fn(packed, self._pack(labels))
+    self._apply_fn(grads)
     return float(self._d.unpack(loss)[0].numpy())
 
   # --- reading back -------------------------------------------------------------
