@@ -48,12 +48,33 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 MOMENTUM = 0.9
 
 
+class _MeshSGD(tf_keras.optimizers.SGD):
+  """tf_keras SGD whose plain update (momentum 0) is ``variable -= lr * gradient``.
+
+  Stock SGD computes ``m = -lr * g + m * 0.0`` even without momentum; Grappler folds
+  ``m * 0.0`` into a zeros constant of the variable's GLOBAL shape, which then meets
+  the local shard of a split variable on a DTensor mesh ("Incompatible shapes: [6,2]
+  vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``.
+  """
+
+  def update_step(self, gradient, variable):
+    if self.momentum:
+      return super().update_step(gradient, variable)
+    lr = tf.cast(self.learning_rate, variable.dtype)
+    if isinstance(gradient, tf.IndexedSlices):
+      return variable.scatter_add(tf.IndexedSlices(-gradient.values * lr, gradient.indices))
+    return variable.assign_add(-gradient * lr)
+
+
 def make_optimizer(name: str, learning_rate: float, mesh=None):
-  """The tf_keras optimizer for config ``optimizer`` (``mesh=`` places its state on a
-  DTensor mesh, following each variable's layout)."""
-  kwargs = {"jit_compile": False} if mesh is None else {"mesh": mesh, "jit_compile": False}
+  """The tf_keras optimizer for config ``optimizer``: ``sgd``, ``momentum`` (SGD with
+  momentum 0.9) or ``adam`` (defaults). ``mesh=`` places its state on a DTensor mesh,
+  each slot in its variable's layout. XLA is off (on CPU tf_keras ignores it anyway)."""
+  kwargs = {"jit_compile": False}
+  if mesh is not None:
+    kwargs["mesh"] = mesh
   if name == "sgd":
-    return tf_keras.optimizers.SGD(learning_rate, **kwargs)
+    return (tf_keras.optimizers.SGD if mesh is None else _MeshSGD)(learning_rate, **kwargs)
   if name == "momentum":
     return tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM, **kwargs)
   if name == "adam":
