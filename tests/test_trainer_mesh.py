@@ -114,3 +114,15 @@ def test_bad_rule_rejected_when_the_trainer_is_built():
                                                            "head/kernel")
   assert "does not divide" in bad["message"]
   assert "'parity_model'" in bad["message"] and "'head/kernel'" in bad["message"]
+
+
+@pytest.mark.slow
+def test_1x2_split_activations_are_gathered_except_at_a_megatron_hand_off():
+  r = _run(1, 2)
+  # hidden_1 (column split) feeds hidden_2 (row split) directly: stays split.
+  assert r["gathered"] == ["color_embedding", "hidden_2"]
+  wide = r["wide_deep"]
+  # "deep" is column split but feeds a concat: gathered, and training still matches.
+  assert wide["rules"]["deep/kernel"] == [None, "model"]
+  assert "deep" in wide["gathered"] and "wide_embedding" in wide["gathered"]
+  _close(wide["weights"], wide["reference"], "wide_deep sgd")

@@ -214,7 +214,7 @@ class MeshTrainer:
       raise RuntimeError(f"module {module_name!r}: build_model() created {len(plan)} variables "
                          f"on the first build and {len(placed)} on the second.")
 
-    self._gather_split_lookups()
+    self._gather_split_outputs()
     self.optimizer = make_optimizer(optimizer, learning_rate, mesh=self.mesh)
     self.optimizer.build(self.model.trainable_variables)
     # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
@@ -222,30 +222,51 @@ class MeshTrainer:
     self._gradients_fn = tf.function(self._gradients)
     self._apply_fn = tf.function(self._apply)
 
-  def _gather_split_lookups(self):
-    """Makes each Embedding whose table is split over the model axis return its lookups
-    whole on every model-axis device (split over the batch axis only).
+  def _hands_off_split_output(self, layer) -> bool:
+    """True for a column-split Dense whose every consumer (in a functional model's
+    graph) is a row-split Dense: the Megatron hand-off, where the split activations
+    are exactly the next layer's input blocks and stay split."""
+    path = sharding_lib.variable_path
+    if (not isinstance(layer, tf_keras.layers.Dense)
+        or self.shardings.get(path(layer.kernel)) != (None, MODEL_AXIS)):
+      return False
+    consumers = [node.outbound_layer for node in getattr(layer, "_outbound_nodes", [])]
+    return bool(consumers) and all(
+        isinstance(c, tf_keras.layers.Dense)
+        and self.shardings.get(path(c.kernel)) == (MODEL_AXIS, None) for c in consumers)
 
-    The table stays split (each device stores and updates only its columns); the
-    looked-up vectors are all-gathered once, so the user's model can use them like
-    any tensor. Without this, DTensor's layout propagation carries the split into
-    the next op: concatenating a split [B, 4] lookup with a [B, 1] float feature
-    fails ("requires dimension 1 to be divisible by sharding").
+  def _gather_split_outputs(self):
+    """Makes each layer that holds a split variable return its outputs split over the
+    batch axis only (whole on every model-axis device), except at a Megatron hand-off.
+
+    The variables stay split (each device stores and updates only its block); only
+    the layer's activations are all-gathered, so the rest of the user's model sees
+    ordinary tensors. Without this, DTensor's layout propagation carries a split
+    into the next op: concatenating a split [B, 4] embedding lookup (or a
+    column-split Dense output) with a [B, 1] float feature fails with "requires
+    dimension 1 to be divisible by sharding".
     """
     d = self._d
+    self.gathered: List[str] = []  # names of the layers whose outputs are gathered
+
+    def gather(t):
+      if not isinstance(t, tf.Tensor) or t.shape.rank in (None, 0):
+        return t
+      return d.relayout(t, d.Layout([BATCH_AXIS] + [d.UNSHARDED] * (t.shape.rank - 1),
+                                    self.mesh))
+
     for layer in sharding_lib.leaf_layers(self.model):
-      if not isinstance(layer, tf_keras.layers.Embedding):
+      split = [v for v in layer.weights
+               if sharding_lib.is_sharded(self.shardings.get(sharding_lib.variable_path(v), ()))]
+      if not split or self._hands_off_split_output(layer):
         continue
-      if not sharding_lib.is_sharded(self.shardings[sharding_lib.variable_path(layer.embeddings)]):
-        continue
-      lookup = layer.call
+      call = layer.call
 
-      def lookup_then_gather(*args, _lookup=lookup, **kwargs):
-        out = _lookup(*args, **kwargs)
-        rank = out.shape.rank
-        return d.relayout(out, d.Layout([BATCH_AXIS] + [d.UNSHARDED] * (rank - 1), self.mesh))
+      def call_then_gather(*args, _call=call, **kwargs):
+        return tf.nest.map_structure(gather, _call(*args, **kwargs))
 
-      layer.call = lookup_then_gather
+      layer.call = call_then_gather
+      self.gathered.append(layer.name)
 
   # --- layouts ------------------------------------------------------------------
   def _layout(self, spec: Sequence[Optional[str]]):
