@@ -92,6 +92,9 @@ def _tolist(values):
 def main(b: int, m: int):
   tfenv.split_cpu(max(2, b * m))
   import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # On GPUs (create_mesh picks them when present) parity needs full float32 matmuls.
+  tf.config.experimental.enable_tensor_float_32_execution(False)
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top
@@ -103,7 +106,7 @@ def main(b: int, m: int):
                                     global_batch=GLOBAL_BATCH, module_name="parity_model")
 
   data = batches()
-  result = {"parity": {}}
+  result = {"parity": {}, "devices": list(trainer("sgd").mesh.local_devices())}
   for optimizer in OPTIMIZERS:
     ref, hist = reference(optimizer, data)
     tr = trainer(optimizer)

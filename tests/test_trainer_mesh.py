@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mesh_cases
+import tfx_parallel.pipeline.tfenv as tfenv
 
 _CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mesh_cases.py")
 
@@ -126,3 +127,22 @@ def test_1x2_split_activations_are_gathered_except_at_a_megatron_hand_off():
   assert wide["rules"]["deep/kernel"] == [None, "model"]
   assert "deep" in wide["gathered"] and "wide_embedding" in wide["gathered"]
   _close(wide["weights"], wide["reference"], "wide_deep sgd")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(tfenv.gpus()) < 2, reason="needs 2 GPUs visible to TensorFlow")
+def test_mesh_on_gpus_matches_single_device():
+  """With GPUs present the mesh is built on them (create_mesh prefers GPUs)."""
+  r = _run(1, 2)
+  assert all("GPU" in d for d in r["devices"]), r["devices"]
+  for optimizer in mesh_cases.OPTIMIZERS:
+    _close(r["parity"][optimizer]["weights"], r["parity"][optimizer]["reference"],
+           f"GPU 1x2 {optimizer}")
+
+
+@pytest.mark.slow
+def test_mesh_runs_on_the_cpu_devices_it_was_given():
+  r = _run(2, 2)
+  if tfenv.gpus():
+    pytest.skip("GPUs visible: the mesh is built on them")
+  assert r["devices"] == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(4)]

@@ -13,12 +13,21 @@ devices (or GPUs when present) with a custom loop:
   single-device run would, whatever the initialisers.
 * **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
   device (b, m) receives row block b (replicated over the model axis).
-* **Step.** One ``tf.function``: forward, ``loss_fn(labels, outputs)`` (a mean over the
-  global batch, plus the model's regularisation losses), gradients, each gradient put
-  in its variable's layout (the batch-axis sum of per-device partial gradients happens
-  there, before any non-linear update), then a tf_keras optimizer built with
-  ``mesh=``, whose slot variables (momentum, Adam m/v) are created with
-  ``zeros_like(variable)`` and so follow the variable's layout.
+* **Activations.** A layer holding a split variable returns its outputs gathered
+  over the model axis (split over ``batch`` only), so the rest of the user's model
+  sees ordinary tensors (DTensor's layout propagation otherwise carries the split
+  into e.g. a concat with a float feature, and fails). The one exception is the
+  Megatron hand-off: a column-split Dense whose every consumer is a row-split Dense
+  keeps its output split, since those blocks are exactly the next layer's inputs.
+* **Step.** Two ``tf.function``s per step: (1) forward, ``loss_fn(labels, outputs)``
+  (a mean over the global batch, plus the model's regularisation losses) and
+  gradients, each gradient put in its variable's layout (the batch-axis sum of
+  per-device partial gradients happens there, before any non-linear update);
+  (2) a tf_keras optimizer built with ``mesh=`` applies them; its slot variables
+  (momentum, Adam m/v) are created with ``zeros_like(variable)`` and so follow the
+  variable's layout. In ONE function, DTensor does not keep the forward pass's
+  variable reads before the optimizer's writes once the batch axis is split (a 2x1
+  mesh drifted from single-device from the second step on); two functions order them.
 
   DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
   kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
@@ -319,9 +328,9 @@ class MeshTrainer:
   def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
     """One synchronous step on a global batch; returns the loss.
 
-    Gradients and the update are two functions: inside one, DTensor does not order
-    the forward pass's variable reads before the optimizer's writes once the batch
-    axis is split (a 2x1 mesh then drifts from single-device after the first step).
+    Every feature and the labels must have exactly ``global_batch`` rows (batch the
+    input with ``drop_remainder=True``). Gradients and the update are two functions
+    (module docstring: one function misorders reads and writes on a split batch axis).
     """
     packed = {k: self._pack(v) for k, v in features.items()}
     loss, grads = self._gradients_fn(packed, self._pack(labels))
