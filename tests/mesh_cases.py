@@ -116,7 +116,8 @@ def main(b: int, m: int):
         "initial": _tolist(initial), "reference_initial": _tolist(build_model().get_weights()),
         "weights": _tolist(tr.full_weights()), "reference": _tolist(ref.get_weights()),
         "losses": losses, "reference_mean_loss": hist.history["loss"][-1],
-        "names": [w.name for w in ref.weights]}
+        "names": [w.name for w in ref.weights],
+        "optimizer_state": sorted(k for k in tr.state() if k.startswith("optimizer/"))}
   if (b, m) != (1, 2):
     return result
 

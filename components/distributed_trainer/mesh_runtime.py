@@ -63,8 +63,17 @@ class _MeshSGD(tf_keras.optimizers.SGD):
   Stock SGD computes ``m = -lr * g + m * 0.0`` even without momentum; Grappler folds
   ``m * 0.0`` into a zeros constant of the variable's GLOBAL shape, which then meets
   the local shard of a split variable on a DTensor mesh ("Incompatible shapes: [6,2]
-  vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``.
+  vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``. Without
+  momentum it also keeps no ``m`` slot (stock SGD allocates one it never needs), so
+  its state is the variables alone, as the memory planner counts it.
   """
+
+  def build(self, var_list):
+    if self.momentum:
+      return super().build(var_list)
+    super(tf_keras.optimizers.SGD, self).build(var_list)  # pylint: disable=bad-super-call
+    self.momentums = []
+    self._built = True
 
   def update_step(self, gradient, variable):
     if self.momentum:
