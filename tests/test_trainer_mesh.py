@@ -150,3 +150,22 @@ def test_mesh_runs_on_the_cpu_devices_it_was_given():
   if tfenv.gpus():
     pytest.skip("GPUs visible: the mesh is built on them")
   assert r["devices"] == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(mesh_shape=(2, 0)), "mesh_shape: two positive sizes"),
+    (dict(mesh_shape=(2, 1, 1)), "mesh_shape: two positive sizes"),
+    (dict(global_batch=7), "global_batch: must be a positive multiple of the batch axis 2"),
+    (dict(optimizer="adagrad"), "optimizer: must be one of"),
+])
+def test_bad_trainer_arguments_are_rejected_before_any_device_work(kwargs, fragment):
+  from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top
+  args = dict(mesh_shape=(2, 1), rules=None, loss_fn=None, optimizer="sgd",
+              learning_rate=0.1, global_batch=8)
+  args.update(kwargs)
+
+  def never_built():
+    raise AssertionError("build_model must not run")
+
+  with pytest.raises(ValueError, match=fragment):
+    mesh_runtime.MeshTrainer(never_built, **args)

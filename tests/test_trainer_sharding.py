@@ -8,9 +8,16 @@ from tfx_parallel.components.distributed_trainer import sharding as S
 
 V = S.VariableInfo
 EMB = V("emb/embeddings", (7, 4), S.EMBEDDING, "emb")
-H1K, H1B = V("hidden_1/kernel", (5, 8), S.DENSE_KERNEL, "hidden_1"), V("hidden_1/bias", (8,), S.DENSE_BIAS, "hidden_1")
-H2K, H2B = V("hidden_2/kernel", (8, 4), S.DENSE_KERNEL, "hidden_2"), V("hidden_2/bias", (4,), S.DENSE_BIAS, "hidden_2")
-HEADK, HEADB = V("head/kernel", (4, 3), S.DENSE_KERNEL, "head"), V("head/bias", (3,), S.DENSE_BIAS, "head")
+
+
+def _dense(name, fan_in, units):
+  return (V(f"{name}/kernel", (fan_in, units), S.DENSE_KERNEL, name),
+          V(f"{name}/bias", (units,), S.DENSE_BIAS, name))
+
+
+H1K, H1B = _dense("hidden_1", 5, 8)
+H2K, H2B = _dense("hidden_2", 8, 4)
+HEADK, HEADB = _dense("head", 4, 3)
 PARITY = [EMB, H1K, H1B, H2K, H2B, HEADK, HEADB]
 
 
