@@ -25,6 +25,18 @@ def _mesh(text: str):
     raise argparse.ArgumentTypeError(f"--mesh must look like BxM (e.g. 2x2). Received: {text!r}")
 
 
+def _json_object(text: str):
+  import json  # pylint: disable=g-import-not-at-top
+  try:
+    value = json.loads(text)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(f"--hparams must be a JSON object ({e}). "
+                                     f"Received: {text!r}")
+  if not isinstance(value, dict):
+    raise argparse.ArgumentTypeError(f"--hparams must be a JSON object. Received: {text!r}")
+  return value
+
+
 def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--home", default=config_lib.DEFAULT_HOME,
                  help="directory for ML Metadata (metadata.sqlite) and artifacts (default ./runs)")
@@ -44,6 +56,15 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--workers", type=int, default=2, help="local processes for multi_worker")
   p.add_argument("--model", default=None, choices=["linear", "mlp"],
                  help="default: linear for synthetic, mlp for CSV/taxi")
+  p.add_argument("--module-file", default=None,
+                 help="user model module defining build_model(spec) (see README 'Bring your "
+                      "own model'); default: the built-in --model")
+  p.add_argument("--module-path", default=None,
+                 help="importable user model module (instead of --module-file)")
+  p.add_argument("--hparams", type=_json_object, default={},
+                 help="JSON object passed to the module as spec.hparams")
+  p.add_argument("--task", default=None, choices=["regression", "binary", "multiclass"],
+                 help="default: inferred from the label (and printed)")
   p.add_argument("--steps", type=int, default=0, help="training steps (0: use --epochs)")
   p.add_argument("--epochs", type=int, default=5)
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
@@ -72,7 +93,8 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       hidden_units=(16,) if model == "mlp" else (), batch_size=args.batch_size,
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),
       optimizer=args.optimizer, steps=args.steps, epochs=args.epochs,
-      normalize=not synthetic, workers=args.workers)
+      normalize=not synthetic, workers=args.workers, module_file=args.module_file,
+      module_path=args.module_path, hparams=dict(args.hparams), task=args.task)
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
       evaluator=EvaluatorConfig(), with_tfma=args.with_tfma, enable_cache=not args.no_cache,

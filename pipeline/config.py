@@ -53,6 +53,11 @@ class PipelineConfig:
               f"the model axis ({tr.mesh_model}) must divide the feature count "
               f"(example_gen.num_features={eg.num_features}); set "
               f"trainer.pad_features=true to pad with zero features instead")
+    if (self.with_tfma and tr.task is None and not eg.is_synthetic
+        and not (eg.source == "taxi" and eg.label is None)):  # taxi's fare: regression
+      raise ConfigError("trainer.task", "the stock Evaluator (with_tfma) is configured before "
+                        "the trainer infers the task from the label; set trainer.task "
+                        "(regression, binary or multiclass)")
     if "train" not in eg.split_ratios or "eval" not in eg.split_ratios:
       raise ConfigError("example_gen.split_ratios",
                         "the pipeline trains on 'train' and evaluates on 'eval'; "

@@ -22,6 +22,7 @@ def test_mirrored_over_all_local_gpus_recovers_seed_parameters(tmp_path):
 
 
 @requires_gpu
+@pytest.mark.skipif(not tu.MESH_AVAILABLE, reason="mesh_runtime.py not in this build")
 @pytest.mark.slow
 def test_mesh_on_gpus(tmp_path):
   root = str(tmp_path / "ex")

@@ -18,6 +18,7 @@ ROW_COUNTS = "row_counts"            # JSON {split: rows}.
 ROW_COUNT_PREFIX = "row_count_"      # int per split, e.g. row_count_train.
 SKIPPED_ROWS = "skipped_rows"        # int: bad rows skipped under bad_row_policy=skip.
 FEATURE_KEYS = "feature_keys"        # JSON list of numeric feature names, in order.
+STRING_FEATURE_KEYS = "string_feature_keys"  # JSON list of string feature names, in order.
 LABEL_KEY = "label_key"              # str.
 SOURCE = "source"                    # "synthetic" | "taxi" | the CSV glob.
 TRUE_WEIGHTS = "true_weights"        # JSON list (synthetic only).

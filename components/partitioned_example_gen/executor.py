@@ -35,4 +35,5 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         examples, split_names=config.split_names, num_shards=config.num_shards,
         source=plan.source, feature_keys=plan.feature_keys, label_key=plan.label_key,
         summary=summary, true_weights=plan.weights if synthetic else None,
-        true_bias=plan.bias if synthetic else None)
+        true_bias=plan.bias if synthetic else None,
+        string_feature_keys=[k for k in plan.string_keys if k != plan.label_key])

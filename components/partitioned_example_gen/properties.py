@@ -17,7 +17,8 @@ FILE_FORMAT = "tfrecords_gzip"
 def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_shards: int,
                   source: str, feature_keys: Sequence[str], label_key: str,
                   summary: IngestSummary, true_weights: Optional[Sequence[float]] = None,
-                  true_bias: Optional[float] = None) -> None:
+                  true_bias: Optional[float] = None,
+                  string_feature_keys: Sequence[str] = ()) -> None:
   """Sets split_names, payload and file format, and the custom properties of keys.py."""
   examples.split_names = artifact_utils.encode_split_names(list(split_names))
   examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
@@ -29,6 +30,8 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
     examples.set_int_custom_property(keys.ROW_COUNT_PREFIX + split, summary.row_counts[split])
   examples.set_int_custom_property(keys.SKIPPED_ROWS, summary.skipped_rows)
   examples.set_string_custom_property(keys.FEATURE_KEYS, json.dumps(list(feature_keys)))
+  examples.set_string_custom_property(keys.STRING_FEATURE_KEYS,
+                                      json.dumps(list(string_feature_keys)))
   examples.set_string_custom_property(keys.LABEL_KEY, label_key)
   examples.set_string_custom_property(keys.SOURCE, source)
   if true_weights is not None:
