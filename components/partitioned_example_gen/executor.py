@@ -8,6 +8,7 @@ from tfx.types import artifact_utils
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import ingest
 from tfx_parallel.components.partitioned_example_gen import properties
 from tfx_parallel.components.partitioned_example_gen import sources
@@ -29,10 +30,25 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     examples = artifact_utils.get_single_instance(output_dict[keys.EXAMPLES_KEY])
     plan = sources.plan_source(config)
     logging.info("PartitionedExampleGen: ingesting %r into %s", plan.source, examples.uri)
-    summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri)
     synthetic = isinstance(plan, sources.SyntheticSpec)
+    if not synthetic:
+      _log_column_types(plan)
+    summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri)
+    reports = {} if synthetic else {r.name: r for r in plan.reports}
     properties.record_output(
         examples, split_names=config.split_names, num_shards=config.num_shards,
         source=plan.source, feature_keys=plan.feature_keys, label_key=plan.label_key,
         summary=summary, true_weights=plan.weights if synthetic else None,
-        true_bias=plan.bias if synthetic else None)
+        true_bias=plan.bias if synthetic else None,
+        column_types=None if synthetic else inference.to_property(reports),
+        type_inference=(None if synthetic else
+                        inference.inference_property(reports, plan.sampled_rows)))
+
+
+def _log_column_types(plan: sources.CsvLayout) -> None:
+  """Every column's type at INFO; string columns and odd sampled cells at WARNING."""
+  info, warnings = inference.describe({r.name: r for r in plan.reports}, plan.sampled_rows,
+                                      plan.label_key)
+  logging.info("%s", info)
+  for warning in warnings:
+    logging.warning("PartitionedExampleGen: %s", warning)

@@ -28,6 +28,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
+from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
@@ -35,10 +36,9 @@ SKIPPED_TAG = "skipped"
 
 SYNTHETIC_CHUNK_ROWS = 4096   # rows per generated element; part of the data's definition.
 CSV_BATCH_LINES = 1000        # lines per element between reading and parsing.
-TYPE_INFERENCE_ROWS = 1000    # data rows of the first file sampled to infer column types.
 _READ_BLOCK_BYTES = 4 << 20
 
-NUMERIC_TYPES = ("float", "int")
+NUMERIC_TYPES = inference.NUMERIC_TYPES
 
 # The taxi CSV: label "fare"; numeric features that are known when a trip ends. Dropped:
 # "tips" (paid after the fare, a leak), the ID-like census tracts and community areas,
@@ -99,6 +99,8 @@ class CsvLayout:
     types: kept column -> "float" | "int" | "string", in header order.
     label_key: the label column (numeric).
     split_key: column whose cell is hashed into splits; None hashes the whole line.
+    reports: how each kept column's type was decided (inference.ColumnReport).
+    sampled_rows: data rows the types were inferred from.
   """
   source: str
   files: Tuple[str, ...]
@@ -106,6 +108,8 @@ class CsvLayout:
   types: Dict[str, str]
   label_key: str
   split_key: Optional[str] = None
+  reports: Tuple[inference.ColumnReport, ...] = ()
+  sampled_rows: int = 0
 
   @property
   def numeric_keys(self) -> Tuple[str, ...]:
@@ -144,7 +148,7 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
   if not files:
     raise BadInputError(f"source: no files match {pattern!r}")
   first = files[0]
-  header, sample = read_header_and_sample(first, TYPE_INFERENCE_ROWS)
+  header, sample = read_header_and_sample(files, config.type_inference_rows)
   label = config.label_key
   if label not in header:
     raise BadInputError(f"{first}:1: label column {label!r} not in header {list(header)}")
@@ -154,17 +158,23 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
       if name not in header:
         raise BadInputError(f"{first}:1: {key} names column {name!r}, which is not in "
                             f"the header {list(header)}")
+  if not sample:
+    where = first if len(files) == 1 else f"{pattern!r} ({len(files)} files)"
+    raise BadInputError(f"{where}: no data rows after the header")
   kept = set(columns or header) | {label}
-  inferred = infer_column_types(header, sample)
-  types = {c: column_types.get(c, inferred[c]) for c in header if c in kept}
-  if len(files) == 1 and not sample:
-    raise BadInputError(f"{first}: no data rows after the header")
+  reports = inference.infer_types(header, sample, explicit=column_types,
+                                  keep=[c for c in header if c in kept])
+  types = {c: r.type for c, r in reports.items()}
   if types[label] not in NUMERIC_TYPES:
+    r = reports[label]
     raise BadInputError(
-        f"{first}: label column {label!r} is not numeric (type {types[label]!r}, inferred "
-        f"from the first {TYPE_INFERENCE_ROWS} rows); set column_types.{label}")
+        f"{first}: label column {label!r} is not numeric: {r.numeric} of {r.non_empty} "
+        f"non-empty cells in the first {len(sample)} data rows are numbers (at least "
+        f"{inference.NUMERIC_SHARE:.0%} needed); set column_types.{label}='float' to make "
+        f"its other cells bad rows")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
-                   label_key=label, split_key=config.split_key)
+                   label_key=label, split_key=config.split_key,
+                   reports=tuple(reports.values()), sampled_rows=len(sample))
 
 
 def match_files(pattern: str) -> Tuple[str, ...]:
@@ -190,52 +200,50 @@ def parse_header(line: str, path: str) -> Tuple[str, ...]:
   return header
 
 
-def read_header_and_sample(path: str, max_rows: int) -> Tuple[Tuple[str, ...], List[List[str]]]:
-  """The header of ``path`` and up to ``max_rows`` well-formed data rows after it."""
-  with open_file(path) as f:
-    first = f.readline().decode("utf-8", errors="replace")
-    if not first.strip():
-      raise BadInputError(f"{path}:1: empty file, expected a header row")
-    header = parse_header(first, path)
-    sample = []
-    while len(sample) < max_rows:
-      raw = f.readline()
-      if not raw:
-        break
-      line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-      if not line:
+def read_header_and_sample(files: Sequence[str], max_rows: int
+                           ) -> Tuple[Tuple[str, ...], List[inference.SampleRow]]:
+  """The first file's header and up to ``max_rows`` well-formed data rows, read from the
+  files in order (the next file when one is short). Malformed rows are left out here:
+  the parse stage reports them with their line numbers."""
+  header = None
+  sample: List[inference.SampleRow] = []
+  for path in files:
+    with open_file(path) as f:
+      first = f.readline().decode("utf-8", errors="replace")
+      if not first.strip():
+        if header is None:
+          raise BadInputError(f"{path}:1: empty file, expected a header row")
         continue
-      try:
-        row = next(csv.reader([line], strict=True))
-      except csv.Error:
-        continue  # Reported with its line number when the file is parsed.
-      if len(row) == len(header):
-        sample.append(row)
+      this_header = parse_header(first, path)
+      if header is None:
+        header = this_header
+      elif this_header != header:
+        raise BadInputError(f"{path}:1: header {list(this_header)} differs from the "
+                            f"header of {files[0]}: {list(header)}")
+      line_no = 1
+      while len(sample) < max_rows:
+        raw = f.readline()
+        if not raw:
+          break
+        line_no += 1
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if not line:
+          continue
+        try:
+          row = next(csv.reader([line], strict=True))
+        except csv.Error:
+          continue
+        if len(row) == len(header):
+          sample.append(inference.SampleRow(path, line_no, tuple(row)))
+    if len(sample) >= max_rows:
+      break
   return header, sample
 
 
-def _is_type(values: Sequence[str], parse) -> bool:
-  try:
-    for v in values:
-      parse(v)
-  except (ValueError, OverflowError):
-    return False
-  return True
-
-
-def infer_column_types(header: Sequence[str], sample: Sequence[Sequence[str]]) -> Dict[str, str]:
-  """Per column: "int" if every non-empty sampled cell parses as int, else "float" if
-  every one parses as float, else "string" (also when the sample has no non-empty cell)."""
-  types = {}
-  for i, name in enumerate(header):
-    values = [row[i] for row in sample if row[i] != ""]
-    if values and _is_type(values, int):
-      types[name] = "int"
-    elif values and _is_type(values, float):
-      types[name] = "float"
-    else:
-      types[name] = "string"
-  return types
+def infer_column_types(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Dict[str, str]:
+  """Column -> type by the rule of inference.py, for rows without a location."""
+  sample = [inference.SampleRow("", i + 2, tuple(r)) for i, r in enumerate(rows)]
+  return {c: r.type for c, r in inference.infer_types(header, sample).items()}
 
 
 # ----------------------------------------------------------------------------- synthetic
