@@ -11,6 +11,7 @@ from absl import logging
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineState
 
+from tfx_parallel.components.partitioned_example_gen import output_splits
 from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen import verify
@@ -20,21 +21,23 @@ from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 
 
 def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-          root: str) -> None:
+          root: str, splits: output_splits.OutputSplits) -> None:
   """Adds the whole ingest to ``pipeline``, writing Split-* and summary.json under root."""
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
   encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys)
   written = (rows
-             | "PartitionAndShard" >> partition.PartitionAndShard(config.split_ratios,
+             | "PartitionAndShard" >> partition.PartitionAndShard(splits.pairs,
                                                                   config.num_shards)
              | "EncodeExamples" >> write.EncodeExamples(encoder)
-             | "WriteShards" >> write.WriteShards(root, config.split_names, config.num_shards))
+             | "WriteShards" >> write.WriteShards(root, splits.names, config.num_shards))
   _ = written | "Summary" >> write.WriteSummary(skipped, root)
 
 
 def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-        uri: str) -> write.IngestSummary:
+        uri: str, splits: Optional[output_splits.OutputSplits] = None) -> write.IngestSummary:
   """Runs the ingest into ``uri`` (all splits or nothing) and returns what was written.
+
+  ``splits`` defaults to the config's shorthand (output_splits.resolve(config)).
 
   Raises:
     sources.BadInputError: the source has bad rows (policy "fail") or no rows at all.
@@ -42,8 +45,10 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       fails a check.
     Exception: whatever the runner raised; ``uri`` then has no Split-* directories.
   """
+  if splits is None:
+    splits = output_splits.resolve(config)
   with write.staged_output(uri) as staging:
-    build(pipeline, config, plan, staging)
+    build(pipeline, config, plan, staging, splits)
     try:
       result = pipeline.run()
       state = result.wait_until_finish()
@@ -56,13 +61,13 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       raise RuntimeError(f"PartitionedExampleGen's Beam pipeline ended in state {state}; "
                          f"nothing was written to {uri}")
     log_metrics(result)
-    summary = write.read_summary(staging, config.split_names)
+    summary = write.read_summary(staging, splits.names)
     if summary.total_rows == 0:
       raise sources.BadInputError(
           f"source {plan.source!r} has no data rows ({summary.skipped_rows} bad rows "
           f"skipped); nothing was written to {uri}")
     if config.verify_output:
-      verify.verify_output(staging, summary.row_counts, config.split_names)
+      verify.verify_output(staging, summary.row_counts, splits.names)
       logging.info("PartitionedExampleGen: verified every record of %d rows",
                    summary.total_rows)
   return summary

@@ -29,6 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
 from tfx_parallel.components.partitioned_example_gen import inference
+from tfx_parallel.components.partitioned_example_gen import stock_key
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
@@ -98,7 +99,9 @@ class CsvLayout:
     header: every column of the header, in file order.
     types: kept column -> "float" | "int" | "string", in header order.
     label_key: the label column (numeric).
-    split_key: column whose cell is hashed into splits; None hashes the whole line.
+    split_key: the partition feature (output_config's partition_feature_name, or
+      config.split_key): an int or string column whose stock Feature is hashed into
+      splits; None hashes the row's stock Example (stock_key.py).
     reports: how each kept column's type was decided (inference.ColumnReport).
     sampled_rows: data rows the types were inferred from.
   """
@@ -130,20 +133,29 @@ SourcePlan = Union[SyntheticSpec, CsvLayout]
 # ----------------------------------------------------------------------------- planning
 
 
-def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
-  """Checks the source and fixes its layout; raises BadInputError before any Beam work."""
+def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = None,
+                partition_feature: Optional[str] = None) -> SourcePlan:
+  """Checks the source and fixes its layout; raises BadInputError before any Beam work.
+
+  Args:
+    config: the validated config.
+    pattern: the CSV glob with span and version resolved (driver.ResolvedInput.pattern);
+      default: the config's source.
+    partition_feature: output_config's partition_feature_name; default config.split_key.
+  """
+  partition_feature = partition_feature or config.split_key
   if config.is_synthetic:
     return SyntheticSpec(rows=config.rows, weights=config.true_weights(), bias=config.bias,
                          noise=config.noise, seed=config.seed, label_key=config.label_key)
   if config.source == config_lib.TAXI:
-    pattern = taxi_csv_path()
     columns = tuple(config.columns or TAXI_FEATURE_COLUMNS)
     column_types = {c: "float" for c in columns + (config.label_key,)}
     column_types.update(config.column_types or {})
   else:
-    pattern = config.source
     columns = tuple(config.columns) if config.columns else None
     column_types = dict(config.column_types or {})
+  if pattern is None:
+    pattern = taxi_csv_path() if config.source == config_lib.TAXI else config.source
   files = match_files(pattern)
   if not files:
     raise BadInputError(f"source: no files match {pattern!r}")
@@ -153,7 +165,8 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
   if label not in header:
     raise BadInputError(f"{first}:1: label column {label!r} not in header {list(header)}")
   for key, names in (("columns", columns or ()), ("column_types", column_types),
-                     ("split_key", [config.split_key] if config.split_key else [])):
+                     ("partition_feature_name (split_key)",
+                      [partition_feature] if partition_feature else [])):
     for name in names:
       if name not in header:
         raise BadInputError(f"{first}:1: {key} names column {name!r}, which is not in "
@@ -162,6 +175,8 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
     where = first if len(files) == 1 else f"{pattern!r} ({len(files)} files)"
     raise BadInputError(f"{where}: no data rows after the header")
   kept = set(columns or header) | {label}
+  if partition_feature:
+    kept.add(partition_feature)
   reports = inference.infer_types(header, sample, explicit=column_types,
                                   keep=[c for c in header if c in kept])
   types = {c: r.type for c, r in reports.items()}
@@ -172,8 +187,13 @@ def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
         f"non-empty cells in the first {len(sample)} data rows are numbers (at least "
         f"{inference.NUMERIC_SHARE:.0%} needed); set column_types.{label}='float' to make "
         f"its other cells bad rows")
+  if partition_feature and types[partition_feature] not in ("int", "string"):
+    raise BadInputError(
+        f"{first}: partition_feature_name (split_key) {partition_feature!r} is a "
+        f"{types[partition_feature]} column; stock ExampleGen partitions only on int and "
+        f"string features. Set column_types.{partition_feature}='string' to hash its text")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
-                   label_key=label, split_key=config.split_key,
+                   label_key=label, split_key=partition_feature,
                    reports=tuple(reports.values()), sampled_rows=len(sample))
 
 
@@ -427,13 +447,17 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch
       ok[k] = False
       fail(good[k], f"column {name!r}: expected {typ}, got {cell!r}")
 
-  if layout.split_key is None:
-    keys = [raw[i] for i in good]
-  else:
-    keys = [c.encode("utf-8") for c in columns[index[layout.split_key]]]
-  batch = RowBatch(sort_key=(path, first_line), numeric=numeric, strings=strings, keys=keys)
+  batch = RowBatch(sort_key=(path, first_line), numeric=numeric, strings=strings,
+                   keys=[b""] * len(good))  # Placeholder: the keys are built below.
   if not ok.all():
     batch = batch.take(np.flatnonzero(ok))
+  encoder = stock_key.StockKeyEncoder(layout.types)
+  n = len(batch.numeric[layout.label_key])
+  if layout.split_key is None:
+    keys = encoder.example_keys(batch.numeric, batch.strings, n)
+  else:
+    keys = encoder.feature_keys(layout.split_key, batch.numeric, batch.strings, n)
+  batch = batch._replace(keys=keys)
   return batch, [(first_line + i, bad[i]) for i in sorted(bad)]
 
 
