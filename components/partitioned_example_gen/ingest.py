@@ -29,8 +29,18 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
              | "PartitionAndShard" >> partition.PartitionAndShard(splits.pairs,
                                                                   config.num_shards)
              | "EncodeExamples" >> write.EncodeExamples(encoder)
-             | "WriteShards" >> write.WriteShards(root, splits.names, config.num_shards))
+             | "WriteShards" >> write.WriteShards(
+                 root, splits.names, config.num_shards,
+                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None))
   _ = written | "Summary" >> write.WriteSummary(skipped, root)
+
+
+def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
+  """True on Beam's DaskRunner, which collects a bundle's outputs before it calls
+  finish_bundle (apache_beam/runners/dask/transform_evaluator.py, apply_dofn_to_bundle):
+  there, every staged chunk is flushed as it comes instead of once per bundle."""
+  return any(type(pipeline.runner).__name__ == "DaskRunner" or
+             c.__name__ == "DaskRunner" for c in type(pipeline.runner).__mro__)
 
 
 def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,

@@ -21,7 +21,7 @@ ignored. Numeric columns ("float", "int") are parsed with ``float``/``int``; an 
 import csv
 import dataclasses
 import os
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -33,7 +33,6 @@ from tfx_parallel.components.partitioned_example_gen import stock_key
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
-SKIPPED_TAG = "skipped"
 
 SYNTHETIC_CHUNK_ROWS = 4096   # rows per generated element; part of the data's definition.
 CSV_BATCH_LINES = 1000        # lines per element between reading and parsing.
@@ -483,8 +482,20 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
   return values, errors
 
 
+class Skipped(NamedTuple):
+  """How many bad rows one LineBatch had (bad_row_policy "skip")."""
+  rows: int
+
+
 class _ParseLines(beam.DoFn):
-  """LineBatch -> RowBatch; bad rows raise (policy "fail") or are counted ("skip")."""
+  """LineBatch -> RowBatch and, if it had bad rows, Skipped; bad rows raise (policy
+  "fail") or are counted ("skip").
+
+  One output, not a tagged one: Beam's DaskRunner puts every tagged output in the main
+  output's bag (apache_beam/runners/dask/transform_evaluator.py, ParDo), which mixed
+  the skipped-row counts into the rows (TypeError: unsupported operand type(s) for +:
+  'int' and 'RowBatch').
+  """
 
   def __init__(self, layout: CsvLayout, policy: str):
     self._layout = layout
@@ -499,17 +510,31 @@ class _ParseLines(beam.DoFn):
         raise BadInputError(bad[0][1] + (f" (and {len(bad) - 1} more bad rows in this "
                                           f"batch)" if len(bad) > 1 else ""))
       self._skipped.inc(len(bad))
-      yield beam.pvalue.TaggedOutput(SKIPPED_TAG, len(bad))
+      yield Skipped(len(bad))
     self._parsed.inc(batch.num_rows)
     if batch.num_rows:
       yield batch
 
 
-@beam.ptransform_fn
-def ParseCsv(line_batches, layout: CsvLayout, policy: str):
-  """LineBatches -> DoOutputsTuple: main RowBatches, and ``skipped`` counts (ints)."""
-  return line_batches | "Parse" >> beam.ParDo(_ParseLines(layout, policy)).with_outputs(
-      SKIPPED_TAG, main="rows")
+class ParsedCsv(NamedTuple):
+  rows: beam.PCollection     # RowBatch
+  skipped: beam.PCollection  # int: bad rows skipped, per LineBatch that had some
+
+
+class ParseCsv(beam.PTransform):
+  """LineBatches -> ParsedCsv(RowBatches, skipped-row counts)."""
+
+  def __init__(self, layout: CsvLayout, policy: str):
+    super().__init__()
+    self._layout = layout
+    self._policy = policy
+
+  def expand(self, line_batches):
+    parsed = line_batches | "Parse" >> beam.ParDo(_ParseLines(self._layout, self._policy))
+    rows = parsed | "Rows" >> beam.Filter(lambda e: isinstance(e, RowBatch))
+    skipped = parsed | "Skipped" >> beam.FlatMap(
+        lambda e: [e.rows] if isinstance(e, Skipped) else [])
+    return ParsedCsv(rows, skipped)
 
 
 def read_rows(pipeline, plan: SourcePlan, policy: str
@@ -520,4 +545,4 @@ def read_rows(pipeline, plan: SourcePlan, policy: str
   parsed = (pipeline
             | "ReadCsv" >> ReadCsvLines(plan.files, plan.header)
             | "ParseCsv" >> ParseCsv(plan, policy))
-  return parsed.rows, parsed[SKIPPED_TAG]
+  return parsed.rows, parsed.skipped
