@@ -206,6 +206,16 @@ def test_bad_input_fails_from_do_naming_file_and_line(tmp_path, case):
   assert os.listdir(tmp_path / "examples") == []  # No partial artifact.
 
 
+def test_bad_row_in_a_later_read_range_names_its_line(tmp_path, monkeypatch):
+  monkeypatch.setattr(sources, "RANGE_BYTES", 64)  # About 8 lines per read range.
+  lines = ["a,y"] + [f"{i},{i}" for i in range(300)]
+  lines[250] = "249,oops"
+  path = write_csv(tmp_path / "data.csv", lines)
+  with pytest.raises(sources.BadInputError,
+                     match=r"data\.csv:251: column 'y': expected int, got 'oops'"):
+    run_executor(tmp_path, ExampleGenConfig(source=path, type_inference_rows=100))
+
+
 def test_no_files_fails_before_beam_naming_the_glob(tmp_path):
   with pytest.raises(sources.BadInputError, match=r"no files match .*missing-\*\.csv"):
     run_executor(tmp_path, ExampleGenConfig(source=str(tmp_path / "missing-*.csv")))

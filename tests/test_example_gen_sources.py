@@ -272,3 +272,27 @@ def test_parse_csv_transform_skip_policy_counts_bad_rows(tmp_path):
     assert_that(values, equal_to([1.0, 10.0]))
     total = parsed.skipped | beam.CombineGlobally(sum)
     assert_that(total, equal_to([3]), label="Skipped")
+
+
+@pytest.mark.parametrize("range_bytes", [1, 7, 50, 10_000])
+def test_file_ranges_cover_every_line_once_with_its_line_number(tmp_path, range_bytes):
+  lines = ["a,y"] + [f"{i},{'x' * (i % 17)}" for i in range(200)]
+  path = _write(tmp_path / "data.csv", "\n".join(lines) + "\n")
+  ranges = sources.file_ranges([path], range_bytes)
+  assert ranges[0] == sources.FileRange(path, 0, ranges[0].end, 1)
+  assert (len(ranges) == 1) == (range_bytes >= os.path.getsize(path))
+  assert [r.start for r in ranges[1:]] == [r.end for r in ranges[:-1]]
+  assert ranges[-1].end is None
+  with beam.Pipeline() as p:
+    batches = p | sources.ReadCsvLines([path], ("a", "y"), batch_lines=3,
+                                       range_bytes=range_bytes)
+    numbered = batches | beam.FlatMap(
+        lambda b: [(b[1] + k, line) for k, line in enumerate(b[2].split(b"\n"))])
+    assert_that(numbered, equal_to([(i + 1, lines[i].encode()) for i in range(1, 201)]))
+
+
+def test_file_ranges_keep_a_compressed_file_whole(tmp_path):
+  path = str(tmp_path / "data.csv.gz")
+  with gzip.open(path, "wt") as f:
+    f.write("a,y\n" + "1,2\n" * 100)
+  assert sources.file_ranges([path], 10) == [sources.FileRange(path, 0, None, 1)]

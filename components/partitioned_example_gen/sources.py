@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
@@ -37,6 +38,7 @@ METRICS_NAMESPACE = "PartitionedExampleGen"
 SYNTHETIC_CHUNK_ROWS = 4096   # rows per generated element; part of the data's definition.
 CSV_BATCH_LINES = 1000        # lines per element between reading and parsing.
 _READ_BLOCK_BYTES = 4 << 20
+RANGE_BYTES = 8 << 20         # bytes per read range of an uncompressed CSV file.
 
 NUMERIC_TYPES = inference.NUMERIC_TYPES
 
@@ -336,8 +338,74 @@ def iter_line_batches(f, batch_lines: int, first_line_no: int = 1,
     yield line_no, pending
 
 
+class FileRange(NamedTuple):
+  """Lines [first_line, ...) of a file: bytes [start, end) (end None: to the end).
+
+  A range with start 0 begins with the header; other ranges begin at a line start.
+  """
+  path: str
+  start: int
+  end: Optional[int]
+  first_line: int
+
+
+def file_ranges(files: Sequence[str], range_bytes: int = RANGE_BYTES) -> List[FileRange]:
+  """Line-aligned byte ranges of about ``range_bytes`` covering every file, in order.
+
+  Ranges let the read itself run in parallel: on runners that do not redistribute
+  (DaskRunner runs Reshuffle as a no-op), one file would otherwise be one task. Line
+  numbers of the range starts are counted here, on the driver, in one pass over each
+  file larger than ``range_bytes`` (memory speed: bytes.count). Compressed files cannot
+  seek and are one range each.
+  """
+  ranges = []
+  for path in files:
+    metadata = FileSystems.match([path])[0].metadata_list[0]
+    compressed = CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED
+    if compressed or metadata.size_in_bytes <= range_bytes:
+      ranges.append(FileRange(path, 0, None, 1))
+      continue
+    starts = [(0, 1)]
+    offset, lines, target = 0, 0, range_bytes
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      while True:
+        block = f.read(_READ_BLOCK_BYTES)
+        if not block:
+          break
+        end = offset + len(block)
+        while target < end:
+          i = block.find(b"\n", max(target - offset, 0))
+          if i < 0:
+            break  # The next line break is in a later block.
+          boundary = offset + i + 1
+          if boundary < metadata.size_in_bytes:
+            starts.append((boundary, lines + block.count(b"\n", 0, i + 1) + 1))
+          target = boundary + range_bytes
+        lines += block.count(b"\n")
+        offset = end
+    for (start, first_line), (end, _) in zip(starts, starts[1:] + [(None, 0)]):
+      ranges.append(FileRange(path, start, end, first_line))
+  return ranges
+
+
+class _Limited:
+  """Reads at most ``limit`` bytes (all when None) from a binary file object."""
+
+  def __init__(self, f, limit: Optional[int]):
+    self._f = f
+    self._left = limit
+
+  def read(self, size: int) -> bytes:
+    if self._left is None:
+      return self._f.read(size)
+    data = self._f.read(min(size, self._left)) if self._left > 0 else b""
+    self._left -= len(data)
+    return data
+
+
 class _ReadLines(beam.DoFn):
-  """A CSV file -> LineBatches of its data lines; checks the header against the first file's."""
+  """A FileRange -> LineBatches of its data lines; the range that starts the file checks
+  the header against the first file's."""
 
   def __init__(self, header: Sequence[str], first_file: str, batch_lines: int):
     self._header = tuple(header)
@@ -345,13 +413,24 @@ class _ReadLines(beam.DoFn):
     self._batch_lines = batch_lines
     self._lines = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "lines_read")
 
-  def process(self, path: str) -> Iterator[LineBatch]:
+  def process(self, file_range) -> Iterator[LineBatch]:
+    if isinstance(file_range, str):
+      file_range = FileRange(file_range, 0, None, 1)
+    path = file_range.path
     with open_file(path) as f:
-      header = f.readline()
-      if not header.strip():
-        raise BadInputError(f"{path}:1: empty file, expected a header row")
-      self._check_header(path, header)
-      for line_no, lines in iter_line_batches(f, self._batch_lines, first_line_no=2):
+      if file_range.start == 0:
+        header = f.readline()
+        if not header.strip():
+          raise BadInputError(f"{path}:1: empty file, expected a header row")
+        self._check_header(path, header)
+        first_line, limit = 2, (None if file_range.end is None
+                                else file_range.end - len(header))
+      else:
+        f.seek(file_range.start)
+        first_line = file_range.first_line
+        limit = None if file_range.end is None else file_range.end - file_range.start
+      for line_no, lines in iter_line_batches(_Limited(f, limit), self._batch_lines,
+                                              first_line_no=first_line):
         self._lines.inc(len(lines))
         yield path, line_no, b"\n".join(lines)
 
@@ -368,10 +447,14 @@ class _ReadLines(beam.DoFn):
 
 @beam.ptransform_fn
 def ReadCsvLines(pipeline, files: Sequence[str], header: Sequence[str],
-                 batch_lines: int = CSV_BATCH_LINES) -> beam.PCollection:
-  """Files -> LineBatches, redistributed (Reshuffle) so parsing runs in parallel."""
+                 batch_lines: int = CSV_BATCH_LINES,
+                 range_bytes: Optional[int] = None) -> beam.PCollection:
+  """Files -> LineBatches, read by line-aligned ranges (file_ranges) and redistributed
+  (Reshuffle) so parsing runs in parallel. ``range_bytes`` defaults to RANGE_BYTES,
+  read when the pipeline is built."""
+  ranges = file_ranges(files, RANGE_BYTES if range_bytes is None else range_bytes)
   return (pipeline
-          | "Files" >> beam.Create(list(files))
+          | "Files" >> beam.Create(ranges)
           | "Read" >> beam.ParDo(_ReadLines(header, files[0], batch_lines))
           | "Redistribute" >> beam.Reshuffle())
 
