@@ -59,6 +59,7 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
     splits = output_splits.resolve(config)
   with write.staged_output(uri) as staging:
     build(pipeline, config, plan, staging, splits)
+    result = None
     try:
       result = pipeline.run()
       state = result.wait_until_finish()
@@ -67,6 +68,8 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       if message is None:
         raise
       raise sources.BadInputError(message) from e
+    finally:
+      _close_client(result)
     if state is not None and state != PipelineState.DONE:
       raise RuntimeError(f"PartitionedExampleGen's Beam pipeline ended in state {state}; "
                          f"nothing was written to {uri}")
@@ -81,6 +84,13 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       logging.info("PartitionedExampleGen: verified every record of %d rows",
                    summary.total_rows)
   return summary
+
+
+def _close_client(result) -> None:
+  """Closes the Dask client DaskRunner opened for this run (it leaves it open)."""
+  client = getattr(result, "client", None)
+  if client is not None:
+    client.close()
 
 
 _BAD_INPUT = re.compile(r"BadInputError: (.+)")
