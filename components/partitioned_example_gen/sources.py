@@ -2,8 +2,8 @@
 
 ``plan_source(config)`` runs on the driver before Beam starts and does every check that
 needs no full read: the glob matches files, the first file has a header naming the label,
-``columns`` / ``column_types`` / ``split_key`` name real columns, and the column types
-are known (explicit, or inferred from the first rows of the first file). It returns a
+``columns`` / ``column_types`` / the partition feature name real columns, and the column
+types are known (explicit, or inferred from the first rows by inference.py). It returns a
 ``SyntheticSpec`` or a ``CsvLayout``; ``read_rows(pipeline, plan, policy)`` turns either
 into a PCollection of ``RowBatch``.
 
@@ -17,6 +17,8 @@ row in every file (all files must have the same header), UTF-8. Line numbers cou
 with the header as line 1, so error messages match what an editor shows. Blank lines are
 ignored. Numeric columns ("float", "int") are parsed with ``float``/``int``; an empty cell
 (or the text ``nan``) is a missing value and the feature is absent from that Example.
+Each row's split key is stock CsvExampleGen's (stock_key.py). Files are read by
+line-aligned byte ranges (file_ranges), so one big file is read in parallel.
 """
 import csv
 import dataclasses
@@ -259,12 +261,6 @@ def read_header_and_sample(files: Sequence[str], max_rows: int
     if len(sample) >= max_rows:
       break
   return header, sample
-
-
-def infer_column_types(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Dict[str, str]:
-  """Column -> type by the rule of inference.py, for rows without a location."""
-  sample = [inference.SampleRow("", i + 2, tuple(r)) for i, r in enumerate(rows)]
-  return {c: r.type for c, r in inference.infer_types(header, sample).items()}
 
 
 # ----------------------------------------------------------------------------- synthetic

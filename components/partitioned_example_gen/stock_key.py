@@ -16,7 +16,7 @@ tests/test_example_gen_stock_splits.py.
 
 Int columns are hashed from their float64 parse, exact for |value| <= 2**53.
 """
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -104,7 +104,3 @@ class StockKeyEncoder:
     typ = self.types[name]
     return feature_column(typ, strings[name] if typ == "string" else numeric[name], n)
 
-
-def partition_types(types: Mapping[str, str]) -> Sequence[str]:
-  """Columns stock ExampleGen can partition on: int and string (not float)."""
-  return [c for c, t in types.items() if t in ("int", "string")]
