@@ -24,8 +24,10 @@ class ExampleGenConfig:
     bias: synthetic true bias.
     noise: standard deviation of the synthetic label noise.
     seed: synthetic generator seed.
-    split_ratios: split name -> relative weight (default train:eval = 4:1).
-    split_key: column hashed into splits; None hashes the whole record.
+    split_ratios: split name -> hash buckets (default train:eval = 4:1); the shorthand
+      for stock output_config, splits in sorted name order (output_splits.py).
+    split_key: shorthand for output_config's partition_feature_name: an int or string
+      column whose value decides the split; None hashes the whole row, as stock does.
     num_workers: training workers the shards are sized for.
     shards_per_worker: files per worker per split (shards = workers * this).
     bad_row_policy: "fail" (default: error naming file and line) or "skip" (count them).
@@ -81,7 +83,8 @@ class ExampleGenConfig:
 
   @property
   def split_names(self) -> Tuple[str, ...]:
-    """Split names in a fixed (sorted) order, independent of dict order and JSON."""
+    """The shorthand's split names in a fixed (sorted) order, independent of dict order
+    and JSON. With an output_config, output_splits.resolve has the names."""
     return tuple(sorted(self.split_ratios))
 
   def validate(self) -> "ExampleGenConfig":
