@@ -144,3 +144,15 @@ def test_span_pattern_through_the_driver_records_span_on_the_artifact(tmp_path):
   assert examples.custom_properties["span"].int_value == 2
   assert examples.properties["span"].int_value == 2
   assert _rows(examples) == 60
+
+
+def test_pipeline_input_check_reads_the_span_the_driver_picks(tmp_path):
+  from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top
+  _write(tmp_path / "span-1" / "a.csv", 5)
+  os.makedirs(tmp_path / "span-2")
+  with open(tmp_path / "span-2" / "a.csv", "w", encoding="utf-8") as f:
+    f.write("x,other\n1,2\n")  # The latest span has no label column.
+  config = config_lib.PipelineConfig(example_gen=ExampleGenConfig(
+      source=str(tmp_path / "span-{SPAN}" / "*.csv"), label="y"))
+  with pytest.raises(ConfigError, match=r"span-2/a\.csv:1: label column 'y' not in header"):
+    config.validate().check_inputs()
