@@ -76,6 +76,12 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--beam-arg", action="append", default=[],
                  help="Beam pipeline arg for ExampleGen (repeatable), e.g. "
                       "--beam-arg=--direct_num_workers=2")
+  p.add_argument("--runner", default="direct", choices=["direct", "dask"],
+                 help="Beam runner of the ingest: 'dask' is Beam's DaskRunner (same as "
+                      "--beam-arg=--runner=apache_beam.runners.dask.dask_runner.DaskRunner)")
+  p.add_argument("--dask-address", default=None, metavar="HOST:PORT",
+                 help="with --runner dask: the `dask scheduler` to use (default: a local "
+                      "cluster inside the run)")
 
 
 def config_from_args(args) -> config_lib.PipelineConfig:
@@ -98,12 +104,23 @@ def config_from_args(args) -> config_lib.PipelineConfig:
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
       evaluator=EvaluatorConfig(), with_tfma=args.with_tfma, enable_cache=not args.no_cache,
-      beam_pipeline_args=list(args.beam_arg))
+      beam_pipeline_args=list(args.beam_arg) + runner_args(args))
+
+
+def runner_args(args) -> List[str]:
+  """Beam args of --runner / --dask-address (none for the default DirectRunner)."""
+  if args.runner != "dask":
+    if args.dask_address:
+      raise ConfigError("dask_address", f"needs --runner dask. Received: "
+                        f"--runner {args.runner} --dask-address {args.dask_address}")
+    return []
+  from tfx_parallel.components.partitioned_example_gen import runners  # pylint: disable=g-import-not-at-top
+  return runners.dask_args(args.dask_address)
 
 
 def cmd_run(args) -> int:
-  config = config_from_args(args)
   try:
+    config = config_from_args(args)
     config.validate()  # Before TFX is imported: a bad flag fails in about a second.
     from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
     config.check_inputs()

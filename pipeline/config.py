@@ -76,10 +76,11 @@ class PipelineConfig:
     eg, tr = self.example_gen, self.trainer
     if eg.is_synthetic:
       return self
-    from tfx_parallel.components.partitioned_example_gen import sources  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.partitioned_example_gen import driver, sources  # pylint: disable=g-import-not-at-top
     source_key = "example_gen.source"
     try:
-      plan = sources.plan_source(eg)
+      # The files the ExampleGen driver will pick ({SPAN} / {VERSION} resolved).
+      plan = sources.plan_source(eg, pattern=driver.resolve(eg).pattern)
     except sources.BadInputError as e:
       message = str(e)
       label_error = f"label column {eg.label_key!r}" in message

@@ -23,6 +23,18 @@ LABEL_KEY = "label_key"              # str.
 SOURCE = "source"                    # "synthetic" | "taxi" | the CSV glob.
 TRUE_WEIGHTS = "true_weights"        # JSON list (synthetic only).
 TRUE_BIAS = "true_bias"              # float (synthetic only).
+# Column types of CSV sources (not set for synthetic, whose columns are all float). The
+# trainer reads numeric features from FEATURE_KEYS; these say what else is there.
+COLUMN_TYPES = "column_types"        # JSON {column: "float" | "int" | "string"}, header
+                                     # order, label included; "string" columns are
+                                     # bytes_list features, never in FEATURE_KEYS.
+TYPE_INFERENCE = "type_inference"    # JSON {"sampled_rows", "numeric_share", "columns":
+                                     # {column: {type, origin, sampled_cells, numeric_cells}}}.
+# Stock ExampleGen's names (tfx.components.example_gen.utils), set by the driver for file
+# sources: the resolved span and version, and the matched files' fingerprint.
+SPAN = "span"                        # int; 0 without {SPAN} in the pattern.
+VERSION = "version"                  # int; only with {VERSION} in the pattern.
+INPUT_FINGERPRINT = "input_fingerprint"  # str: names, sizes and mtimes of the files.
 
 # Files.
 TFRECORD_PREFIX = "data_tfrecord"    # Split-<name>/data_tfrecord-00000-of-00004.gz
