@@ -63,7 +63,6 @@ def add_run_arguments(p: argparse.ArgumentParser):
 
 
 def config_from_args(args) -> config_lib.PipelineConfig:
-  from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   synthetic = args.data == "synthetic"
@@ -80,7 +79,7 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       normalize=not synthetic, workers=args.workers)
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
-      evaluator=EvaluatorConfig(), with_tfma=args.with_tfma, enable_cache=not args.no_cache,
+      evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma, enable_cache=not args.no_cache,
       beam_pipeline_args=list(args.beam_arg))
 
 
