@@ -47,6 +47,10 @@ def test_wall_clock_panel_plots_loss_against_seconds():
   assert ([3.0, 6.0], [2.0, 0.5]) in data
   assert ([1.5], [0.06]) in data  # the epoch's eval loss at the wall time of its step
   assert ([1.0, 1.0], [0, 1]) in data  # the first NaN/inf loss, at its wall time
+  # An epoch that ends between two records: its wall time is interpolated.
+  doc = dict(_DOC, epochs=[{"epoch": 1, "step": 25, "eval_loss": 0.3}])
+  (_, seconds_ax) = plots.loss_figure([("a", doc)], wall_clock=True).axes
+  assert ([1.25], [0.3]) in [(x, y) for _, x, y in _lines(seconds_ax)]
 
 
 def test_png_decodes_and_shows_each_runs_colour():

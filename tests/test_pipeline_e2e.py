@@ -2,6 +2,7 @@
 queried afterwards with the plain ml_metadata API."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -104,8 +105,8 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "summary (read from ML Metadata" in out
-    assert f"layout         {layout}" in out
-    assert "eval MSE" in out and "learned        w=" in out
+    assert re.search(rf"^layout     {layout}\b", out, re.M), out
+    assert re.search(r"^eval       MSE \d", out, re.M) and "\nlearned    w=[" in out
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path),
        "--json"], capture_output=True, text=True, timeout=300)
@@ -117,6 +118,14 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
     assert layouts[f"cli-{layout}"]["properties"]["layout"] == layout
   assert layouts["cli-mesh"]["properties"]["mesh_shape"] == "2x2"
   assert layouts["cli-mirrored"]["properties"]["replicas"] == 2
+  assert layouts["cli-mirrored"]["properties"]["mesh_shape"] == ""  # not the trainer's 1x1
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path)],
+      capture_output=True, text=True, timeout=300)
+  table = proc.stdout.splitlines()
+  assert len(table) == 4, proc.stdout  # a header and one row per run
+  assert [line.split()[2:4] for line in table[1:]] == [["single", "1"], ["mirrored", "x2"],
+                                                       ["mesh", "2x2"]], proc.stdout
 
 
 def test_cli_rejects_bad_mesh_with_the_key(tmp_path):

@@ -14,6 +14,7 @@ import io
 import math
 from typing import Any, Dict, List, Sequence, Tuple
 
+import numpy as np
 from matplotlib.figure import Figure
 
 STYLE_NOTE = "line: train loss, o: eval loss, dotted: target, dashed: first NaN/inf"
@@ -32,8 +33,13 @@ def _epoch_x(doc: Dict[str, Any], axis: str) -> List[Any]:
   if axis == "step":
     return [e.get("step") for e in epochs]
   records = doc.get("records", {})
-  at_step = dict(zip(records.get("step", []), records.get("wall_time", [])))
-  return [at_step.get(e.get("step")) for e in epochs]
+  steps, seconds = _points(records.get("step", []), records.get("wall_time", []))
+  if not steps:
+    return [None] * len(epochs)
+  # Epochs end between records: interpolate the wall time at the epoch's step.
+  return [float(np.interp(e["step"], steps, seconds))
+          if e.get("step") is not None and steps[0] <= e["step"] <= steps[-1] else None
+          for e in epochs]
 
 
 def _draw(ax, runs: Sequence[Tuple[str, Dict[str, Any]]], axis: str, legend: bool) -> List[float]:
