@@ -138,7 +138,7 @@ def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: s
     root.removeHandler(progress)
   found = summary.latest_run(summary.open_store(metadata_path), config.pipeline_name)
   print(f"=== tfx-parallel summary (read from ML Metadata: {_relative(metadata_path)}) ===")
-  print(summary.format_summary(found, _relative(log_path)) if found
+  print(summary.format_summary(found, _relative(log_path), _relative) if found
         else "no run found in ML Metadata")
   return 0
 

@@ -1,7 +1,7 @@
 """The end-of-run summary, read back from ML Metadata (not from memory)."""
 import json
 import os
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -91,9 +91,12 @@ def _rounded(values) -> str:
   return "[" + ", ".join(readable.sig(float(v), 5) for v in values) + "]"
 
 
-def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] = None) -> str:
+def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] = None,
+                   relative: Callable[[str], str] = str) -> str:
   """The end-of-run summary: one line per fact, numbers to 4-5 significant digits
-  (full precision: the metrics file, or `tfx-parallel metrics --json`)."""
+  (full precision: the metrics file, or `tfx-parallel metrics --json`). The run's id
+  and its Examples are in `tfx-parallel metrics` and the ExampleGen's end line.
+  ``relative`` shortens the paths printed."""
   m = found.get("ConvergenceMetrics", {})
   ex = found.get("Examples", {})
   hist = found.get("TrainingHistory", {})
@@ -108,8 +111,7 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
                            m.get("replicas", history.get("replicas")),
                            m.get("num_devices"))
   steps = m.get("last_step", history.get("steps_run"))
-  lines = [f"run        {found['_run']['name']}",
-           f"layout     {layout}",
+  lines = [f"layout     {layout}",
            f"training   {readable.count(steps)} steps, final loss "
            f"{readable.sig(m.get('final_loss'))}, "
            f"{readable.rate(m.get('examples_per_sec', history.get('examples_per_sec')))} ex/s, "
@@ -117,26 +119,19 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
            f"eval       {_quality(m)}"]
   weights = history.get("weights")
   if weights:
-    lines.append(f"learned    w={_rounded(w[0] for w in weights['kernel'])} "
-                 f"b={readable.sig(float(weights['bias'][0]), 5)}")
-  if keys.TRUE_WEIGHTS in ex:
-    lines.append(f"true       w={json.loads(ex[keys.TRUE_WEIGHTS])} b={ex.get(keys.TRUE_BIAS)}"
-                 f"   |w err|max {readable.sig(m.get('weight_error'))}"
-                 f"  |b err| {readable.sig(m.get('bias_error'))}")
+    learned = (f"learned    w={_rounded(w[0] for w in weights['kernel'])} "
+               f"b={readable.sig(float(weights['bias'][0]), 5)}")
+    if keys.TRUE_WEIGHTS in ex:
+      learned += (f" (true w={json.loads(ex[keys.TRUE_WEIGHTS])} b={ex.get(keys.TRUE_BIAS)}:"
+                  f" |w err|max {readable.sig(m.get('weight_error'))},"
+                  f" |b err| {readable.sig(m.get('bias_error'))})")
+    lines.append(learned)
   blessing = found.get("ModelBlessing", {})
   blessed = bool(blessing.get("blessed", 0))
   reason = m.get("blessing_message")
   lines.append(f"blessed    {blessed}" + (f" ({reason})" if reason and not blessed else ""))
-  rows = ""
-  try:
-    counts = json.loads(str(ex.get(keys.ROW_COUNTS) or "{}"))
-    rows = ", ".join(f"{k} {readable.count(v)}" for k, v in sorted(
-        counts.items(), key=lambda kv: (kv[0] != "train", kv[0])))
-  except ValueError:
-    pass
-  lines.append(f"examples   {ex.get('uri')}" + (f"  ({rows} rows)" if rows else ""))
-  lines.append(f"model      {model.get('uri')}")
-  lines.append(f"metrics    {m.get('uri')}")
+  lines.append(f"model      {relative(str(model.get('uri')))}")
+  lines.append(f"metrics    {relative(str(m.get('uri')))}  (metrics.json, curves.json, loss.png)")
   if log_path:
     lines.append(f"log        {log_path}")
   return "\n".join(lines)

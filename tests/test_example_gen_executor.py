@@ -172,7 +172,7 @@ def test_bad_input_fails_from_do_naming_file_and_line(tmp_path, case):
   lines, message = BAD_INPUT[case]
   path = write_csv(tmp_path / "data.csv", lines)
   config = ExampleGenConfig(source=path, column_types={"a": "float", "b": "float"})
-  with pytest.raises(Exception, match=message):
+  with pytest.raises(sources.BadInputError, match=message):
     run_executor(tmp_path, config)
   assert os.listdir(tmp_path / "examples") == []  # No partial artifact.
 
@@ -185,7 +185,7 @@ def test_no_files_fails_before_beam_naming_the_glob(tmp_path):
 def test_bad_row_in_a_later_file_names_that_file(tmp_path):
   write_csv(tmp_path / "a.csv", ["x,y", "1,2", "3,4"])
   write_csv(tmp_path / "b.csv", ["x,y", "5,6", "7,8", "9"])
-  with pytest.raises(Exception, match=r"b\.csv:4: expected 2 columns, got 1"):
+  with pytest.raises(sources.BadInputError, match=r"b\.csv:4: expected 2 columns, got 1"):
     run_executor(tmp_path, ExampleGenConfig(source=str(tmp_path / "*.csv")))
   assert os.listdir(tmp_path / "examples") == []
 
