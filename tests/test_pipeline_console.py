@@ -253,7 +253,9 @@ def test_seed_run_prints_only_project_lines_and_no_warning(seed_run):
   assert summary["layout"] == "layout     mesh 2x2 (2 replicas x 2-way model, 4 devices)"
   assert summary["model"].startswith("model      runs/pipelines/tfx-parallel/")
   # Readable numbers: no raw doubles (at most 5 significant digits) anywhere we print.
-  assert not re.search(r"\d\.\d{6,}", "\n".join(ours)), "\n".join(ours)
+  numbers = re.findall(r"(?<![\w.])\d+\.\d+(?:e[-+]\d+)?", "\n".join(ours))
+  assert len(numbers) >= 8, numbers  # losses, MSE, parameters, errors, durations
+  assert all(len(n.split("e")[0].replace(".", "").lstrip("0")) <= 5 for n in numbers), numbers
   log_path = os.path.join(home, summary["log"].split(None, 1)[1])
   assert re.fullmatch(r".*/runs/logs/tfx-parallel-\d{8}-\d{6}\.log", log_path), log_path
   with open(log_path) as f:
