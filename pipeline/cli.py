@@ -6,6 +6,8 @@
 """
 import argparse
 import dataclasses
+import logging
+import os
 import sys
 import warnings
 from typing import List, Optional
@@ -110,7 +112,6 @@ def cmd_run(args) -> int:
 
 def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: str) -> int:
   """Runs the pipeline with start / end lines per component, then prints the summary."""
-  import logging  # pylint: disable=g-import-not-at-top
   from tfx_parallel.pipeline import local_runner, pipeline as pipeline_lib, run_progress, summary  # pylint: disable=g-import-not-at-top
   print(f"tfx-parallel run: pipeline {config.pipeline_name}, data {config.example_gen.source}, "
         f"layout {_layout_flag_text(config)}; log: {_relative(log_path)}", flush=True)
@@ -145,7 +146,6 @@ def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: s
 
 def _relative(path: str) -> str:
   """``path`` relative to the working directory when it is under it (shorter lines)."""
-  import os  # pylint: disable=g-import-not-at-top
   relative = os.path.relpath(path)
   return path if relative.startswith("..") else relative
 
@@ -155,7 +155,7 @@ def _layout_flag_text(config: config_lib.PipelineConfig) -> str:
   if t.layout == "mesh":
     return f"mesh {t.mesh[0]}x{t.mesh[1]}"
   if t.layout == "mirrored":
-    return f"mirrored x{t.devices}"
+    return f"mirrored x{t.devices}" if t.devices else "mirrored (all local GPUs)"
   if t.layout == "multi_worker":
     return f"multi_worker x{t.workers}"
   return t.layout

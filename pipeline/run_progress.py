@@ -163,7 +163,10 @@ class ComponentProgress(logging.Handler):
       elif record.msg == _FINISHED and record.args:
         node_id = str(record.args[0])
         seconds = self.clock() - self._started
-        what = self._describe()
+        try:
+          what = self._describe()
+        except Exception as e:  # pylint: disable=broad-except  # say so, keep the line.
+          what = f"(its outputs could not be read: {type(e).__name__}: {e})"
         how = "reused the cached result" if self._cached else \
             f"done in {readable.seconds(seconds)}"
         self._print(f"{self._tag(node_id)}: {how}" + (f": {what}" if what else ""))

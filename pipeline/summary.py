@@ -66,7 +66,8 @@ def describe_layout(layout, mesh_shape=None, replicas=None, num_devices=None) ->
     shape = mesh_shape if isinstance(mesh_shape, str) else "x".join(str(d) for d in mesh_shape)
     dims = shape.split("x")
     if len(dims) == 2:
-      return f"mesh {shape} ({dims[0]} replicas x {dims[1]}-way model{devices})"
+      replicas_text = f"{dims[0]} replica{'' if dims[0] == '1' else 's'}"
+      return f"mesh {shape} ({replicas_text} x {dims[1]}-way model{devices})"
     return f"mesh {shape}{devices}"
   if layout in ("mirrored", "multi_worker") and isinstance(replicas, int) and replicas > 0:
     return f"{layout} x{replicas}"
