@@ -134,3 +134,22 @@ def test_cli_rejects_bad_mesh_with_the_key(tmp_path):
        "--layout", "mesh", "--mesh", "1x3"], capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2
   assert "trainer.mesh" in proc.stderr
+
+
+@pytest.mark.slow
+def test_taxi_demo_ends_blessed_and_its_state_follows_the_eval_loss(tmp_path):
+  """`tfx-parallel run --data taxi --layout mirrored --devices 2` (the README's real-data
+  demo): blessed on eval R2, and never "plateaued" while its eval loss still falls."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
+       "--data", "taxi", "--layout", "mirrored", "--devices", "2"],
+      capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "\nblessed    True\n" in proc.stdout, proc.stdout[-2000:]
+  found = re.search(r"/ConvergenceEvaluator/metrics/\d+", proc.stdout)
+  with open(os.path.join(str(tmp_path), "pipelines", "tfx-parallel") + found.group(0)
+            + "/metrics.json") as f:
+    metrics = json.load(f)
+  assert metrics["eval_r2"] >= config_lib.TAXI_MIN_R2, metrics["eval_r2"]
+  falling = metrics["eval_loss_change"] < -0.02  # EvaluatorConfig.plateau_tolerance
+  assert metrics["convergence_state"] == ("improving" if falling else "plateaued"), metrics
