@@ -27,22 +27,24 @@ ENV_DEFAULTS = {
 # The values TF 2.16 reads as "use tf_keras" (tensorflow/python/util/lazy_loader.py).
 LEGACY_KERAS_VALUES = ("1", "true", "True")
 _defaulted = set()
-_warned = []
+_WARNED_ENV = "TFX_PARALLEL_LEGACY_KERAS_WARNED"
 
 
 def prepare(stream=None):
   """Sets the TensorFlow environment defaults; idempotent and cheap (no TF import).
 
   Never overwrites a variable the user set. If ``TF_USE_LEGACY_KERAS`` selects
-  Keras 3, writes one line to ``stream`` (default stderr), once per process.
+  Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
+  it starts inherit a marker in the environment).
   """
   for key, value in ENV_DEFAULTS.items():
     if key not in os.environ:
       os.environ[key] = value
       _defaulted.add(key)
   legacy = os.environ["TF_USE_LEGACY_KERAS"]
-  if legacy not in LEGACY_KERAS_VALUES and not _warned:
-    _warned.append(legacy)
+  # Said once per run: child processes (trainer, console filter) inherit the marker.
+  if legacy not in LEGACY_KERAS_VALUES and not os.environ.get(_WARNED_ENV):
+    os.environ[_WARNED_ENV] = "1"
     print(f"tfx-parallel: TF_USE_LEGACY_KERAS={legacy!r} selects Keras 3, but TFX 1.16, "
           f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
           f"{legacy!r}).", file=stream or sys.stderr, flush=True)
