@@ -6,7 +6,10 @@
 """
 import argparse
 import dataclasses
+import logging
+import os
 import sys
+import warnings
 from typing import List, Optional
 
 from tfx_parallel.pipeline import tfenv
@@ -73,6 +76,10 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--with-tfma", action="store_true",
                  help="also run the stock TFX Evaluator (TFMA) on the model")
   p.add_argument("--no-cache", action="store_true", help="disable TFX caching")
+  p.add_argument("--verbose", action="store_true",
+                 help="print every log line (TFX / absl INFO, TensorFlow C++ logs, library "
+                      "warnings) on the console; by default they go only to the run's "
+                      "log file under <home>/logs/")
   p.add_argument("--beam-arg", action="append", default=[],
                  help="Beam pipeline arg for ExampleGen (repeatable), e.g. "
                       "--beam-arg=--direct_num_workers=2")
@@ -85,7 +92,6 @@ def add_run_arguments(p: argparse.ArgumentParser):
 
 
 def config_from_args(args) -> config_lib.PipelineConfig:
-  from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   synthetic = args.data == "synthetic"
@@ -103,7 +109,8 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       module_path=args.module_path, hparams=dict(args.hparams), task=args.task)
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
-      evaluator=EvaluatorConfig(), with_tfma=args.with_tfma, enable_cache=not args.no_cache,
+      evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma,
+      enable_cache=not args.no_cache,
       beam_pipeline_args=list(args.beam_arg) + runner_args(args))
 
 
@@ -119,20 +126,79 @@ def runner_args(args) -> List[str]:
 
 
 def cmd_run(args) -> int:
+  """Validates, then runs the pipeline with a quiet console (pipeline/console.py).
+
+  Exit codes: 0 done, 1 a component failed (its error is printed), 2 invalid config.
+  """
+  # Checking the inputs imports Beam, whose Google Cloud dependencies warn at import:
+  # hold those warnings until the console (and its log file) exists.
+  with warnings.catch_warnings(record=True) as held:
+    warnings.simplefilter("default")
+    try:
+      config = config_from_args(args)
+      config.validate()  # Before TFX is imported: a bad flag fails in about a second.
+      from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+      config.check_inputs()
+      local_runner.check_home(args.home)
+    except ConfigError as e:
+      print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
+      return 2
+  from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
+  with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
+    for w in held:
+      warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return _run_and_summarize(config, args.home, console.log_path)
+
+
+def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: str) -> int:
+  """Runs the pipeline with start / end lines per component, then prints the summary."""
+  from tfx_parallel.pipeline import local_runner, pipeline as pipeline_lib, run_progress, summary  # pylint: disable=g-import-not-at-top
+  print(f"tfx-parallel run: pipeline {config.pipeline_name}, data {config.example_gen.source}, "
+        f"layout {_layout_flag_text(config)}; log: {_relative(log_path)}", flush=True)
+  _, metadata_path = local_runner.paths(home, config.pipeline_name)
+  progress = run_progress.ComponentProgress(
+      [c.id for c in pipeline_lib.create_components(config)],
+      lambda: summary.open_store(metadata_path))
+  root = logging.getLogger()
+  root.addHandler(progress)
   try:
-    config = config_from_args(args)
-    config.validate()  # Before TFX is imported: a bad flag fails in about a second.
-    from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
-    config.check_inputs()
-    local_runner.check_home(args.home)
-  except ConfigError as e:
+    local_runner.run(config, home)
+  except ConfigError as e:  # Found only at run time (e.g. by an executor).
     print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
     return 2
-  metadata_path = local_runner.run(config, args.home)
+  except Exception as e:  # pylint: disable=broad-except
+    where = progress.current or "the pipeline"
+    logging.getLogger(__name__).error("%s failed", where, exc_info=True,
+                                      extra={"file_only": True})
+    sys.stdout.flush()
+    print(f"tfx-parallel: {where} failed: {type(e).__name__}: {e}\n"
+          f"tfx-parallel: the traceback and every log line are in {_relative(log_path)}",
+          file=sys.stderr, flush=True)
+    return 1
+  finally:
+    root.removeHandler(progress)
   found = summary.latest_run(summary.open_store(metadata_path), config.pipeline_name)
-  print("\n=== tfx-parallel summary (read from ML Metadata: %s) ===" % metadata_path)
-  print(summary.format_summary(found) if found else "no run found in ML Metadata")
+  print(f"=== tfx-parallel summary (read from ML Metadata: {_relative(metadata_path)}) ===")
+  print(summary.format_summary(found, _relative(log_path), _relative) if found
+        else "no run found in ML Metadata")
   return 0
+
+
+def _relative(path: str) -> str:
+  """``path`` relative to the working directory when it is under it (shorter lines)."""
+  relative = os.path.relpath(path)
+  return path if relative.startswith("..") else relative
+
+
+def _layout_flag_text(config: config_lib.PipelineConfig) -> str:
+  t = config.trainer
+  if t.layout == "mesh":
+    return f"mesh {t.mesh[0]}x{t.mesh[1]}"
+  if t.layout == "mirrored":
+    return f"mirrored x{t.devices}" if t.devices else "mirrored (all local GPUs)"
+  if t.layout == "multi_worker":
+    return f"multi_worker x{t.workers}"
+  return t.layout
 
 
 def build_parser() -> argparse.ArgumentParser:

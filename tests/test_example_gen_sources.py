@@ -235,7 +235,7 @@ def test_read_csv_lines_reads_gzipped_csv(tmp_path):
 def test_read_csv_lines_rejects_a_different_header(tmp_path):
   a = _write(tmp_path / "a.csv", "a,y\n1,2\n")
   b = _write(tmp_path / "b.csv", "y,a\n1,2\n")
-  with pytest.raises(Exception, match=r"b\.csv:1: header \['y', 'a'\] differs from the "
+  with pytest.raises(sources.BadInputError, match=r"b\.csv:1: header \['y', 'a'\] differs from the "
                                       r"header of .*a\.csv"):
     with beam.Pipeline() as p:
       _ = p | sources.ReadCsvLines([a, b], ("a", "y"))
@@ -256,7 +256,7 @@ def test_parse_csv_transform(tmp_path):
 def test_parse_csv_transform_fail_policy_raises_with_file_and_line(tmp_path):
   path = _write(tmp_path / "data.csv", "a,y\n1,2\n3,4\n5,6,7\n")
   layout = _layout(path)
-  with pytest.raises(Exception, match=r"data\.csv:4: expected 2 columns, got 3"):
+  with pytest.raises(sources.BadInputError, match=r"data\.csv:4: expected 2 columns, got 3"):
     with beam.Pipeline() as p:
       _ = (p | sources.ReadCsvLines(layout.files, layout.header)
            | sources.ParseCsv(layout, "fail"))

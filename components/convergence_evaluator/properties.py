@@ -27,9 +27,10 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
 | `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
 | `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | all | `converged`, `plateaued` or `diverged` (see `convergence.classify`) |
+| `convergence_state` | str | all | `converged`, `improving` (above target, loss still falling), `plateaued` (above target, loss flat) or `diverged` (see `convergence.classify`) |
 | `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
 | `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
+| `eval_loss_change` | float | all | relative change of the eval loss over the last epoch (-0.39 = fell 39 %); NaN with fewer than 2 epochs |
 | `num_records` | int | all | history records (one per `log_every` steps) |
 | `last_step` | int | all | step of the last record (< `total_steps` if stopped early) |
 | `total_steps` | int | all | steps the trainer planned |
@@ -92,6 +93,7 @@ SECONDS_TO_TARGET = "seconds_to_target"
 CONVERGENCE_STATE = "convergence_state"
 CONVERGENCE_RATE = "convergence_rate"
 TAIL_CHANGE = "tail_change"
+EVAL_LOSS_CHANGE = "eval_loss_change"
 NUM_RECORDS = "num_records"
 LAST_STEP = "last_step"
 TOTAL_STEPS = "total_steps"
@@ -159,9 +161,10 @@ NOT_BLESSED_FILE_NAME = "NOT_BLESSED"
 # Values.
 NOT_AVAILABLE = -1
 CONVERGED = "converged"
+IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
-STATES = (CONVERGED, PLATEAUED, DIVERGED)
+STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED)
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"
