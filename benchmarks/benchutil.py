@@ -6,6 +6,7 @@ them to median / min / max.
 """
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -154,6 +155,17 @@ def last_json_line(stdout: str) -> dict:
       except ValueError:
         continue
   raise ValueError(f"no JSON result line in output:\n{stdout[-2000:]}")
+
+
+def machine() -> str:
+  cpus = os.cpu_count()
+  mem = ""
+  try:
+    with open("/proc/meminfo") as f:
+      mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.1f} GiB RAM"
+  except OSError:
+    pass
+  return f"{platform.machine()}, {cpus} cores, {mem}, Python {platform.python_version()}"
 
 
 def load_average() -> str:

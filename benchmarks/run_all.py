@@ -19,7 +19,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -258,15 +257,21 @@ def info_table(rows: List[dict]) -> List[str]:
   return out
 
 
-def machine() -> str:
-  cpus = os.cpu_count()
-  mem = ""
-  try:
-    with open("/proc/meminfo") as f:
-      mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.1f} GiB RAM"
-  except OSError:
-    pass
-  return f"{platform.machine()}, {cpus} cores, {mem}, Python {platform.python_version()}"
+STANDALONE_DIR = os.path.join(bu.BENCH_DIR, "results")
+
+
+def standalone_sections() -> List[str]:
+  """Sections written by benchmarks that run on their own (`benchmarks/results/*.md`,
+  e.g. bench_framing.py), each with its command, date and load: kept in RESULTS.md
+  across `make bench` runs, which do not rerun them."""
+  if not os.path.isdir(STANDALONE_DIR):
+    return []
+  lines = []
+  for name in sorted(os.listdir(STANDALONE_DIR)):
+    if name.endswith(".md"):
+      with open(os.path.join(STANDALONE_DIR, name)) as f:
+        lines += [f.read().strip(), ""]
+  return lines
 
 
 def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before: str,
@@ -276,7 +281,7 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
            "",
            f"Produced by `python benchmarks/run_all.py{' --smoke' if smoke else ''}` "
            f"(`make bench{'-smoke' if smoke else ''}`) on "
-           f"{when or datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; {machine()}; "
+           f"{when or datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}; {bu.machine()}; "
            f"total {total_s / 60:.1f} min.",
            f"Load average (1/5/15 min) before: {load_before}; after: {load_after}.",
            "",
@@ -305,6 +310,8 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
     for r in res["rows"]:
       if r.get("extra", {}).get("text"):
         lines += [r["extra"]["text"], ""]
+  if not smoke:
+    lines += standalone_sections()
   if plots:
     lines += ["## Plots", ""] + [f"![{os.path.basename(p)}]({os.path.relpath(p, os.path.dirname(path))})"
                                  for p in plots] + [""]
@@ -361,7 +368,9 @@ def main(argv=None) -> int:
     compared = compared_rows(results)
     json.dump({"_run": {"load_before": load_before, "load_after": bu.load_average(),
                         "when": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-                        "total_s": total, "plots": plots},
+                        "total_s": total,
+                        # Relative to benchmarks/, so a clone elsewhere can re-render.
+                        "plots": [os.path.relpath(p, bu.BENCH_DIR) for p in plots]},
                **{m: {"seconds": r["seconds"], "error": r["error"], "rows": compared[m],
                       "info_rows": [x for x in r["rows"] if is_info(x)]}
                   for m, r in results.items()}}, f, indent=1, default=float)
@@ -379,7 +388,8 @@ def render(json_path: str, smoke: bool, output: Optional[str]) -> int:
                  "rows": r["rows"] + r.get("info_rows", [])} for m, r in saved.items()}
   path = output or os.path.splitext(json_path)[0] + ".md"
   write_results(results, smoke, path, run.get("load_before", "n/a"),
-                run.get("load_after", "n/a"), run.get("total_s", 0.0), run.get("plots", []),
+                run.get("load_after", "n/a"), run.get("total_s", 0.0),
+                [os.path.join(bu.BENCH_DIR, p) for p in run.get("plots", [])],
                 run.get("when"))
   return 0
 
