@@ -5,7 +5,6 @@
     tfx-parallel metrics [--pipeline-name NAME] [--last N] [--json] [--plot out.png]
 """
 import argparse
-import dataclasses
 import logging
 import os
 import sys

@@ -176,3 +176,15 @@ def test_eval_loss_change_skips_non_finite_epochs():
   assert convergence.eval_loss_change(convergence.curves_from_history(history)) == -0.5
   history = _with_eval(testing.linear_history([3.0, 2.0]), [2.0])
   assert math.isnan(convergence.eval_loss_change(convergence.curves_from_history(history)))
+
+
+def test_eval_loss_jumping_up_at_the_end_is_diverged():
+  # The taxi demo at 15 epochs: the eval loss bottoms out, then rises 70 % in the last.
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), [258.4, 19.6, 18.3, 23.1, 39.2])
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5, 0.5)
+  assert summary.eval_loss_change == pytest.approx(39.2 / 23.1 - 1)
+  assert summary.state == P.DIVERGED
+  # Rising by less than rise_tolerance is not divergence: the loss stopped falling.
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), [258.4, 19.6, 18.3, 20.0])
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5, 0.5)
+  assert summary.state == P.PLATEAUED

@@ -534,8 +534,16 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
       assert procs[0].poll() is None, procs[0].communicate()[0][-3000:]
       assert time.monotonic() < deadline
       time.sleep(0.05)
-    open(go, "w").close()
-    results = [p.communicate(timeout=CHILD_TIMEOUT_SECONDS)[0] for p in procs]
+    # Freeze run A (its pipeline process holds the checkpoint directory's lock, its
+    # trainer is mid-run) while B runs, so B's trainer surely starts while A's trains:
+    # without this, a fast A could finish first and B's trainer would be CACHED.
+    os.killpg(procs[0].pid, signal.SIGSTOP)
+    try:
+      open(go, "w").close()
+      out_b = procs[1].communicate(timeout=CHILD_TIMEOUT_SECONDS)[0]
+    finally:
+      os.killpg(procs[0].pid, signal.SIGCONT)
+    results = [procs[0].communicate(timeout=CHILD_TIMEOUT_SECONDS)[0], out_b]
   finally:
     for p in procs:
       if p.poll() is None:
@@ -546,10 +554,10 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
         + "; ".join(l.strip() for out in results for l in out.splitlines()
                     if "Error:" in l)[-600:])
   assert codes[0] == 0, results[0][-3000:]  # the first run is never disturbed
-  # Run B's trainer starts while A's trains (8,000 steps; B starts after A's first
-  # checkpoint). The checkpoint directory is held by A's trainer, so B's trainer fails
-  # fast naming it, and never resumes from (or prunes) A's live checkpoints: B exits
-  # with an error, its trainer execution is FAILED, nothing half-written is LIVE.
+  # Run B's trainer starts while A's trains (A is frozen after its first checkpoint).
+  # The checkpoint directory is held by A, so B's trainer fails fast naming it, and
+  # never resumes from (or prunes) A's live checkpoints: B exits with an error, its
+  # trainer execution is FAILED, nothing half-written is LIVE; A then completes.
   assert codes[1] != 0 and CHECKPOINT_IN_USE in results[1], results[1][-3000:]
   assert not resumed[1], resumed[1]
   states, live = assert_store_consistent(os.path.join(home, config_lib.METADATA_FILE))

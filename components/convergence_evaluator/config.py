@@ -73,8 +73,9 @@ class EvaluatorConfig:
     target_fraction: fraction of the initial loss that counts as "reached".
     plateau_window: history records at the end of training (the "tail") whose loss
       decides the state (see convergence.py for the exact rules).
-    rise_tolerance: a tail whose fitted loss rises by more than this fraction (and
-      is above target) makes the run "diverged".
+    rise_tolerance: a tail whose fitted loss rises by more than this fraction, or an
+      eval loss that rose by more over the last epoch (and the run is above target),
+      makes the run "diverged".
     plateau_tolerance: a run above target whose eval loss fell by more than this
       fraction over the last epoch (or, without eval losses, whose training tail fell
       by more) is "improving", not "plateaued".

@@ -23,8 +23,9 @@ Definitions (W = ``plateau_window`` records, the "tail"):
   over the whole split is not.
 * The state (:func:`classify`), checked in this order:
   1. ``diverged``: a loss is NaN/inf, or the trainer flagged divergence, or
-     final loss > initial loss, or the loss is rising at the end, i.e.
-     ``tail_change > rise_tolerance`` while the run does not end at target;
+     final loss > initial loss, or the loss is rising at the end while the run does not
+     end at target: ``tail_change > rise_tolerance`` (training loss) or
+     ``eval_loss_change > rise_tolerance`` (eval loss, last epoch);
   2. ``converged``: the run ends at target;
   3. ``improving``: above target, and the loss is still falling: the training budget
      ended before the loss settled (more steps or a larger learning rate would help);
@@ -152,7 +153,9 @@ def classify(loss: np.ndarray, target: float, tail: float, window: int,
     return P.DIVERGED
   tail_median = float(np.median(loss[-window:]))
   above_target = not (loss[-1] <= target or tail_median <= target)  # True if target NaN.
-  if tail > rise_tolerance and above_target:
+  rising = tail > rise_tolerance or (math.isfinite(eval_change)
+                                     and eval_change > rise_tolerance)
+  if rising and above_target:
     return P.DIVERGED
   if not above_target:
     return P.CONVERGED
