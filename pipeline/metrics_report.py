@@ -44,6 +44,8 @@ COLUMNS = (
     ("final loss", P.FINAL_LOSS, "{:.4g}"),
     ("eval MSE", P.EVAL_MSE, "{:.4g}"),
     ("examples/s", P.EXAMPLES_PER_SEC, "{:,.0f}"),
+    ("params", P.PARAM_COUNT, "{:,}"),
+    ("state B/device", P.STATE_BYTES_PER_DEVICE, "{:,}"),
     ("blessed", P.BLESSED, "{}"),
 )
 

@@ -103,8 +103,9 @@ def _divisors(n: int) -> List[int]:
 
 
 # The variables, or a function of the model axis giving them with that axis's sharding
-# (layout rules may leave a dimension whole when the axis does not divide it).
-Variables = Union[Sequence[VariableInfo], Callable[[int], Sequence[VariableInfo]]]
+# (layout rules may leave a dimension whole when the axis does not divide it), or None
+# when the rules cannot apply on that axis (it is skipped).
+Variables = Union[Sequence[VariableInfo], Callable[[int], Optional[Sequence[VariableInfo]]]]
 
 
 def _at(variables: Variables, model_axis: int) -> Sequence[VariableInfo]:
@@ -116,6 +117,8 @@ def _candidates(variables: Variables, num_devices: int,
   """(batch axis, model axis) pairs that are valid layouts on up to num_devices devices."""
   for model_axis in _divisors(num_devices):
     variables_m = _at(variables, model_axis)
+    if variables_m is None:
+      continue  # The layout rules cannot apply on this axis.
     if not all(v.divisible_by(model_axis) for v in variables_m):
       continue
     if model_axis > 1 and not any(v.split_dims for v in variables_m):
