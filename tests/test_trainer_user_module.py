@@ -127,3 +127,15 @@ def test_the_component_checks_the_module_file_exists():
   with pytest.raises(ConfigError, match=r"module_path: given both"):
     DistributedTrainer(types.Channel(type=standard_artifacts.Examples),
                        config=TrainerConfig(module_path="a.b"), module_path="c.d")
+
+
+@pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])
+def test_the_example_module_follows_the_contract(task):
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "taxi_model.py")
+  module = user_module.load(module_file=path)
+  spec = _spec(task)
+  assert user_module.check(module, spec).output_shape == (None, spec.output_units)
+  assert module.layout_rules(spec) == {r".*_embedding/embeddings": (None, "model"),
+                                       r".*hidden_1/kernel": (None, "model"),
+                                       r".*hidden_2/kernel": ("model", None)}
