@@ -88,3 +88,16 @@ def test_mirrored_replicas_each_hold_a_full_copy():
   got = _run(_MIRRORED)
   assert sorted(got["kernel"].values()) == [KERNEL, KERNEL]
   assert got["state"]["state_bytes_per_device"] == (2 + ADAM) * (KERNEL + OTHER) + STEP_COUNTER
+
+
+@pytest.mark.slow
+def test_a_fit_layout_records_the_measured_bytes_in_its_history(tmp_path):
+  """train.py measures after model.fit: mirrored x2, the built-in linear model, Adam."""
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / "examples")
+  keys, _, rows = tu.write_examples(root, rows=256, eval_rows=64)
+  history = tu.run_job(tu.job_dict(str(tmp_path / "run"), root, keys, rows, layout="mirrored",
+                                   devices=2, optimizer="adam", steps=4, batch_size=32,
+                                   log_every=2, checkpoint_every=0), str(tmp_path / "run"))
+  assert (history["param_count"], history["param_bytes_total"]) == (3, 12)  # kernel 2x1, bias
+  assert history["state_bytes_per_device"] == (2 + ADAM) * 12 + STEP_COUNTER
