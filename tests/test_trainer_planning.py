@@ -142,3 +142,14 @@ def test_gpu_memory_is_read_from_tensorflow():
   budget = planning.device_budget(TrainerConfig(layout="auto"))
   assert budget.num_devices == len(planning.gpu_names())
   assert budget.memory_per_device and budget.memory_per_device > 0
+
+
+def test_local_run_of_auto_on_cpu_without_device_memory_fails_before_any_work(tmp_path):
+  from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+  if planning.gpu_names():
+    pytest.skip("GPUs present: their memory is measured")
+  config = config_lib.PipelineConfig(trainer=TrainerConfig(layout="auto", devices=4))
+  with pytest.raises(ConfigError, match=r"^trainer\.device_memory: layout 'auto' on CPU"):
+    local_runner.run(config, str(tmp_path / "home"))
+  assert not (tmp_path / "home").exists()
