@@ -131,10 +131,8 @@ def device_budget(config, gpus: Optional[List[str]] = None) -> Budget:
   if gpus is None:
     gpus = gpu_names()
   if gpus:
-    measured = gpu_memory(gpus)
-    memory = min(m for m in (measured, configured) if m is not None) if (
-        measured or configured) else None
-    return Budget(len(gpus), memory, f"{len(gpus)} GPU(s)")
+    known = [m for m in (gpu_memory(gpus), configured) if m is not None]
+    return Budget(len(gpus), min(known) if known else None, f"{len(gpus)} GPU(s)")
   n = max(config.devices, 1)
   return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
 
@@ -188,9 +186,9 @@ def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[st
   need = planner.state_bytes_per_device(at, model_axis, slots)
   if need <= budget.memory_per_device:
     return None
-  return (f"layout {what} needs {planner._human(need)} of training state per device "  # pylint: disable=protected-access
+  return (f"layout {what} needs {planner.human_bytes(need)} of training state per device "
           f"(parameters, gradients and {slots} optimizer slot(s) per parameter), more than "
-          f"the {planner._human(budget.memory_per_device)} per device of "  # pylint: disable=protected-access
+          f"the {planner.human_bytes(budget.memory_per_device)} per device of "
           f"{budget.source}; running it as asked")
 
 
@@ -216,7 +214,7 @@ def apply(config, module, spec, gpus: Optional[List[str]] = None):
     return config, {}
   chosen, record = choose(config, variables, budget, slots)
   line = (f"[trainer] layout auto on {budget.source} of "
-          f"{planner._human(budget.memory_per_device)}: "  # pylint: disable=protected-access
+          f"{planner.human_bytes(budget.memory_per_device)}: "
           f"{record[keys.LAYOUT_CHOSEN]} ({record[keys.LAYOUT_REASON]})")
   logging.info("DistributedTrainer: %s", line)
   print(line, flush=True)
