@@ -68,7 +68,7 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   tfenv.split_cpu(model_axis)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, planner, sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, planner, planning  # pylint: disable=g-import-not-at-top
 
   build_model = build_fn(vocab, dim, hidden)
   t0 = time.perf_counter()
@@ -78,12 +78,11 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
       learning_rate=1e-3, global_batch=batch, module_name="bench_wide_model")
   build_s = time.perf_counter() - t0
   measured = memory.measure(trainer.model.trainable_variables, trainer.optimizer.variables)
-  trainable = {sharding.variable_path(v) for v in trainer.model.trainable_variables}
-  infos = [i for i in sharding.describe_variables(trainer.model) if i.path in trainable]
-  resolved = sharding.resolve(trainer.rules, infos, model_axis, "bench_wide_model")
-  predicted = planner.state_bytes_per_device(
-      [planner.VariableInfo(i.path, i.shape, 4, tuple(resolved.get(i.path, ())))
-       for i in infos], model_axis, planner.SLOTS_PER_PARAM["adam"])
+  # The planner's view of the same variables under the trainer's rules (planning.py).
+  variables = planning.planner_variables(trainer.model, lambda m: trainer.rules,
+                                         "bench_wide_model")(model_axis)
+  predicted = planner.state_bytes_per_device(variables, model_axis,
+                                             planner.SLOTS_PER_PARAM["adam"])
   rng = np.random.default_rng(0)
   times: List[float] = []
   for step in range(warmup + steps):

@@ -50,11 +50,15 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--rows", type=int, default=10_000, help="synthetic rows")
   p.add_argument("--features", type=int, default=2, help="synthetic feature count")
   p.add_argument("--layout", default="mesh",
-                 choices=["single", "mirrored", "multi_worker", "mesh"],
-                 help="parallel layout (default: a batch x model DTensor mesh)")
+                 choices=["single", "mirrored", "multi_worker", "mesh", "auto"],
+                 help="parallel layout (default: a batch x model DTensor mesh); auto: the "
+                      "planner picks single, mirrored or a mesh that fits --device-memory")
   p.add_argument("--mesh", type=_mesh, default=(2, 2), help="mesh shape BxM (default 2x2)")
   p.add_argument("--devices", type=int, default=2,
                  help="replicas for mirrored (logical CPU devices when there is no GPU)")
+  p.add_argument("--device-memory", default=None,
+                 help="memory per device for the layout planner, e.g. 512MiB (required by "
+                      "--layout auto on CPU; --devices logical CPU devices)")
   p.add_argument("--workers", type=int, default=2, help="local processes for multi_worker")
   p.add_argument("--model", default=None, choices=["linear", "mlp"],
                  help="default: linear for synthetic, mlp for CSV/taxi")
@@ -99,7 +103,8 @@ def config_from_args(args) -> config_lib.PipelineConfig:
                         num_features=args.features, num_workers=workers)
   model = args.model or ("linear" if synthetic else "mlp")
   trainer = TrainerConfig(
-      layout=args.layout, devices=args.devices if args.layout == "mirrored" else 0,
+      layout=args.layout, devices=args.devices if args.layout in ("mirrored", "auto") else 0,
+      device_memory=args.device_memory,
       mesh=tuple(args.mesh) if args.layout == "mesh" else (1, 1), model=model,
       hidden_units=(16,) if model == "mlp" else (), batch_size=args.batch_size,
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),

@@ -52,6 +52,8 @@ COLUMNS = (
     ("eval MSE", P.EVAL_MSE, readable.sig),
     ("R2", P.EVAL_R2, readable.sig),
     ("examples/s", P.EXAMPLES_PER_SEC, readable.rate),
+    ("params", P.PARAM_COUNT, readable.count),
+    ("state B/device", P.STATE_BYTES_PER_DEVICE, readable.count),
     ("blessed", P.BLESSED, str),
 )
 

@@ -52,3 +52,13 @@ PREDICTIONS_OUTPUT = "predictions"     # regression: float32 [N, 1].
 PROBABILITIES_OUTPUT = "probabilities" # binary: float32 [N, 1], P(class 1); multiclass [N, K].
 CLASS_IDS_OUTPUT = "class_ids"         # classification: int64 [N, 1].
 LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K].
+
+# Training-state bytes, measured from where the variables live (distributed_trainer/memory.py):
+# custom properties on TrainingHistory and ConvergenceMetrics, and keys of history.json.
+PARAM_COUNT = "param_count"                        # int: trainable parameters.
+PARAM_BYTES_TOTAL = "param_bytes_total"            # int: their bytes, counted once.
+STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: max over devices of params + grads + slots.
+STATE_BYTES_KEYS = (PARAM_COUNT, PARAM_BYTES_TOTAL, STATE_BYTES_PER_DEVICE)
+# layout: auto (distributed_trainer/planning.py): on TrainingHistory and in history.json.
+LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
+LAYOUT_REASON = "layout_reason"    # str: the planner's reason.

@@ -199,6 +199,7 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
       P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
       P.OPTIMIZER: str(history.get("optimizer", "")),
       P.INPUT_WAIT_FRACTION: float(history.get("input_wait_fraction", P.NOT_AVAILABLE)),
+      **{name: int(history.get(name, P.NOT_AVAILABLE)) for name in keys.STATE_BYTES_KEYS},
   }
 
 

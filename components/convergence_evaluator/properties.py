@@ -72,6 +72,9 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `examples_per_sec` | float | all | trainer's overall training throughput |
 | `optimizer` | str | all | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
 | `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
+| `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
+| `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
+| `state_bytes_per_device` | int | all | max over devices of parameter + gradient + optimizer-slot bytes, from the variables' real placement (DTensor layouts, replicas); -1 if not recorded |
 | `curves_file` | str | all | `curves.json`, full curves, relative to the artifact URI |
 | `plot_file` | str | all | `loss.png`, loss curves plot, relative to the artifact URI |
 | `metrics_file` | str | all | `metrics.json`, every property at full precision, relative to the artifact URI |
@@ -139,6 +142,10 @@ MODEL_TYPE = "model_type"
 EXAMPLES_PER_SEC = "examples_per_sec"
 OPTIMIZER = "optimizer"
 INPUT_WAIT_FRACTION = "input_wait_fraction"
+# Measured training-state bytes, copied from the trainer's history.json.
+PARAM_COUNT = keys.PARAM_COUNT
+PARAM_BYTES_TOTAL = keys.PARAM_BYTES_TOTAL
+STATE_BYTES_PER_DEVICE = keys.STATE_BYTES_PER_DEVICE
 
 CURVES_FILE = "curves_file"
 PLOT_FILE = "plot_file"

@@ -5,8 +5,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
+from tfx_parallel.components.distributed_trainer import planning
 
-LAYOUTS = ("single", "mirrored", "multi_worker", "mesh")
+LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
@@ -16,7 +17,11 @@ class TrainerConfig:
   """How to train.
 
   Attributes:
-    layout: "single" | "mirrored" | "multi_worker" | "mesh".
+    layout: "single" | "mirrored" | "multi_worker" | "mesh", or "auto": the executor
+      picks single, mirrored N or a mesh BxM with the planner (planning.py).
+    device_memory: memory per device for the planner, bytes or a size such as "512MiB";
+      required for "auto" on CPU (on GPUs it caps the measured free memory). With an
+      explicit layout that does not fit it, the trainer warns and runs as asked.
     devices: replicas for "mirrored" (0 = all local GPUs, else N devices; N logical
       CPU devices when there is no GPU).
     mesh: (batch, model) device counts for "mesh".
@@ -51,6 +56,7 @@ class TrainerConfig:
   """
   layout: str = "single"
   devices: int = 0
+  device_memory: Optional[Any] = None
   mesh: Tuple[int, int] = (1, 1)
   model: str = "linear"
   module_file: Optional[str] = None
@@ -87,6 +93,11 @@ class TrainerConfig:
   def validate(self) -> "TrainerConfig":
     require(self.layout in LAYOUTS, "layout",
             f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
+    if self.device_memory is not None:
+      try:
+        planning.parse_bytes(self.device_memory)
+      except ValueError as e:
+        require(False, "device_memory", str(e))
     require(self.model in MODELS, "model",
             f"unknown model {self.model!r}; expected one of {MODELS}")
     require(not (self.module_file and self.module_path), "module_file",

@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import launcher, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import launcher, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -83,6 +83,7 @@ class Executor(base_executor.BaseExecutor):
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri),
                   config)
+    job, config, planned = planning.plan_job(job, config)  # layout: auto -> concrete
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
@@ -90,6 +91,11 @@ class Executor(base_executor.BaseExecutor):
       launcher.launch(job, config.layout, config.workers)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
+    if planned:  # The choice goes into history.json too (the evaluator reads it).
+      record = planning.record_in_history(record, planned)
+      with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
+        json.dump(record, f, indent=1)
+    planning.write_properties(history, record, planned)
     for name in ("layout", "model", "optimizer"):
       history.set_string_custom_property(name, str(record[name]))
     history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))

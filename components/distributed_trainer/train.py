@@ -212,6 +212,9 @@ def run(job: Job) -> dict:
                  steps_per_execution=config.execution_steps(),
                  skipped_examples=job.skipped_examples, padded_features=0,
                  resumed_from_step=start_step)
+  # Measured from where the variables live, after training (every optimizer slot exists).
+  from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
+  history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
   if chief:
     # Export from a plain copy built outside any strategy.
     tf_keras.utils.set_random_seed(config.seed)
