@@ -11,7 +11,6 @@ from absl import logging
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineState
 
-from tfx_parallel.components.partitioned_example_gen import output_splits
 from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen import verify
@@ -21,7 +20,7 @@ from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 
 
 def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-          root: str, splits: output_splits.OutputSplits) -> None:
+          root: str, splits: partition.OutputSplits) -> None:
   """Adds the whole ingest to ``pipeline``, writing Split-* and summary.json under root."""
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
   encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys)
@@ -44,10 +43,10 @@ def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
 
 
 def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-        uri: str, splits: Optional[output_splits.OutputSplits] = None) -> write.IngestSummary:
+        uri: str, splits: Optional[partition.OutputSplits] = None) -> write.IngestSummary:
   """Runs the ingest into ``uri`` (all splits or nothing) and returns what was written.
 
-  ``splits`` defaults to the config's shorthand (output_splits.resolve(config)).
+  ``splits`` defaults to the config's ratio shorthand (partition.shorthand_splits).
 
   Raises:
     sources.BadInputError: the source has bad rows (policy "fail") or no rows at all.
@@ -56,7 +55,7 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
     Exception: whatever the runner raised; ``uri`` then has no Split-* directories.
   """
   if splits is None:
-    splits = output_splits.resolve(config)
+    splits = partition.shorthand_splits(config.split_ratios, config.split_key)
   with write.staged_output(uri) as staging:
     build(pipeline, config, plan, staging, splits)
     result = None

@@ -11,8 +11,7 @@ in stock CsvExampleGen.
 "eval": 1}`` is ``split_config`` with the splits in sorted name order (``eval`` 1 bucket,
 ``train`` 4) and ``split_key`` is ``partition_feature_name``.
 """
-import dataclasses
-from typing import Optional, Tuple
+from typing import Optional
 
 from tfx.components.example_gen import utils
 from tfx.proto import example_gen_pb2
@@ -22,20 +21,10 @@ from tfx.utils import proto_utils
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.common.config_util import require
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
+from tfx_parallel.components.partitioned_example_gen.partition import OutputSplits
+from tfx_parallel.components.partitioned_example_gen.partition import shorthand_splits
 
 _DEFAULT_RATIOS = config_lib.ExampleGenConfig().split_ratios
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputSplits:
-  """Split names and hash buckets in stock order, and the partition feature (or None)."""
-  names: Tuple[str, ...]
-  buckets: Tuple[int, ...]
-  partition_feature: Optional[str] = None
-
-  @property
-  def pairs(self) -> Tuple[Tuple[str, int], ...]:
-    return tuple(zip(self.names, self.buckets))
 
 
 def shorthand_output(config: config_lib.ExampleGenConfig) -> example_gen_pb2.Output:
@@ -62,7 +51,7 @@ def resolve(config: config_lib.ExampleGenConfig,
     output = proto_utils.json_to_proto(output_config_json, example_gen_pb2.Output())
     if output.HasField("split_config"):
       return from_output(output)
-  return from_output(shorthand_output(config))
+  return shorthand_splits(config.split_ratios, config.split_key)
 
 
 def _check_output(config: config_lib.ExampleGenConfig, output: example_gen_pb2.Output):

@@ -15,8 +15,9 @@ over the splits in their configured order (``bisect.bisect``, as stock), and
 the config, so the same input lands in the same split and shard on every run and every
 runner, and in the same split as in stock ExampleGen.
 """
+import dataclasses
 import hashlib
-from typing import Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -45,6 +46,29 @@ def splitmix64(ids: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return (z ^ (z >> np.uint64(31))) & _MASK64
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSplits:
+  """Split names and hash buckets in stock order, and the partition feature (or None).
+
+  Built from stock output_config by output_splits.resolve, or from the ratio shorthand
+  by ``shorthand_splits`` (this module imports no TFX, so Beam workers do not either).
+  """
+  names: Tuple[str, ...]
+  buckets: Tuple[int, ...]
+  partition_feature: Optional[str] = None
+
+  @property
+  def pairs(self) -> Tuple[Tuple[str, int], ...]:
+    return tuple(zip(self.names, self.buckets))
+
+
+def shorthand_splits(split_ratios: Mapping[str, int],
+                     split_key: Optional[str] = None) -> OutputSplits:
+  """The ratio shorthand: splits in sorted name order, split_key as partition feature."""
+  names = tuple(sorted(split_ratios))
+  return OutputSplits(names, tuple(int(split_ratios[n]) for n in names), split_key or None)
 
 
 SplitBuckets = Union[Mapping[str, int], Sequence[Tuple[str, int]]]
