@@ -54,6 +54,7 @@ class Recorder(tf_keras.callbacks.Callback):
     self.eval_loss = eval_loss
     self.writer = writer
     self._mean, self._count = 0.0, 0
+    self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
 
   def on_train_batch_end(self, batch, logs=None):
@@ -76,11 +77,6 @@ class Recorder(tf_keras.callbacks.Callback):
       st.records.append({"step": step, "loss": loss, "learning_rate": st.learning_rate,
                          "examples_per_sec": eps, "wall_time": st.wall_time()})
       self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
-      if self.writer is not None:
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-        with self.writer.as_default(step=step):
-          tf.summary.scalar("loss", loss)
-          tf.summary.scalar("examples_per_sec", eps)
     if not finite:
       st.diverged = True
       if self.stop_on_divergence:
@@ -89,6 +85,7 @@ class Recorder(tf_keras.callbacks.Callback):
     epoch = step // st.steps_per_epoch
     if (epoch > len(st.epochs) and step > st.start_step) or step >= st.total:
       t0 = time.perf_counter()
+      self.flush_summaries()
       ev = self.eval_loss()
       st.eval_seconds += time.perf_counter() - t0
       train_loss = st.records[-1]["loss"] if st.records else loss
@@ -96,6 +93,22 @@ class Recorder(tf_keras.callbacks.Callback):
                         "train_loss": train_loss, "eval_loss": ev})
     if step >= st.total:
       self.model.stop_training = True
+
+  def on_train_end(self, logs=None):
+    self.flush_summaries()
+
+  def flush_summaries(self):
+    """Writes the TensorBoard scalars of the records since the last flush. Batched (at
+    epoch ends and at the end), so that logging costs no time between training steps."""
+    if self.writer is None:
+      return
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with self.writer.as_default():
+      for record in self.state.records[self._flushed:]:
+        tf.summary.scalar("loss", record["loss"], step=record["step"])
+        tf.summary.scalar("examples_per_sec", record["examples_per_sec"], step=record["step"])
+    self.writer.flush()
+    self._flushed = len(self.state.records)
 
 
 class Checkpointer(tf_keras.callbacks.Callback):
