@@ -114,6 +114,8 @@ def run(job, config) -> dict:
       running = step_loss
     for c in callbacks:
       c.on_train_batch_end(count - 1, {"loss": running})
+  for c in callbacks:
+    c.on_train_end()
   elapsed = time.perf_counter() - t_start - state.eval_seconds
   steps_run = max(state.step - start_step, 1) if total > start_step else 1
 
