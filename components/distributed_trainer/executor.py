@@ -77,6 +77,7 @@ class Executor(base_executor.BaseExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
+    planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])

@@ -7,8 +7,10 @@ measured training-state bytes (memory.py, from the DTensor layouts), the export 
 plain copy of the model (``build_model()`` outside the mesh, ``set_weights`` of the
 gathered weights) and history.json.
 
-Not done here yet: checkpoints and resume (``MeshTrainer.state()`` / ``load_state()``
-exist for it); a mesh run always starts from step 0.
+Checkpoints (every ``checkpoint_every`` steps) hold the gathered model weights in
+``model.get_weights()`` order and the optimizer's variables in ``optimizer.variables``
+order, as the fit-based layouts save them (checkpoint.py); a rerun resumes from the
+latest one on the same batches (the input skips the steps already taken).
 """
 import math
 import time
@@ -21,13 +23,36 @@ def _loss_fn(loss):
   return fn
 
 
+def _save(checkpoint, job, trainer, state, step: int):
+  full = trainer.state()  # model/<path> in model.weights order, then optimizer/<name>
+  names, n = list(full), len(trainer.model.weights)
+  values = {f"w{i:04d}": full[k] for i, k in enumerate(names[:n])}
+  slots = {"optimizer": {f"v{i:04d}": full[k] for i, k in enumerate(names[n:])}}
+  checkpoint.save(job.checkpoint_dir, step, values, slots, {
+      "records": state.records, "epochs": state.epochs, "wall_time": state.wall_time()})
+
+
+def _restore(checkpoint, job, trainer):
+  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  found = checkpoint.latest(job.checkpoint_dir)
+  if not found:
+    return 0, [], [], 0.0
+  step, values, slots, meta = checkpoint.load(found)
+  names, n = list(trainer.state()), len(trainer.model.weights)
+  opt = slots.get("optimizer", {})
+  trainer.load_state({**{k: values[f"w{i:04d}"] for i, k in enumerate(names[:n])},
+                      **{k: opt[f"v{i:04d}"] for i, k in enumerate(names[n:])}})
+  print(f"[train] resuming from {found} at step {step}", flush=True)
+  return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
+
+
 def run(job, config) -> dict:
   """Trains ``job`` on a (batch, model) mesh of ``config.mesh``; returns the history dict."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   spec, normalization = train.resolve_spec(job, config)
@@ -42,13 +67,14 @@ def run(job, config) -> dict:
       loss_fn=_loss_fn(loss), optimizer=config.optimizer, learning_rate=config.learning_rate,
       global_batch=config.batch_size, module_name=module.name)
   b, m = trainer.mesh_shape
+  start_step, records, epochs, wall_offset = _restore(checkpoint, job, trainer)
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
   train_ds = data.make_dataset(
       split_files(job.examples_uri, "train"), pre, config.batch_size, shuffle=True,
       seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
-      skip_missing_labels=config.skip_missing_labels)
+      skip_missing_labels=config.skip_missing_labels, skip_batches=start_step)
   eval_ds = data.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
@@ -62,13 +88,16 @@ def run(job, config) -> dict:
 
   devices = list(trainer.mesh.local_devices())
   print(f"[train] layout mesh replicas {b} mesh {b}x{m} devices {len(devices)} "
-        f"steps 0->{total} global batch {config.batch_size}", flush=True)
-  state = cb.RunState(total=total, start_step=0, global_batch=config.batch_size,
+        f"steps {start_step}->{total} global batch {config.batch_size}", flush=True)
+  state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
-                      step=0)
+                      records=records, epochs=epochs, wall_offset=wall_offset,
+                      step=start_step)
   writer = tf.summary.create_file_writer(job.model_run_dir)
   callbacks = [cb.Recorder(state, config.log_every, config.stop_on_divergence, eval_loss,
                            writer),
+               cb.Checkpointer(state, config.checkpoint_every,
+                               lambda step: _save(checkpoint, job, trainer, state, step), True),
                cb.Progress(state, config.stop_on_divergence)]
   control = types.SimpleNamespace(stop_training=False)  # What the callbacks stop.
   for c in callbacks:
@@ -76,7 +105,7 @@ def run(job, config) -> dict:
   t_start = time.perf_counter()
   running, count = 0.0, 0
   for features, labels in train_ds:
-    if count >= total or control.stop_training:
+    if start_step + count >= total or control.stop_training:
       break
     step_loss = trainer.step(features, labels)
     count += 1
@@ -85,8 +114,10 @@ def run(job, config) -> dict:
       running = step_loss
     for c in callbacks:
       c.on_train_batch_end(count - 1, {"loss": running})
+  for c in callbacks:
+    c.on_train_end()
   elapsed = time.perf_counter() - t_start - state.eval_seconds
-  steps_run = max(state.step, 1)
+  steps_run = max(state.step - start_step, 1) if total > start_step else 1
 
   history = dict(
       layout="mesh", replicas=b, mesh_shape=[b, m], devices=devices,
@@ -100,7 +131,7 @@ def run(job, config) -> dict:
       label_vocabulary=(list(spec.label_vocabulary)
                         if spec.label_vocabulary is not None else None),
       steps_per_execution=1, skipped_examples=job.skipped_examples, padded_features=0,
-      resumed_from_step=0)
+      resumed_from_step=start_step)
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
   plain.set_weights(trainer.full_weights())

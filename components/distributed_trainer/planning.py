@@ -257,3 +257,16 @@ def write_properties(artifact, history: Dict, record: Dict[str, str]) -> None:
     value = record.get(name, history.get(name))
     if value is not None:
       artifact.set_string_custom_property(name, str(value))
+
+
+def share_gpus() -> None:
+  """Lets this (the executor's) process take GPU memory only as it needs it, so that its
+  model build for the checks and the planner does not reserve the memory the training
+  process will need. A no-op without GPUs, or once TensorFlow has initialised them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for gpu in tf.config.list_physical_devices("GPU"):
+    try:
+      tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError as e:  # Already initialised (e.g. an in-process test).
+      logging.info("planning: GPU memory growth not set: %s", e)
+      return
