@@ -62,7 +62,8 @@ def _add_run(store, pipeline, run, props, uri="/nowhere"):
 def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
   store = _store(str(tmp_path))
   base = {P.LAYOUT: "mesh", P.MESH_SHAPE: "2x2", P.REPLICAS: 2, P.STEPS_TO_TARGET: 120,
-          P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged"}
+          P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged",
+          P.PARAM_COUNT: 16385, P.STATE_BYTES_PER_DEVICE: 131096}
   _add_run(store, "alpha", "run-1", dict(base, **{P.FINAL_LOSS: 0.01, P.EVAL_MSE: 0.02}))
   _add_run(store, "beta", "run-2", dict(base, **{P.LAYOUT: "single", P.MESH_SHAPE: "",
                                                  P.REPLICAS: 1,
@@ -80,11 +81,11 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
   header, first, second = table.splitlines()[:3]
   assert header.split() == ["pipeline", "run", "layout", "replicas", "state", "steps", "to",
                             "target", "final", "loss", "eval", "MSE", "R2", "examples/s",
-                            "blessed"]
+                            "params", "state", "B/device", "blessed"]
   assert first.split() == ["alpha", "run-1", "mesh", "2x2", "2", "converged", "120", "0.01",
-                           "0.02", "-", "12,346", "1"]
+                           "0.02", "-", "12,346", "16,385", "131,096", "1"]
   assert second.split() == ["beta", "run-2", "single", "1", "converged", "-1", "nan", "3",
-                            "-", "12,346", "0"]
+                            "-", "12,346", "16,385", "131,096", "0"]
 
   assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "beta"]) == 0
   [run] = json.loads(capsys.readouterr().out)
