@@ -183,9 +183,10 @@ with open(TRAIN_PY, encoding="utf-8") as _f:
   # The trainer rewrite (t12) reports its steps with components/common/progress.py.
   TRAINER_USES_PROGRESS_REPORTER = "ProgressReporter" in _f.read()
 # The project's own console lines: the CLI's, the components' start / end lines, the
-# summary, and the trainer's (whose child process prints "[train] ...").
+# summary, and the trainer's (its executor prints "[trainer] ...", e.g. the inferred
+# task; its child process prints "[train] ...").
 PROJECT_LINE = re.compile(
-    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[train\] |"
+    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[train\] |\[trainer\] |"
     r"(layout|training|eval|learned|blessed|model|metrics|log) {2,})")
 MAX_LINES = 25  # issue 16: "at most about 25 lines"
 MAX_OWN_LINES = 16  # the CLI's and the summary's share of them

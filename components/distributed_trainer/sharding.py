@@ -137,8 +137,8 @@ def default_rules_for(variables: Sequence[VariableInfo], model_axis: int) -> Dic
     if all(_divides(model_axis, info, s) for info, s in wanted.items()):
       rules.update({re.escape(info.path): s for info, s in wanted.items()})
     else:
-      logging.warning("mesh: %s of %s%s does not divide by the model axis %d; "
-                      "keeping it replicated", what, v.path, list(v.shape), model_axis)
+      logging.info("mesh: %s of %s%s does not divide by the model axis %d; "
+                   "keeping it replicated", what, v.path, list(v.shape), model_axis)
   return rules
 
 
