@@ -46,6 +46,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest", "pytest-timeout", "pytest-xdist"],
+        # The ingest on a Dask cluster: Beam's DaskRunner (see README, "Ingest on Dask").
+        "dask": ["dask[distributed]>=2024.4.2"],
     },
     entry_points={
         "console_scripts": ["tfx-parallel=tfx_parallel.pipeline.cli:main"],

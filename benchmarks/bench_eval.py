@@ -45,13 +45,11 @@ def prepare(rows: int):
 def export_model(path: str):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  from tfx_parallel.components.distributed_trainer import export  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import model as model_lib  # pylint: disable=g-import-not-at-top
-  specs = model_lib.param_specs("linear", bu.NUM_FEATURES)
+  from tfx_parallel.components.convergence_evaluator import testing  # pylint: disable=g-import-not-at-top
   # Slightly off the true parameters, so the MSE is not just the noise.
-  values = {"kernel": (np.asarray(bu.TRUE_WEIGHTS, np.float32) * 0.99)[:, None],
-            "bias": np.asarray([bu.TRUE_BIAS + 0.01], np.float32)}
-  export.export(path, values, specs, bu.feature_keys(), "y")
+  kernel = (np.asarray(bu.TRUE_WEIGHTS, np.float32) * 0.99).tolist()
+  testing.export_linear_model(os.path.dirname(path.rstrip("/")), kernel, bu.TRUE_BIAS + 0.01,
+                              bu.feature_keys())
 
 
 def child(which: str, data: str, model_uri: str) -> dict:

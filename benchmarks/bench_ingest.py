@@ -15,8 +15,16 @@ in a fresh subprocess; reports ingest seconds, process wall time, and the peak R
 process tree (``resource.getrusage(RUSAGE_CHILDREN)`` in a launcher process that only waits for
 the measured child), and plots both against rows to ``benchmarks/ingest_scaling.png``.
 
+Runner modes: DirectRunner in-memory, DirectRunner multi-processing with 2 workers, and
+Beam's DaskRunner on a local `dask scheduler` with 2 single-threaded `dask worker`
+processes (started and stopped by the child). Peak memory: ``peak_rss_mb_both`` is the
+largest RSS of any process the child waited for (the child itself, or a multi-processing
+worker), ``dask_worker_peak_rss_mb`` the largest VmHWM of the Dask worker processes (read
+from /proc before they stop; the workers are not the child's descendants in RUSAGE terms).
+
 Usage:
   .venv/bin/python benchmarks/bench_ingest.py                   # 1M-row comparison
+  .venv/bin/python benchmarks/bench_ingest.py --rows 1000000 --repeats 1 --modes dask
   .venv/bin/python benchmarks/bench_ingest.py --rows 100000 --repeats 1
   .venv/bin/python benchmarks/bench_ingest.py --scaling         # scaling only
   .venv/bin/python benchmarks/bench_ingest.py --smoke           # tiny sizes, < 1 minute
@@ -37,7 +45,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = {
     "in_memory": [],
     "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    # A local `dask scheduler` and DASK_WORKERS `dask worker` processes (1 thread each),
+    # started by the child; the address is added when they are up.
+    "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+             "--dask_npartitions=16"],
 }
+DASK_WORKERS = 2
+# Modes run unless --modes says otherwise (run_all.py's full run uses these). Rows of the
+# dask mode have no stock baseline, so no ratio.
+DEFAULT_MODES = ("in_memory", "multi_processing")
+# Stock CsvExampleGen on DaskRunner finishes without writing its files (only the
+# beam-temp-* directories of WriteToTFRecord are left: DaskRunner drops what
+# finish_bundle emits, which Beam's file sinks need). Measured with --dask-baseline at
+# 20,000 rows (268 rows/s, 0 records written); skipped by default, it would take hours.
+DASK_BASELINE_SKIPPED = ("skipped: stock CsvExampleGen finishes on DaskRunner without "
+                         "writing its files (run with --dask-baseline to see it)")
 RESULT_PREFIX = "BENCH_RESULT "
 SPLITS = {"train": 4, "eval": 1}
 
@@ -76,7 +98,8 @@ def make_csv(path: str, rows: int, features: int, seed: int = 0) -> str:
 # ----------------------------------------------------------------------------- children
 
 
-def _child_compare(csv_path: str, mode: str, repeats: int, rows: int) -> Dict:
+def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
+                   baseline: bool = True) -> Dict:
   """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each."""
   import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
   from absl import logging  # pylint: disable=g-import-not-at-top
@@ -92,7 +115,11 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int) -> Dict:
   logging.set_verbosity(logging.WARNING)
 
   work = tempfile.mkdtemp(prefix="bench_ingest_")
-  args = MODES[mode]
+  args = list(MODES[mode])
+  cluster = None
+  if mode == "dask":
+    cluster = LocalDask(DASK_WORKERS, os.path.join(work, "dask_logs"))
+    args.append(f"--dask_client_address={cluster.address}")
 
   def context():
     return base_beam_executor.BaseBeamExecutor.Context(beam_pipeline_args=list(args),
@@ -119,7 +146,15 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int) -> Dict:
     }
     out = output("baseline")
     executor = csv_executor.Executor(context())
-    return lambda: executor.Do({}, out, props)
+
+    def do():
+      executor.Do({}, out, props)
+      written = _count_records(out["examples"][0].uri)
+      if written != rows:  # A runner can finish without writing everything.
+        left = sorted(os.listdir(os.path.join(out["examples"][0].uri, "Split-train")))
+        raise RuntimeError(f"stock CsvExampleGen wrote {written} rows, expected {rows} "
+                           f"(Split-train holds {left[:2]})")
+    return do
 
   def ours():
     config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS)).validate()
@@ -134,19 +169,87 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int) -> Dict:
         raise RuntimeError(f"ours wrote {written} rows, expected {rows}")
     return do
 
-  times = {"baseline": [], "ours": [], "runner_startup": [_trivial_pipeline_seconds(args)]}
+  times = {"baseline": [], "ours": [], "runner_startup": [_trivial_pipeline_seconds(args)],
+           "baseline_error": None if baseline else DASK_BASELINE_SKIPPED}
   try:
     for r in range(repeats):
       order = [("baseline", baseline), ("ours", ours)]
       for name, prepare in (order if r % 2 == 0 else order[::-1]):
+        if name == "baseline" and times["baseline_error"]:
+          continue
         do = prepare()
         start = time.perf_counter()
-        do()
+        try:
+          do()
+        except Exception as e:  # pylint: disable=broad-except
+          if name == "ours":
+            raise
+          # Stock CsvExampleGen does not run on every runner: report why, go on.
+          times["baseline_error"] = f"{type(e).__name__}: {str(e).splitlines()[-1][:300]}"
+          continue
+        finally:
+          shutil.rmtree(os.path.join(work, name), ignore_errors=True)
         times[name].append(time.perf_counter() - start)
-        shutil.rmtree(os.path.join(work, name))
   finally:
+    if cluster is not None:
+      times["dask_worker_peak_rss_kb"] = cluster.worker_peak_rss_kb()
+      cluster.stop()
     shutil.rmtree(work, ignore_errors=True)
   return times
+
+
+class LocalDask:
+  """`dask scheduler` + N single-threaded `dask worker` processes on 127.0.0.1."""
+
+  def __init__(self, workers: int, log_dir: str):
+    import socket  # pylint: disable=g-import-not-at-top
+    from distributed import Client  # pylint: disable=g-import-not-at-top
+    os.makedirs(log_dir, exist_ok=True)
+    with socket.socket() as sock:
+      sock.bind(("127.0.0.1", 0))
+      port = sock.getsockname()[1]
+    self.address = f"127.0.0.1:{port}"
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    commands = [[dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                 "--no-dashboard"]]
+    commands += [[dask, "worker", f"tcp://{self.address}", "--nthreads", "1",
+                  "--nworkers", "1", "--no-dashboard", "--memory-limit", "0"]] * workers
+    self._processes = []
+    for i, command in enumerate(commands):
+      log = open(os.path.join(log_dir, f"{i}.log"), "w")  # pylint: disable=consider-using-with
+      self._processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+      if i == 0:
+        time.sleep(2)
+    with Client(self.address, timeout=60) as client:
+      client.wait_for_workers(workers, timeout=300)
+      self._worker_pids = list(client.run(os.getpid).values())
+
+  def worker_peak_rss_kb(self) -> int:
+    """The largest VmHWM (peak RSS) of the worker processes, in kB."""
+    peaks = []
+    for pid in self._worker_pids:
+      with open(f"/proc/{pid}/status") as f:
+        peaks += [int(line.split()[1]) for line in f if line.startswith("VmHWM:")]
+    return max(peaks)
+
+  def stop(self):
+    import signal  # pylint: disable=g-import-not-at-top
+    for process in self._processes:
+      os.killpg(process.pid, signal.SIGTERM)
+    for process in self._processes:
+      process.wait(timeout=60)
+
+
+def _count_records(uri: str) -> int:
+  """Records in every Split-*/ file of an Examples URI (gzip TFRecords)."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  files = [f for f in glob.glob(os.path.join(uri, "Split-*", "*")) if os.path.isfile(f)]
+  if not files:
+    return 0
+  dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
+  return int(dataset.reduce(0, lambda n, _: n + 1))
 
 
 def _trivial_pipeline_seconds(beam_args: Sequence[str]) -> float:
@@ -154,10 +257,16 @@ def _trivial_pipeline_seconds(beam_args: Sequence[str]) -> float:
   (worker start-up in multi_processing mode), paid by both executors on every Do."""
   import apache_beam as beam  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
-  with beam.Pipeline(argv=list(beam_args)) as p:
-    _ = (p | beam.Create(list(range(10))) | "Before" >> beam.Map(lambda x: x)
-         | beam.Reshuffle() | "After" >> beam.Map(lambda x: x))
-  return time.perf_counter() - start
+  p = beam.Pipeline(argv=list(beam_args))
+  _ = (p | beam.Create(list(range(10))) | "Before" >> beam.Map(lambda x: x)
+       | beam.Reshuffle() | "After" >> beam.Map(lambda x: x))
+  result = p.run()
+  result.wait_until_finish()
+  seconds = time.perf_counter() - start
+  client = getattr(result, "client", None)  # DaskRunner leaves its client open.
+  if client is not None:
+    client.close()
+  return seconds
 
 
 def _child_scale(rows: int, mode: str, features: int) -> Dict:
@@ -200,29 +309,40 @@ def _summary(rows: int, seconds: List[float]) -> Dict:
   return {"median": statistics.median(rates), "min": min(rates), "max": max(rates)}
 
 
+def _round(value: float):
+  return "" if value != value else round(value)  # NaN: no baseline on this runner.
+
+
 def compare(rows: int, features: int, repeats: int, modes: Sequence[str],
-            data_dir: str) -> List[Dict]:
+            data_dir: str, dask_baseline: bool = False) -> List[Dict]:
   csv_path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{features}", "data.csv"),
                       rows, features)
   results = []
   for mode in modes:
     child = _run_child(["--_child", "compare", "--csv", csv_path, "--mode", mode,
-                        "--repeats", str(repeats), "--rows", str(rows)])
-    base, ours = _summary(rows, child["baseline"]), _summary(rows, child["ours"])
+                        "--repeats", str(repeats), "--rows", str(rows)]
+                       + (["--dask-baseline"] if dask_baseline else []))
+    ours = _summary(rows, child["ours"])
+    base = (_summary(rows, child["baseline"]) if child["baseline"] else
+            {"median": float("nan"), "min": float("nan"), "max": float("nan")})
+    dask_peak = child.get("dask_worker_peak_rss_kb")
     results.append({
         "benchmark": "ingest_vs_csv_example_gen",
         "command": (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py "
-                    f"--rows {rows} --repeats {repeats} --modes {mode}"),
+                    f"--rows {rows} --repeats {repeats} --modes {mode} --compare"
+                    + (" --dask-baseline" if dask_baseline else "")),
         "runner": mode, "beam_args": " ".join(MODES[mode]) or "(DirectRunner default)",
         "rows": rows, "features": features,
         "csv_mb": round(os.path.getsize(csv_path) / 2**20, 1), "repeats": repeats,
-        "baseline_rows_per_s": round(base["median"]),
-        "baseline_min": round(base["min"]), "baseline_max": round(base["max"]),
+        "baseline_rows_per_s": _round(base["median"]),
+        "baseline_min": _round(base["min"]), "baseline_max": _round(base["max"]),
         "ours_rows_per_s": round(ours["median"]),
         "ours_min": round(ours["min"]), "ours_max": round(ours["max"]),
-        "ratio": round(ours["median"] / base["median"], 2),
+        "ratio": (round(ours["median"] / base["median"], 2) if child["baseline"] else ""),
         "runner_startup_s": round(child["runner_startup"][0], 1),
         "peak_rss_mb_both": round(child["peak_rss_kb"] / 1024),
+        "dask_worker_peak_rss_mb": round(dask_peak / 1024) if dask_peak else "",
+        "baseline_error": child.get("baseline_error") or "",
     })
   return results
 
@@ -274,16 +394,17 @@ def _plot(results: List[Dict], path: str):
 
 
 def run(smoke: bool, rows: Optional[int] = None, repeats: int = 3,
-        modes: Sequence[str] = tuple(MODES), do_compare: bool = True,
+        modes: Sequence[str] = DEFAULT_MODES, do_compare: bool = True,
         do_scaling: bool = True, scaling_sizes: Optional[Sequence[int]] = None,
-        features: int = 8, data_dir: Optional[str] = None) -> List[Dict]:
+        features: int = 8, data_dir: Optional[str] = None,
+        dask_baseline: bool = False) -> List[Dict]:
   """Runs the benchmarks; ``smoke`` uses tiny sizes and the in-memory runner only."""
   data_dir = data_dir or os.path.join(tempfile.gettempdir(), "tfx_parallel_bench")
   results = []
   if smoke:
     rows, modes, scaling_sizes = 2000, ("in_memory",), (1000, 10_000)
   if do_compare:
-    results += compare(rows or 1_000_000, features, repeats, modes, data_dir)
+    results += compare(rows or 1_000_000, features, repeats, modes, data_dir, dask_baseline)
   if do_scaling:
     sizes = scaling_sizes or (100_000, 1_000_000, 10_000_000)
     plot = os.path.join(HERE, "ingest_scaling_smoke.png" if smoke else "ingest_scaling.png")
@@ -308,22 +429,25 @@ def main(argv=None):
   parser.add_argument("--rows", type=int, default=1_000_000)
   parser.add_argument("--features", type=int, default=8)
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--modes", default=",".join(MODES),
-                      help="comma-separated runner modes: in_memory,multi_processing")
+  parser.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                      help="comma-separated runner modes: in_memory,multi_processing,dask")
   parser.add_argument("--smoke", action="store_true", help="tiny sizes, under a minute")
   parser.add_argument("--scaling", action="store_true", help="only the scaling benchmark")
   parser.add_argument("--compare", action="store_true", help="only the comparison")
   parser.add_argument("--scaling-rows", default="100000,1000000,10000000")
   parser.add_argument("--data-dir", default=None, help="where the benchmark CSV is cached")
   parser.add_argument("--json", default=None, help="also write the results to this file")
+  parser.add_argument("--dask-baseline", action="store_true",
+                      help="also run stock CsvExampleGen on Dask (it writes no files)")
   parser.add_argument("--_child", choices=["compare", "scale"], help=argparse.SUPPRESS)
   parser.add_argument("--csv", help=argparse.SUPPRESS)
   parser.add_argument("--mode", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
 
   if args._child == "compare":  # pylint: disable=protected-access
-    print(RESULT_PREFIX + json.dumps(_child_compare(args.csv, args.mode, args.repeats,
-                                                    args.rows)), flush=True)
+    print(RESULT_PREFIX + json.dumps(_child_compare(
+        args.csv, args.mode, args.repeats, args.rows,
+        baseline=args.mode != "dask" or args.dask_baseline)), flush=True)
     return
   if args._child == "scale":  # pylint: disable=protected-access
     print(RESULT_PREFIX + json.dumps(_child_scale(args.rows, args.mode, args.features)),
@@ -335,7 +459,8 @@ def main(argv=None):
                 modes=[m for m in args.modes.split(",") if m],
                 do_compare=both or args.compare, do_scaling=both or args.scaling,
                 scaling_sizes=[int(float(s)) for s in args.scaling_rows.split(",")],
-                features=args.features, data_dir=args.data_dir)
+                features=args.features, data_dir=args.data_dir,
+                dask_baseline=args.dask_baseline)
   print(markdown(results))
   for r in results:
     print(json.dumps(r))

@@ -5,8 +5,10 @@
     tfx-parallel metrics [--pipeline-name NAME] [--last N] [--json] [--plot out.png]
 """
 import argparse
-import dataclasses
+import logging
+import os
 import sys
+import warnings
 from typing import List, Optional
 
 from tfx_parallel.pipeline import tfenv
@@ -25,6 +27,18 @@ def _mesh(text: str):
     raise argparse.ArgumentTypeError(f"--mesh must look like BxM (e.g. 2x2). Received: {text!r}")
 
 
+def _json_object(text: str):
+  import json  # pylint: disable=g-import-not-at-top
+  try:
+    value = json.loads(text)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(f"--hparams must be a JSON object ({e}). "
+                                     f"Received: {text!r}")
+  if not isinstance(value, dict):
+    raise argparse.ArgumentTypeError(f"--hparams must be a JSON object. Received: {text!r}")
+  return value
+
+
 def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--home", default=config_lib.DEFAULT_HOME,
                  help="directory for ML Metadata (metadata.sqlite) and artifacts (default ./runs)")
@@ -36,14 +50,27 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--rows", type=int, default=10_000, help="synthetic rows")
   p.add_argument("--features", type=int, default=2, help="synthetic feature count")
   p.add_argument("--layout", default="mesh",
-                 choices=["single", "mirrored", "multi_worker", "mesh"],
-                 help="parallel layout (default: a batch x model DTensor mesh)")
+                 choices=["single", "mirrored", "multi_worker", "mesh", "auto"],
+                 help="parallel layout (default: a batch x model DTensor mesh); auto: the "
+                      "planner picks single, mirrored or a mesh that fits --device-memory")
   p.add_argument("--mesh", type=_mesh, default=(2, 2), help="mesh shape BxM (default 2x2)")
   p.add_argument("--devices", type=int, default=2,
                  help="replicas for mirrored (logical CPU devices when there is no GPU)")
+  p.add_argument("--device-memory", default=None,
+                 help="memory per device for the layout planner, e.g. 512MiB (required by "
+                      "--layout auto on CPU; --devices logical CPU devices)")
   p.add_argument("--workers", type=int, default=2, help="local processes for multi_worker")
   p.add_argument("--model", default=None, choices=["linear", "mlp"],
                  help="default: linear for synthetic, mlp for CSV/taxi")
+  p.add_argument("--module-file", default=None,
+                 help="user model module defining build_model(spec) (see README 'Bring your "
+                      "own model'); default: the built-in --model")
+  p.add_argument("--module-path", default=None,
+                 help="importable user model module (instead of --module-file)")
+  p.add_argument("--hparams", type=_json_object, default={},
+                 help="JSON object passed to the module as spec.hparams")
+  p.add_argument("--task", default=None, choices=["regression", "binary", "multiclass"],
+                 help="default: inferred from the label (and printed)")
   p.add_argument("--steps", type=int, default=0, help="training steps (0: use --epochs)")
   p.add_argument("--epochs", type=int, default=5)
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
@@ -52,13 +79,22 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--with-tfma", action="store_true",
                  help="also run the stock TFX Evaluator (TFMA) on the model")
   p.add_argument("--no-cache", action="store_true", help="disable TFX caching")
+  p.add_argument("--verbose", action="store_true",
+                 help="print every log line (TFX / absl INFO, TensorFlow C++ logs, library "
+                      "warnings) on the console; by default they go only to the run's "
+                      "log file under <home>/logs/")
   p.add_argument("--beam-arg", action="append", default=[],
                  help="Beam pipeline arg for ExampleGen (repeatable), e.g. "
                       "--beam-arg=--direct_num_workers=2")
+  p.add_argument("--runner", default="direct", choices=["direct", "dask"],
+                 help="Beam runner of the ingest: 'dask' is Beam's DaskRunner (same as "
+                      "--beam-arg=--runner=apache_beam.runners.dask.dask_runner.DaskRunner)")
+  p.add_argument("--dask-address", default=None, metavar="HOST:PORT",
+                 help="with --runner dask: the `dask scheduler` to use (default: a local "
+                      "cluster inside the run)")
 
 
 def config_from_args(args) -> config_lib.PipelineConfig:
-  from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   synthetic = args.data == "synthetic"
@@ -67,33 +103,106 @@ def config_from_args(args) -> config_lib.PipelineConfig:
                         num_features=args.features, num_workers=workers)
   model = args.model or ("linear" if synthetic else "mlp")
   trainer = TrainerConfig(
-      layout=args.layout, devices=args.devices if args.layout == "mirrored" else 0,
+      layout=args.layout, devices=args.devices if args.layout in ("mirrored", "auto") else 0,
+      device_memory=args.device_memory,
       mesh=tuple(args.mesh) if args.layout == "mesh" else (1, 1), model=model,
       hidden_units=(16,) if model == "mlp" else (), batch_size=args.batch_size,
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),
       optimizer=args.optimizer, steps=args.steps, epochs=args.epochs,
-      normalize=not synthetic, workers=args.workers)
+      normalize=not synthetic, workers=args.workers, module_file=args.module_file,
+      module_path=args.module_path, hparams=dict(args.hparams), task=args.task)
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
-      evaluator=EvaluatorConfig(), with_tfma=args.with_tfma, enable_cache=not args.no_cache,
-      beam_pipeline_args=list(args.beam_arg))
+      evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma,
+      enable_cache=not args.no_cache,
+      beam_pipeline_args=list(args.beam_arg) + runner_args(args))
+
+
+def runner_args(args) -> List[str]:
+  """Beam args of --runner / --dask-address (none for the default DirectRunner)."""
+  if args.runner != "dask":
+    if args.dask_address:
+      raise ConfigError("dask_address", f"needs --runner dask. Received: "
+                        f"--runner {args.runner} --dask-address {args.dask_address}")
+    return []
+  from tfx_parallel.components.partitioned_example_gen import runners  # pylint: disable=g-import-not-at-top
+  return runners.dask_args(args.dask_address)
 
 
 def cmd_run(args) -> int:
-  config = config_from_args(args)
+  """Validates, then runs the pipeline with a quiet console (pipeline/console.py).
+
+  Exit codes: 0 done, 1 a component failed (its error is printed), 2 invalid config.
+  """
+  # Checking the inputs imports Beam, whose Google Cloud dependencies warn at import:
+  # hold those warnings until the console (and its log file) exists.
+  with warnings.catch_warnings(record=True) as held:
+    warnings.simplefilter("default")
+    try:
+      config = config_from_args(args)
+      config.validate()  # Before TFX is imported: a bad flag fails in about a second.
+      from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+      config.check_inputs()
+      local_runner.check_home(args.home)
+    except ConfigError as e:
+      print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
+      return 2
+  from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
+  with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
+    for w in held:
+      warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return _run_and_summarize(config, args.home, console.log_path)
+
+
+def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: str) -> int:
+  """Runs the pipeline with start / end lines per component, then prints the summary."""
+  from tfx_parallel.pipeline import local_runner, pipeline as pipeline_lib, run_progress, summary  # pylint: disable=g-import-not-at-top
+  print(f"tfx-parallel run: pipeline {config.pipeline_name}, data {config.example_gen.source}, "
+        f"layout {_layout_flag_text(config)}; log: {_relative(log_path)}", flush=True)
+  _, metadata_path = local_runner.paths(home, config.pipeline_name)
+  progress = run_progress.ComponentProgress(
+      [c.id for c in pipeline_lib.create_components(config)],
+      lambda: summary.open_store(metadata_path))
+  root = logging.getLogger()
+  root.addHandler(progress)
   try:
-    config.validate()  # Before TFX is imported: a bad flag fails in about a second.
-    from tfx_parallel.pipeline import local_runner, summary  # pylint: disable=g-import-not-at-top
-    config.check_inputs()
-    local_runner.check_home(args.home)
-  except ConfigError as e:
+    local_runner.run(config, home)
+  except ConfigError as e:  # Found only at run time (e.g. by an executor).
     print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
     return 2
-  metadata_path = local_runner.run(config, args.home)
+  except Exception as e:  # pylint: disable=broad-except
+    where = progress.current or "the pipeline"
+    logging.getLogger(__name__).error("%s failed", where, exc_info=True,
+                                      extra={"file_only": True})
+    sys.stdout.flush()
+    print(f"tfx-parallel: {where} failed: {type(e).__name__}: {e}\n"
+          f"tfx-parallel: the traceback and every log line are in {_relative(log_path)}",
+          file=sys.stderr, flush=True)
+    return 1
+  finally:
+    root.removeHandler(progress)
   found = summary.latest_run(summary.open_store(metadata_path), config.pipeline_name)
-  print("\n=== tfx-parallel summary (read from ML Metadata: %s) ===" % metadata_path)
-  print(summary.format_summary(found) if found else "no run found in ML Metadata")
+  print(f"=== tfx-parallel summary (read from ML Metadata: {_relative(metadata_path)}) ===")
+  print(summary.format_summary(found, _relative(log_path), _relative) if found
+        else "no run found in ML Metadata")
   return 0
+
+
+def _relative(path: str) -> str:
+  """``path`` relative to the working directory when it is under it (shorter lines)."""
+  relative = os.path.relpath(path)
+  return path if relative.startswith("..") else relative
+
+
+def _layout_flag_text(config: config_lib.PipelineConfig) -> str:
+  t = config.trainer
+  if t.layout == "mesh":
+    return f"mesh {t.mesh[0]}x{t.mesh[1]}"
+  if t.layout == "mirrored":
+    return f"mirrored x{t.devices}" if t.devices else "mirrored (all local GPUs)"
+  if t.layout == "multi_worker":
+    return f"multi_worker x{t.workers}"
+  return t.layout
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 
 from tfx_parallel.components.common.config_util import ConfigError, from_dict, require
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+from tfx_parallel.components.convergence_evaluator.config import RegressionThresholds
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 
@@ -20,6 +21,23 @@ DEFAULT_HOME = "runs"
 METADATA_FILE = "metadata.sqlite"
 PIPELINE_ROOT_DIR = "pipelines"
 _PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def default_evaluator(source: str) -> EvaluatorConfig:
+  """The evaluator's defaults for a data source.
+
+  Synthetic data has a known noise floor far below the initial loss, so "converged"
+  (1 % of the initial loss) is the bar. Real data's floor is its noise: the taxi fares'
+  loss never reaches 1 % of its start, so the built-in taxi demo is blessed on quality
+  (eval R^2 >= 0.8) and not diverged, whatever the convergence state says.
+  """
+  if source == "taxi":
+    return EvaluatorConfig(require_converged=False,
+                           regression=RegressionThresholds(min_r2=TAXI_MIN_R2))
+  return EvaluatorConfig()
+
+
+TAXI_MIN_R2 = 0.8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +71,11 @@ class PipelineConfig:
               f"the model axis ({tr.mesh_model}) must divide the feature count "
               f"(example_gen.num_features={eg.num_features}); set "
               f"trainer.pad_features=true to pad with zero features instead")
+    if (self.with_tfma and tr.task is None and not eg.is_synthetic
+        and not (eg.source == "taxi" and eg.label is None)):  # taxi's fare: regression
+      raise ConfigError("trainer.task", "the stock Evaluator (with_tfma) is configured before "
+                        "the trainer infers the task from the label; set trainer.task "
+                        "(regression, binary or multiclass)")
     if "train" not in eg.split_ratios or "eval" not in eg.split_ratios:
       raise ConfigError("example_gen.split_ratios",
                         "the pipeline trains on 'train' and evaluates on 'eval'; "
@@ -66,15 +89,22 @@ class PipelineConfig:
     directory or ML Metadata is created) and the Kubeflow compiler does not (its
     paths are the pods'). Checks: the glob matches files; each file opens, decodes
     and has the same header as the first; the header names the label (and the
-    columns the config names); a linear mesh's model axis divides the feature count.
+    columns the config names); a linear mesh's model axis divides the feature count;
+    ``layout: auto`` without GPUs has a ``device_memory``.
     """
     eg, tr = self.example_gen, self.trainer
+    if tr.layout == "auto" and tr.device_memory is None:  # This machine runs the trainer.
+      from tfx_parallel.components.distributed_trainer import planning  # pylint: disable=g-import-not-at-top
+      require(bool(planning.gpu_names()), "trainer.device_memory",
+              "layout 'auto' on CPU needs the memory per device: set device_memory (bytes, "
+              "or e.g. '512MiB'; CLI --device-memory). Received: None")
     if eg.is_synthetic:
       return self
-    from tfx_parallel.components.partitioned_example_gen import sources  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.partitioned_example_gen import driver, sources  # pylint: disable=g-import-not-at-top
     source_key = "example_gen.source"
     try:
-      plan = sources.plan_source(eg)
+      # The files the ExampleGen driver will pick ({SPAN} / {VERSION} resolved).
+      plan = sources.plan_source(eg, pattern=driver.resolve(eg).pattern)
     except sources.BadInputError as e:
       message = str(e)
       label_error = f"label column {eg.label_key!r}" in message

@@ -2,11 +2,9 @@
 import os
 
 from absl import logging
-from tfx import v1 as tfx
 
 from tfx_parallel.components.common.config_util import require
 from tfx_parallel.pipeline import config as config_lib
-from tfx_parallel.pipeline import pipeline as pipeline_lib
 
 
 def paths(home: str, pipeline_name: str):
@@ -31,6 +29,10 @@ def check_home(home: str):
 def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
   """Validates the config and inputs, builds and runs the pipeline. Returns the MLMD
   SQLite path. Raises ConfigError (naming the key) before anything is written."""
+  # TFX is imported here, not at module import: the CLI checks the config and the
+  # home directory first, and sets up its console before TFX's imports log anything.
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
   # Before any directory is created or any component runs.
   config.validate().check_inputs()
   check_home(home)

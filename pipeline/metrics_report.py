@@ -3,14 +3,20 @@
 Reads the SQLite store with the plain ``ml_metadata`` API. Every ``ConvergenceMetrics``
 artifact is linked (attribution) to the contexts TFX 1.16 creates: a ``pipeline`` context
 (named after the pipeline) and one ``pipeline_run`` context per run (named by the run
-id). A run that hit the cache is linked to the artifact of the earlier run; it is listed
-with ``cached`` true. When an artifact has no attribution, the contexts of the execution
-that output it are used instead. Property values come from the artifact's
+id). A run that hit the cache is linked to the artifact of the earlier run: ``--json``
+lists it with ``cached`` true; the table folds it into the run it reused ("+1 cached"),
+so the table has one row per run that trained. When an artifact has no attribution,
+the contexts of the execution that output it are used instead. The layout column says
+what the layout really was ("mirrored x2", "mesh 2x2"), with the data-parallel replicas
+beside it. Property values come from the artifact's
 ``metrics.json`` when it is readable (ML Metadata keeps only 6 decimals of a double; see
 properties.py), else from ML Metadata.
 
     tfx-parallel metrics [--home runs] [--pipeline-name NAME] [--last N] [--json]
                          [--plot loss.png]
+
+``--plot`` draws one curve per run, named "<pipeline> <layout>", against step and
+against wall-clock seconds since training started (time to target).
 """
 import argparse
 import dataclasses
@@ -19,11 +25,12 @@ import json
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ml_metadata import errors as mlmd_errors
 from ml_metadata.proto import metadata_store_pb2
 
+from tfx_parallel.components.common import readable
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.pipeline import config as config_lib
@@ -35,16 +42,19 @@ METRICS_TYPE = "ConvergenceMetrics"
 PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "pipeline_run"
 
-# (header, property, format) of the table; the run and pipeline columns come first.
+# (header, property, format) of the table; the pipeline, run and layout columns come
+# first. Numbers to 4 significant digits, rates with thousands separators; full
+# precision is in --json and metrics.json.
 COLUMNS = (
-    ("layout", P.LAYOUT, "{}"),
-    ("mesh", P.MESH_SHAPE, "{}"),
-    ("state", P.CONVERGENCE_STATE, "{}"),
-    ("steps to target", P.STEPS_TO_TARGET, "{}"),
-    ("final loss", P.FINAL_LOSS, "{:.4g}"),
-    ("eval MSE", P.EVAL_MSE, "{:.4g}"),
-    ("examples/s", P.EXAMPLES_PER_SEC, "{:,.0f}"),
-    ("blessed", P.BLESSED, "{}"),
+    ("state", P.CONVERGENCE_STATE, str),
+    ("steps to target", P.STEPS_TO_TARGET, str),
+    ("final loss", P.FINAL_LOSS, readable.sig),
+    ("eval MSE", P.EVAL_MSE, readable.sig),
+    ("R2", P.EVAL_R2, readable.sig),
+    ("examples/s", P.EXAMPLES_PER_SEC, readable.rate),
+    ("params", P.PARAM_COUNT, readable.count),
+    ("state B/device", P.STATE_BYTES_PER_DEVICE, readable.count),
+    ("blessed", P.BLESSED, str),
 )
 
 
@@ -143,26 +153,48 @@ def find_runs(store, pipeline_name: Optional[str] = None,
   return rows[-last:] if last else rows
 
 
-def _cell(value, fmt: str) -> str:
+def _cell(value, fmt) -> str:
   if value is None:
     return "-"
-  if isinstance(value, float) and not math.isfinite(value):
-    return str(value)
   try:
-    return fmt.format(value)
+    return fmt(value)
   except (ValueError, TypeError):
     return str(value)
 
 
+def layout_of(row: RunMetrics) -> str:
+  """The layout as it really was: "single", "mirrored x2", "mesh 2x2" (a non-mesh
+  layout's mesh shape is ignored: older trainers recorded 1x1 for it)."""
+  p = row.properties
+  text = summary.describe_layout(p.get(P.LAYOUT), p.get(P.MESH_SHAPE), p.get(P.REPLICAS))
+  return text.split(" (", 1)[0]
+
+
+def one_row_per_run(rows: Sequence[RunMetrics]) -> List[Tuple[RunMetrics, int]]:
+  """(row, number of later runs that reused its metrics from the cache), one per
+  ConvergenceMetrics artifact, in the order of ``rows``. A cached rerun trained
+  nothing, so it is not a run of its own; a cached row whose original is not in
+  ``rows`` (e.g. cut off by --last) stays, marked cached."""
+  groups: Dict[int, List[RunMetrics]] = {}
+  for row in rows:
+    groups.setdefault(row.metrics_id, []).append(row)
+  return [(group[0], len(group) - 1) for group in groups.values()]
+
+
 def format_table(rows: Sequence[RunMetrics]) -> str:
-  """A fixed-width text table, one line per run; cached runs are marked with '*'."""
-  header = ["pipeline", "run"] + [c[0] for c in COLUMNS]
-  lines = [[r.pipeline, r.run + ("*" if r.cached else "")] +
-           [_cell(r.properties.get(prop), fmt) for _, prop, fmt in COLUMNS] for r in rows]
+  """A fixed-width text table, one line per run (cached reruns folded into the run
+  they reused: "+1 cached"); a run shown only through its cached rerun has a '*'."""
+  header = ["pipeline", "run", "layout", "replicas"] + [c[0] for c in COLUMNS]
+  lines = []
+  for row, reruns in one_row_per_run(rows):
+    run = row.run + ("*" if row.cached else "") + (f" (+{reruns} cached)" if reruns else "")
+    lines.append([row.pipeline, run, layout_of(row),
+                  _cell(row.properties.get(P.REPLICAS), str)] +
+                 [_cell(row.properties.get(prop), fmt) for _, prop, fmt in COLUMNS])
   widths = [max(len(x) for x in column) for column in zip(header, *lines)]
   text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
           for line in [header] + lines]
-  if any(r.cached for r in rows):
+  if any(row.cached for row, _ in one_row_per_run(rows)):
     text.append("* reused the cached metrics of an earlier run")
   return "\n".join(text)
 
@@ -173,21 +205,33 @@ def read_curves(row: RunMetrics) -> Optional[Dict[str, Any]]:
                             row.properties.get(P.CURVES_FILE, P.CURVES_FILE_NAME))
 
 
-def write_plot(rows: Sequence[RunMetrics], path: str) -> int:
-  """Overlays the loss curves of ``rows`` into a PNG at ``path``; returns curves plotted."""
-  runs = []
+def curve_labels(rows: Sequence[RunMetrics]) -> List[str]:
+  """"<pipeline> <layout>" per row; repeats get " #2", " #3" in run order."""
+  labels, seen = [], {}
   for row in rows:
+    label = f"{row.pipeline} {layout_of(row)}".strip()
+    seen[label] = seen.get(label, 0) + 1
+    labels.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+  return labels
+
+
+def write_plot(rows: Sequence[RunMetrics], path: str) -> int:
+  """Overlays the loss curves of ``rows`` (one per run, named by pipeline and layout)
+  into a PNG at ``path``: loss against step and against wall-clock seconds. Returns
+  the number of curves plotted."""
+  runs = []
+  unique = [row for row, _ in one_row_per_run(rows)]
+  for row, label in zip(unique, curve_labels(unique)):
     document = read_curves(row)
     if document is None:
       print(f"warning: no curves file for run {row.run} at {row.metrics_uri}",
             file=sys.stderr)
       continue
-    label = f"{row.run} {row.properties.get(P.LAYOUT, '')} {row.properties.get(P.MESH_SHAPE, '')}"
-    runs.append((label.strip(), document))
+    runs.append((label, document))
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   with open(path, "wb") as f:
-    f.write(plots.loss_plot_png(runs, title="Training loss by run"))
+    f.write(plots.loss_plot_png(runs, title="Training loss by run", wall_clock=True))
   return len(runs)
 
 

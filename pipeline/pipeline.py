@@ -33,7 +33,8 @@ def create_components(config: PipelineConfig) -> List[base_node.BaseNode]:
     from tfx_parallel.components.convergence_evaluator import tfma_stage  # pylint: disable=g-import-not-at-top
     components.append(tfma_stage.stock_evaluator(trainer.outputs["model"],
                                                  example_gen.outputs["examples"],
-                                                 config.example_gen.label_key))
+                                                 config.example_gen.label_key,
+                                                 task=config.trainer.task or "regression"))
   return components
 
 

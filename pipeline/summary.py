@@ -1,12 +1,13 @@
 """The end-of-run summary, read back from ML Metadata (not from memory)."""
 import json
 import os
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import readable
 
 
 def open_store(metadata_path: str) -> metadata_store.MetadataStore:
@@ -54,31 +55,84 @@ def latest_run(store, pipeline_name: str) -> Optional[Dict[str, Dict[str, object
   return found
 
 
-def format_summary(found: Dict[str, Dict[str, object]]) -> str:
+def describe_layout(layout, mesh_shape=None, replicas=None, num_devices=None) -> str:
+  """The layout as it really was: "single", "mirrored x2", "mesh 2x2 (2 replicas x
+  2-way model)", from the properties the trainer recorded (a non-mesh layout's
+  ``mesh_shape`` is ignored: the trainer reports 1x1 for it)."""
+  layout = str(layout or "?")
+  devices = f", {num_devices} devices" if isinstance(num_devices, int) and num_devices > 1 \
+      else ""
+  if layout == "mesh" and mesh_shape:
+    shape = mesh_shape if isinstance(mesh_shape, str) else "x".join(str(d) for d in mesh_shape)
+    dims = shape.split("x")
+    if len(dims) == 2:
+      replicas_text = f"{dims[0]} replica{'' if dims[0] == '1' else 's'}"
+      return f"mesh {shape} ({replicas_text} x {dims[1]}-way model{devices})"
+    return f"mesh {shape}{devices}"
+  if layout in ("mirrored", "multi_worker") and isinstance(replicas, int) and replicas > 0:
+    return f"{layout} x{replicas}"
+  return layout
+
+
+def _quality(m: Dict[str, object]) -> str:
+  """The task's headline metrics: regression MSE / R2, else accuracy (and AUC)."""
+  rows = m.get("eval_examples")
+  on = f" on {readable.count(rows)} {m.get('eval_split', 'eval')} rows" if rows else ""
+  if m.get("eval_mse") is not None:
+    return f"MSE {readable.sig(m.get('eval_mse'))}, R2 {readable.sig(m.get('eval_r2'))}{on}"
+  parts = [f"accuracy {readable.sig(m.get('eval_accuracy'))}"]
+  if m.get("eval_auc") not in (None, -1, -1.0):
+    parts.append(f"AUC {readable.sig(m.get('eval_auc'))}")
+  if m.get("eval_log_loss") is not None:
+    parts.append(f"log loss {readable.sig(m.get('eval_log_loss'))}")
+  return ", ".join(parts) + on
+
+
+def _rounded(values) -> str:
+  return "[" + ", ".join(readable.sig(float(v), 5) for v in values) + "]"
+
+
+def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] = None,
+                   relative: Callable[[str], str] = str) -> str:
+  """The end-of-run summary: one line per fact, numbers to 4-5 significant digits
+  (full precision: the metrics file, or `tfx-parallel metrics --json`). The run's id
+  and its Examples are in `tfx-parallel metrics` and the ExampleGen's end line.
+  ``relative`` shortens the paths printed."""
   m = found.get("ConvergenceMetrics", {})
   ex = found.get("Examples", {})
   hist = found.get("TrainingHistory", {})
   model = found.get("Model", {})
-  lines = [f"run            {found['_run']['name']}",
-           f"layout         {m.get('layout', hist.get('layout'))}  mesh "
-           f"{m.get('mesh_shape', hist.get('mesh_shape'))}  replicas "
-           f"{m.get('replicas', hist.get('replicas'))}",
-           f"final loss     {m.get('final_loss')}   state {m.get('convergence_state')}",
-           f"eval MSE       {m.get('eval_mse')}   R2 {m.get('eval_r2')}",
-           f"examples/s     {m.get('examples_per_sec')}"]
+  history: Dict[str, object] = {}
   history_file = os.path.join(str(hist.get("uri", "")), keys.HISTORY_FILE)
   if os.path.exists(history_file):
     with open(history_file) as f:
-      weights = json.load(f).get("weights")
-    if weights:
-      learned = [round(w[0], 4) for w in weights["kernel"]]
-      lines.append(f"learned        w={learned} b={round(weights['bias'][0], 4)}")
-  if keys.TRUE_WEIGHTS in ex:
-    lines.append(f"true           w={json.loads(ex[keys.TRUE_WEIGHTS])} b={ex.get(keys.TRUE_BIAS)}"
-                 f"   |w err|max={m.get('weight_error')} |b err|={m.get('bias_error')}")
+      history = json.load(f)
+  layout = describe_layout(m.get("layout", history.get("layout")),
+                           m.get("mesh_shape", history.get("mesh_shape")),
+                           m.get("replicas", history.get("replicas")),
+                           m.get("num_devices"))
+  steps = m.get("last_step", history.get("steps_run"))
+  lines = [f"layout     {layout}",
+           f"training   {readable.count(steps)} steps, final loss "
+           f"{readable.sig(m.get('final_loss'))}, "
+           f"{readable.rate(m.get('examples_per_sec', history.get('examples_per_sec')))} ex/s, "
+           f"state {m.get('convergence_state')}",
+           f"eval       {_quality(m)}"]
+  weights = history.get("weights")
+  if weights:
+    learned = (f"learned    w={_rounded(w[0] for w in weights['kernel'])} "
+               f"b={readable.sig(float(weights['bias'][0]), 5)}")
+    if keys.TRUE_WEIGHTS in ex:
+      learned += (f" (true w={json.loads(ex[keys.TRUE_WEIGHTS])} b={ex.get(keys.TRUE_BIAS)}:"
+                  f" |w err|max {readable.sig(m.get('weight_error'))},"
+                  f" |b err| {readable.sig(m.get('bias_error'))})")
+    lines.append(learned)
   blessing = found.get("ModelBlessing", {})
-  lines.append(f"blessed        {bool(blessing.get('blessed', 0))}")
-  lines.append(f"examples       {ex.get('uri')}  rows {ex.get(keys.ROW_COUNTS)}")
-  lines.append(f"model          {model.get('uri')}")
-  lines.append(f"metrics        {m.get('uri')}")
+  blessed = bool(blessing.get("blessed", 0))
+  reason = m.get("blessing_message")
+  lines.append(f"blessed    {blessed}" + (f" ({reason})" if reason and not blessed else ""))
+  lines.append(f"model      {relative(str(model.get('uri')))}")
+  lines.append(f"metrics    {relative(str(m.get('uri')))}  (metrics.json, curves.json, loss.png)")
+  if log_path:
+    lines.append(f"log        {log_path}")
   return "\n".join(lines)

@@ -4,8 +4,10 @@ Import this module (or any ``tfx_parallel`` package, whose ``__init__`` calls
 :func:`prepare`) before TensorFlow is imported:
 
 * ``TF_USE_LEGACY_KERAS=1``: TF 2.16 defaults to Keras 3, but TFMA 0.47 and
-  ``MultiWorkerMirroredStrategy`` need Keras 2 (``tf_keras``);
-* quiets TensorFlow's C++ and absl log noise unless the user already chose a level;
+  ``MultiWorkerMirroredStrategy`` need Keras 2 (``tf_keras``). A value the user set is
+  kept; if it selects Keras 3, one line on stderr says so (:func:`prepare`);
+* ``TF_CPP_MIN_LOG_LEVEL=2`` (C++ INFO and WARNING off) unless the user chose a level;
+  :func:`defaulted` tells which variables were ours to set;
 * optionally splits the CPU into N logical devices (:func:`split_cpu`), so every
   layout (mirrored, mesh) is testable and runnable without a GPU.
 
@@ -13,6 +15,7 @@ The Kubeflow container sets the same variables in its environment, because the T
 container entrypoint imports TensorFlow before it imports our executors.
 """
 import os
+import sys
 
 # Environment variables that must be set before TensorFlow is imported.
 ENV_DEFAULTS = {
@@ -21,13 +24,35 @@ ENV_DEFAULTS = {
 }
 
 
-def prepare():
-  """Sets the TensorFlow environment defaults; idempotent and cheap (no TF import)."""
+# The values TF 2.16 reads as "use tf_keras" (tensorflow/python/util/lazy_loader.py).
+LEGACY_KERAS_VALUES = ("1", "true", "True")
+_defaulted = set()
+_WARNED_ENV = "TFX_PARALLEL_LEGACY_KERAS_WARNED"
+
+
+def prepare(stream=None):
+  """Sets the TensorFlow environment defaults; idempotent and cheap (no TF import).
+
+  Never overwrites a variable the user set. If ``TF_USE_LEGACY_KERAS`` selects
+  Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
+  it starts inherit a marker in the environment).
+  """
   for key, value in ENV_DEFAULTS.items():
-    os.environ.setdefault(key, value)
-  # TF_USE_LEGACY_KERAS must win even when a user set it to something else:
-  # the whole project is written against tf_keras.
-  os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    if key not in os.environ:
+      os.environ[key] = value
+      _defaulted.add(key)
+  legacy = os.environ["TF_USE_LEGACY_KERAS"]
+  # Said once per run: child processes (trainer, console filter) inherit the marker.
+  if legacy not in LEGACY_KERAS_VALUES and not os.environ.get(_WARNED_ENV):
+    os.environ[_WARNED_ENV] = "1"
+    print(f"tfx-parallel: TF_USE_LEGACY_KERAS={legacy!r} selects Keras 3, but TFX 1.16, "
+          f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
+          f"{legacy!r}).", file=stream or sys.stderr, flush=True)
+
+
+def defaulted():
+  """Names of the environment variables :func:`prepare` set (the user had not)."""
+  return frozenset(_defaulted)
 
 
 def split_cpu(num_devices: int) -> int:

@@ -1,9 +1,9 @@
 """`benchmarks/run_all.py --smoke` still runs and produces a complete results file.
 
 Runs the driver in a subprocess (as `make bench-smoke` does) and checks that the smoke
-results name every benchmark module, that each of the project's own benchmarks
-produced rows, and that every comparison row has a finite, positive ratio. bench_ingest
-is owned separately: its section must be present, as rows or as an explicit MISSING.
+results name every benchmark module, that each benchmark ran without error and
+produced rows, and that every comparison row has a finite, positive ratio. A module that
+failed (reported MISSING) fails the test.
 """
 import json
 import math
@@ -15,7 +15,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_ALL = os.path.join(REPO, "benchmarks", "run_all.py")
-OURS = ("bench_train", "bench_eval", "bench_e2e", "bench_limits")
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import run_all  # noqa: E402  (the driver's own module list: one fact, one place)
+
+MODULES = run_all.MODULES
 # Per-module limit in the test: the modules run concurrently beside other tests on a
 # 2-core CI machine (a quiet `make bench-smoke` takes under 3 minutes).
 SMOKE_MODULE_TIMEOUT_S = 600
@@ -32,9 +35,8 @@ def test_run_all_smoke_writes_rows_with_finite_ratios(tmp_path):
   text = output.read_text()
   with open(tmp_path / "RESULTS-smoke.json") as f:
     results = json.load(f)
-  for module in OURS + ("bench_ingest",):
+  for module in MODULES:
     assert f"`benchmarks/{module}.py`" in text, module
-  for module in OURS:
     res = results[module]
     assert res["error"] is None, f"{module}: {res['error']}"
     assert res["rows"], f"{module} produced no rows"
@@ -42,7 +44,3 @@ def test_run_all_smoke_writes_rows_with_finite_ratios(tmp_path):
       assert row["command"] and row["data"] and row["baseline"], row
       assert isinstance(row["ratio"], float) and math.isfinite(row["ratio"]) \
           and row["ratio"] > 0, f"{module} {row['case']}: ratio {row['ratio']}"
-  ingest = results["bench_ingest"]
-  assert ingest["error"] or ingest["rows"], "bench_ingest: neither rows nor MISSING"
-  for row in ingest["rows"]:
-    assert math.isfinite(row["ratio"]), row

@@ -60,7 +60,8 @@ def test_bad_config_fails_at_construction_naming_the_key(bad, key):
 def test_wrong_channel_type_is_rejected():
   channels = _channels()
   channels["history"] = types.Channel(type=standard_artifacts.Model)
-  with pytest.raises(TypeError):
+  with pytest.raises(TypeError, match=r"Argument history should be a Channel of type .*"
+                                      r"TrainingHistory.* \(got .*Model"):
     ConvergenceEvaluator(**channels)
 
 

@@ -121,3 +121,70 @@ def test_parameter_error():
   assert convergence.parameter_error(weights, None, None) == (-1.0, -1.0)
   with pytest.raises(ValueError, match="1 kernel entries"):
     convergence.parameter_error({"kernel": [[1.0]], "bias": [0.0]}, [1.0, 2.0], 0.0)
+
+
+# The taxi demo before issue 16 (mirrored x2, 5 epochs): a noisy training loss whose
+# tail even rises, while the eval loss falls fast to the last epoch.
+TAXI_LOSSES = [  # every 10 steps: history.json of that run, rounded
+    260.6, 182.2, 156.1, 124.6, 899.1, 86.0, 68.6, 39.2, 60.8, 27.1, 29.2, 41.9, 26.3, 17.3,
+    18.8, 48.3, 38.8, 19.5, 24.3, 20.2, 763.4, 28.7, 24.5, 21.7, 29.4, 19.1, 27.9, 213.4,
+    20.4, 20.7, 534.7, 29.6, 34.7, 34.4, 24.9, 36.6, 18.6, 27.5, 315.8, 29.8, 30.4, 73.4,
+    25.7, 24.4, 28.5, 24.9, 37.5, 21.6, 25.0, 22.7, 24.3, 23.1, 767.1, 23.7, 16.5, 20.5,
+    18.8, 22.1, 14.1, 248.9, 26.4, 28.9, 23.9, 28.2, 17.0, 16.9, 766.0, 23.6, 17.7, 24.8,
+    16.8, 17.4, 52.5, 22.5, 14.6, 19.1, 46.7, 25.3, 14.4, 25.6, 12.3, 16.0, 23.9, 20.4,
+    17.8, 23.2, 766.9, 19.9, 12.4, 12.0, 10.8, 156.9, 16.2, 9.9]
+TAXI_EVAL = [258.4, 154.4, 62.4, 32.4, 19.6]
+
+
+def _with_eval(history, eval_losses, every=18):
+  history["epochs"] = [{"epoch": i + 1, "step": (i + 1) * every * 10, "train_loss": 1.0,
+                        "eval_loss": loss} for i, loss in enumerate(eval_losses)]
+  return history
+
+
+def test_falling_eval_loss_is_improving_not_plateaued():
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), TAXI_EVAL)
+  curves = convergence.curves_from_history(history)
+  summary = convergence.analyze(curves, None, 0.01, 5, 0.5)
+  assert summary.tail_change > 0  # the noisy training tail alone would say "not falling"
+  assert summary.eval_loss_change == pytest.approx(19.6 / 32.4 - 1)
+  assert summary.state == P.IMPROVING
+
+
+def test_flat_eval_loss_above_target_is_plateaued():
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), [258.4, 30.0, 19.9, 19.8])
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5, 0.5)
+  assert summary.eval_loss_change == pytest.approx(19.8 / 19.9 - 1)
+  assert summary.state == P.PLATEAUED
+  # The tolerance decides: a 0.5 % fall per epoch counts as falling under 0.1 %.
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5,
+                                0.5, plateau_tolerance=0.001)
+  assert summary.state == P.IMPROVING
+
+
+def test_without_eval_losses_the_training_tail_decides():
+  still_falling = [4.0, 3.0, 2.5, 2.0, 1.6, 1.3, 1.1]  # target 0.04: far above
+  summary = _analyze(still_falling)
+  assert math.isnan(summary.eval_loss_change)
+  assert summary.tail_change < -0.02 and summary.state == P.IMPROVING
+  flat = [4.0, 2.0, 1.5, 1.2, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1]
+  assert _analyze(flat).state == P.PLATEAUED
+
+
+def test_eval_loss_change_skips_non_finite_epochs():
+  history = _with_eval(testing.linear_history([3.0, 2.0, 1.0, 0.5]), [2.0, 1.0, math.nan])
+  assert convergence.eval_loss_change(convergence.curves_from_history(history)) == -0.5
+  history = _with_eval(testing.linear_history([3.0, 2.0]), [2.0])
+  assert math.isnan(convergence.eval_loss_change(convergence.curves_from_history(history)))
+
+
+def test_eval_loss_jumping_up_at_the_end_is_diverged():
+  # The taxi demo at 15 epochs: the eval loss bottoms out, then rises 70 % in the last.
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), [258.4, 19.6, 18.3, 23.1, 39.2])
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5, 0.5)
+  assert summary.eval_loss_change == pytest.approx(39.2 / 23.1 - 1)
+  assert summary.state == P.DIVERGED
+  # Rising by less than rise_tolerance is not divergence: the loss stopped falling.
+  history = _with_eval(testing.linear_history(TAXI_LOSSES), [258.4, 19.6, 18.3, 20.0])
+  summary = convergence.analyze(convergence.curves_from_history(history), None, 0.01, 5, 0.5)
+  assert summary.state == P.PLATEAUED

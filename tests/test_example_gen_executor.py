@@ -131,6 +131,36 @@ def test_csv_with_missing_values_and_strings(tmp_path):
   assert value(by_label[0.0], "a") is None  # Empty cell -> absent feature.
   assert value(by_label[4.0], "a") == 8.0
   assert value(by_label[4.0], "city") == b"c2"
+  assert json.loads(p[keys.COLUMN_TYPES]) == {"a": "int", "city": "string", "y": "float"}
+  assert json.loads(p[keys.TYPE_INFERENCE])["sampled_rows"] == 60
+
+
+def _issue_csv(tmp_path):
+  """The issue's CSV: 400 rows of x0,x1,y, one 'not-a-number' in x1 on line 59."""
+  lines = ["x0,x1,y"] + [f"{i},{i * 0.5},{i * 3 + 1}" for i in range(400)]
+  lines[58] = "57,not-a-number,172"
+  return write_csv(tmp_path / "data.csv", lines)
+
+
+def test_one_bad_cell_fails_naming_file_and_line(tmp_path):
+  path = _issue_csv(tmp_path)
+  with pytest.raises(sources.BadInputError,
+                     match=r"data\.csv:59: column 'x1': expected float, got 'not-a-number'"):
+    run_executor(tmp_path, ExampleGenConfig(source=path))
+  assert os.listdir(tmp_path / "examples") == []
+
+
+def test_one_bad_cell_skipped_keeps_the_column_numeric_and_says_so(tmp_path, caplog):
+  path = _issue_csv(tmp_path)
+  # absl's own logger too: another test in the same worker may have left it above INFO.
+  with caplog.at_level("INFO"), caplog.at_level("INFO", logger="absl"):
+    examples = run_executor(tmp_path, ExampleGenConfig(source=path, bad_row_policy="skip"))
+  p = props(examples)
+  assert p[keys.SKIPPED_ROWS] == 1 and sum(json.loads(p[keys.ROW_COUNTS]).values()) == 399
+  assert json.loads(p[keys.FEATURE_KEYS]) == ["x0", "x1"]
+  assert json.loads(p[keys.COLUMN_TYPES]) == {"x0": "int", "x1": "float", "y": "int"}
+  assert "x0=int, x1=float, y=int" in caplog.text
+  assert "data.csv:59 'not-a-number'" in caplog.text  # The sample's odd cell, at WARNING.
 
 
 def test_split_key_keeps_equal_keys_together(tmp_path):
@@ -172,9 +202,19 @@ def test_bad_input_fails_from_do_naming_file_and_line(tmp_path, case):
   lines, message = BAD_INPUT[case]
   path = write_csv(tmp_path / "data.csv", lines)
   config = ExampleGenConfig(source=path, column_types={"a": "float", "b": "float"})
-  with pytest.raises(Exception, match=message):
+  with pytest.raises(sources.BadInputError, match=message):
     run_executor(tmp_path, config)
   assert os.listdir(tmp_path / "examples") == []  # No partial artifact.
+
+
+def test_bad_row_in_a_later_read_range_names_its_line(tmp_path, monkeypatch):
+  monkeypatch.setattr(sources, "RANGE_BYTES", 64)  # About 8 lines per read range.
+  lines = ["a,y"] + [f"{i},{i}" for i in range(300)]
+  lines[250] = "249,oops"
+  path = write_csv(tmp_path / "data.csv", lines)
+  with pytest.raises(sources.BadInputError,
+                     match=r"data\.csv:251: column 'y': expected int, got 'oops'"):
+    run_executor(tmp_path, ExampleGenConfig(source=path, type_inference_rows=100))
 
 
 def test_no_files_fails_before_beam_naming_the_glob(tmp_path):
@@ -185,7 +225,7 @@ def test_no_files_fails_before_beam_naming_the_glob(tmp_path):
 def test_bad_row_in_a_later_file_names_that_file(tmp_path):
   write_csv(tmp_path / "a.csv", ["x,y", "1,2", "3,4"])
   write_csv(tmp_path / "b.csv", ["x,y", "5,6", "7,8", "9"])
-  with pytest.raises(Exception, match=r"b\.csv:4: expected 2 columns, got 1"):
+  with pytest.raises(sources.BadInputError, match=r"b\.csv:4: expected 2 columns, got 1"):
     run_executor(tmp_path, ExampleGenConfig(source=str(tmp_path / "*.csv")))
   assert os.listdir(tmp_path / "examples") == []
 

@@ -12,10 +12,21 @@ from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 
-def test_bytes_keys_hash_with_sha256_prefix():
-  h = partition.hash_keys([b"abc", b""])
-  assert h.dtype == np.uint64
-  assert int(h[0]) == int.from_bytes(hashlib.sha256(b"abc").digest()[:8], "big")
+def test_bytes_keys_split_exactly_as_stock_example_gen():
+  """Stock's own _PartitionFn on the same keys and buckets, in output_config order."""
+  from tfx.components.example_gen import base_example_gen_executor as stock  # pylint: disable=g-import-not-at-top
+  from tfx.proto import example_gen_pb2  # pylint: disable=g-import-not-at-top
+  keys = [f"row{i}".encode() for i in range(2000)] + [b""]
+  pairs = [("train", 7), ("eval", 2), ("test", 1)]  # Not sorted: stock keeps this order.
+  p = partition.Partitioner(pairs, num_shards=3)
+  split, shard = p.assign_keys(keys)
+  buckets = list(np.cumsum([b for _, b in pairs]))
+  expected = [stock._PartitionFn(k, 3, buckets, example_gen_pb2.SplitConfig())  # pylint: disable=protected-access
+              for k in keys]
+  assert split.tolist() == expected
+  assert p.split_names == ("train", "eval", "test")
+  h = int(hashlib.sha256(keys[5]).hexdigest(), 16)
+  assert shard[5] == (h // 10) % 3
 
 
 def test_integer_keys_hash_with_splitmix64():
@@ -36,8 +47,8 @@ def test_split_sizes_follow_the_ratios():
 
 def test_split_order_of_the_ratio_dict_does_not_matter():
   keys = [f"row{i}".encode() for i in range(500)]
-  a = partition.Partitioner({"train": 4, "eval": 1}, 2).assign(partition.hash_keys(keys))
-  b = partition.Partitioner({"eval": 1, "train": 4}, 2).assign(partition.hash_keys(keys))
+  a = partition.Partitioner({"train": 4, "eval": 1}, 2).assign_keys(keys)
+  b = partition.Partitioner({"eval": 1, "train": 4}, 2).assign_keys(keys)
   assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 

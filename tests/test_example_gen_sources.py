@@ -124,7 +124,7 @@ def test_empty_file_fails(tmp_path):
 
 def test_unknown_column_in_config_fails(tmp_path):
   path = _write(tmp_path / "data.csv", "a,y\n1,2\n")
-  with pytest.raises(BadInputError, match=r"split_key names column 'nope'"):
+  with pytest.raises(BadInputError, match=r"partition_feature_name \(split_key\) names column 'nope'"):
     _layout(path, split_key="nope")
 
 
@@ -145,14 +145,39 @@ def test_parse_rows_with_missing_values_quotes_crlf_and_blank_lines(tmp_path):
   np.testing.assert_array_equal(batch.numeric["a"], [1.5, np.nan, 4.0])
   np.testing.assert_array_equal(batch.numeric["y"], [2.0, 3.0, np.nan])
   assert batch.strings["name"] == [b"b, c", None, b"d"]
-  assert batch.keys == [b"1.5,\"b, c\",2", b",,3", b"4,d,"]  # Raw lines are the split keys.
+  # Split keys: the rows' stock CsvExampleGen Examples (tests/test_example_gen_stock_key.py).
+  assert batch.keys[1] == _stock_example({"a": ("float", None), "name": ("string", None),
+                                          "y": ("int", 3)})
   assert batch.sort_key == (path, 2)
 
 
-def test_split_key_cells_are_the_partition_keys(tmp_path):
+def _stock_example(values):
+  """tf.train.Example as stock CsvExampleGen builds it, deterministically serialized."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  feature = {}
+  for name, (typ, v) in values.items():
+    vs = [] if v is None else [v]
+    feature[name] = (tf.train.Feature(int64_list=tf.train.Int64List(value=vs)) if typ == "int"
+                     else tf.train.Feature(float_list=tf.train.FloatList(value=vs))
+                     if typ == "float" else
+                     tf.train.Feature(bytes_list=tf.train.BytesList(value=vs)))
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+      deterministic=True)
+
+
+def test_split_key_features_are_the_partition_keys(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   path = _write(tmp_path / "data.csv", "user,y\nu1,2\n")
   batch, _ = _parse(_layout(path, split_key="user"), path, 2, ["u1,1", "u2,2", "u1,3"])
-  assert batch.keys == [b"u1", b"u2", b"u1"]
+  assert batch.keys == [tf.train.Feature(bytes_list=tf.train.BytesList(value=[u]))
+                        .SerializeToString(deterministic=True) for u in (b"u1", b"u2", b"u1")]
+
+
+def test_float_split_key_is_rejected_like_stock(tmp_path):
+  path = _write(tmp_path / "data.csv", "w,y\n0.5,2\n")
+  with pytest.raises(BadInputError, match=r"partition_feature_name \(split_key\) 'w' is a "
+                                          r"float column"):
+    _layout(path, split_key="w")
 
 
 BAD_ROWS = [
@@ -210,7 +235,7 @@ def test_read_csv_lines_reads_gzipped_csv(tmp_path):
 def test_read_csv_lines_rejects_a_different_header(tmp_path):
   a = _write(tmp_path / "a.csv", "a,y\n1,2\n")
   b = _write(tmp_path / "b.csv", "y,a\n1,2\n")
-  with pytest.raises(Exception, match=r"b\.csv:1: header \['y', 'a'\] differs from the "
+  with pytest.raises(sources.BadInputError, match=r"b\.csv:1: header \['y', 'a'\] differs from the "
                                       r"header of .*a\.csv"):
     with beam.Pipeline() as p:
       _ = p | sources.ReadCsvLines([a, b], ("a", "y"))
@@ -231,7 +256,7 @@ def test_parse_csv_transform(tmp_path):
 def test_parse_csv_transform_fail_policy_raises_with_file_and_line(tmp_path):
   path = _write(tmp_path / "data.csv", "a,y\n1,2\n3,4\n5,6,7\n")
   layout = _layout(path)
-  with pytest.raises(Exception, match=r"data\.csv:4: expected 2 columns, got 3"):
+  with pytest.raises(sources.BadInputError, match=r"data\.csv:4: expected 2 columns, got 3"):
     with beam.Pipeline() as p:
       _ = (p | sources.ReadCsvLines(layout.files, layout.header)
            | sources.ParseCsv(layout, "fail"))
@@ -247,3 +272,27 @@ def test_parse_csv_transform_skip_policy_counts_bad_rows(tmp_path):
     assert_that(values, equal_to([1.0, 10.0]))
     total = parsed.skipped | beam.CombineGlobally(sum)
     assert_that(total, equal_to([3]), label="Skipped")
+
+
+@pytest.mark.parametrize("range_bytes", [1, 7, 50, 10_000])
+def test_file_ranges_cover_every_line_once_with_its_line_number(tmp_path, range_bytes):
+  lines = ["a,y"] + [f"{i},{'x' * (i % 17)}" for i in range(200)]
+  path = _write(tmp_path / "data.csv", "\n".join(lines) + "\n")
+  ranges = sources.file_ranges([path], range_bytes)
+  assert ranges[0] == sources.FileRange(path, 0, ranges[0].end, 1)
+  assert (len(ranges) == 1) == (range_bytes >= os.path.getsize(path))
+  assert [r.start for r in ranges[1:]] == [r.end for r in ranges[:-1]]
+  assert ranges[-1].end is None
+  with beam.Pipeline() as p:
+    batches = p | sources.ReadCsvLines([path], ("a", "y"), batch_lines=3,
+                                       range_bytes=range_bytes)
+    numbered = batches | beam.FlatMap(
+        lambda b: [(b[1] + k, line) for k, line in enumerate(b[2].split(b"\n"))])
+    assert_that(numbered, equal_to([(i + 1, lines[i].encode()) for i in range(1, 201)]))
+
+
+def test_file_ranges_keep_a_compressed_file_whole(tmp_path):
+  path = str(tmp_path / "data.csv.gz")
+  with gzip.open(path, "wt") as f:
+    f.write("a,y\n" + "1,2\n" * 100)
+  assert sources.file_ranges([path], 10) == [sources.FileRange(path, 0, None, 1)]

@@ -3,6 +3,8 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import copy
 import os
+import subprocess
+import sys
 
 import yaml
 
@@ -55,9 +57,21 @@ def test_gpu_config_compiles_to_a_package(tmp_path):
   assert config.pipeline.trainer.batch_size % 4 == 0
 
 
-def test_gpu_config_is_packaged():
-  with open(os.path.join(REPO, "setup.py")) as f:
-    assert '"gpu.yaml"' in f.read()
+def test_gpu_config_is_packaged(tmp_path):
+  """setuptools' build_py (the step that fills a wheel) puts the YAML configs and the
+  Dockerfile into tfx_parallel/kubeflow/, and the packaged gpu.yaml compiles."""
+  build = tmp_path / "build"
+  proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib",
+                         str(build)], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  packaged = build / "tfx_parallel" / "kubeflow"
+  for name in ("gpu.yaml", "default_config.yaml", "Dockerfile"):
+    with open(os.path.join(REPO, "kubeflow", name), "rb") as f:
+      assert (packaged / name).read_bytes() == f.read(), name
+  output = tmp_path / "pipeline.yaml"
+  compiler.compile_file(str(packaged / "gpu.yaml"), str(output))
+  assert next(yaml.safe_load_all(output.read_text()))["pipelineInfo"]["name"] == \
+      "tfx-parallel-gpu"
 
 
 def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():

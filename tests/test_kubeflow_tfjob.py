@@ -213,7 +213,17 @@ def test_client_waits_for_the_conditions_and_reads_the_logs():
                                   "train-1")] * 3
   assert methods[4] == ("GET", "/api/v1/namespaces/kubeflow-user/pods")
   assert k8s.requests[4][2]["labelSelector"] == ["training.kubeflow.org/job-name=train-1"]
-  assert k8s.requests[0][3] == tfjob.manifest(_spec())
+  # What the server received, against the spec's values (not manifest() against itself).
+  posted = k8s.requests[0][3]
+  assert (posted["apiVersion"], posted["kind"]) == ("kubeflow.org/v1", "TFJob")
+  assert (posted["metadata"]["name"], posted["metadata"]["namespace"]) == (
+      "train-1", "kubeflow-user")
+  worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
+  assert worker["replicas"] == 3
+  (container,) = worker["template"]["spec"]["containers"]
+  assert container["image"] == "registry.example.com/t:1"
+  assert container["command"] == ["python", "-m", "m", "--job", "gs://b/job.json"]
+  assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
 
 
 def test_client_wait_times_out():

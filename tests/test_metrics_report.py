@@ -61,10 +61,12 @@ def _add_run(store, pipeline, run, props, uri="/nowhere"):
 
 def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
   store = _store(str(tmp_path))
-  base = {P.LAYOUT: "mesh", P.MESH_SHAPE: "2x2", P.STEPS_TO_TARGET: 120,
-          P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged"}
+  base = {P.LAYOUT: "mesh", P.MESH_SHAPE: "2x2", P.REPLICAS: 2, P.STEPS_TO_TARGET: 120,
+          P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged",
+          P.PARAM_COUNT: 16385, P.STATE_BYTES_PER_DEVICE: 131096}
   _add_run(store, "alpha", "run-1", dict(base, **{P.FINAL_LOSS: 0.01, P.EVAL_MSE: 0.02}))
   _add_run(store, "beta", "run-2", dict(base, **{P.LAYOUT: "single", P.MESH_SHAPE: "",
+                                                 P.REPLICAS: 1,
                                                  P.FINAL_LOSS: "nan", P.EVAL_MSE: 3.0,
                                                  P.BLESSED: 0, P.STEPS_TO_TARGET: -1}))
   _add_run(store, "alpha", "run-3", dict(base, **{P.FINAL_LOSS: 0.005, P.EVAL_MSE: 0.01}))
@@ -77,15 +79,51 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
 
   table = metrics_report.format_table(rows)
   header, first, second = table.splitlines()[:3]
-  for column in ("run", "layout", "mesh", "steps to target", "final loss", "eval MSE",
-                 "examples/s", "blessed"):
-    assert column in header
-  assert "run-1" in first and "2x2" in first and "12,346" in first and "0.02" in first
-  assert "nan" in second and "-1" in second
+  assert header.split() == ["pipeline", "run", "layout", "replicas", "state", "steps", "to",
+                            "target", "final", "loss", "eval", "MSE", "R2", "examples/s",
+                            "params", "state", "B/device", "blessed"]
+  assert first.split() == ["alpha", "run-1", "mesh", "2x2", "2", "converged", "120", "0.01",
+                           "0.02", "-", "12,346", "16,385", "131,096", "1"]
+  assert second.split() == ["beta", "run-2", "single", "1", "converged", "-1", "nan", "3",
+                            "-", "12,346", "16,385", "131,096", "0"]
 
   assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "beta"]) == 0
   [run] = json.loads(capsys.readouterr().out)
   assert run["pipeline"] == "beta" and run["properties"][P.FINAL_LOSS] is None
+
+
+def test_one_row_per_run_with_the_layout_as_it_really_was(tmp_path):
+  store = _store(str(tmp_path))
+  common = {P.FINAL_LOSS: 19.6438815810449, P.EXAMPLES_PER_SEC: 4582.613430998621,
+            P.CONVERGENCE_STATE: "converged", P.BLESSED: 1}
+  _add_run(store, "p", "run-1", dict(common, **{P.LAYOUT: "single", P.MESH_SHAPE: "1x1",
+                                                P.REPLICAS: 1}))
+  # Evaluators before issue 16 recorded the trainer's 1x1 "mesh" of a mirrored run.
+  _add_run(store, "p", "run-2", dict(common, **{P.LAYOUT: "mirrored", P.MESH_SHAPE: "1x1",
+                                                P.REPLICAS: 2}))
+  mesh_id = _add_run(store, "p", "run-3", dict(common, **{P.LAYOUT: "mesh",
+                                                          P.MESH_SHAPE: "2x2", P.REPLICAS: 2}))
+  # run-4 is a cached rerun of run-3: TFX attributes the same artifact to its context.
+  run_type = store.get_context_type("pipeline_run").id
+  [run_4] = store.put_contexts([metadata_store_pb2.Context(type_id=run_type, name="run-4")])
+  store.put_attributions_and_associations(
+      [metadata_store_pb2.Attribution(artifact_id=mesh_id, context_id=run_4)], [])
+
+  rows = metrics_report.find_runs(store)
+  assert [(r.run, r.cached) for r in rows] == [("run-1", False), ("run-2", False),
+                                               ("run-3", False), ("run-4", True)]
+  table = metrics_report.format_table(rows).splitlines()
+  assert len(table) == 4, table  # header + three runs; run-4 trained nothing
+  assert [line.split()[1:5] for line in table[1:]] == [
+      ["run-1", "single", "1", "converged"],
+      ["run-2", "mirrored", "x2", "2"],
+      ["run-3", "(+1", "cached)", "mesh"]]
+  assert "mesh 2x2" in table[3] and "1x1" not in "\n".join(table)
+  assert "19.64 " in table[1] and "4,583 " in table[1]
+  assert "19.643" not in "\n".join(table) and "4582" not in "\n".join(table)
+  unique = [row for row, _ in metrics_report.one_row_per_run(rows)]
+  assert metrics_report.curve_labels(unique) == ["p single", "p mirrored x2", "p mesh 2x2"]
+  assert metrics_report.curve_labels(rows[:1] * 2) == ["p single", "p single #2"]
 
 
 def test_missing_store_and_empty_store(tmp_path, capsys):

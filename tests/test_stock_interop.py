@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tfx_parallel.pipeline.tfenv  # noqa: F401
+import trainer_util as tu
 import tensorflow as tf
 from tfx import v1 as tfx
 from ml_metadata.proto import metadata_store_pb2
@@ -19,11 +20,16 @@ from tfx_parallel.pipeline import pipeline as pipeline_lib
 from tfx_parallel.pipeline import summary
 
 
+# A sharded model where the mesh layout exists, else a mirrored one (issue #12 merge).
+LAYOUT = (dict(layout="mesh", mesh=(1, 2)) if tu.MESH_AVAILABLE
+          else dict(layout="mirrored", devices=2))
+
+
 @pytest.mark.slow
 def test_stock_evaluator_and_pusher_accept_mesh_trained_model(tmp_path):
   config = config_lib.PipelineConfig(
       pipeline_name="interop", example_gen=ExampleGenConfig(rows=3000, noise=0.1),
-      trainer=TrainerConfig(layout="mesh", mesh=(1, 2), epochs=3, learning_rate=0.1,
+      trainer=TrainerConfig(**LAYOUT, epochs=3, learning_rate=0.1,
                             optimizer="adam"),
       with_tfma=True).validate()
   components = pipeline_lib.create_components(config)

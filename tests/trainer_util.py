@@ -1,5 +1,6 @@
 """Helpers for trainer tests: tiny synthetic Examples on disk, and running a layout in
 a fresh process (DTensor and MirroredStrategy collectives cannot share one process)."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,6 +10,11 @@ import numpy as np
 
 import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
+
+# The mesh layout runs mesh_runtime.MeshTrainer (built on its own branch): tests of the mesh
+# layout run where it exists.
+MESH_AVAILABLE = importlib.util.find_spec(
+    "tfx_parallel.components.distributed_trainer.mesh_runtime") is not None
 
 TRUE_W = np.array([1.0, 2.0], np.float32)
 TRUE_B = 3.0
@@ -66,3 +72,42 @@ def run_script(code: str, timeout=300) -> str:
                         timeout=timeout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   return proc.stdout
+
+
+COLORS = ["red", "green", "blue", "teal", "plum"]
+
+
+def write_classification_examples(root: str, rows: int = 1024, eval_rows: int = 256,
+                                  shards: int = 2, seed: int = 0, label_type: str = "float",
+                                  drop_label_every: int = 0):
+  """Writes Split-train / Split-eval of a 3-class problem: float feature ``x``, string
+  feature ``color`` (missing in every 7th row), label ``y`` in 0..2 stored as float (as
+  PartitionedExampleGen writes numbers), int or bytes ("c0".."c2"). Returns
+  (numeric keys, string keys, train rows)."""
+  rng = np.random.default_rng(seed)
+  for split, n in (("train", rows), ("eval", eval_rows)):
+    x = rng.normal(size=n).astype(np.float32)
+    color = rng.integers(0, len(COLORS), n)
+    y = ((x > 0.3).astype(int) + (color % 3 == 0) + (x > 1.0)) % 3
+    d = os.path.join(root, f"Split-{split}")
+    os.makedirs(d, exist_ok=True)
+    writers = [tf.io.TFRecordWriter(os.path.join(d, f"data_tfrecord-{i:05d}-of-{shards:05d}.gz"),
+                                    options="GZIP") for i in range(shards)]
+    for i in range(n):
+      feats = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=[x[i]]))}
+      if i % 7:
+        feats["color"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[COLORS[color[i]].encode()]))
+      if not (drop_label_every and i % drop_label_every == drop_label_every - 1):
+        if label_type == "float":
+          feats["y"] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(y[i])]))
+        elif label_type == "int":
+          feats["y"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y[i])]))
+        else:
+          feats["y"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+              value=[f"c{y[i]}".encode()]))
+      writers[i % shards].write(
+          tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+    for wr in writers:
+      wr.close()
+  return ["x"], ["color"], rows

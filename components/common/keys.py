@@ -18,10 +18,23 @@ ROW_COUNTS = "row_counts"            # JSON {split: rows}.
 ROW_COUNT_PREFIX = "row_count_"      # int per split, e.g. row_count_train.
 SKIPPED_ROWS = "skipped_rows"        # int: bad rows skipped under bad_row_policy=skip.
 FEATURE_KEYS = "feature_keys"        # JSON list of numeric feature names, in order.
+STRING_FEATURE_KEYS = "string_feature_keys"  # JSON list of string feature names, in order.
 LABEL_KEY = "label_key"              # str.
 SOURCE = "source"                    # "synthetic" | "taxi" | the CSV glob.
 TRUE_WEIGHTS = "true_weights"        # JSON list (synthetic only).
 TRUE_BIAS = "true_bias"              # float (synthetic only).
+# Column types of CSV sources (not set for synthetic, whose columns are all float). The
+# trainer reads numeric features from FEATURE_KEYS; these say what else is there.
+COLUMN_TYPES = "column_types"        # JSON {column: "float" | "int" | "string"}, header
+                                     # order, label included; "string" columns are
+                                     # bytes_list features, never in FEATURE_KEYS.
+TYPE_INFERENCE = "type_inference"    # JSON {"sampled_rows", "numeric_share", "columns":
+                                     # {column: {type, origin, sampled_cells, numeric_cells}}}.
+# Stock ExampleGen's names (tfx.components.example_gen.utils), set by the driver for file
+# sources: the resolved span and version, and the matched files' fingerprint.
+SPAN = "span"                        # int; 0 without {SPAN} in the pattern.
+VERSION = "version"                  # int; only with {VERSION} in the pattern.
+INPUT_FINGERPRINT = "input_fingerprint"  # str: names, sizes and mtimes of the files.
 
 # Files.
 TFRECORD_PREFIX = "data_tfrecord"    # Split-<name>/data_tfrecord-00000-of-00004.gz
@@ -39,3 +52,13 @@ PREDICTIONS_OUTPUT = "predictions"     # regression: float32 [N, 1].
 PROBABILITIES_OUTPUT = "probabilities" # binary: float32 [N, 1], P(class 1); multiclass [N, K].
 CLASS_IDS_OUTPUT = "class_ids"         # classification: int64 [N, 1].
 LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K].
+
+# Training-state bytes, measured from where the variables live (distributed_trainer/memory.py):
+# custom properties on TrainingHistory and ConvergenceMetrics, and keys of history.json.
+PARAM_COUNT = "param_count"                        # int: trainable parameters.
+PARAM_BYTES_TOTAL = "param_bytes_total"            # int: their bytes, counted once.
+STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: max over devices of params + grads + slots.
+STATE_BYTES_KEYS = (PARAM_COUNT, PARAM_BYTES_TOTAL, STATE_BYTES_PER_DEVICE)
+# layout: auto (distributed_trainer/planning.py): on TrainingHistory and in history.json.
+LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
+LAYOUT_REASON = "layout_reason"    # str: the planner's reason.

@@ -73,8 +73,12 @@ class EvaluatorConfig:
     target_fraction: fraction of the initial loss that counts as "reached".
     plateau_window: history records at the end of training (the "tail") whose loss
       decides the state (see convergence.py for the exact rules).
-    rise_tolerance: a tail whose fitted loss rises by more than this fraction (and
-      is above target) makes the run "diverged".
+    rise_tolerance: a tail whose fitted loss rises by more than this fraction, or an
+      eval loss that rose by more over the last epoch (and the run is above target),
+      makes the run "diverged".
+    plateau_tolerance: a run above target whose eval loss fell by more than this
+      fraction over the last epoch (or, without eval losses, whose training tail fell
+      by more) is "improving", not "plateaued".
     split: the Examples split to evaluate quality on.
     task: the task to evaluate when neither the Model nor the TrainingHistory artifact
       has a ``task`` property (None: regression). When an artifact has one, this must
@@ -89,6 +93,7 @@ class EvaluatorConfig:
   target_fraction: float = 0.01
   plateau_window: int = 5
   rise_tolerance: float = 0.5
+  plateau_tolerance: float = 0.02
   split: str = "eval"
   task: Optional[str] = None
   regression: RegressionThresholds = dataclasses.field(default_factory=RegressionThresholds)
@@ -106,6 +111,8 @@ class EvaluatorConfig:
             f"must be >= 2. Received: {self.plateau_window!r}")
     require(self.rise_tolerance > 0, "rise_tolerance",
             f"must be > 0. Received: {self.rise_tolerance!r}")
+    require(0 <= self.plateau_tolerance < 1, "plateau_tolerance",
+            f"must be in [0, 1). Received: {self.plateau_tolerance!r}")
     require(bool(self.split), "split", f"must be a split name. Received: {self.split!r}")
     require(self.task is None or self.task in keys.TASKS, "task",
             f"must be one of {list(keys.TASKS)} or null. Received: {self.task!r}")

@@ -10,16 +10,26 @@ Definitions (W = ``plateau_window`` records, the "tail"):
   whose loss is finite and > 0 (NaN with fewer than 2 such records).
 * ``tail_change`` = exp(slope x span) - 1 of the same fit over the last W records: the
   fitted relative change across the tail (0 with fewer than 2 records).
+* ``eval_loss_change`` = relative change of the eval loss over the last epoch,
+  (e_k - e_k-1) / e_k-1, from the last two epochs with a finite eval loss (NaN with
+  fewer than two).
 * The run "ends at target" when the final loss *or* the median loss of the tail is
   <= ``target_loss`` (the median keeps one noisy last batch from deciding).
+* The loss is "still falling" when the eval loss fell by more than
+  ``plateau_tolerance`` over the last epoch (``eval_loss_change < -plateau_tolerance``);
+  without two epochs' eval losses, when the training tail fell by more than that
+  (``tail_change < -plateau_tolerance``). The eval loss decides when it exists: the
+  training loss of one batch is noisy (a few large labels make it jump), the eval loss
+  over the whole split is not.
 * The state (:func:`classify`), checked in this order:
   1. ``diverged``: a loss is NaN/inf, or the trainer flagged divergence, or
-     final loss > initial loss, or the loss is rising at the end, i.e.
-     ``tail_change > rise_tolerance`` while the run does not end at target;
+     final loss > initial loss, or the loss is rising at the end while the run does not
+     end at target: ``tail_change > rise_tolerance`` (training loss) or
+     ``eval_loss_change > rise_tolerance`` (eval loss, last epoch);
   2. ``converged``: the run ends at target;
-  3. ``plateaued``: anything else -- the loss is finite and not rising, but the run
-     ends above target (flat, or still falling too slowly to reach it in the budget;
-     ``tail_change`` tells which).
+  3. ``improving``: above target, and the loss is still falling: the training budget
+     ended before the loss settled (more steps or a larger learning rate would help);
+  4. ``plateaued``: above target, and the loss stopped falling.
 """
 import dataclasses
 import math
@@ -56,6 +66,7 @@ class Convergence:
   seconds_to_target: float
   convergence_rate: float
   tail_change: float
+  eval_loss_change: float
   state: str
   grad_norm_first: float
   grad_norm_last: float
@@ -125,16 +136,31 @@ def first_reached(curves: Curves, target: float) -> Tuple[int, float]:
   return int(curves.step[hits[0]]), float(seconds) if math.isfinite(seconds) else -1.0
 
 
+def eval_loss_change(curves: Curves) -> float:
+  """Relative change of the eval loss between the last two epochs that have a finite
+  one; NaN with fewer than two such epochs (or a zero previous loss)."""
+  losses = [e["eval_loss"] for e in curves.epochs if math.isfinite(e["eval_loss"])]
+  if len(losses) < 2 or losses[-2] == 0:
+    return math.nan
+  return (losses[-1] - losses[-2]) / abs(losses[-2])
+
+
 def classify(loss: np.ndarray, target: float, tail: float, window: int,
-             rise_tolerance: float, flagged_diverged: bool = False) -> str:
-  """``converged`` | ``plateaued`` | ``diverged``, as defined in the module docstring."""
+             rise_tolerance: float, flagged_diverged: bool = False,
+             eval_change: float = math.nan, plateau_tolerance: float = 0.02) -> str:
+  """``converged`` | ``improving`` | ``plateaued`` | ``diverged`` (module docstring)."""
   if flagged_diverged or not np.all(np.isfinite(loss)) or loss[-1] > loss[0]:
     return P.DIVERGED
   tail_median = float(np.median(loss[-window:]))
   above_target = not (loss[-1] <= target or tail_median <= target)  # True if target NaN.
-  if tail > rise_tolerance and above_target:
+  rising = tail > rise_tolerance or (math.isfinite(eval_change)
+                                     and eval_change > rise_tolerance)
+  if rising and above_target:
     return P.DIVERGED
-  return P.PLATEAUED if above_target else P.CONVERGED
+  if not above_target:
+    return P.CONVERGED
+  change = eval_change if math.isfinite(eval_change) else tail
+  return P.IMPROVING if change < -plateau_tolerance else P.PLATEAUED
 
 
 def _first_last_finite(values: np.ndarray) -> Tuple[float, float]:
@@ -146,7 +172,7 @@ def _first_last_finite(values: np.ndarray) -> Tuple[float, float]:
 
 def analyze(curves: Curves, target_loss: Optional[float], target_fraction: float,
             plateau_window: int, rise_tolerance: float,
-            flagged_diverged: bool = False) -> Convergence:
+            flagged_diverged: bool = False, plateau_tolerance: float = 0.02) -> Convergence:
   """Computes the convergence summary of ``curves`` (see the module docstring)."""
   loss = curves.loss
   initial = float(loss[0])
@@ -154,6 +180,7 @@ def analyze(curves: Curves, target_loss: Optional[float], target_fraction: float
   finite = loss[np.isfinite(loss)]
   step, seconds = first_reached(curves, target)
   tail = tail_change(curves.step, loss, plateau_window)
+  eval_change = eval_loss_change(curves)
   grad_first, grad_last = _first_last_finite(curves.grad_norm)
   return Convergence(
       initial_loss=initial,
@@ -164,7 +191,9 @@ def analyze(curves: Curves, target_loss: Optional[float], target_fraction: float
       seconds_to_target=seconds,
       convergence_rate=log_slope(curves.step, loss),
       tail_change=tail,
-      state=classify(loss, target, tail, plateau_window, rise_tolerance, flagged_diverged),
+      eval_loss_change=eval_change,
+      state=classify(loss, target, tail, plateau_window, rise_tolerance, flagged_diverged,
+                     eval_change, plateau_tolerance),
       grad_norm_first=grad_first,
       grad_norm_last=grad_last,
       grad_norm_trend=linear_slope(curves.step, curves.grad_norm))

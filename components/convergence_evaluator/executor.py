@@ -46,7 +46,8 @@ class Executor(base_executor.BaseExecutor):
     curves = convergence.curves_from_history(history)
     summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
                                   config.plateau_window, config.rise_tolerance,
-                                  flagged_diverged=bool(history.get("diverged")))
+                                  flagged_diverged=bool(history.get("diverged")),
+                                  plateau_tolerance=config.plateau_tolerance)
     info = read_task(model, history_artifact, config)
     logging.info("ConvergenceEvaluator: evaluating a %s model (task from %s)%s.", info.task,
                  info.source, f", {info.num_classes} classes" if info.is_classification else "")
@@ -134,6 +135,7 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
       P.CONVERGENCE_STATE: summary.state,
       P.CONVERGENCE_RATE: summary.convergence_rate,
       P.TAIL_CHANGE: summary.tail_change,
+      P.EVAL_LOSS_CHANGE: summary.eval_loss_change,
       P.NUM_RECORDS: int(curves.step.size),
       P.LAST_STEP: int(curves.step[-1]),
       P.TOTAL_STEPS: int(history.get("total_steps", curves.step[-1])),
@@ -182,11 +184,13 @@ def mesh_string(mesh_shape: Optional[List[int]]) -> str:
 
 
 def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
-  """How the run was laid out, from history.json."""
+  """How the run was laid out, from history.json. Only a mesh layout has a mesh shape
+  (the trainer records 1x1 for the others)."""
   devices = list(history.get("devices") or [])
+  layout = str(history.get("layout", ""))
   return {
-      P.LAYOUT: str(history.get("layout", "")),
-      P.MESH_SHAPE: mesh_string(history.get("mesh_shape")),
+      P.LAYOUT: layout,
+      P.MESH_SHAPE: mesh_string(history.get("mesh_shape")) if layout == "mesh" else "",
       P.REPLICAS: int(history.get("replicas", P.NOT_AVAILABLE)),
       P.DEVICES: json.dumps(devices),
       P.NUM_DEVICES: len(devices),
@@ -195,6 +199,7 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
       P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
       P.OPTIMIZER: str(history.get("optimizer", "")),
       P.INPUT_WAIT_FRACTION: float(history.get("input_wait_fraction", P.NOT_AVAILABLE)),
+      **{name: int(history.get(name, P.NOT_AVAILABLE)) for name in keys.STATE_BYTES_KEYS},
   }
 
 

@@ -27,9 +27,10 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
 | `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
 | `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | all | `converged`, `plateaued` or `diverged` (see `convergence.classify`) |
+| `convergence_state` | str | all | `converged`, `improving` (above target, loss still falling), `plateaued` (above target, loss flat) or `diverged` (see `convergence.classify`) |
 | `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
 | `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
+| `eval_loss_change` | float | all | relative change of the eval loss over the last epoch (-0.39 = fell 39 %); NaN with fewer than 2 epochs |
 | `num_records` | int | all | history records (one per `log_every` steps) |
 | `last_step` | int | all | step of the last record (< `total_steps` if stopped early) |
 | `total_steps` | int | all | steps the trainer planned |
@@ -71,6 +72,9 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `examples_per_sec` | float | all | trainer's overall training throughput |
 | `optimizer` | str | all | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
 | `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
+| `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
+| `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
+| `state_bytes_per_device` | int | all | max over devices of parameter + gradient + optimizer-slot bytes, from the variables' real placement (DTensor layouts, replicas); -1 if not recorded |
 | `curves_file` | str | all | `curves.json`, full curves, relative to the artifact URI |
 | `plot_file` | str | all | `loss.png`, loss curves plot, relative to the artifact URI |
 | `metrics_file` | str | all | `metrics.json`, every property at full precision, relative to the artifact URI |
@@ -92,6 +96,7 @@ SECONDS_TO_TARGET = "seconds_to_target"
 CONVERGENCE_STATE = "convergence_state"
 CONVERGENCE_RATE = "convergence_rate"
 TAIL_CHANGE = "tail_change"
+EVAL_LOSS_CHANGE = "eval_loss_change"
 NUM_RECORDS = "num_records"
 LAST_STEP = "last_step"
 TOTAL_STEPS = "total_steps"
@@ -137,6 +142,10 @@ MODEL_TYPE = "model_type"
 EXAMPLES_PER_SEC = "examples_per_sec"
 OPTIMIZER = "optimizer"
 INPUT_WAIT_FRACTION = "input_wait_fraction"
+# Measured training-state bytes, copied from the trainer's history.json.
+PARAM_COUNT = keys.PARAM_COUNT
+PARAM_BYTES_TOTAL = keys.PARAM_BYTES_TOTAL
+STATE_BYTES_PER_DEVICE = keys.STATE_BYTES_PER_DEVICE
 
 CURVES_FILE = "curves_file"
 PLOT_FILE = "plot_file"
@@ -159,9 +168,10 @@ NOT_BLESSED_FILE_NAME = "NOT_BLESSED"
 # Values.
 NOT_AVAILABLE = -1
 CONVERGED = "converged"
+IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
-STATES = (CONVERGED, PLATEAUED, DIVERGED)
+STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED)
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"

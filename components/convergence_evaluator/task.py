@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common.task_contract import write_properties  # noqa: F401  (re-export)
 
 REGRESSION, BINARY, MULTICLASS = keys.TASKS
 
@@ -73,16 +74,6 @@ def read_properties(artifact) -> Dict[str, Any]:
                        f"JSON list of strings. Received: {value!r}")
     out[keys.LABEL_VOCABULARY] = tuple(vocabulary)
   return out
-
-
-def write_properties(artifact, task: str, num_classes: int,
-                     label_vocabulary: Optional[Sequence[str]] = None):
-  """Records the contract on an artifact, as the trainer does (inverse of read_properties)."""
-  artifact.set_string_custom_property(keys.TASK, task)
-  artifact.set_int_custom_property(keys.NUM_CLASSES, int(num_classes))
-  if label_vocabulary is not None:
-    artifact.set_string_custom_property(keys.LABEL_VOCABULARY,
-                                        json.dumps(list(label_vocabulary)))
 
 
 def resolve(model: Dict[str, Any], history: Dict[str, Any],

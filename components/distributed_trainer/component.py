@@ -1,4 +1,8 @@
 """DistributedTrainer: data- and model-parallel training as a typed TFX component."""
+import dataclasses
+import os
+from typing import Optional
+
 from tfx import types
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.types import standard_artifacts
@@ -23,7 +27,8 @@ class DistributedTrainerSpec(types.ComponentSpec):
 
 
 class DistributedTrainer(base_component.BaseComponent):
-  """Trains with layout `single`, `mirrored`, `multi_worker` or a DTensor `mesh`.
+  """Trains a tf_keras model from a user module (or the built-in ``linear``/``mlp``) with
+  layout `single`, `mirrored`, `multi_worker` or a DTensor `mesh`.
 
   The layout is part of the typed `TrainerConfig`, validated here (errors name the
   field) before any component runs.
@@ -32,8 +37,20 @@ class DistributedTrainer(base_component.BaseComponent):
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
   def __init__(self, examples: types.BaseChannel, config: TrainerConfig = TrainerConfig(),
-               schema: types.BaseChannel = None):
+               schema: types.BaseChannel = None, module_file: Optional[str] = None,
+               module_path: Optional[str] = None):
+    """``module_file`` / ``module_path`` (exactly one, or neither for the built-in
+    ``config.model``) name the user module; they may also be set in ``config``."""
+    for key, value in (("module_file", module_file), ("module_path", module_path)):
+      if value is not None:
+        current = getattr(config, key)
+        config_util.require(current in (None, value), key,
+                            f"given both as an argument ({value!r}) and in config "
+                            f"({current!r})")
+        config = dataclasses.replace(config, **{key: value})
     config.validate()
+    config_util.require(not config.module_file or os.path.isfile(config.module_file),
+                        "module_file", f"no such file. Received: {config.module_file!r}")
     super().__init__(spec=DistributedTrainerSpec(
         examples=examples, schema=schema, config=config_util.to_json(config),
         model=types.Channel(type=standard_artifacts.Model),

@@ -1,10 +1,13 @@
 """Typed config of DistributedTrainer: the parallel layout, model and optimizer."""
 import dataclasses
-from typing import Optional, Tuple
+import math
+from typing import Any, Dict, Optional, Tuple
 
+from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
+from tfx_parallel.components.distributed_trainer import planning
 
-LAYOUTS = ("single", "mirrored", "multi_worker", "mesh")
+LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
@@ -14,12 +17,27 @@ class TrainerConfig:
   """How to train.
 
   Attributes:
-    layout: "single" | "mirrored" | "multi_worker" | "mesh".
+    layout: "single" | "mirrored" | "multi_worker" | "mesh", or "auto": the executor
+      picks single, mirrored N or a mesh BxM with the planner (planning.py).
+    device_memory: memory per device for the planner, bytes or a size such as "512MiB";
+      required for "auto" on CPU (on GPUs it caps the measured free memory). With an
+      explicit layout that does not fit it, the trainer warns and runs as asked.
     devices: replicas for "mirrored" (0 = all local GPUs, else N devices; N logical
       CPU devices when there is no GPU).
     mesh: (batch, model) device counts for "mesh".
-    model: "linear" (row-sharded kernel) or "mlp" (Megatron column/row pairs).
-    hidden_units: MLP hidden widths (pairs of layers: column- then row-sharded).
+    model: built-in model module when no user module is given: "linear" or "mlp"
+      (components/distributed_trainer/models/).
+    module_file: path of a user module defining ``build_model(spec)`` (see
+      user_module.py); exclusive with module_path.
+    module_path: importable module name of a user module (e.g. in a Kubeflow image).
+    hparams: the user's hyperparameters, passed to the module as ``spec.hparams``.
+    task: "regression" | "binary" | "multiclass"; None infers it from the label.
+    max_vocabulary: most frequent values of each string feature kept as its vocabulary.
+    hash_buckets: > 0 hashes every string feature into this many buckets instead.
+    skip_missing_labels: skip (and count) examples without a label instead of failing.
+    steps_per_execution: training steps per call into TensorFlow (tf_keras ``compile``);
+      reduced to divide log_every and checkpoint_every.
+    hidden_units: hidden widths of the built-in mlp.
     batch_size: global batch size (split across replicas / the batch axis).
     learning_rate, optimizer: the update rule ("sgd", "momentum", "adam").
     steps: training steps; 0 means epochs * steps_per_epoch.
@@ -38,8 +56,17 @@ class TrainerConfig:
   """
   layout: str = "single"
   devices: int = 0
+  device_memory: Optional[Any] = None
   mesh: Tuple[int, int] = (1, 1)
   model: str = "linear"
+  module_file: Optional[str] = None
+  module_path: Optional[str] = None
+  hparams: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  task: Optional[str] = None
+  max_vocabulary: int = 10_000
+  hash_buckets: int = 0
+  skip_missing_labels: bool = False
+  steps_per_execution: int = 10
   hidden_units: Tuple[int, ...] = (16,)
   batch_size: int = 64
   learning_rate: float = 0.1
@@ -66,8 +93,28 @@ class TrainerConfig:
   def validate(self) -> "TrainerConfig":
     require(self.layout in LAYOUTS, "layout",
             f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
+    if self.device_memory is not None:
+      try:
+        planning.parse_bytes(self.device_memory)
+      except ValueError as e:
+        require(False, "device_memory", str(e))
     require(self.model in MODELS, "model",
             f"unknown model {self.model!r}; expected one of {MODELS}")
+    require(not (self.module_file and self.module_path), "module_file",
+            "exactly one of module_file and module_path may be set (or neither, for the "
+            f"built-in model). Received: module_file={self.module_file!r}, "
+            f"module_path={self.module_path!r}")
+    require(isinstance(self.hparams, dict), "hparams",
+            f"must be a JSON object. Received: {self.hparams!r}")
+    require(self.task is None or self.task in keys.TASKS, "task",
+            f"must be one of {list(keys.TASKS)} or unset (inferred from the label). "
+            f"Received: {self.task!r}")
+    require(isinstance(self.max_vocabulary, int) and self.max_vocabulary >= 1,
+            "max_vocabulary", f"must be >= 1. Received: {self.max_vocabulary!r}")
+    require(isinstance(self.hash_buckets, int) and self.hash_buckets >= 0, "hash_buckets",
+            f"must be >= 0. Received: {self.hash_buckets!r}")
+    require(isinstance(self.steps_per_execution, int) and self.steps_per_execution >= 1,
+            "steps_per_execution", f"must be >= 1. Received: {self.steps_per_execution!r}")
     require(self.optimizer in OPTIMIZERS, "optimizer",
             f"unknown optimizer {self.optimizer!r}; expected one of {OPTIMIZERS}")
     require(isinstance(self.devices, int) and self.devices >= 0, "devices",
@@ -99,6 +146,23 @@ class TrainerConfig:
         require(h % self.mesh_model == 0, "hidden_units",
                 f"hidden width {h} is not divisible by the model axis {self.mesh_model}")
     return self
+
+  @property
+  def module_name(self) -> str:
+    """How messages name the model module."""
+    if self.module_file:
+      return self.module_file
+    if self.module_path:
+      return self.module_path
+    return f"built-in model {self.model!r}"
+
+  def execution_steps(self) -> int:
+    """steps_per_execution reduced to divide log_every and checkpoint_every, so that
+    progress lines and checkpoints fall on execution boundaries."""
+    k = math.gcd(self.steps_per_execution, self.log_every)
+    if self.checkpoint_every:
+      k = math.gcd(k, self.checkpoint_every)
+    return k
 
   def replicas_hint(self) -> Optional[int]:
     """Data-parallel replicas known from config alone (None: known only at run time)."""

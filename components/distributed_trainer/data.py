@@ -1,63 +1,51 @@
 """tf.data input from PartitionedExampleGen's gzip TFRecords.
 
-Batches serialized records before parsing (one `parse_example` per batch), parses in
-parallel with AUTOTUNE, prefetches, and shards by FILE for multi-worker input.
+Reads files interleaved (deterministic), shuffles serialized records with a seed, batches
+them, then parses and looks up a whole batch at once (:class:`preprocess.Preprocessor`),
+in parallel with AUTOTUNE, and prefetches. ``num_shards`` > 1 shards by FILE for
+multi-worker input.
 """
-import dataclasses
 from typing import Sequence
 
 import tensorflow as tf
 
-from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
 
 
-@dataclasses.dataclass(frozen=True)
-class InputSpec:
-  """Where the examples are and which features to read."""
-  examples_uri: str
-  feature_keys: Sequence[str]
-  label_key: str
-  num_features_padded: int  # >= len(feature_keys); extra columns are zeros.
+def shard_files(files: Sequence[str], split: str, num_shards: int, index: int):
+  if num_shards <= 1:
+    return list(files)
+  if len(files) < num_shards or len(files) % num_shards:
+    raise ValueError(
+        f"split '{split}' has {len(files)} files, which cannot be sharded by FILE "
+        f"over {num_shards} workers; set example_gen.num_workers={num_shards}")
+  return list(files)[index::num_shards]
 
 
-def parse_batch(serialized, spec: InputSpec):
-  """Parses a batch of serialized tf.Example into (x [B, F_padded], y [B, 1])."""
-  features = {k: tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
-              for k in spec.feature_keys}
-  features[spec.label_key] = tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
-  parsed = tf.io.parse_example(serialized, features)
-  x = tf.stack([parsed[k] for k in spec.feature_keys], axis=1)
-  pad = spec.num_features_padded - len(spec.feature_keys)
-  if pad:
-    x = tf.pad(x, [[0, 0], [0, pad]])
-  return x, tf.expand_dims(parsed[spec.label_key], 1)
-
-
-def make_dataset(spec: InputSpec, split: str, batch_size: int, *, shuffle: bool,
+def make_dataset(files: Sequence[str], pre: Preprocessor, batch_size: int, *, shuffle: bool,
                  seed: int = 0, repeat: bool = False, shuffle_buffer: int = 10_000,
-                 num_shards: int = 1, shard_index: int = 0,
-                 drop_remainder: bool = True) -> tf.data.Dataset:
-  """A deterministic dataset of parsed (x, y) batches.
+                 drop_remainder: bool = True, skip_missing_labels: bool = False,
+                 skip_batches: int = 0) -> tf.data.Dataset:
+  """A deterministic dataset of (inputs dict, labels) batches.
 
-  With `num_shards` > 1 each input pipeline reads only its own files (FILE sharding,
-  which is why ExampleGen writes a multiple of the worker count).
+  ``skip_batches`` drops the first batches before parsing them (resume: the same batches
+  as an uninterrupted run).
   """
-  files = split_files(spec.examples_uri, split)
-  if num_shards > 1:
-    if len(files) < num_shards or len(files) % num_shards:
-      raise ValueError(
-          f"split '{split}' has {len(files)} files, which cannot be sharded by FILE "
-          f"over {num_shards} workers; set example_gen.num_workers={num_shards}")
-    files = files[shard_index::num_shards]
+  files = list(files)
   ds = tf.data.Dataset.from_tensor_slices(files)
   ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
                      cycle_length=min(4, len(files)), block_length=64,
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if skip_missing_labels:
+    ds = ds.filter(pre.has_label)
   if shuffle:
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
   if repeat:
     ds = ds.repeat()
   ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  ds = ds.map(lambda s: parse_batch(s, spec), num_parallel_calls=tf.data.AUTOTUNE,
-              deterministic=True)
-  return ds.prefetch(tf.data.AUTOTUNE)
+  if skip_batches:
+    ds = ds.skip(skip_batches)
+  ds = ds.map(pre.parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  options = tf.data.Options()
+  options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+  return ds.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -1,4 +1,5 @@
 """DistributedTrainer executor: decodes config once, launches training, records the run."""
+import dataclasses
 import hashlib
 import json
 import os
@@ -11,19 +12,22 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_parallel.components.common import config_util, keys
-from tfx_parallel.components.distributed_trainer import launcher, tfjob
+from tfx_parallel.components.common import config_util, keys, task_contract
+from tfx_parallel.components.distributed_trainer import launcher, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
 
-def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str) -> str:
-  """Stable across reruns of the same inputs + config, so a killed run resumes.
+def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
+                   module_digest: str = "") -> str:
+  """Stable across reruns of the same inputs + config + module file, so a killed run
+  resumes (and an edited module file does not resume another model's checkpoint).
 
-  `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config)[:16]>`.
+  `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config, module)[:16]>`.
   """
   component_root = os.path.dirname(os.path.dirname(model_uri.rstrip("/")))
-  digest = hashlib.sha256(f"{examples_uri}\n{config_json}".encode()).hexdigest()[:16]
+  text = f"{examples_uri}\n{config_json}" + (f"\n{module_digest}" if module_digest else "")
+  digest = hashlib.sha256(text.encode()).hexdigest()[:16]
   return os.path.join(component_root, "_checkpoints", digest)
 
 
@@ -37,13 +41,35 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
 
   row_counts = json.loads(prop(keys.ROW_COUNTS))
   config_json = config_util.to_json(config)
+  string_keys = (json.loads(prop(keys.STRING_FEATURE_KEYS))
+                 if examples.has_custom_property(keys.STRING_FEATURE_KEYS) else [])
+  digest = user_module.file_digest(config.module_file)
   return Job(config=json.loads(config_json), examples_uri=examples.uri,
              feature_keys=json.loads(prop(keys.FEATURE_KEYS)), label_key=prop(keys.LABEL_KEY),
              train_rows=int(row_counts["train"]),
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
-             checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json),
-             num_shards=int(prop(keys.NUM_SHARDS)))
+             checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json, digest),
+             num_shards=int(prop(keys.NUM_SHARDS)), string_feature_keys=string_keys)
+
+
+def prepare(job: Job, config: TrainerConfig) -> Job:
+  """Scans the data once for the model spec, then loads the model module and builds it
+  on a tiny batch: a bad module or bad labels fail here, before training starts."""
+  spec, norm, skipped = stats.prepare(
+      job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
+      task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
+      hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
+      normalize=config.normalize)
+  inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
+  logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
+  print(f"[trainer] task {spec.task}{inferred}", flush=True)
+  if skipped:
+    logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
+  module = user_module.load(config.module_file, config.module_path, config.model)
+  user_module.check(module, spec)
+  return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
+                             skipped_examples=skipped)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -51,11 +77,14 @@ class Executor(base_executor.BaseExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
+    planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
-    job = job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri)
+    job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri),
+                  config)
+    job, config, planned = planning.plan_job(job, config)  # layout: auto -> concrete
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
@@ -63,6 +92,11 @@ class Executor(base_executor.BaseExecutor):
       launcher.launch(job, config.layout, config.workers)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
+    if planned:  # The choice goes into history.json too (the evaluator reads it).
+      record = planning.record_in_history(record, planned)
+      with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
+        json.dump(record, f, indent=1)
+    planning.write_properties(history, record, planned)
     for name in ("layout", "model", "optimizer"):
       history.set_string_custom_property(name, str(record[name]))
     history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))
@@ -71,6 +105,10 @@ class Executor(base_executor.BaseExecutor):
     history.set_int_custom_property("steps_run", int(record["steps_run"]))
     history.set_int_custom_property("diverged", int(record["diverged"]))
     history.set_float_custom_property("examples_per_sec", float(record["examples_per_sec"]))
+    history.set_int_custom_property("skipped_examples", int(record.get("skipped_examples", 0)))
+    for artifact in (model, history):
+      task_contract.write_properties(artifact, record["task"], record["num_classes"],
+                                     record.get("label_vocabulary"))
     if not fileio.exists(job.model_dir):
       raise RuntimeError(f"Training finished but wrote no model to {job.model_dir}")
     logging.info("Training complete. Model written to %s", job.model_dir)

@@ -1,61 +1,48 @@
-"""Exports gathered (unsharded) parameters as a tf_keras SavedModel for serving.
+"""Exports the trained tf_keras model as a SavedModel whose serving signature takes raw
+serialized tf.Examples.
 
-The serving signature takes serialized tf.Example (`examples`, 1-D string), so the
-stock TFX Evaluator (TFMA), Pusher and TF Serving accept the model unchanged. Feature
-padding is dropped and feature normalisation is folded into the first kernel.
+``serving_default`` (keys.SERVING_SIGNATURE) takes a 1-D string tensor ``examples``,
+parses the raw features (strings as strings), runs the trainer's lookups and
+normalisation (preprocess.Preprocessor, whose tables are saved with the model), calls the
+model and returns, by task (names in components/common/keys.py):
+
+* regression: ``predictions`` float32 [N, 1];
+* binary: ``probabilities`` float32 [N, 1] (P(class 1)), ``class_ids`` int64 [N, 1],
+  ``logits`` [N, 1];
+* multiclass: ``probabilities`` [N, K], ``class_ids`` [N, 1], ``logits`` [N, K].
+
+The stock TFX Evaluator (TFMA), Pusher and TF Serving accept it unchanged.
 """
-from typing import Dict, Optional, Sequence
-
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from tfx_parallel.components.common import keys
-from tfx_parallel.components.distributed_trainer import model as model_lib
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
 
 
-def unpad_and_fold(values: Dict[str, np.ndarray], specs: Sequence[model_lib.ParamSpec],
-                   num_features: int, mean: Optional[np.ndarray] = None,
-                   std: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
-  """Drops padded feature rows; folds x' = (x - mean) / std into the first layer."""
-  out = dict(values)
-  first_k, first_b = specs[0].name, specs[1].name
-  kernel = out[first_k][:num_features]
-  bias = out[first_b]
-  if mean is not None:
-    kernel = kernel / std[:, None]
-    bias = bias - mean @ kernel
-  out[first_k] = kernel.astype(np.float32)
-  out[first_b] = np.asarray(bias, np.float32)
-  return out
+def outputs(logits: tf.Tensor, task: str):
+  """The serving outputs of the model's raw output for ``task``."""
+  if task == ms.REGRESSION:
+    return {keys.PREDICTIONS_OUTPUT: logits}
+  if task == ms.BINARY:
+    probabilities = tf.sigmoid(logits)
+    class_ids = tf.cast(logits > 0.0, tf.int64)
+  else:
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    class_ids = tf.argmax(logits, axis=-1, output_type=tf.int64)[:, None]
+  return {keys.PROBABILITIES_OUTPUT: probabilities, keys.CLASS_IDS_OUTPUT: class_ids,
+          keys.LOGITS_OUTPUT: logits}
 
 
-def build_keras_model(values: Dict[str, np.ndarray],
-                      specs: Sequence[model_lib.ParamSpec]) -> tf_keras.Model:
-  n = len(specs) // 2
-  inputs = tf_keras.Input(shape=(values[specs[0].name].shape[0],), name="features")
-  h = inputs
-  for i in range(n):
-    layer = tf_keras.layers.Dense(values[specs[2 * i].name].shape[1],
-                                  activation="relu" if i < n - 1 else None,
-                                  name=f"dense_{i}")
-    h = layer(h)
-    layer.set_weights([values[specs[2 * i].name], values[specs[2 * i + 1].name]])
-  return tf_keras.Model(inputs, h)
-
-
-def export(path: str, values: Dict[str, np.ndarray], specs, feature_keys: Sequence[str],
-           label_key: str) -> tf_keras.Model:
-  model = build_keras_model(values, specs)
-  feature_spec = {k: tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
-                  for k in feature_keys}
+def export(path: str, model: tf_keras.Model, pre: Preprocessor) -> None:
+  """Saves ``model`` (plain variables: build it outside any strategy) with the signature."""
+  task = pre.spec.task
+  # Track the lookup tables with the model so the SavedModel owns them.
+  model._tfx_parallel_tables = list(pre.tables.values())  # pylint: disable=protected-access
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
   def serve(examples):
-    parsed = tf.io.parse_example(examples, feature_spec)
-    x = tf.stack([parsed[k] for k in feature_keys], axis=1)
-    return {"predictions": model(x)}
+    return outputs(model(pre.serving_inputs(examples), training=False), task)
 
   model.save(path, save_format="tf", signatures={keys.SERVING_SIGNATURE: serve})
-  del label_key  # The label is read by evaluators from the examples, not the model.
-  return model

@@ -103,8 +103,9 @@ def _divisors(n: int) -> List[int]:
 
 
 # The variables, or a function of the model axis giving them with that axis's sharding
-# (layout rules may leave a dimension whole when the axis does not divide it).
-Variables = Union[Sequence[VariableInfo], Callable[[int], Sequence[VariableInfo]]]
+# (layout rules may leave a dimension whole when the axis does not divide it), or None
+# when the rules cannot apply on that axis (it is skipped).
+Variables = Union[Sequence[VariableInfo], Callable[[int], Optional[Sequence[VariableInfo]]]]
 
 
 def _at(variables: Variables, model_axis: int) -> Sequence[VariableInfo]:
@@ -116,6 +117,8 @@ def _candidates(variables: Variables, num_devices: int,
   """(batch axis, model axis) pairs that are valid layouts on up to num_devices devices."""
   for model_axis in _divisors(num_devices):
     variables_m = _at(variables, model_axis)
+    if variables_m is None:
+      continue  # The layout rules cannot apply on this axis.
     if not all(v.divisible_by(model_axis) for v in variables_m):
       continue
     if model_axis > 1 and not any(v.split_dims for v in variables_m):
@@ -125,7 +128,8 @@ def _candidates(variables: Variables, num_devices: int,
         yield batch_axis, model_axis
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
+  """1536 -> "1.5 KiB" (as the planner's messages print sizes)."""
   for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
     if abs(n) < 1024 or unit == "TiB":
       return f"{n:,.1f} {unit}" if unit != "B" else f"{int(n):,} B"
@@ -156,22 +160,23 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
     best_m = max((m for _, m in _candidates(variables, num_devices, global_batch)), default=1)
     best = state_bytes_per_device(_at(variables, best_m), best_m, slots_per_param)
     raise PlanError(
-        f"the model does not fit: its training state (parameters {_human(total)}, with "
+        f"the model does not fit: its training state (parameters {human_bytes(total)}, with "
         f"gradients and {slots_per_param} optimizer slot(s) per parameter) needs "
-        f"{_human(best)} per device even on the widest model axis possible here "
+        f"{human_bytes(best)} per device even on the widest model axis possible here "
         f"(M={best_m} of {num_devices} device(s)), and each device has "
-        f"{_human(memory_per_device)}")
+        f"{human_bytes(memory_per_device)}")
   _, batch_axis, model_axis, need, volume = min(options, key=lambda o: o[0])
   one = state_bytes_per_device(_at(variables, 1), 1, slots_per_param)
   if model_axis == 1:
     layout = "single" if batch_axis == 1 else "mirrored"
-    reason = (f"the state fits on one device ({_human(one)} of {_human(memory_per_device)}), "
+    reason = (f"the state fits on one device ({human_bytes(one)} of "
+              f"{human_bytes(memory_per_device)}), "
               f"so pure data parallelism over {batch_axis} device(s)")
   else:
     layout = "mesh"
-    reason = (f"the state needs {_human(one)} on one device, more than its "
-              f"{_human(memory_per_device)}; a model axis of {model_axis} is the smallest "
-              f"that fits ({_human(need)} per device), with {batch_axis} data-parallel "
+    reason = (f"the state needs {human_bytes(one)} on one device, more than its "
+              f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
+              f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
               allreduce_bytes_per_step=volume, reason=reason)

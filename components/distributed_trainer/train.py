@@ -8,13 +8,13 @@ MirroredStrategy collectives apart, and lets `multi_worker` start one process pe
 worker with its own TF_CONFIG. The job file is written by the executor (`Job`).
 """
 import argparse
+import contextlib
 import dataclasses
 import json
-import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from tfx_parallel.pipeline import tfenv
 
@@ -37,6 +37,11 @@ class Job:
   history_dir: str        # history.json + loss.png.
   checkpoint_dir: str     # Stable across reruns of the same inputs + config.
   num_shards: int = 1
+  string_feature_keys: List[str] = dataclasses.field(default_factory=list)
+  # Computed once by the executor (stats.prepare); None: this process computes them.
+  model_spec: Optional[Dict[str, Any]] = None
+  normalization: Optional[Dict[str, List[float]]] = None
+  skipped_examples: int = 0
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -51,43 +56,63 @@ def devices_needed(config: TrainerConfig) -> int:
   return 1
 
 
-def padded_features(num_features: int, config: TrainerConfig) -> int:
-  if config.layout != "mesh" or config.model != "linear":
-    return num_features
-  m = config.mesh_model
-  if num_features % m == 0:
-    return num_features
-  if not config.pad_features:
-    raise config_util.ConfigError(
-        "mesh", f"the model axis ({m}) does not divide the feature count "
-        f"({num_features}); set pad_features=true to pad with zero features")
-  return -(-num_features // m) * m
+def builtin_hparams(config: TrainerConfig) -> Dict[str, Any]:
+  """The hparams a module sees: config ``hidden_units`` for the built-ins, then the
+  user's ``hparams`` (which win)."""
+  base = {} if (config.module_file or config.module_path) else {
+      "hidden_units": list(config.hidden_units)}
+  return dict(base, **config.hparams)
 
 
-class Progress:
-  """One progress line every `every` steps: step, loss, examples/s, ETA."""
-
-  def __init__(self, total: int, global_batch: int, start_step: int):
-    self.total, self.batch, self.start = total, global_batch, start_step
-    self.t0 = time.perf_counter()
-
-  def line(self, step: int, loss: float, examples_per_sec: float) -> str:
-    done = step - self.start
-    elapsed = time.perf_counter() - self.t0
-    eta = elapsed / max(done, 1) * (self.total - step)
-    pct = 100.0 * step / self.total
-    return (f"[train] step {step}/{self.total} ({pct:5.1f}%) loss {loss:.6g} "
-            f"{examples_per_sec:,.0f} ex/s elapsed {elapsed:.1f}s ETA {eta:.1f}s")
+def resolve_spec(job: Job, config: TrainerConfig):
+  """(ModelSpec, normalisation) from the job, or from a scan of the data when the job
+  was written without them (e.g. by a test)."""
+  from tfx_parallel.components.distributed_trainer import model_spec as ms, stats  # pylint: disable=g-import-not-at-top
+  if job.model_spec is not None:
+    return ms.ModelSpec.from_dict(job.model_spec), job.normalization
+  spec, norm, _ = stats.prepare(
+      job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
+      task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
+      hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
+      normalize=config.normalize)
+  return spec, norm
 
 
-def _eval_loss(tf, forward, values: Dict, specs, dataset) -> float:
-  params = [tf.constant(values[s.name]) for s in specs]
-  total, count = 0.0, 0
-  for x, y in dataset:
-    pred = forward(params, x)
-    total += float(tf.reduce_sum(tf.square(pred - y)))
-    count += int(y.shape[0])
-  return total / max(count, 1)
+def linear_weights(model, spec, normalization) -> Optional[dict]:
+  """The built-in linear model's numeric kernel and bias in raw feature units."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.models import linear  # pylint: disable=g-import-not-at-top
+  try:
+    kernel, bias = model.get_layer(linear.LINEAR_LAYER).get_weights()
+  except ValueError:
+    return None
+  if normalization is not None:
+    mean = np.asarray(normalization["mean"], np.float32)
+    std = np.asarray(normalization["std"], np.float32)
+    kernel = kernel / std[:, None]
+    bias = bias - mean @ kernel
+  return {"kernel": kernel.tolist(), "bias": np.asarray(bias).tolist()}
+
+
+def _save_checkpoint(checkpoint, job: Job, model, optimizer, state, step: int):
+  values = {f"w{i:04d}": w for i, w in enumerate(model.get_weights())}
+  slots = {"optimizer": {f"v{i:04d}": v.numpy() for i, v in enumerate(optimizer.variables)}}
+  checkpoint.save(job.checkpoint_dir, step, values, slots, {
+      "records": state.records, "epochs": state.epochs, "wall_time": state.wall_time()})
+
+
+def _restore(checkpoint, job: Job, model, optimizer):
+  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  found = checkpoint.latest(job.checkpoint_dir)
+  if not found:
+    return 0, [], [], 0.0
+  step, values, slots, meta = checkpoint.load(found)
+  model.set_weights([values[k] for k in sorted(values)])
+  opt = slots.get("optimizer", {})
+  optimizer.build(model.trainable_variables)
+  optimizer.set_weights([opt[k] for k in sorted(opt)])
+  print(f"[train] resuming from {found} at step {step}", flush=True)
+  return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
 
 def run(job: Job) -> dict:
@@ -97,138 +122,112 @@ def run(job: Job) -> dict:
     # Before TensorFlow initialises; multi_worker must not initialise it here either
     # (collective ops are configured when its strategy is created).
     tfenv.split_cpu(devices_needed(config))
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, layouts  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import model as model_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
-  nf = len(job.feature_keys)
-  nf_padded = padded_features(nf, config)
-  if nf_padded != nf:
-    print(f"[train] padding {nf} features to {nf_padded} for the model axis "
-          f"{config.mesh_model}", flush=True)
-  specs = model_lib.param_specs(config.model, nf_padded, config.hidden_units)
-  spec = data.InputSpec(job.examples_uri, job.feature_keys, job.label_key, nf_padded)
-  runtime = layouts.create(config.layout, specs=specs, optimizer=config.optimizer,
-                           lr=config.learning_rate, global_batch=config.batch_size,
-                           devices=config.devices, mesh_shape=config.mesh)
+  if config.layout == "mesh":
+    from tfx_parallel.components.distributed_trainer import mesh_train  # pylint: disable=g-import-not-at-top
+    return mesh_train.run(job, config)
+  strategy = layouts.make_strategy(config.layout, config.devices)
+  spec, normalization = resolve_spec(job, config)
+  module = user_module.load(config.module_file, config.module_path, config.model)
+  pre = Preprocessor(spec, normalization)
+  chief, num_workers, worker_index = True, 1, 0
+  if config.layout == "multi_worker":
+    task_type, worker_index, num_workers = layouts.worker_info(strategy)
+    chief = layouts.is_chief(task_type, worker_index)
+  print(f"[train] model {module.name}: {spec.describe()}", flush=True)
+
+  tf_keras.utils.set_random_seed(config.seed)
+  scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+  with scope:
+    model = user_module.build(module, spec)
+    loss = user_module.make_loss(module, spec)
+    optimizer = user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate)
+    model.compile(optimizer=optimizer, loss=loss, steps_per_execution=config.execution_steps())
+    start_step, records, epochs, wall_offset = _restore(checkpoint, job, model, optimizer)
+
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
+  train_files = split_files(job.examples_uri, "train")
 
-  mean = std = None
-  if config.normalize:
-    sample = np.concatenate([x.numpy() for x, _ in data.make_dataset(
-        spec, "train", 1024, shuffle=False, drop_remainder=False).take(10)])
-    mean = sample.mean(0).astype(np.float32)
-    std = np.maximum(sample.std(0), 1e-6).astype(np.float32)
-    if nf_padded != nf:
-      mean[nf:], std[nf:] = 0.0, 1.0
+  def dataset(batch: int, num_shards: int, index: int, skip: int):
+    return data.make_dataset(
+        data.shard_files(train_files, "train", num_shards, index), pre, batch, shuffle=True,
+        seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
+        skip_missing_labels=config.skip_missing_labels, skip_batches=skip)
 
-  def dataset_fn(batch, num_shards, index):
-    ds = data.make_dataset(spec, "train", batch, shuffle=True, seed=config.seed,
-                           repeat=True, shuffle_buffer=config.shuffle_buffer,
-                           num_shards=num_shards, shard_index=index)
-    if mean is not None:
-      ds = ds.map(lambda x, y: ((x - mean) / std, y))
-    return ds.skip(start_step)  # Resume: the same batches as an uninterrupted run.
-
-  records: List[dict] = []
-  epochs: List[dict] = []
-  wall_offset = 0.0
-  start_step = 0
-  found = checkpoint.latest(job.checkpoint_dir)
-  if found:
-    start_step, values, slots, meta = checkpoint.load(found)
-    records, epochs = meta.get("records", []), meta.get("epochs", [])
-    wall_offset = meta.get("wall_time", 0.0)
-    print(f"[train] resuming from {found} at step {start_step}", flush=True)
+  if config.layout == "multi_worker":
+    def fn(ctx: tf.distribute.InputContext):
+      per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+      return dataset(ctx.get_per_replica_batch_size(config.batch_size),
+                     ctx.num_input_pipelines, ctx.input_pipeline_id, start_step * per_pipeline)
+    train_ds = strategy.distribute_datasets_from_function(fn)
   else:
-    values, slots = model_lib.init_params(specs, config.seed), None
-  runtime.build(values, slots)
-  desc = runtime.describe()
+    train_ds = dataset(config.batch_size, 1, 0, start_step)
+  eval_ds = data.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024, shuffle=False,
+                              drop_remainder=False,
+                              skip_missing_labels=config.skip_missing_labels)
+
+  desc = layouts.describe(config.layout, strategy)
   print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
-        f"steps {start_step}->{total} global batch {config.batch_size}", flush=True)
-
-  eval_ds = data.make_dataset(spec, "eval", 1024, shuffle=False, drop_remainder=False)
-  if mean is not None:
-    eval_ds = eval_ds.map(lambda x, y: ((x - mean) / std, y))
-  eval_forward = tf.function(model_lib.forward)
-
-  writer = tf.summary.create_file_writer(job.model_run_dir) if runtime.is_chief else None
-  progress = Progress(total, config.batch_size, start_step)
-  iterator = iter(runtime.distribute(dataset_fn))
+        f"steps {start_step}->{total} global batch {config.batch_size} "
+        f"steps/execution {config.execution_steps()}", flush=True)
+  state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
+                      steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
+                      records=records, epochs=epochs, wall_offset=wall_offset,
+                      step=start_step)
+  writer = tf.summary.create_file_writer(job.model_run_dir) if chief else None
+  callbacks = [
+      cb.Recorder(state, config.log_every, config.stop_on_divergence,
+                  cb.make_evaluator(model, loss, eval_ds), writer),
+      cb.Checkpointer(state, config.checkpoint_every,
+                      lambda step: _save_checkpoint(checkpoint, job, model, optimizer, state,
+                                                    step), chief),
+      cb.Progress(state, config.stop_on_divergence),
+  ]
   t_start = time.perf_counter()
-  t_last, step_last = t_start, start_step
-  wait = 0.0
-  diverged = False
-  loss = float("nan")
-  losses_since = []
-  for step in range(start_step + 1, total + 1):
-    t_wait = time.perf_counter()
-    batch = next(iterator)
-    wait += time.perf_counter() - t_wait
-    loss, grad_norm = runtime.step(batch, step)
-    losses_since.append(loss)
-    finite = math.isfinite(loss) and math.isfinite(grad_norm)
-    if step % config.log_every == 0 or step == total or not finite:
-      now = time.perf_counter()
-      eps = (step - step_last) * config.batch_size / max(now - t_last, 1e-9)
-      rec = {"step": step, "loss": float(np.mean(losses_since)), "last_loss": loss,
-             "learning_rate": config.learning_rate, "grad_norm": grad_norm,
-             "examples_per_sec": eps, "wall_time": wall_offset + now - t_start}
-      records.append(rec)
-      losses_since = []
-      t_last, step_last = now, step
-      print(progress.line(step, rec["loss"], eps), flush=True)
-      if writer:
-        with writer.as_default(step=step):
-          tf.summary.scalar("loss", rec["loss"])
-          tf.summary.scalar("grad_norm", grad_norm)
-          tf.summary.scalar("examples_per_sec", eps)
-    if not finite:
-      diverged = True
-      print(f"[train] loss is {loss} at step {step}: training diverged"
-            + ("; stopping early" if config.stop_on_divergence else ""), flush=True)
-      if config.stop_on_divergence:
-        break
-    if step % steps_per_epoch == 0 or step == total:
-      values, _ = runtime.gather()
-      ev = _eval_loss(tf, eval_forward, values, specs, eval_ds)
-      epochs.append({"epoch": len(epochs) + 1, "step": step, "train_loss": rec_loss(
-          records), "eval_loss": ev})
-      print(f"[train] epoch {len(epochs)} step {step} eval loss {ev:.6g}", flush=True)
-    if config.checkpoint_every and step % config.checkpoint_every == 0 and step < total:
-      if runtime.is_chief:
-        values, slots = runtime.gather()
-        checkpoint.save(job.checkpoint_dir, step, values, slots, {
-            "records": records, "epochs": epochs,
-            "wall_time": wall_offset + time.perf_counter() - t_start})
+  if total > start_step:
+    model.fit(train_ds, epochs=1, steps_per_epoch=total - start_step, callbacks=callbacks,
+              verbose=0)
+  elapsed = time.perf_counter() - t_start - state.eval_seconds
+  steps_run = max(state.step - start_step, 1) if total > start_step else 1
 
-  elapsed = time.perf_counter() - t_start
-  steps_run = max(step - start_step, 1) if total > start_step else 1
-  values, _ = runtime.gather()
-  final = export.unpad_and_fold(values, specs, nf, mean, std)
   history = dict(desc, global_batch_size=config.batch_size, total_steps=total,
-                 model=config.model, optimizer=config.optimizer, records=records,
-                 epochs=epochs, steps_run=steps_run,
+                 model=module.name if (config.module_file or config.module_path) else config.model,
+                 optimizer=config.optimizer, records=state.records, epochs=state.epochs,
+                 steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
-                 input_wait_fraction=wait / max(elapsed, 1e-9),
-                 diverged=diverged, stopped_early=diverged and step < total,
-                 feature_keys=list(job.feature_keys), label_key=job.label_key,
-                 padded_features=nf_padded - nf, resumed_from_step=start_step)
-  if config.model == "linear":
-    history["weights"] = {"kernel": final["kernel"].tolist(), "bias": final["bias"].tolist()}
-  if runtime.is_chief:
-    export.export(job.model_dir, final, specs, job.feature_keys, job.label_key)
+                 diverged=state.diverged, stopped_early=state.diverged and state.step < total,
+                 feature_keys=list(spec.feature_names), label_key=spec.label_key,
+                 task=spec.task, num_classes=spec.num_classes,
+                 label_vocabulary=(list(spec.label_vocabulary)
+                                   if spec.label_vocabulary is not None else None),
+                 steps_per_execution=config.execution_steps(),
+                 skipped_examples=job.skipped_examples, padded_features=0,
+                 resumed_from_step=start_step)
+  # Measured from where the variables live, after training (every optimizer slot exists).
+  from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
+  history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
+  if chief:
+    # Export from a plain copy built outside any strategy.
+    tf_keras.utils.set_random_seed(config.seed)
+    plain = user_module.build(module, spec)
+    plain.set_weights(model.get_weights())
+    weights = linear_weights(plain, spec, normalization)
+    if weights is not None:
+      history["weights"] = weights
+    export.export(job.model_dir, plain, pre)
     write_history(job.history_dir, history)
-    print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss {loss:.6g}; "
-          f"model written to {job.model_dir}", flush=True)
+    print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
+          f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)
   return history
-
-
-def rec_loss(records: List[dict]) -> Optional[float]:
-  return records[-1]["loss"] if records else None
 
 
 def write_history(directory: str, history: dict):

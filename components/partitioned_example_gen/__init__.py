@@ -1,7 +1,10 @@
 """PartitionedExampleGen: synthetic, CSV or taxi rows -> split, sharded gzip TFRecords.
 
-Modules: config (typed config), component / executor (TFX wiring), sources (planning,
-synthetic generation, CSV reading and parsing), partition (hash split and shard),
-rows (columnar batches, fast tf.Example encoding), write (shard files, staged commit),
-ingest (the Beam pipeline), properties (the Examples artifact's properties).
+Modules: config (typed config), component / executor / driver (TFX wiring; the driver
+resolves spans and fingerprints the input), sources (planning, synthetic generation, CSV
+reading and parsing), inference (column types), output_splits (stock output_config),
+stock_key (stock ExampleGen's partition keys), partition (hash split and shard), rows
+(columnar batches, fast tf.Example encoding), write (shard files, staged commit), ingest
+(the Beam pipeline), runners (Beam args for Dask), properties (the Examples artifact's
+properties), verify (read-back checks).
 """

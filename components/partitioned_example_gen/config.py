@@ -24,18 +24,23 @@ class ExampleGenConfig:
     bias: synthetic true bias.
     noise: standard deviation of the synthetic label noise.
     seed: synthetic generator seed.
-    split_ratios: split name -> relative weight (default train:eval = 4:1).
-    split_key: column hashed into splits; None hashes the whole record.
+    split_ratios: split name -> hash buckets (default train:eval = 4:1); the shorthand
+      for stock output_config, splits in sorted name order (output_splits.py).
+    split_key: shorthand for output_config's partition_feature_name: an int or string
+      column whose value decides the split; None hashes the whole row, as stock does.
     num_workers: training workers the shards are sized for.
     shards_per_worker: files per worker per split (shards = workers * this).
     bad_row_policy: "fail" (default: error naming file and line) or "skip" (count them).
     column_types: optional CSV column -> "float" | "int" | "string"; others are inferred
-      from the first rows of the first file (see sources.infer_column_types).
+      from the first ``type_inference_rows`` data rows (see inference.py: numeric when
+      >= 99% of the sampled non-empty cells are numbers; the other cells are bad rows).
     columns: optional CSV columns to keep (the label is always kept); None keeps every
       column, except for "taxi", which keeps sources.TAXI_FEATURE_COLUMNS.
     verify_output: re-read every written record (both CRCs, parse as tf.train.Example,
       row counts per split) before the artifact is published; off by default, its cost
       is in benchmarks/RESULTS.md.
+    type_inference_rows: data rows (from the first files, in order) sampled to infer
+      the types of the columns not in column_types.
   """
   source: str = SYNTHETIC
   label: Optional[str] = None
@@ -54,6 +59,7 @@ class ExampleGenConfig:
   column_types: Optional[Dict[str, str]] = None
   columns: Optional[Tuple[str, ...]] = None
   verify_output: bool = False
+  type_inference_rows: int = 10_000
 
   @property
   def is_synthetic(self) -> bool:
@@ -77,7 +83,8 @@ class ExampleGenConfig:
 
   @property
   def split_names(self) -> Tuple[str, ...]:
-    """Split names in a fixed (sorted) order, independent of dict order and JSON."""
+    """The shorthand's split names in a fixed (sorted) order, independent of dict order
+    and JSON. With an output_config, output_splits.resolve has the names."""
     return tuple(sorted(self.split_ratios))
 
   def validate(self) -> "ExampleGenConfig":
@@ -108,6 +115,9 @@ class ExampleGenConfig:
             f"must be one of {BAD_ROW_POLICIES}. Received: {self.bad_row_policy!r}")
     require(isinstance(self.verify_output, bool), "verify_output",
             f"must be true or false. Received: {self.verify_output!r}")
+    require(isinstance(self.type_inference_rows, int) and self.type_inference_rows >= 1,
+            "type_inference_rows",
+            f"must be a positive integer. Received: {self.type_inference_rows!r}")
     if self.column_types:
       for col, typ in self.column_types.items():
         require(typ in ("float", "int", "string"), f"column_types.{col}",

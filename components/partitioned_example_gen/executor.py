@@ -3,12 +3,18 @@ from typing import Any, Dict, List
 
 from absl import logging
 from tfx import types
+from tfx.components.example_gen import driver as example_gen_driver
+from tfx.components.example_gen import utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
+from tfx.types import standard_component_specs as specs
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen import driver
+from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import ingest
+from tfx_parallel.components.partitioned_example_gen import output_splits
 from tfx_parallel.components.partitioned_example_gen import properties
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
@@ -18,6 +24,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
   """Writes the configured source as sharded, split gzip TFRecords of tf.train.Example.
 
   Beam args (``.with_beam_pipeline_args``) reach ``self._make_beam_pipeline()`` unchanged.
+  The files are the ones the driver fingerprinted (its resolved ``input_base`` and
+  ``input_config``); without a driver, ``Do`` resolves them itself, the same way.
   """
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
@@ -27,12 +35,40 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     config = config_util.from_json(ExampleGenConfig,
                                    exec_properties[keys.CONFIG_KEY]).validate()
     examples = artifact_utils.get_single_instance(output_dict[keys.EXAMPLES_KEY])
-    plan = sources.plan_source(config)
+    if driver.resolved_from_properties(exec_properties) is None:
+      exec_properties = driver.resolve_exec_properties(exec_properties)
+    resolved = driver.resolved_from_properties(exec_properties)  # None for synthetic.
+    splits = output_splits.resolve(config, exec_properties.get(specs.OUTPUT_CONFIG_KEY))
+    plan = sources.plan_source(config, pattern=resolved.pattern if resolved else None,
+                               partition_feature=splits.partition_feature)
     logging.info("PartitionedExampleGen: ingesting %r into %s", plan.source, examples.uri)
-    summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri)
     synthetic = isinstance(plan, sources.SyntheticSpec)
+    if not synthetic:
+      logging.info("PartitionedExampleGen: span %s, version %s, files %s (fingerprint %s)",
+                   resolved.span, resolved.version, list(plan.files), resolved.fingerprint)
+      _log_column_types(plan)
+    summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri, splits)
+    reports = {} if synthetic else {r.name: r for r in plan.reports}
+    example_gen_driver.update_output_artifact(
+        {utils.VERSION_PROPERTY_NAME: None, **exec_properties}, examples.mlmd_artifact)
+    examples.span = int(exec_properties.get(utils.SPAN_PROPERTY_NAME) or 0)
+    if exec_properties.get(utils.VERSION_PROPERTY_NAME) is not None:
+      examples.version = int(exec_properties[utils.VERSION_PROPERTY_NAME])
     properties.record_output(
-        examples, split_names=config.split_names, num_shards=config.num_shards,
+        examples, split_names=splits.names, num_shards=config.num_shards,
         source=plan.source, feature_keys=plan.feature_keys, label_key=plan.label_key,
         summary=summary, true_weights=plan.weights if synthetic else None,
-        true_bias=plan.bias if synthetic else None)
+        true_bias=plan.bias if synthetic else None,
+        string_feature_keys=[k for k in plan.string_keys if k != plan.label_key],
+        column_types=None if synthetic else inference.to_property(reports),
+        type_inference=(None if synthetic else
+                        inference.inference_property(reports, plan.sampled_rows)))
+
+
+def _log_column_types(plan: sources.CsvLayout) -> None:
+  """Every column's type at INFO; string columns and odd sampled cells at WARNING."""
+  info, warnings = inference.describe({r.name: r for r in plan.reports}, plan.sampled_rows,
+                                      plan.label_key)
+  logging.info("%s", info)
+  for warning in warnings:
+    logging.warning("PartitionedExampleGen: %s", warning)

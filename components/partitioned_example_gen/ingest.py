@@ -20,21 +20,33 @@ from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 
 
 def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-          root: str) -> None:
+          root: str, splits: partition.OutputSplits) -> None:
   """Adds the whole ingest to ``pipeline``, writing Split-* and summary.json under root."""
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
   encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys)
   written = (rows
-             | "PartitionAndShard" >> partition.PartitionAndShard(config.split_ratios,
+             | "PartitionAndShard" >> partition.PartitionAndShard(splits.pairs,
                                                                   config.num_shards)
              | "EncodeExamples" >> write.EncodeExamples(encoder)
-             | "WriteShards" >> write.WriteShards(root, config.split_names, config.num_shards))
+             | "WriteShards" >> write.WriteShards(
+                 root, splits.names, config.num_shards,
+                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None))
   _ = written | "Summary" >> write.WriteSummary(skipped, root)
 
 
+def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
+  """True on Beam's DaskRunner, which collects a bundle's outputs before it calls
+  finish_bundle (apache_beam/runners/dask/transform_evaluator.py, apply_dofn_to_bundle):
+  there, every staged chunk is flushed as it comes instead of once per bundle."""
+  return any(type(pipeline.runner).__name__ == "DaskRunner" or
+             c.__name__ == "DaskRunner" for c in type(pipeline.runner).__mro__)
+
+
 def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
-        uri: str) -> write.IngestSummary:
+        uri: str, splits: Optional[partition.OutputSplits] = None) -> write.IngestSummary:
   """Runs the ingest into ``uri`` (all splits or nothing) and returns what was written.
+
+  ``splits`` defaults to the config's ratio shorthand (partition.shorthand_splits).
 
   Raises:
     sources.BadInputError: the source has bad rows (policy "fail") or no rows at all.
@@ -42,8 +54,11 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       fails a check.
     Exception: whatever the runner raised; ``uri`` then has no Split-* directories.
   """
+  if splits is None:
+    splits = partition.shorthand_splits(config.split_ratios, config.split_key)
   with write.staged_output(uri) as staging:
-    build(pipeline, config, plan, staging)
+    build(pipeline, config, plan, staging, splits)
+    result = None
     try:
       result = pipeline.run()
       state = result.wait_until_finish()
@@ -52,20 +67,29 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       if message is None:
         raise
       raise sources.BadInputError(message) from e
+    finally:
+      _close_client(result)
     if state is not None and state != PipelineState.DONE:
       raise RuntimeError(f"PartitionedExampleGen's Beam pipeline ended in state {state}; "
                          f"nothing was written to {uri}")
     log_metrics(result)
-    summary = write.read_summary(staging, config.split_names)
+    summary = write.read_summary(staging, splits.names)
     if summary.total_rows == 0:
       raise sources.BadInputError(
           f"source {plan.source!r} has no data rows ({summary.skipped_rows} bad rows "
           f"skipped); nothing was written to {uri}")
     if config.verify_output:
-      verify.verify_output(staging, summary.row_counts, config.split_names)
+      verify.verify_output(staging, summary.row_counts, splits.names)
       logging.info("PartitionedExampleGen: verified every record of %d rows",
                    summary.total_rows)
   return summary
+
+
+def _close_client(result) -> None:
+  """Closes the Dask client DaskRunner opened for this run (it leaves it open)."""
+  client = getattr(result, "client", None)
+  if client is not None:
+    client.close()
 
 
 _BAD_INPUT = re.compile(r"BadInputError: (.+)")

@@ -1,19 +1,23 @@
 """Deterministic split and shard assignment of rows.
 
-Each row has a partition key: its synthetic row id, or for CSV the raw line (or the
-``split_key`` cell). The key is hashed to an unsigned 64-bit integer ``h``:
+Each row has a partition key: its synthetic row id, or for CSV the stock ExampleGen key
+(stock_key.py: the serialized stock Example of the row, or of its partition feature).
+The key is hashed to an integer ``h``:
 
-* bytes keys: the first 8 bytes (big-endian) of ``sha256(key)``, like TFX's ExampleGen;
-* integer row ids: splitmix64(id), vectorized in numpy (10M ids hash in well under a
-  second, where sha256 per row would take about ten).
+* bytes keys: ``int(sha256(key).hexdigest(), 16)``, all 256 bits, exactly as stock
+  ExampleGen's ``_PartitionFn``;
+* integer row ids: splitmix64(id), 64 bits, vectorized in numpy (10M ids hash in well
+  under a second, where sha256 per row would take about ten).
 
-Then ``bucket = h % sum(ratios)`` picks the split by bisecting the cumulative ratios over
-the splits in sorted name order, and ``(h // sum(ratios)) % num_shards`` picks the shard.
-Both depend only on the key and the config, so the same input lands in the same split and
-shard on every run and every runner.
+Then ``bucket = h % total_buckets`` picks the split by bisecting the cumulative buckets
+over the splits in their configured order (``bisect.bisect``, as stock), and
+``(h // total_buckets) % num_shards`` picks the shard. Both depend only on the key and
+the config, so the same input lands in the same split and shard on every run and every
+runner, and in the same split as in stock ExampleGen.
 """
+import dataclasses
 import hashlib
-from typing import Dict, Iterator, List, Sequence, Tuple, Union
+from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -25,13 +29,14 @@ ShardKey = Tuple[str, int]  # (split name, shard index)
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def hash_keys(keys: Union[np.ndarray, Sequence[bytes]]) -> np.ndarray:
-  """uint64 hash of each partition key (see the module docstring)."""
-  if isinstance(keys, np.ndarray):
-    return splitmix64(keys)
-  return np.fromiter(
-      (int.from_bytes(hashlib.sha256(k).digest()[:8], "big") for k in keys),
-      dtype=np.uint64, count=len(keys))
+def hash_keys(keys: np.ndarray) -> np.ndarray:
+  """uint64 hash of each integer row id (splitmix64)."""
+  return splitmix64(np.asarray(keys))
+
+
+def sha256_int(key: bytes) -> int:
+  """Stock ExampleGen's hash of a partition key: all 256 bits of sha256."""
+  return int.from_bytes(hashlib.sha256(key).digest(), "big")
 
 
 def splitmix64(ids: np.ndarray) -> np.ndarray:
@@ -43,27 +48,72 @@ def splitmix64(ids: np.ndarray) -> np.ndarray:
     return (z ^ (z >> np.uint64(31))) & _MASK64
 
 
-class Partitioner:
-  """Maps hashes to (split index, shard index) for fixed split ratios and shard count."""
+@dataclasses.dataclass(frozen=True)
+class OutputSplits:
+  """Split names and hash buckets in stock order, and the partition feature (or None).
 
-  def __init__(self, split_ratios: Dict[str, int], num_shards: int):
-    self.split_names: Tuple[str, ...] = tuple(sorted(split_ratios))
-    self.boundaries = np.cumsum([split_ratios[s] for s in self.split_names])
+  Built from stock output_config by output_splits.resolve, or from the ratio shorthand
+  by ``shorthand_splits`` (this module imports no TFX, so Beam workers do not either).
+  """
+  names: Tuple[str, ...]
+  buckets: Tuple[int, ...]
+  partition_feature: Optional[str] = None
+
+  @property
+  def pairs(self) -> Tuple[Tuple[str, int], ...]:
+    return tuple(zip(self.names, self.buckets))
+
+
+def shorthand_splits(split_ratios: Mapping[str, int],
+                     split_key: Optional[str] = None) -> OutputSplits:
+  """The ratio shorthand: splits in sorted name order, split_key as partition feature."""
+  names = tuple(sorted(split_ratios))
+  return OutputSplits(names, tuple(int(split_ratios[n]) for n in names), split_key or None)
+
+
+SplitBuckets = Union[Mapping[str, int], Sequence[Tuple[str, int]]]
+
+
+class Partitioner:
+  """Maps partition keys to (split index, shard index) for fixed splits and shard count.
+
+  ``splits`` is a sequence of (name, hash buckets) in stock output_config order, or a
+  dict of ratios (the shorthand), whose splits are taken in sorted name order.
+  """
+
+  def __init__(self, splits: SplitBuckets, num_shards: int):
+    pairs = (sorted(splits.items()) if isinstance(splits, Mapping) else list(splits))
+    self.split_names: Tuple[str, ...] = tuple(name for name, _ in pairs)
+    self.boundaries = np.cumsum([buckets for _, buckets in pairs])
     self.total = int(self.boundaries[-1])
     self.num_shards = num_shards
 
   def assign(self, hashes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """(split index, shard index) arrays for uint64 ``hashes``."""
+    """(split index, shard index) arrays for uint64 ``hashes`` of row ids."""
     total = np.uint64(self.total)
     bucket = hashes % total
     split = np.searchsorted(self.boundaries, bucket.astype(np.int64), side="right")
     shard = (hashes // total) % np.uint64(self.num_shards)
     return split.astype(np.int64), shard.astype(np.int64)
 
+  def assign_keys(self, keys: Union[np.ndarray, Sequence[bytes]]
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """(split index, shard index) of row ids (splitmix64) or bytes keys (sha256)."""
+    if isinstance(keys, np.ndarray):
+      return self.assign(hash_keys(keys))
+    total, shards = self.total, self.num_shards
+    buckets = np.empty(len(keys), dtype=np.int64)
+    shard = np.empty(len(keys), dtype=np.int64)
+    for i, key in enumerate(keys):
+      rest, buckets[i] = divmod(sha256_int(key), total)
+      shard[i] = rest % shards
+    split = np.searchsorted(self.boundaries, buckets, side="right")
+    return split.astype(np.int64), shard
+
   def split_of(self, key: Union[int, bytes]) -> str:
     """The split of a single key; for tests and debugging."""
     keys = np.array([key], dtype=np.int64) if isinstance(key, int) else [key]
-    split, _ = self.assign(hash_keys(keys))
+    split, _ = self.assign_keys(keys)
     return self.split_names[int(split[0])]
 
   def all_shard_keys(self) -> List[ShardKey]:
@@ -71,7 +121,7 @@ class Partitioner:
 
   def partition(self, batch: RowBatch) -> Iterator[Tuple[ShardKey, RowBatch]]:
     """Splits one batch into sub-batches, one per (split, shard) that has rows."""
-    split, shard = self.assign(hash_keys(batch.keys))
+    split, shard = self.assign_keys(batch.keys)
     cell = split * self.num_shards + shard
     order = np.argsort(cell, kind="stable")
     cells, starts = np.unique(cell[order], return_index=True)
@@ -82,8 +132,8 @@ class Partitioner:
 
 
 @beam.ptransform_fn
-def PartitionAndShard(batches: beam.PCollection, split_ratios: Dict[str, int],
+def PartitionAndShard(batches: beam.PCollection, splits: SplitBuckets,
                       num_shards: int) -> beam.PCollection:
   """RowBatch -> ((split, shard), RowBatch) with the rows of that split and shard."""
-  partitioner = Partitioner(split_ratios, num_shards)
+  partitioner = Partitioner(splits, num_shards)
   return batches | "Partition" >> beam.FlatMap(partitioner.partition)

@@ -17,8 +17,15 @@ FILE_FORMAT = "tfrecords_gzip"
 def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_shards: int,
                   source: str, feature_keys: Sequence[str], label_key: str,
                   summary: IngestSummary, true_weights: Optional[Sequence[float]] = None,
-                  true_bias: Optional[float] = None) -> None:
-  """Sets split_names, payload and file format, and the custom properties of keys.py."""
+                  true_bias: Optional[float] = None,
+                  string_feature_keys: Sequence[str] = (),
+                  column_types: Optional[str] = None,
+                  type_inference: Optional[str] = None) -> None:
+  """Sets split_names, payload and file format, and the custom properties of keys.py.
+
+  ``column_types`` and ``type_inference`` are the JSON of inference.to_property and
+  inference.inference_property (CSV sources only).
+  """
   examples.split_names = artifact_utils.encode_split_names(list(split_names))
   examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
   examples_utils.set_file_format(examples, FILE_FORMAT)
@@ -29,6 +36,8 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
     examples.set_int_custom_property(keys.ROW_COUNT_PREFIX + split, summary.row_counts[split])
   examples.set_int_custom_property(keys.SKIPPED_ROWS, summary.skipped_rows)
   examples.set_string_custom_property(keys.FEATURE_KEYS, json.dumps(list(feature_keys)))
+  examples.set_string_custom_property(keys.STRING_FEATURE_KEYS,
+                                      json.dumps(list(string_feature_keys)))
   examples.set_string_custom_property(keys.LABEL_KEY, label_key)
   examples.set_string_custom_property(keys.SOURCE, source)
   if true_weights is not None:
@@ -36,6 +45,10 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
                                         json.dumps([float(w) for w in true_weights]))
   if true_bias is not None:
     examples.set_float_custom_property(keys.TRUE_BIAS, float(true_bias))
+  if column_types is not None:
+    examples.set_string_custom_property(keys.COLUMN_TYPES, column_types)
+  if type_inference is not None:
+    examples.set_string_custom_property(keys.TYPE_INFERENCE, type_inference)
   logging.info("PartitionedExampleGen: wrote %d rows %s (%d bad rows skipped), %d shards "
                "per split, to %s", summary.total_rows, summary.row_counts,
                summary.skipped_rows, num_shards, examples.uri)

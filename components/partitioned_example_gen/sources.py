@@ -2,8 +2,8 @@
 
 ``plan_source(config)`` runs on the driver before Beam starts and does every check that
 needs no full read: the glob matches files, the first file has a header naming the label,
-``columns`` / ``column_types`` / ``split_key`` name real columns, and the column types
-are known (explicit, or inferred from the first rows of the first file). It returns a
+``columns`` / ``column_types`` / the partition feature name real columns, and the column
+types are known (explicit, or inferred from the first rows by inference.py). It returns a
 ``SyntheticSpec`` or a ``CsvLayout``; ``read_rows(pipeline, plan, policy)`` turns either
 into a PCollection of ``RowBatch``.
 
@@ -17,28 +17,32 @@ row in every file (all files must have the same header), UTF-8. Line numbers cou
 with the header as line 1, so error messages match what an editor shows. Blank lines are
 ignored. Numeric columns ("float", "int") are parsed with ``float``/``int``; an empty cell
 (or the text ``nan``) is a missing value and the feature is absent from that Example.
+Each row's split key is stock CsvExampleGen's (stock_key.py). Files are read by
+line-aligned byte ranges (file_ranges), so one big file is read in parallel.
 """
 import csv
 import dataclasses
 import os
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
+from tfx_parallel.components.partitioned_example_gen import inference
+from tfx_parallel.components.partitioned_example_gen import stock_key
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
-SKIPPED_TAG = "skipped"
 
 SYNTHETIC_CHUNK_ROWS = 4096   # rows per generated element; part of the data's definition.
 CSV_BATCH_LINES = 1000        # lines per element between reading and parsing.
-TYPE_INFERENCE_ROWS = 1000    # data rows of the first file sampled to infer column types.
 _READ_BLOCK_BYTES = 4 << 20
+RANGE_BYTES = 8 << 20         # bytes per read range of an uncompressed CSV file.
 
-NUMERIC_TYPES = ("float", "int")
+NUMERIC_TYPES = inference.NUMERIC_TYPES
 
 # The taxi CSV: label "fare"; numeric features that are known when a trip ends. Dropped:
 # "tips" (paid after the fare, a leak), the ID-like census tracts and community areas,
@@ -98,7 +102,11 @@ class CsvLayout:
     header: every column of the header, in file order.
     types: kept column -> "float" | "int" | "string", in header order.
     label_key: the label column (numeric).
-    split_key: column whose cell is hashed into splits; None hashes the whole line.
+    split_key: the partition feature (output_config's partition_feature_name, or
+      config.split_key): an int or string column whose stock Feature is hashed into
+      splits; None hashes the row's stock Example (stock_key.py).
+    reports: how each kept column's type was decided (inference.ColumnReport).
+    sampled_rows: data rows the types were inferred from.
   """
   source: str
   files: Tuple[str, ...]
@@ -106,6 +114,8 @@ class CsvLayout:
   types: Dict[str, str]
   label_key: str
   split_key: Optional[str] = None
+  reports: Tuple[inference.ColumnReport, ...] = ()
+  sampled_rows: int = 0
 
   @property
   def numeric_keys(self) -> Tuple[str, ...]:
@@ -126,45 +136,68 @@ SourcePlan = Union[SyntheticSpec, CsvLayout]
 # ----------------------------------------------------------------------------- planning
 
 
-def plan_source(config: config_lib.ExampleGenConfig) -> SourcePlan:
-  """Checks the source and fixes its layout; raises BadInputError before any Beam work."""
+def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = None,
+                partition_feature: Optional[str] = None) -> SourcePlan:
+  """Checks the source and fixes its layout; raises BadInputError before any Beam work.
+
+  Args:
+    config: the validated config.
+    pattern: the CSV glob with span and version resolved (driver.ResolvedInput.pattern);
+      default: the config's source.
+    partition_feature: output_config's partition_feature_name; default config.split_key.
+  """
+  partition_feature = partition_feature or config.split_key
   if config.is_synthetic:
     return SyntheticSpec(rows=config.rows, weights=config.true_weights(), bias=config.bias,
                          noise=config.noise, seed=config.seed, label_key=config.label_key)
   if config.source == config_lib.TAXI:
-    pattern = taxi_csv_path()
     columns = tuple(config.columns or TAXI_FEATURE_COLUMNS)
     column_types = {c: "float" for c in columns + (config.label_key,)}
     column_types.update(config.column_types or {})
   else:
-    pattern = config.source
     columns = tuple(config.columns) if config.columns else None
     column_types = dict(config.column_types or {})
+  if pattern is None:
+    pattern = taxi_csv_path() if config.source == config_lib.TAXI else config.source
   files = match_files(pattern)
   if not files:
     raise BadInputError(f"source: no files match {pattern!r}")
   first = files[0]
-  header, sample = read_header_and_sample(first, TYPE_INFERENCE_ROWS)
+  header, sample = read_header_and_sample(files, config.type_inference_rows)
   label = config.label_key
   if label not in header:
     raise BadInputError(f"{first}:1: label column {label!r} not in header {list(header)}")
   for key, names in (("columns", columns or ()), ("column_types", column_types),
-                     ("split_key", [config.split_key] if config.split_key else [])):
+                     ("partition_feature_name (split_key)",
+                      [partition_feature] if partition_feature else [])):
     for name in names:
       if name not in header:
         raise BadInputError(f"{first}:1: {key} names column {name!r}, which is not in "
                             f"the header {list(header)}")
+  if not sample:
+    where = first if len(files) == 1 else f"{pattern!r} ({len(files)} files)"
+    raise BadInputError(f"{where}: no data rows after the header")
   kept = set(columns or header) | {label}
-  inferred = infer_column_types(header, sample)
-  types = {c: column_types.get(c, inferred[c]) for c in header if c in kept}
-  if len(files) == 1 and not sample:
-    raise BadInputError(f"{first}: no data rows after the header")
+  if partition_feature:
+    kept.add(partition_feature)
+  reports = inference.infer_types(header, sample, explicit=column_types,
+                                  keep=[c for c in header if c in kept])
+  types = {c: r.type for c, r in reports.items()}
   if types[label] not in NUMERIC_TYPES:
+    r = reports[label]
     raise BadInputError(
-        f"{first}: label column {label!r} is not numeric (type {types[label]!r}, inferred "
-        f"from the first {TYPE_INFERENCE_ROWS} rows); set column_types.{label}")
+        f"{first}: label column {label!r} is not numeric: {r.numeric} of {r.non_empty} "
+        f"non-empty cells in the first {len(sample)} data rows are numbers (at least "
+        f"{inference.NUMERIC_SHARE:.0%} needed); set column_types.{label}='float' to make "
+        f"its other cells bad rows")
+  if partition_feature and types[partition_feature] not in ("int", "string"):
+    raise BadInputError(
+        f"{first}: partition_feature_name (split_key) {partition_feature!r} is a "
+        f"{types[partition_feature]} column; stock ExampleGen partitions only on int and "
+        f"string features. Set column_types.{partition_feature}='string' to hash its text")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
-                   label_key=label, split_key=config.split_key)
+                   label_key=label, split_key=partition_feature,
+                   reports=tuple(reports.values()), sampled_rows=len(sample))
 
 
 def match_files(pattern: str) -> Tuple[str, ...]:
@@ -190,52 +223,44 @@ def parse_header(line: str, path: str) -> Tuple[str, ...]:
   return header
 
 
-def read_header_and_sample(path: str, max_rows: int) -> Tuple[Tuple[str, ...], List[List[str]]]:
-  """The header of ``path`` and up to ``max_rows`` well-formed data rows after it."""
-  with open_file(path) as f:
-    first = f.readline().decode("utf-8", errors="replace")
-    if not first.strip():
-      raise BadInputError(f"{path}:1: empty file, expected a header row")
-    header = parse_header(first, path)
-    sample = []
-    while len(sample) < max_rows:
-      raw = f.readline()
-      if not raw:
-        break
-      line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-      if not line:
+def read_header_and_sample(files: Sequence[str], max_rows: int
+                           ) -> Tuple[Tuple[str, ...], List[inference.SampleRow]]:
+  """The first file's header and up to ``max_rows`` well-formed data rows, read from the
+  files in order (the next file when one is short). Malformed rows are left out here:
+  the parse stage reports them with their line numbers."""
+  header = None
+  sample: List[inference.SampleRow] = []
+  for path in files:
+    with open_file(path) as f:
+      first = f.readline().decode("utf-8", errors="replace")
+      if not first.strip():
+        if header is None:
+          raise BadInputError(f"{path}:1: empty file, expected a header row")
         continue
-      try:
-        row = next(csv.reader([line], strict=True))
-      except csv.Error:
-        continue  # Reported with its line number when the file is parsed.
-      if len(row) == len(header):
-        sample.append(row)
+      this_header = parse_header(first, path)
+      if header is None:
+        header = this_header
+      elif this_header != header:
+        raise BadInputError(f"{path}:1: header {list(this_header)} differs from the "
+                            f"header of {files[0]}: {list(header)}")
+      line_no = 1
+      while len(sample) < max_rows:
+        raw = f.readline()
+        if not raw:
+          break
+        line_no += 1
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if not line:
+          continue
+        try:
+          row = next(csv.reader([line], strict=True))
+        except csv.Error:
+          continue
+        if len(row) == len(header):
+          sample.append(inference.SampleRow(path, line_no, tuple(row)))
+    if len(sample) >= max_rows:
+      break
   return header, sample
-
-
-def _is_type(values: Sequence[str], parse) -> bool:
-  try:
-    for v in values:
-      parse(v)
-  except (ValueError, OverflowError):
-    return False
-  return True
-
-
-def infer_column_types(header: Sequence[str], sample: Sequence[Sequence[str]]) -> Dict[str, str]:
-  """Per column: "int" if every non-empty sampled cell parses as int, else "float" if
-  every one parses as float, else "string" (also when the sample has no non-empty cell)."""
-  types = {}
-  for i, name in enumerate(header):
-    values = [row[i] for row in sample if row[i] != ""]
-    if values and _is_type(values, int):
-      types[name] = "int"
-    elif values and _is_type(values, float):
-      types[name] = "float"
-    else:
-      types[name] = "string"
-  return types
 
 
 # ----------------------------------------------------------------------------- synthetic
@@ -309,8 +334,74 @@ def iter_line_batches(f, batch_lines: int, first_line_no: int = 1,
     yield line_no, pending
 
 
+class FileRange(NamedTuple):
+  """Lines [first_line, ...) of a file: bytes [start, end) (end None: to the end).
+
+  A range with start 0 begins with the header; other ranges begin at a line start.
+  """
+  path: str
+  start: int
+  end: Optional[int]
+  first_line: int
+
+
+def file_ranges(files: Sequence[str], range_bytes: int = RANGE_BYTES) -> List[FileRange]:
+  """Line-aligned byte ranges of about ``range_bytes`` covering every file, in order.
+
+  Ranges let the read itself run in parallel: on runners that do not redistribute
+  (DaskRunner runs Reshuffle as a no-op), one file would otherwise be one task. Line
+  numbers of the range starts are counted here, on the driver, in one pass over each
+  file larger than ``range_bytes`` (memory speed: bytes.count). Compressed files cannot
+  seek and are one range each.
+  """
+  ranges = []
+  for path in files:
+    metadata = FileSystems.match([path])[0].metadata_list[0]
+    compressed = CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED
+    if compressed or metadata.size_in_bytes <= range_bytes:
+      ranges.append(FileRange(path, 0, None, 1))
+      continue
+    starts = [(0, 1)]
+    offset, lines, target = 0, 0, range_bytes
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+      while True:
+        block = f.read(_READ_BLOCK_BYTES)
+        if not block:
+          break
+        end = offset + len(block)
+        while target < end:
+          i = block.find(b"\n", max(target - offset, 0))
+          if i < 0:
+            break  # The next line break is in a later block.
+          boundary = offset + i + 1
+          if boundary < metadata.size_in_bytes:
+            starts.append((boundary, lines + block.count(b"\n", 0, i + 1) + 1))
+          target = boundary + range_bytes
+        lines += block.count(b"\n")
+        offset = end
+    for (start, first_line), (end, _) in zip(starts, starts[1:] + [(None, 0)]):
+      ranges.append(FileRange(path, start, end, first_line))
+  return ranges
+
+
+class _Limited:
+  """Reads at most ``limit`` bytes (all when None) from a binary file object."""
+
+  def __init__(self, f, limit: Optional[int]):
+    self._f = f
+    self._left = limit
+
+  def read(self, size: int) -> bytes:
+    if self._left is None:
+      return self._f.read(size)
+    data = self._f.read(min(size, self._left)) if self._left > 0 else b""
+    self._left -= len(data)
+    return data
+
+
 class _ReadLines(beam.DoFn):
-  """A CSV file -> LineBatches of its data lines; checks the header against the first file's."""
+  """A FileRange -> LineBatches of its data lines; the range that starts the file checks
+  the header against the first file's."""
 
   def __init__(self, header: Sequence[str], first_file: str, batch_lines: int):
     self._header = tuple(header)
@@ -318,13 +409,24 @@ class _ReadLines(beam.DoFn):
     self._batch_lines = batch_lines
     self._lines = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "lines_read")
 
-  def process(self, path: str) -> Iterator[LineBatch]:
+  def process(self, file_range) -> Iterator[LineBatch]:
+    if isinstance(file_range, str):
+      file_range = FileRange(file_range, 0, None, 1)
+    path = file_range.path
     with open_file(path) as f:
-      header = f.readline()
-      if not header.strip():
-        raise BadInputError(f"{path}:1: empty file, expected a header row")
-      self._check_header(path, header)
-      for line_no, lines in iter_line_batches(f, self._batch_lines, first_line_no=2):
+      if file_range.start == 0:
+        header = f.readline()
+        if not header.strip():
+          raise BadInputError(f"{path}:1: empty file, expected a header row")
+        self._check_header(path, header)
+        first_line, limit = 2, (None if file_range.end is None
+                                else file_range.end - len(header))
+      else:
+        f.seek(file_range.start)
+        first_line = file_range.first_line
+        limit = None if file_range.end is None else file_range.end - file_range.start
+      for line_no, lines in iter_line_batches(_Limited(f, limit), self._batch_lines,
+                                              first_line_no=first_line):
         self._lines.inc(len(lines))
         yield path, line_no, b"\n".join(lines)
 
@@ -341,10 +443,14 @@ class _ReadLines(beam.DoFn):
 
 @beam.ptransform_fn
 def ReadCsvLines(pipeline, files: Sequence[str], header: Sequence[str],
-                 batch_lines: int = CSV_BATCH_LINES) -> beam.PCollection:
-  """Files -> LineBatches, redistributed (Reshuffle) so parsing runs in parallel."""
+                 batch_lines: int = CSV_BATCH_LINES,
+                 range_bytes: Optional[int] = None) -> beam.PCollection:
+  """Files -> LineBatches, read by line-aligned ranges (file_ranges) and redistributed
+  (Reshuffle) so parsing runs in parallel. ``range_bytes`` defaults to RANGE_BYTES,
+  read when the pipeline is built."""
+  ranges = file_ranges(files, RANGE_BYTES if range_bytes is None else range_bytes)
   return (pipeline
-          | "Files" >> beam.Create(list(files))
+          | "Files" >> beam.Create(ranges)
           | "Read" >> beam.ParDo(_ReadLines(header, files[0], batch_lines))
           | "Redistribute" >> beam.Reshuffle())
 
@@ -419,13 +525,17 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch
       ok[k] = False
       fail(good[k], f"column {name!r}: expected {typ}, got {cell!r}")
 
-  if layout.split_key is None:
-    keys = [raw[i] for i in good]
-  else:
-    keys = [c.encode("utf-8") for c in columns[index[layout.split_key]]]
-  batch = RowBatch(sort_key=(path, first_line), numeric=numeric, strings=strings, keys=keys)
+  batch = RowBatch(sort_key=(path, first_line), numeric=numeric, strings=strings,
+                   keys=[b""] * len(good))  # Placeholder: the keys are built below.
   if not ok.all():
     batch = batch.take(np.flatnonzero(ok))
+  encoder = stock_key.StockKeyEncoder(layout.types)
+  n = len(batch.numeric[layout.label_key])
+  if layout.split_key is None:
+    keys = encoder.example_keys(batch.numeric, batch.strings, n)
+  else:
+    keys = encoder.feature_keys(layout.split_key, batch.numeric, batch.strings, n)
+  batch = batch._replace(keys=keys)
   return batch, [(first_line + i, bad[i]) for i in sorted(bad)]
 
 
@@ -451,8 +561,20 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
   return values, errors
 
 
+class Skipped(NamedTuple):
+  """How many bad rows one LineBatch had (bad_row_policy "skip")."""
+  rows: int
+
+
 class _ParseLines(beam.DoFn):
-  """LineBatch -> RowBatch; bad rows raise (policy "fail") or are counted ("skip")."""
+  """LineBatch -> RowBatch and, if it had bad rows, Skipped; bad rows raise (policy
+  "fail") or are counted ("skip").
+
+  One output, not a tagged one: Beam's DaskRunner puts every tagged output in the main
+  output's bag (apache_beam/runners/dask/transform_evaluator.py, ParDo), which mixed
+  the skipped-row counts into the rows (TypeError: unsupported operand type(s) for +:
+  'int' and 'RowBatch').
+  """
 
   def __init__(self, layout: CsvLayout, policy: str):
     self._layout = layout
@@ -467,17 +589,31 @@ class _ParseLines(beam.DoFn):
         raise BadInputError(bad[0][1] + (f" (and {len(bad) - 1} more bad rows in this "
                                           f"batch)" if len(bad) > 1 else ""))
       self._skipped.inc(len(bad))
-      yield beam.pvalue.TaggedOutput(SKIPPED_TAG, len(bad))
+      yield Skipped(len(bad))
     self._parsed.inc(batch.num_rows)
     if batch.num_rows:
       yield batch
 
 
-@beam.ptransform_fn
-def ParseCsv(line_batches, layout: CsvLayout, policy: str):
-  """LineBatches -> DoOutputsTuple: main RowBatches, and ``skipped`` counts (ints)."""
-  return line_batches | "Parse" >> beam.ParDo(_ParseLines(layout, policy)).with_outputs(
-      SKIPPED_TAG, main="rows")
+class ParsedCsv(NamedTuple):
+  rows: beam.PCollection     # RowBatch
+  skipped: beam.PCollection  # int: bad rows skipped, per LineBatch that had some
+
+
+class ParseCsv(beam.PTransform):
+  """LineBatches -> ParsedCsv(RowBatches, skipped-row counts)."""
+
+  def __init__(self, layout: CsvLayout, policy: str):
+    super().__init__()
+    self._layout = layout
+    self._policy = policy
+
+  def expand(self, line_batches):
+    parsed = line_batches | "Parse" >> beam.ParDo(_ParseLines(self._layout, self._policy))
+    rows = parsed | "Rows" >> beam.Filter(lambda e: isinstance(e, RowBatch))
+    skipped = parsed | "Skipped" >> beam.FlatMap(
+        lambda e: [e.rows] if isinstance(e, Skipped) else [])
+    return ParsedCsv(rows, skipped)
 
 
 def read_rows(pipeline, plan: SourcePlan, policy: str
@@ -488,4 +624,4 @@ def read_rows(pipeline, plan: SourcePlan, policy: str
   parsed = (pipeline
             | "ReadCsv" >> ReadCsvLines(plan.files, plan.header)
             | "ParseCsv" >> ParseCsv(plan, policy))
-  return parsed.rows, parsed[SKIPPED_TAG]
+  return parsed.rows, parsed.skipped

@@ -251,11 +251,11 @@ def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int,
           | "Write" >> beam.ParDo(_WriteShard(root, num_shards)))
 
 
-def _write_summary(counts: List[Tuple[Tuple[str, str], int]], path: str):
+def _write_summary(counts: Iterable[Tuple[str, str, int]], path: str):
   summary = {"row_counts": {}, "skipped_rows": 0}
-  for (kind, split), n in counts:
+  for kind, split, n in counts:
     if kind == _ROWS:
-      summary["row_counts"][split] = n
+      summary["row_counts"][split] = summary["row_counts"].get(split, 0) + n
     else:
       summary["skipped_rows"] += n
   with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
@@ -266,16 +266,19 @@ def _write_summary(counts: List[Tuple[Tuple[str, str], int]], path: str):
 def WriteSummary(written, skipped: Optional[beam.PCollection], root: str):
   """Row counts per split and skipped rows -> root/summary.json, read by the driver.
 
-  A file rather than Beam metrics, because not every runner reports metrics reliably.
+  A file rather than Beam metrics, because not every runner reports metrics (DaskRunner
+  does not). One GroupByKey on a constant key rather than a CombineGlobally, whose
+  default value needs a side input, which DaskRunner computes inside a worker.
   """
-  counts = [written | "KeyRows" >> beam.MapTuple(lambda split, n: ((_ROWS, split), n))]
+  counts = [written | "KeyRows" >> beam.MapTuple(lambda split, n: (_ROWS, split, n))]
   if skipped is not None:
-    counts.append(skipped | "KeySkipped" >> beam.Map(lambda n: ((_SKIPPED, ""), n)))
+    counts.append(skipped | "KeySkipped" >> beam.Map(lambda n: (_SKIPPED, "", n)))
   return (counts
           | "AllCounts" >> beam.Flatten()
-          | "Sum" >> beam.CombinePerKey(sum)
-          | "Collect" >> beam.combiners.ToList()
-          | "WriteSummary" >> beam.Map(_write_summary, join(root, SUMMARY_FILE)))
+          | "OneKey" >> beam.Map(lambda count: (None, count))
+          | "Collect" >> beam.GroupByKey()
+          | "WriteSummary" >> beam.MapTuple(lambda _, values: _write_summary(
+              values, join(root, SUMMARY_FILE))))
 
 
 def read_summary(root: str, split_names: Iterable[str]) -> IngestSummary:

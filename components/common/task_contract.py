@@ -1,0 +1,21 @@
+"""Recording the task contract (components/common/keys.py) on an artifact.
+
+DistributedTrainer writes it on its Model and TrainingHistory; ConvergenceEvaluator reads
+it back with ``convergence_evaluator.task.read_properties``.
+"""
+import json
+from typing import Optional, Sequence
+
+from tfx_parallel.components.common import keys
+
+
+def write_properties(artifact, task: str, num_classes: int,
+                     label_vocabulary: Optional[Sequence[str]] = None):
+  """Sets ``task``, ``num_classes`` and (string labels) ``label_vocabulary``."""
+  if task not in keys.TASKS:
+    raise ValueError(f"task must be one of {list(keys.TASKS)}. Received: {task!r}")
+  artifact.set_string_custom_property(keys.TASK, task)
+  artifact.set_int_custom_property(keys.NUM_CLASSES, int(num_classes))
+  if label_vocabulary is not None:
+    artifact.set_string_custom_property(keys.LABEL_VOCABULARY,
+                                        json.dumps(list(label_vocabulary)))

@@ -1,0 +1,194 @@
+"""tf_keras callbacks of a training run: history records, per-epoch eval loss, divergence
+stop, checkpoints, and progress lines (printed by :class:`Progress` only).
+
+``model.fit`` runs the remaining steps as one Keras epoch; the callbacks see the global
+step at the end of every execution (``steps_per_execution`` steps), so records and
+checkpoints fall on execution boundaries (config.execution_steps() divides log_every and
+checkpoint_every). "Epochs" of the history are passes over the train split
+(``steps_per_epoch`` steps); their eval loss is computed at the first execution boundary
+at or after the epoch's last step.
+"""
+import dataclasses
+import math
+import time
+from typing import Callable, List
+
+import tf_keras
+
+
+@dataclasses.dataclass
+class RunState:
+  """What the callbacks share, and what a checkpoint and history.json keep."""
+  total: int
+  start_step: int
+  global_batch: int
+  steps_per_epoch: int
+  learning_rate: float
+  records: List[dict] = dataclasses.field(default_factory=list)
+  epochs: List[dict] = dataclasses.field(default_factory=list)
+  wall_offset: float = 0.0
+  step: int = 0
+  diverged: bool = False
+  last_loss: float = math.nan
+  t_start: float = dataclasses.field(default_factory=time.perf_counter)
+  eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
+
+  def wall_time(self) -> float:
+    return self.wall_offset + time.perf_counter() - self.t_start
+
+
+class Recorder(tf_keras.callbacks.Callback):
+  """Appends history records every ``log_every`` steps, evaluates at epoch ends, and
+  stops training when the loss becomes NaN/inf (``stop_on_divergence``).
+
+  Keras reports the running mean loss since the start of ``fit``; a record's loss is
+  the mean over the steps since the previous record, recovered from two running means.
+  """
+
+  def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
+               eval_loss: Callable[[], float], writer=None):
+    super().__init__()
+    self.state = state
+    self.log_every = log_every
+    self.stop_on_divergence = stop_on_divergence
+    self.eval_loss = eval_loss
+    self.writer = writer
+    self._mean, self._count = 0.0, 0
+    self._flushed = len(state.records)
+    self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
+
+  def on_train_batch_end(self, batch, logs=None):
+    st = self.state
+    count = int(batch) + 1
+    step = st.start_step + count
+    st.step = step
+    mean = float((logs or {}).get("loss", math.nan))
+    window = count - self._count
+    loss = (mean * count - self._mean * self._count) / max(window, 1)
+    if not math.isfinite(mean):
+      loss = mean
+    self._mean, self._count = mean, count
+    st.last_loss = loss
+    finite = math.isfinite(loss)
+    if step % self.log_every == 0 or step >= st.total or not finite:
+      now = time.perf_counter()
+      train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
+      eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
+      st.records.append({"step": step, "loss": loss, "learning_rate": st.learning_rate,
+                         "examples_per_sec": eps, "wall_time": st.wall_time()})
+      self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
+    if not finite:
+      st.diverged = True
+      if self.stop_on_divergence:
+        self.model.stop_training = True
+      return
+    epoch = step // st.steps_per_epoch
+    if (epoch > len(st.epochs) and step > st.start_step) or step >= st.total:
+      t0 = time.perf_counter()
+      self.flush_summaries()
+      ev = self.eval_loss()
+      st.eval_seconds += time.perf_counter() - t0
+      train_loss = st.records[-1]["loss"] if st.records else loss
+      st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
+                        "train_loss": train_loss, "eval_loss": ev})
+    if step >= st.total:
+      self.model.stop_training = True
+
+  def on_train_end(self, logs=None):
+    self.flush_summaries()
+
+  def flush_summaries(self):
+    """Writes the TensorBoard scalars of the records since the last flush. Batched (at
+    epoch ends and at the end), so that logging costs no time between training steps."""
+    if self.writer is None:
+      return
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with self.writer.as_default():
+      for record in self.state.records[self._flushed:]:
+        tf.summary.scalar("loss", record["loss"], step=record["step"])
+        tf.summary.scalar("examples_per_sec", record["examples_per_sec"], step=record["step"])
+    self.writer.flush()
+    self._flushed = len(self.state.records)
+
+
+class Checkpointer(tf_keras.callbacks.Callback):
+  """Every ``every`` steps (not at the end), ``save(step)`` on the chief."""
+
+  def __init__(self, state: RunState, every: int, save: Callable[[int], None], chief: bool):
+    super().__init__()
+    self.state, self.every, self.save, self.chief = state, every, save, chief
+
+  def on_train_batch_end(self, batch, logs=None):
+    step = self.state.step
+    if (self.every and step % self.every == 0 and step < self.state.total
+        and not self.state.diverged and self.chief):
+      self.save(step)
+
+
+class Progress(tf_keras.callbacks.Callback):
+  """Prints one line per history record and per epoch evaluation, and the divergence
+  notice: the only place that prints progress."""
+
+  def __init__(self, state: RunState, stop_on_divergence: bool, out=print):
+    super().__init__()
+    self.state = state
+    self.stop_on_divergence = stop_on_divergence
+    self.out = out
+    self._records = len(state.records)
+    self._epochs = len(state.epochs)
+    self._diverged = False
+    self.t0 = time.perf_counter()
+
+  def line(self, record: dict) -> str:
+    st = self.state
+    step = record["step"]
+    done = step - st.start_step
+    elapsed = time.perf_counter() - self.t0
+    eta = elapsed / max(done, 1) * max(st.total - step, 0)
+    pct = 100.0 * step / st.total
+    return (f"[train] step {step}/{st.total} ({pct:5.1f}%) loss {record['loss']:.6g} "
+            f"{record['examples_per_sec']:,.0f} ex/s elapsed {elapsed:.1f}s ETA {eta:.1f}s")
+
+  def on_train_batch_end(self, batch, logs=None):
+    st = self.state
+    for record in st.records[self._records:]:
+      self.out(self.line(record), flush=True)
+    self._records = len(st.records)
+    for e in st.epochs[self._epochs:]:
+      self.out(f"[train] epoch {e['epoch']} step {e['step']} eval loss {e['eval_loss']:.6g}",
+               flush=True)
+    self._epochs = len(st.epochs)
+    if st.diverged and not self._diverged:
+      self._diverged = True
+      self.out(f"[train] loss is {st.last_loss} at step {st.step}: training diverged"
+               + ("; stopping early" if self.stop_on_divergence else ""), flush=True)
+
+
+def per_example_loss(loss):
+  """A per-example version of a tf_keras loss (for evaluation outside ``fit``)."""
+  if isinstance(loss, tf_keras.losses.Loss):
+    config = dict(loss.get_config(), reduction="none")
+    return type(loss).from_config(config)
+  return loss
+
+
+def make_evaluator(model, loss, dataset) -> Callable[[], float]:
+  """A function returning the mean per-example loss of ``model`` over ``dataset``
+  ((inputs, labels) batches), traced once. Runs outside ``fit`` (no collectives)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  per_example = per_example_loss(loss)
+
+  @tf.function
+  def batch_sum(x, y):
+    values = per_example(y, model(x, training=False))
+    return tf.reduce_sum(tf.cast(values, tf.float64)), tf.size(values)
+
+  def evaluate() -> float:
+    total, count = 0.0, 0
+    for x, y in dataset:
+      s, n = batch_sum(x, y)
+      total += float(s)
+      count += int(n)
+    return total / count if count else math.nan
+
+  return evaluate

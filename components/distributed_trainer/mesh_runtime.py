@@ -1,0 +1,399 @@
+"""The ``mesh`` layout for any tf_keras model: a DTensor mesh of batch x model devices.
+
+:class:`MeshTrainer` trains a user's ``build_model()`` on a mesh (B, M) of logical CPU
+devices (or GPUs when present) with a custom loop:
+
+* **Placement.** ``build_model()`` runs once plainly (a *probe*: the same variables,
+  initial values and names as any single-device build), the layout rules
+  (:mod:`sharding`; the user's ``layout_rules`` or the defaults) are resolved and
+  validated against the probe's variables, then ``build_model()`` runs again under a
+  variable creator that makes every variable a ``dtensor.DVariable`` holding the
+  probe's initial value in its layout: sharding per dimension over the ``model``
+  axis, replicated over ``batch``. So a mesh run starts from exactly the weights a
+  single-device run would, whatever the initialisers.
+* **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
+  device (b, m) receives row block b (replicated over the model axis).
+* **Activations.** A layer holding a split variable returns its outputs gathered
+  over the model axis (split over ``batch`` only), so the rest of the user's model
+  sees ordinary tensors (DTensor's layout propagation otherwise carries the split
+  into e.g. a concat with a float feature, and fails). The one exception is the
+  Megatron hand-off: a column-split Dense whose every consumer is a row-split Dense
+  keeps its output split, since those blocks are exactly the next layer's inputs.
+* **Step.** Two ``tf.function``s per step: (1) forward, ``loss_fn(labels, outputs)``
+  (a mean over the global batch, plus the model's regularisation losses) and
+  gradients, each gradient put in its variable's layout (the batch-axis sum of
+  per-device partial gradients happens there, before any non-linear update);
+  (2) a tf_keras optimizer built with ``mesh=`` applies them; its slot variables
+  (momentum, Adam m/v) are created with ``zeros_like(variable)`` and so follow the
+  variable's layout. In ONE function, DTensor does not keep the forward pass's
+  variable reads before the optimizer's writes once the batch axis is split (a 2x1
+  mesh drifted from single-device from the second step on); two functions order them.
+
+  DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
+  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
+  shard i's gradient X_iᵀ ∂L/∂Y; a column-split kernel gives output blocks
+  Y_i = X W_i with no communication; Megatron pairs (column then row) need one
+  all-reduce per pair. See :mod:`sharding` for the rules and the defaults.
+* **Reading back.** ``full_weights()`` relayouts each variable to replicated and
+  returns numpy arrays in ``model.get_weights()`` order (export: a plain
+  ``build_model()`` outside any mesh takes them with ``set_weights``);
+  ``shard_shapes()`` reads each device's local shape from the DTensor itself;
+  ``state()`` / ``load_state()`` round-trip model and optimizer variables.
+
+Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
+models, or subclassed models built inside ``build_model``) are supported.
+"""
+import contextlib
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
+
+BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
+OPTIMIZERS = ("sgd", "momentum", "adam")
+MOMENTUM = 0.9
+
+
+class _MeshSGD(tf_keras.optimizers.SGD):
+  """tf_keras SGD whose plain update (momentum 0) is ``variable -= lr * gradient``.
+
+  Stock SGD computes ``m = -lr * g + m * 0.0`` even without momentum; Grappler folds
+  ``m * 0.0`` into a zeros constant of the variable's GLOBAL shape, which then meets
+  the local shard of a split variable on a DTensor mesh ("Incompatible shapes: [6,2]
+  vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``. Without
+  momentum it also keeps no ``m`` slot (stock SGD allocates one it never needs), so
+  its state is the variables alone, as the memory planner counts it.
+  """
+
+  def build(self, var_list):
+    if self.momentum:
+      return super().build(var_list)
+    super(tf_keras.optimizers.SGD, self).build(var_list)  # pylint: disable=bad-super-call
+    self.momentums = []
+    self._built = True
+
+  def update_step(self, gradient, variable):
+    if self.momentum:
+      return super().update_step(gradient, variable)
+    lr = tf.cast(self.learning_rate, variable.dtype)
+    if isinstance(gradient, tf.IndexedSlices):
+      return variable.scatter_add(tf.IndexedSlices(-gradient.values * lr, gradient.indices))
+    return variable.assign_add(-gradient * lr)
+
+
+def make_optimizer(name: str, learning_rate: float, mesh=None):
+  """The tf_keras optimizer for config ``optimizer``: ``sgd``, ``momentum`` (SGD with
+  momentum 0.9) or ``adam`` (defaults). ``mesh=`` places its state on a DTensor mesh,
+  each slot in its variable's layout. XLA is off (on CPU tf_keras ignores it anyway)."""
+  kwargs = {"jit_compile": False}
+  if mesh is not None:
+    kwargs["mesh"] = mesh
+  if name == "sgd":
+    return (tf_keras.optimizers.SGD if mesh is None else _MeshSGD)(learning_rate, **kwargs)
+  if name == "momentum":
+    return tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM, **kwargs)
+  if name == "adam":
+    return tf_keras.optimizers.Adam(learning_rate, **kwargs)
+  raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {name!r}")
+
+
+def _dtensor():
+  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  return dtensor
+
+
+def create_mesh(mesh_shape: Tuple[int, int]):
+  """A (batch, model) mesh over the first B*M GPUs, or logical CPUs when there is no GPU."""
+  dtensor = _dtensor()
+  b, m = mesh_shape
+  device_type = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+  local = tf.config.list_logical_devices(device_type)
+  if len(local) < b * m:
+    raise ValueError(f"mesh: {b}x{m} needs {b * m} {device_type} devices, found {len(local)} "
+                     f"(split the CPU first: tfenv.split_cpu). Received: mesh_shape={mesh_shape}")
+  return dtensor.create_mesh([(BATCH_AXIS, b), (MODEL_AXIS, m)],
+                             devices=[d.name for d in local[:b * m]], device_type=device_type)
+
+
+@contextlib.contextmanager
+def _rewound_layer_names():
+  """Runs a block, then rewinds tf_keras's auto layer-name counters to where they were,
+  so the next build of the same model gets the same names (``dense`` again, not
+  ``dense_2``): the rules are resolved on the probe's variable paths."""
+  from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
+  uids = backend.get_default_graph_uid_map()
+  saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
+  try:
+    yield
+  finally:
+    uids.clear()
+    uids.update(saved_uids)
+    backend.OBSERVED_NAMES.clear()
+    backend.OBSERVED_NAMES.update(saved_observed)
+
+
+def _check_model(model, module_name: str):
+  if not isinstance(model, tf_keras.Model):
+    raise TypeError(f"module {module_name!r}: build_model() must return a tf_keras.Model. "
+                    f"Received: {type(model).__name__}")
+  if not model.weights:
+    raise ValueError(f"module {module_name!r}: build_model() returned a model with no variables; "
+                     f"the mesh layout places variables when they are created, so build the "
+                     f"model inside build_model (tf_keras.Input, or call model.build).")
+
+
+class MeshTrainer:
+  """Trains ``build_model()`` on a (batch, model) DTensor mesh; see the module docstring.
+
+  Args:
+    build_model: returns a fresh tf_keras.Model taking a dict of feature tensors.
+    mesh_shape: (B, M): B devices along the batch axis, M along the model axis.
+    rules: variable-path regex -> sharding per dimension (:mod:`sharding`); None uses
+      :func:`sharding.default_rules`.
+    loss_fn: (labels, outputs) -> scalar mean loss over the global batch.
+    optimizer: "sgd", "momentum" or "adam" (tf_keras optimizers).
+    learning_rate: the optimizer's learning rate.
+    global_batch: rows per step; B must divide it.
+    module_name: names the user module in errors.
+
+  Raises:
+    sharding.ShardingError: a rule does not apply (before any training).
+    ValueError: bad mesh shape, global batch, optimizer, or too few devices.
+  """
+
+  def __init__(self, build_model: Callable[[], tf_keras.Model], *, mesh_shape: Tuple[int, int],
+               rules: Optional[Mapping[str, Tuple[Optional[str], ...]]],
+               loss_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+               optimizer: str, learning_rate: float, global_batch: int,
+               module_name: str = "built-in"):
+    mesh_shape = tuple(int(x) for x in mesh_shape)
+    if len(mesh_shape) != 2 or min(mesh_shape) < 1:
+      raise ValueError(f"mesh_shape: two positive sizes (batch, model). Received: {mesh_shape}")
+    if global_batch < 1 or global_batch % mesh_shape[0]:
+      raise ValueError(f"global_batch: must be a positive multiple of the batch axis "
+                       f"{mesh_shape[0]}. Received: global_batch={global_batch}")
+    if optimizer not in OPTIMIZERS:
+      raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {optimizer!r}")
+    self.mesh_shape = mesh_shape
+    self.global_batch = global_batch
+    self.module_name = module_name
+    self.loss_fn = loss_fn
+    self._d = _dtensor()
+    self.mesh = create_mesh(mesh_shape)
+
+    # 1. Probe: a plain build gives the variables, their paths and initial values.
+    created: List[tf.Variable] = []
+
+    def record(next_creator, **kwargs):
+      v = next_creator(**kwargs)
+      created.append(v)
+      return v
+
+    with _rewound_layer_names(), tf.variable_creator_scope(record):
+      probe = build_model()
+    _check_model(probe, module_name)
+    infos = sharding_lib.describe_variables(probe)
+    if rules is None:
+      rules = sharding_lib.default_rules(probe, mesh_shape[1])
+    self.rules = dict(rules)
+    self.shardings = sharding_lib.resolve(self.rules, infos, mesh_shape[1], module_name)
+    plan = [(sharding_lib.variable_path(v), v.numpy()) for v in created]
+    del probe, created
+
+    # 2. The real build: every variable a DVariable in its layout, starting from the
+    # probe's value (the i-th variable created is the probe's i-th).
+    placed: List[tf.Variable] = []
+
+    def place(next_creator, **kwargs):
+      del next_creator
+      i = len(placed)
+      if i >= len(plan):
+        raise RuntimeError(f"module {module_name!r}: build_model() created more variables on "
+                           f"the second build than on the first; it must be deterministic.")
+      path, value = plan[i]
+      spec = self.shardings.get(path, (None,) * value.ndim)
+      v = self._d.DVariable(self._place(value, self._layout(spec)), name=kwargs.get("name"),
+                            trainable=kwargs.get("trainable", True),
+                            constraint=kwargs.get("constraint"))
+      if sharding_lib.variable_path(v) != path:
+        raise RuntimeError(f"module {module_name!r}: variable {i} is {path!r} on the first "
+                           f"build and {sharding_lib.variable_path(v)!r} on the second; "
+                           f"build_model() must be deterministic.")
+      placed.append(v)
+      return v
+
+    with tf.variable_creator_scope(place):
+      self.model = build_model()
+    _check_model(self.model, module_name)
+    if len(placed) != len(plan):
+      raise RuntimeError(f"module {module_name!r}: build_model() created {len(plan)} variables "
+                         f"on the first build and {len(placed)} on the second.")
+
+    self._gather_split_outputs()
+    self.optimizer = make_optimizer(optimizer, learning_rate, mesh=self.mesh)
+    self.optimizer.build(self.model.trainable_variables)
+    # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
+    self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
+    self._gradients_fn = tf.function(self._gradients)
+    self._apply_fn = tf.function(self._apply)
+
+  def _hands_off_split_output(self, layer) -> bool:
+    """True for a column-split Dense whose every consumer (in a functional model's
+    graph) is a row-split Dense: the Megatron hand-off, where the split activations
+    are exactly the next layer's input blocks and stay split."""
+    path = sharding_lib.variable_path
+    if (not isinstance(layer, tf_keras.layers.Dense)
+        or self.shardings.get(path(layer.kernel)) != (None, MODEL_AXIS)):
+      return False
+    consumers = [node.outbound_layer for node in getattr(layer, "_outbound_nodes", [])]
+    return bool(consumers) and all(
+        isinstance(c, tf_keras.layers.Dense)
+        and self.shardings.get(path(c.kernel)) == (MODEL_AXIS, None) for c in consumers)
+
+  def _gather_split_outputs(self):
+    """Makes each layer that holds a split variable return its outputs split over the
+    batch axis only (whole on every model-axis device), except at a Megatron hand-off.
+
+    The variables stay split (each device stores and updates only its block); only
+    the layer's activations are all-gathered, so the rest of the user's model sees
+    ordinary tensors. Without this, DTensor's layout propagation carries a split
+    into the next op: concatenating a split [B, 4] embedding lookup (or a
+    column-split Dense output) with a [B, 1] float feature fails with "requires
+    dimension 1 to be divisible by sharding".
+    """
+    d = self._d
+    self.gathered: List[str] = []  # names of the layers whose outputs are gathered
+
+    def gather(t):
+      if not isinstance(t, tf.Tensor) or t.shape.rank in (None, 0):
+        return t
+      return d.relayout(t, d.Layout([BATCH_AXIS] + [d.UNSHARDED] * (t.shape.rank - 1),
+                                    self.mesh))
+
+    for layer in sharding_lib.leaf_layers(self.model):
+      split = [v for v in layer.weights
+               if sharding_lib.is_sharded(self.shardings.get(sharding_lib.variable_path(v), ()))]
+      if not split or self._hands_off_split_output(layer):
+        continue
+      call = layer.call
+
+      def call_then_gather(*args, _call=call, **kwargs):
+        return tf.nest.map_structure(gather, _call(*args, **kwargs))
+
+      layer.call = call_then_gather
+      self.gathered.append(layer.name)
+
+  # --- layouts ------------------------------------------------------------------
+  def _layout(self, spec: Sequence[Optional[str]]):
+    d = self._d
+    return d.Layout([s if s is not None else d.UNSHARDED for s in spec], self.mesh)
+
+  def _place(self, value, layout):
+    """A host value as a DTensor in ``layout`` (each device keeps only its block)."""
+    d = self._d
+    t = d.copy_to_mesh(tf.convert_to_tensor(value),
+                       d.Layout.replicated(self.mesh, rank=len(layout.sharding_specs)))
+    return d.relayout(t, layout)
+
+  def _full(self, variable) -> np.ndarray:
+    d = self._d
+    value = variable.read_value()
+    rank = len(variable.shape)
+    return d.unpack(d.relayout(value, d.Layout.replicated(self.mesh, rank=rank)))[0].numpy()
+
+  def _pack(self, value) -> tf.Tensor:
+    """A global-batch host tensor as a DTensor split by rows over the batch axis:
+    device (b, m) gets row block b (the mesh orders devices batch-major)."""
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank == 0 or value.shape[0] != self.global_batch:
+      raise ValueError(f"inputs: every feature and the labels must have the global batch "
+                       f"{self.global_batch} as first dimension. Received: shape {value.shape}")
+    b, m = self.mesh_shape
+    blocks = tf.split(value, b, axis=0)
+    layout = self._d.Layout([BATCH_AXIS] + [self._d.UNSHARDED] * (value.shape.rank - 1),
+                            self.mesh)
+    return self._d.pack([blk for blk in blocks for _ in range(m)], layout)
+
+  # --- training -----------------------------------------------------------------
+  def _gradients(self, features, labels):
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      outputs = self.model(features, training=True)
+      loss = self.loss_fn(labels, outputs)
+      if self.model.losses:
+        loss += tf.add_n(self.model.losses)
+    grads = tape.gradient(loss, variables)
+    # Each gradient in its variable's layout: this sums the per-device partial
+    # gradients over the batch axis before the (non-linear) optimizer update.
+    return loss, [self._d.relayout(tf.convert_to_tensor(g), layout)
+                  for g, layout in zip(grads, self._grad_layouts)]
+
+  def _apply(self, grads):
+    self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+
+  def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
+    """One synchronous step on a global batch; returns the loss.
+
+    Every feature and the labels must have exactly ``global_batch`` rows (batch the
+    input with ``drop_remainder=True``). Gradients and the update are two functions
+    (module docstring: one function misorders reads and writes on a split batch axis).
+    """
+    packed = {k: self._pack(v) for k, v in features.items()}
+    loss, grads = self._gradients_fn(packed, self._pack(labels))
+    self._apply_fn(grads)
+    return float(self._d.unpack(loss)[0].numpy())
+
+  # --- reading back -------------------------------------------------------------
+  def full_weights(self) -> List[np.ndarray]:
+    """Unsharded values in ``model.get_weights()`` order."""
+    return [self._full(v) for v in self.model.weights]
+
+  def shard_shapes(self) -> Dict[str, Tuple[int, ...]]:
+    """Variable path -> the shape of the block each device holds, read from the DTensor
+    (every device's component is checked to have the same shape)."""
+    out = {}
+    for v in self.model.weights:
+      shapes = {tuple(c.shape.as_list()) for c in self._d.unpack(v.read_value())}
+      if len(shapes) != 1:
+        raise RuntimeError(f"{v.name}: devices hold blocks of different shapes {shapes}")
+      out[sharding_lib.variable_path(v)] = shapes.pop()
+    return out
+
+  def layouts(self) -> Dict[str, Tuple[str, ...]]:
+    """Variable path -> the DTensor sharding spec per dimension, model and optimizer state
+    (e.g. ``"m/hidden_1/kernel": ("unsharded", "model")``)."""
+    return {name: tuple(self._d.fetch_layout(v).sharding_specs)
+            for name, v in self._state_variables().items()}
+
+  def _state_variables(self) -> Dict[str, tf.Variable]:
+    out: Dict[str, tf.Variable] = {}
+    for prefix, variables in (("model/", self.model.weights),
+                              ("optimizer/", self.optimizer.variables)):
+      for v in variables:
+        key = prefix + sharding_lib.variable_path(v)
+        if key in out:
+          raise ValueError(f"state: two variables are named {key!r}; give the layers "
+                           f"unique names")
+        out[key] = v
+    return out
+
+  def state(self) -> Dict[str, np.ndarray]:
+    """Every model and optimizer variable, unsharded: ``model/<path>``, ``optimizer/<name>``."""
+    return {k: self._full(v) for k, v in self._state_variables().items()}
+
+  def load_state(self, state: Dict[str, np.ndarray]):
+    """Restores what :meth:`state` returned (same model, optimizer and rules)."""
+    variables = self._state_variables()
+    missing, extra = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
+    if missing or extra:
+      raise ValueError(f"state: does not fit this model and optimizer; missing {missing}, "
+                       f"unexpected {extra}")
+    for key, v in variables.items():
+      value = np.asarray(state[key])
+      if tuple(value.shape) != tuple(v.shape.as_list()):
+        raise ValueError(f"state: {key} has shape {list(value.shape)}, the variable "
+                         f"{v.shape.as_list()}")
+      v.assign(self._place(value.astype(v.dtype.as_numpy_dtype), self._d.fetch_layout(v)))

@@ -1,0 +1,272 @@
+"""Wires the pure planner (planner.py) to a real model and the devices present.
+
+* :func:`parse_bytes`: config ``device_memory`` (an int, or "512MiB" / "2GiB" / "1.5GB").
+* :func:`planner_variables`: a built tf_keras model + layout rules -> the planner's
+  ``VariableInfo`` list for each model axis (the rules resolved per axis, as the mesh
+  layout resolves them: sharding.resolve on the model's trainable variables).
+* :func:`device_budget`: how many devices and how much memory each: GPUs present
+  (memory from TensorFlow: the device's limit minus what is in use, read with
+  ``tf.config.experimental.get_memory_info``), else config ``devices`` logical CPUs and
+  config ``device_memory``.
+* :func:`choose` (``layout: auto``): runs the planner and returns the config rewritten
+  to the chosen concrete layout, plus what to record (``layout_chosen``,
+  ``layout_reason``). :func:`check_explicit`: for an explicit layout, one warning line
+  with the numbers when its state does not fit the budget.
+
+The executor calls :func:`apply` in the parent process, before the training child
+starts: a model that fits nowhere fails before any step, with the planner's numbers.
+"""
+import dataclasses
+import math
+import re
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+from absl import logging
+
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer import planner
+from tfx_parallel.components.distributed_trainer import sharding
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value) -> int:
+  """``device_memory`` in bytes: a positive int, or a string such as "512MiB", "2GiB",
+  "1.5GB" (binary and decimal units). Raises ValueError naming what was received."""
+  if isinstance(value, bool):
+    raise ValueError(f"must be bytes (an int) or a size such as '512MiB'. Received: {value!r}")
+  if isinstance(value, int):
+    if value <= 0:
+      raise ValueError(f"must be a positive number of bytes. Received: {value!r}")
+    return value
+  if isinstance(value, str):
+    match = _BYTES.match(value)
+    unit = match.group(2).lower() if match else None
+    if match and unit in _UNITS:
+      n = int(float(match.group(1)) * _UNITS[unit])
+      if n > 0:
+        return n
+  raise ValueError(f"must be bytes (an int) or a size such as '512MiB', '2GiB' or '1.5GB' "
+                   f"(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB). Received: {value!r}")
+
+
+def trainable_infos(model) -> List[sharding.VariableInfo]:
+  """sharding.VariableInfo of the model's trainable variables (what training state holds)."""
+  trainable = {sharding.variable_path(v) for v in model.trainable_variables}
+  return [i for i in sharding.describe_variables(model) if i.path in trainable]
+
+
+def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None,
+                      module_name: str = "built-in"
+                      ) -> Callable[[int], Optional[List[planner.VariableInfo]]]:
+  """A function of the model axis M giving the planner's view of ``model``'s trainable
+  variables under the layout rules on M devices: ``rules_fn(M)`` (the module's
+  ``layout_rules``), or the default rules (sharding.default_rules_for) when None.
+
+  The function returns None for an M where the user's rules cannot apply (e.g. a split
+  dimension M does not divide): the planner skips that axis.
+  """
+  infos = trainable_infos(model)
+  dtype_bytes = {sharding.variable_path(v): v.dtype.size for v in model.trainable_variables}
+
+  def at(model_axis: int) -> Optional[List[planner.VariableInfo]]:
+    if rules_fn is None:
+      rules = sharding.default_rules_for(infos, model_axis)
+    else:
+      rules = rules_fn(model_axis)
+    try:
+      resolved = sharding.resolve(rules, infos, model_axis, module_name)
+    except sharding.ShardingError as e:
+      if model_axis == 1 or rules_fn is None:
+        raise
+      logging.info("planner: model axis %d skipped: %s", model_axis, e)
+      return None
+    return [planner.VariableInfo(i.path, tuple(i.shape), dtype_bytes[i.path],
+                                 tuple(resolved.get(i.path, ()))) for i in infos]
+  return at
+
+
+def slots_per_param(optimizer, model) -> int:
+  """Optimizer slot variables per parameter, measured by building ``optimizer`` on the
+  model's trainable variables (stock tf_keras SGD keeps a momentum slot even at 0)."""
+  params = sum(int(math.prod(v.shape.as_list())) for v in model.trainable_variables)
+  optimizer.build(model.trainable_variables)
+  slots = sum(int(math.prod(v.shape.as_list())) for v in optimizer.variables
+              if v.shape.rank)  # The scalar step counter is not a slot.
+  return int(round(slots / params)) if params else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  num_devices: int
+  memory_per_device: Optional[int]   # None: unknown (CPU without device_memory).
+  source: str                        # where the numbers came from, for messages.
+
+
+def gpu_memory(gpu_names: List[str]) -> Optional[int]:
+  """Free memory of the smallest GPU: TensorFlow's memory limit for it minus what is in
+  use (``tf.config.experimental.get_memory_info``); None when unknown."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.client import device_lib  # pylint: disable=g-import-not-at-top
+  limits = {d.name.split("device:")[-1]: int(d.memory_limit)
+            for d in device_lib.list_local_devices() if d.device_type == "GPU"}
+  free = []
+  for i, _ in enumerate(gpu_names):
+    limit = limits.get(f"GPU:{i}")
+    if not limit:
+      continue
+    used = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("current", 0))
+    free.append(limit - used)
+  return min(free) if free else None
+
+
+def device_budget(config, gpus: Optional[List[str]] = None) -> Budget:
+  """Devices and memory per device: the GPUs present (``gpus``, default: listed by
+  TensorFlow), else config ``devices`` logical CPUs (at least 1) with config
+  ``device_memory``. On GPUs a configured ``device_memory`` caps the measured memory."""
+  configured = parse_bytes(config.device_memory) if config.device_memory is not None else None
+  if gpus is None:
+    gpus = gpu_names()
+  if gpus:
+    known = [m for m in (gpu_memory(gpus), configured) if m is not None]
+    return Budget(len(gpus), min(known) if known else None, f"{len(gpus)} GPU(s)")
+  n = max(config.devices, 1)
+  return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
+
+
+def _concrete(config, plan: planner.Plan):
+  """``config`` rewritten to the plan's layout."""
+  if plan.layout == "mesh":
+    return dataclasses.replace(config, layout="mesh", mesh=tuple(plan.mesh), devices=0)
+  if plan.layout == "mirrored":
+    return dataclasses.replace(config, layout="mirrored", devices=plan.mesh[0],
+                               mesh=(1, 1))
+  return dataclasses.replace(config, layout="single", devices=0, mesh=(1, 1))
+
+
+def _model_axis(config) -> Tuple[str, int, int]:
+  """(description, devices, model axis) of an explicit layout."""
+  if config.layout == "mesh":
+    return f"mesh {config.mesh_batch}x{config.mesh_model}", config.mesh_batch * \
+        config.mesh_model, config.mesh_model
+  if config.layout == "mirrored":
+    return f"mirrored {config.devices or 'all'}", config.devices, 1
+  return config.layout, 1, 1
+
+
+def choose(config, variables, budget: Budget, slots: int):
+  """``layout: auto``: (config with the chosen layout, {layout_chosen, layout_reason}).
+
+  Raises:
+    planner.PlanError: no layout fits (the message has the numbers).
+    ValueError: the memory per device is unknown (CPU without ``device_memory``).
+  """
+  if budget.memory_per_device is None:
+    raise ConfigError("device_memory",
+                      "layout 'auto' on CPU needs the memory per device: set device_memory "
+                      "(bytes, or e.g. '512MiB'; CLI --device-memory). Received: None")
+  plan = planner.plan(variables, budget.num_devices, budget.memory_per_device,
+                      config.batch_size, slots)
+  return _concrete(config, plan), {keys.LAYOUT_CHOSEN: plan.describe(),
+                                   keys.LAYOUT_REASON: plan.reason}
+
+
+def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[str]:
+  """For an explicit layout and a known budget: one warning line with the numbers when
+  the layout's state does not fit (None when it fits or nothing is known)."""
+  if budget.memory_per_device is None or config.layout == "multi_worker":
+    return None
+  what, _, model_axis = _model_axis(config)
+  at = variables(model_axis) if callable(variables) else variables
+  if at is None:
+    return None
+  need = planner.state_bytes_per_device(at, model_axis, slots)
+  if need <= budget.memory_per_device:
+    return None
+  return (f"layout {what} needs {planner.human_bytes(need)} of training state per device "
+          f"(parameters, gradients and {slots} optimizer slot(s) per parameter), more than "
+          f"the {planner.human_bytes(budget.memory_per_device)} per device of "
+          f"{budget.source}; running it as asked")
+
+
+def apply(config, module, spec, gpus: Optional[List[str]] = None):
+  """The executor's step before launching training: (config to train with, properties to
+  record). ``layout: auto`` -> the planner's choice (printed); an explicit layout -> a
+  warning line when it does not fit the budget. Builds ``module``'s model once plainly."""
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  auto = config.layout == "auto"
+  if not auto and config.device_memory is None and not (gpus or gpu_names()):
+    return config, {}
+  model = user_module.build(module, spec)
+  rules_fn = (lambda m: module.layout_rules(spec)) if module.layout_rules else None
+  variables = planner_variables(model, rules_fn, module.name)
+  slots = slots_per_param(
+      user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate), model)
+  budget = device_budget(config, gpus)
+  if not auto:
+    warning = check_explicit(config, variables, budget, slots)
+    if warning:
+      logging.warning("DistributedTrainer: %s", warning)
+      print(f"[trainer] WARNING: {warning}", flush=True)
+    return config, {}
+  chosen, record = choose(config, variables, budget, slots)
+  line = (f"[trainer] layout auto on {budget.source} of "
+          f"{planner.human_bytes(budget.memory_per_device)}: "
+          f"{record[keys.LAYOUT_CHOSEN]} ({record[keys.LAYOUT_REASON]})")
+  logging.info("DistributedTrainer: %s", line)
+  print(line, flush=True)
+  return chosen, record
+
+
+def gpu_names() -> List[str]:
+  """Physical GPUs visible to TensorFlow (a small function tests can replace)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return [g.name for g in tf.config.list_physical_devices("GPU")]
+
+
+def record_in_history(history: Dict, record: Dict[str, str]) -> Dict:
+  """history.json's dict with the planner's choice added (no-op without one)."""
+  return dict(history, **record) if record else history
+
+
+def plan_job(job, config):
+  """The executor's entry: (job, config) to launch, with ``layout: auto`` resolved to a
+  concrete layout in both, and the properties to record ({} unless auto)."""
+  import json  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  module = user_module.load(config.module_file, config.module_path, config.model)
+  spec = ms.ModelSpec.from_dict(job.model_spec)
+  chosen, record = apply(config, module, spec)
+  if chosen is not config:
+    chosen = chosen.validate()
+    job = dataclasses.replace(job, config=json.loads(config_util.to_json(chosen)))
+  return job, chosen, record
+
+
+def write_properties(artifact, history: Dict, record: Dict[str, str]) -> None:
+  """Measured bytes (from history.json) and the planner's choice on ``artifact``."""
+  for name in keys.STATE_BYTES_KEYS:
+    if name in history:
+      artifact.set_int_custom_property(name, int(history[name]))
+  for name in (keys.LAYOUT_CHOSEN, keys.LAYOUT_REASON):
+    value = record.get(name, history.get(name))
+    if value is not None:
+      artifact.set_string_custom_property(name, str(value))
+
+
+def share_gpus() -> None:
+  """Lets this (the executor's) process take GPU memory only as it needs it, so that its
+  model build for the checks and the planner does not reserve the memory the training
+  process will need. A no-op without GPUs, or once TensorFlow has initialised them."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for gpu in tf.config.list_physical_devices("GPU"):
+    try:
+      tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError as e:  # Already initialised (e.g. an in-process test).
+      logging.info("planning: GPU memory growth not set: %s", e)
+      return

@@ -1,0 +1,105 @@
+"""Serialized tf.Examples -> the model's input dict and labels, owned by the trainer.
+
+The same :class:`Preprocessor` runs in the tf.data input pipeline (after ``batch``: one
+``parse_example`` per batch) and in the exported serving signature, so training and
+serving see identical inputs:
+
+* float32 features: [B, 1], a missing value is 0.0 (standardised with the train split's
+  mean/std when config ``normalize`` is on);
+* int64 features: [B, 1], missing is 0;
+* string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
+  the vocabulary (a StaticHashTable), or 1..N a hash bucket;
+* labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
+  string labels are mapped through the label vocabulary.
+"""
+from typing import Dict, List, Mapping, Optional
+
+import tensorflow as tf
+
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+
+_DTYPES = {ms.FLOAT32: tf.float32, ms.INT64: tf.int64, ms.STRING: tf.string}
+
+
+def _table(vocabulary, first_id: int, default: int) -> tf.lookup.StaticHashTable:
+  keys = tf.constant(list(vocabulary), tf.string)
+  ids = tf.range(first_id, first_id + len(vocabulary), dtype=tf.int64)
+  return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default)
+
+
+class Preprocessor:
+  """Parses and transforms batches for ``spec`` (see the module docstring).
+
+  ``tables`` holds the lookup tables; the exporter attaches it to the saved model so the
+  serving signature owns them.
+  """
+
+  def __init__(self, spec: ms.ModelSpec,
+               normalization: Optional[Mapping[str, List[float]]] = None):
+    self.spec = spec
+    self.tables: Dict[str, tf.lookup.StaticHashTable] = {}
+    for f in spec.string_features:
+      if not f.hash_buckets and f.vocabulary:
+        self.tables[f.name] = _table(f.vocabulary, 1, 0)
+    if spec.label_vocabulary is not None:
+      self.tables["__label__"] = _table(spec.label_vocabulary, 0, -1)
+    self.mean = self.std = None
+    if normalization is not None:
+      self.mean = tf.constant(normalization["mean"], tf.float32)
+      self.std = tf.constant(normalization["std"], tf.float32)
+
+  def feature_spec(self, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
+    out = {}
+    for f in self.spec.features:
+      default = "" if f.is_string else 0
+      out[f.name] = tf.io.FixedLenFeature(list(f.shape), _DTYPES[f.dtype], default_value=default)
+    if with_label:
+      out[self.spec.label_key] = tf.io.FixedLenFeature([1], _DTYPES[self.spec.label_dtype])
+    return out
+
+  def inputs(self, parsed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """The model's input dict from parsed raw features."""
+    out = {}
+    numeric = [f for f in self.spec.features if f.dtype == ms.FLOAT32]
+    for i, f in enumerate(numeric):
+      x = parsed[f.name]
+      if self.mean is not None:
+        x = (x - self.mean[i]) / self.std[i]
+      out[f.name] = x
+    for f in self.spec.features:
+      if f.dtype == ms.INT64:
+        out[f.name] = parsed[f.name]
+      elif f.is_string:
+        out[f.name] = self._ids(f, parsed[f.name])
+    return {f.name: out[f.name] for f in self.spec.features}
+
+  def _ids(self, f: ms.FeatureSpec, values: tf.Tensor) -> tf.Tensor:
+    if f.hash_buckets:
+      ids = tf.strings.to_hash_bucket_fast(values, f.hash_buckets) + 1
+      return tf.where(tf.equal(values, ""), tf.zeros_like(ids), ids)
+    if f.name not in self.tables:  # Empty vocabulary: everything is out of vocabulary.
+      return tf.zeros(tf.shape(values), tf.int64)
+    return self.tables[f.name].lookup(values)
+
+  def labels(self, parsed: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    y = parsed[self.spec.label_key]
+    if self.spec.label_vocabulary is not None:
+      y = self.tables["__label__"].lookup(y)
+    if self.spec.task == ms.MULTICLASS:
+      return tf.cast(y, tf.int64)
+    return tf.cast(y, tf.float32)
+
+  def parse_batch(self, serialized: tf.Tensor):
+    """(inputs, labels) of a batch of serialized tf.Examples (input pipeline)."""
+    parsed = tf.io.parse_example(serialized, self.feature_spec(with_label=True))
+    return self.inputs(parsed), self.labels(parsed)
+
+  def serving_inputs(self, serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """The model's inputs from serialized tf.Examples that need not carry the label."""
+    return self.inputs(tf.io.parse_example(serialized, self.feature_spec(with_label=False)))
+
+  def has_label(self, serialized: tf.Tensor) -> tf.Tensor:
+    """True if one serialized example has exactly one label value (skip_missing_labels)."""
+    parsed = tf.io.parse_single_example(
+        serialized, {self.spec.label_key: tf.io.VarLenFeature(_DTYPES[self.spec.label_dtype])})
+    return tf.equal(tf.size(parsed[self.spec.label_key].values), 1)

@@ -1,0 +1,232 @@
+"""Layout rules: which model variables are split over the mesh's ``model`` axis, and how.
+
+A mesh has two axes, ``batch`` (data parallel: each row block of the global batch goes
+to one batch index) and ``model`` (tensor parallel: a variable is split into M shards).
+A *rule* maps a regex on variable paths to a sharding per dimension, each entry either
+``None`` (the dimension is whole on every device) or ``"model"`` (it is split into M
+equal blocks), e.g.::
+
+    {r".*hidden_1/kernel": (None, "model"), r".*hidden_2/kernel": ("model", None)}
+
+A variable's path is its name without the ``:0`` suffix (``hidden_1/kernel``). A rule
+applies to the variables whose whole path it matches (``re.fullmatch``); the first
+matching rule wins; an unmatched variable is replicated on every device.
+
+The math DTensor runs for a Dense layer Y = X W (X [B, F], W [F, H], model axis M):
+
+* **column split** ``(None, "model")``: device i holds W[:, i] (H/M output units) and
+  computes Y_i = X W_i, its block of output columns, with no communication. The bias
+  splits with the outputs, ``("model",)``. Gradient of shard i: Xᵀ ∂L/∂Y_i.
+* **row split** ``("model", None)``: device i holds W_i = W[i] (F/M input rows) and
+  the matching input columns X_i; the output is Y = Σ_i X_i W_i, a partial sum on
+  each device, all-reduced over the model axis. The gradient of shard i is
+  X_iᵀ ∂L/∂Y, computed where W_i lives. The bias is added once, after the sum
+  (replicated).
+* **Megatron pairs**: a column-split layer followed by a row-split one needs no
+  communication in between (the column layer's output blocks are exactly the row
+  layer's input blocks; an element-wise activation keeps them) and one all-reduce
+  after the pair.
+
+Default rules (:func:`default_rules`), when the user module gives none: Dense kernels
+alternate column and row splits in layer order (Megatron pairs: the first of a pair is
+``(None, "model")`` with its bias ``("model",)``, the second ``("model", None)`` with
+its bias replicated); embedding tables are split along their OUTPUT dimension
+``(None, "model")``, because DTensor cannot gather from a table sharded on dimension 0
+("does not support sharded 0th dimension for the resource tensor for
+ResourceGatherOp"). A default rule whose dimension the model axis does not divide (a
+3-logit head on a model axis of 2) falls back to replicated, with one log line.
+
+User rules are checked by :func:`validate_rules` before training starts: a rule that
+matches no variable, names a dimension the model axis does not divide, has the wrong
+rank, or splits a gathered table on its rows, is a :class:`ShardingError` naming the
+module, the variable and the rule.
+"""
+import dataclasses
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from absl import logging
+
+BATCH_AXIS = "batch"
+MODEL_AXIS = "model"
+
+Sharding = Tuple[Optional[str], ...]
+Rules = Mapping[str, Sharding]
+
+# What a variable is, for the default rules and the embedding check.
+DENSE_KERNEL, DENSE_BIAS, EMBEDDING, OTHER = "dense_kernel", "dense_bias", "embedding", "other"
+
+
+class ShardingError(ValueError):
+  """A layout rule cannot apply. ``module``, ``variable`` and ``rule`` name the culprit
+  (``variable`` is None when the rule matches no variable)."""
+
+  def __init__(self, module: str, rule: str, variable: Optional[str], message: str):
+    self.module, self.rule, self.variable = module, rule, variable
+    where = f" variable {variable!r}" if variable is not None else ""
+    super().__init__(f"module {module!r}: layout rule {rule!r}{where}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableInfo:
+  """What the rules need to know about one model variable."""
+  path: str                 # variable name without ':0', e.g. "hidden_1/kernel"
+  shape: Tuple[int, ...]
+  kind: str = OTHER         # DENSE_KERNEL | DENSE_BIAS | EMBEDDING | OTHER
+  layer: str = ""           # owning layer's name (pairs a Dense kernel with its bias)
+
+
+def variable_path(variable) -> str:
+  """The path rules match against: the variable's name without the ``:0`` suffix."""
+  name = variable.name
+  return name[:-2] if name.endswith(":0") else name
+
+
+def leaf_layers(layer) -> List:
+  """Layers that own variables, depth first in the model's layer order."""
+  children = [l for l in getattr(layer, "layers", []) or [] if l is not layer]
+  if not children:
+    return [layer]
+  out = []
+  for child in children:
+    out.extend(leaf_layers(child))
+  return out
+
+
+def describe_variables(model) -> List[VariableInfo]:
+  """Path, shape and kind of every variable of a built model, in ``model.weights`` order."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  kinds: Dict[int, Tuple[str, str]] = {}
+  for layer in leaf_layers(model):
+    if isinstance(layer, tf_keras.layers.Dense):
+      kinds[id(layer.kernel)] = (DENSE_KERNEL, layer.name)
+      if layer.bias is not None:
+        kinds[id(layer.bias)] = (DENSE_BIAS, layer.name)
+    elif isinstance(layer, tf_keras.layers.Embedding):
+      kinds[id(layer.embeddings)] = (EMBEDDING, layer.name)
+  return [VariableInfo(variable_path(v), tuple(v.shape.as_list()),
+                       *kinds.get(id(v), (OTHER, ""))) for v in model.weights]
+
+
+def _divides(model_axis: int, info: VariableInfo, sharding: Sharding) -> bool:
+  return all(s is None or info.shape[d] % model_axis == 0 for d, s in enumerate(sharding))
+
+
+def default_rules_for(variables: Sequence[VariableInfo], model_axis: int) -> Dict[str, Sharding]:
+  """The default rules (module docstring) for ``variables``; pure."""
+  rules: Dict[str, Sharding] = {}
+  biases = {v.layer: v for v in variables if v.kind == DENSE_BIAS}
+  dense_index = 0
+  for v in variables:
+    if v.kind == EMBEDDING:
+      wanted = {v: (None, MODEL_AXIS)}
+      what = "embedding table split on its output dimension"
+    elif v.kind == DENSE_KERNEL:
+      column = dense_index % 2 == 0
+      dense_index += 1
+      if column:
+        wanted = {v: (None, MODEL_AXIS)}
+        if v.layer in biases:
+          wanted[biases[v.layer]] = (MODEL_AXIS,)
+        what = "Dense kernel column split (first of a Megatron pair)"
+      else:
+        wanted = {v: (MODEL_AXIS, None)}
+        what = "Dense kernel row split (second of a Megatron pair)"
+    else:
+      continue
+    if all(_divides(model_axis, info, s) for info, s in wanted.items()):
+      rules.update({re.escape(info.path): s for info, s in wanted.items()})
+    else:
+      logging.info("mesh: %s of %s%s does not divide by the model axis %d; "
+                   "keeping it replicated", what, v.path, list(v.shape), model_axis)
+  return rules
+
+
+def default_rules(model, model_axis: int) -> Dict[str, Sharding]:
+  """Default rules for a built tf_keras model on a model axis of ``model_axis`` devices."""
+  return default_rules_for(describe_variables(model), model_axis)
+
+
+def _check_sharding(rule: str, sharding, module_name: str) -> Sharding:
+  if not isinstance(sharding, (tuple, list)):
+    raise ShardingError(module_name, rule, None,
+                        f"a sharding is a tuple with one entry per dimension, each None or "
+                        f"{MODEL_AXIS!r}. Received: {sharding!r}")
+  bad = [s for s in sharding if s not in (None, MODEL_AXIS)]
+  if bad:
+    raise ShardingError(module_name, rule, None,
+                        f"each entry must be None or {MODEL_AXIS!r} (the batch axis is for "
+                        f"inputs). Received: {tuple(sharding)!r}")
+  if list(sharding).count(MODEL_AXIS) > 1:
+    raise ShardingError(module_name, rule, None,
+                        f"the {MODEL_AXIS!r} axis can split at most one dimension. "
+                        f"Received: {tuple(sharding)!r}")
+  return tuple(sharding)
+
+
+def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
+            module_name: str = "built-in") -> Dict[str, Sharding]:
+  """Validates ``rules`` against ``variables`` and returns every variable's sharding
+  (path -> one entry per dimension; unmatched variables get all None).
+
+  Raises:
+    ShardingError: a rule that is not a regex or not a valid sharding; that matches no
+      variable (or only variables an earlier rule already placed); whose rank differs
+      from a matched variable's; that splits a dimension the model axis does not
+      divide; or that splits an embedding table on its rows.
+  """
+  compiled = []
+  for rule, sharding in rules.items():
+    try:
+      pattern = re.compile(rule)
+    except re.error as e:
+      raise ShardingError(module_name, rule, None, f"not a valid regex: {e}") from e
+    compiled.append((rule, pattern, _check_sharding(rule, sharding, module_name)))
+  placed: Dict[str, Sharding] = {}
+  used = set()
+  for v in variables:
+    for rule, pattern, sharding in compiled:
+      if not pattern.fullmatch(v.path):
+        continue
+      used.add(rule)
+      if len(sharding) != len(v.shape):
+        raise ShardingError(module_name, rule, v.path,
+                            f"the sharding has rank {len(sharding)} but the variable has "
+                            f"shape {list(v.shape)} (rank {len(v.shape)}). "
+                            f"Received: {sharding!r}")
+      for dim, s in enumerate(sharding):
+        if s is not None and v.shape[dim] % model_axis:
+          raise ShardingError(module_name, rule, v.path,
+                              f"dimension {dim} of shape {list(v.shape)} has size "
+                              f"{v.shape[dim]}, which the model axis of {model_axis} devices "
+                              f"does not divide. Received: {sharding!r}")
+      if v.kind == EMBEDDING and sharding and sharding[0] is not None:
+        raise ShardingError(module_name, rule, v.path,
+                            "an embedding table cannot be split on dimension 0: DTensor's "
+                            "gather does not support a sharded 0th dimension "
+                            "(ResourceGatherOp); split it on its output dimension, "
+                            f"(None, {MODEL_AXIS!r}). Received: {sharding!r}")
+      placed[v.path] = sharding
+      break
+  paths = [v.path for v in variables]
+  for rule, pattern, _ in compiled:
+    if rule in used:
+      continue
+    shadowed = [p for p in paths if pattern.fullmatch(p)]
+    if shadowed:
+      raise ShardingError(module_name, rule, shadowed[0],
+                          "every variable it matches is already placed by an earlier rule")
+    raise ShardingError(module_name, rule, None,
+                        f"matches no variable (rules match the whole path). "
+                        f"Variables: {paths}")
+  return {v.path: placed.get(v.path, (None,) * len(v.shape)) for v in variables}
+
+
+def validate_rules(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
+                   module_name: str) -> None:
+  """Raises ShardingError (see :func:`resolve`) unless every rule applies cleanly."""
+  resolve(rules, variables, model_axis, module_name)
+
+
+def is_sharded(sharding: Sharding) -> bool:
+  return any(s is not None for s in sharding)

@@ -1,0 +1,132 @@
+"""One scan of the train and eval splits, before training: the model spec's facts.
+
+Per file it counts examples whose label is missing (or has more than one value); over
+the train split it counts the values of each string feature (vocabularies) and sums the
+numeric features (normalisation); over both splits it collects the label's distinct
+values (task inference, label vocabulary). The scan reads serialized batches and parses
+them with one ``parse_example`` per batch (ragged for the label and strings).
+"""
+import collections
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+
+SCAN_BATCH = 4096
+_KIND_DTYPE = {"float": tf.float32, "int": tf.int64, "bytes": tf.string}
+
+
+class MissingLabelError(ValueError):
+  """Examples lack their label; the message names the split, file and count."""
+
+
+@dataclasses.dataclass
+class ScanResult:
+  label: ms.LabelStats
+  string_counts: Dict[str, collections.Counter]
+  numeric_mean: np.ndarray          # per numeric feature (missing counts as 0)
+  numeric_std: np.ndarray
+  missing_labels: Dict[str, Dict[str, int]]  # split -> file -> examples without one label
+  rows: Dict[str, int]
+
+
+def label_kind(files: Sequence[str], label_key: str) -> str:
+  """"float" | "int" | "bytes": the list type of the label in the first labelled example."""
+  for path in files:
+    for record in tf.data.TFRecordDataset(path, compression_type="GZIP").take(1000):
+      feature = tf.train.Example.FromString(record.numpy()).features.feature
+      if label_key in feature:
+        kind = feature[label_key].WhichOneof("kind")
+        return {"float_list": "float", "int64_list": "int", "bytes_list": "bytes"}[kind]
+  raise MissingLabelError(f"label {label_key!r} is not a feature of the first examples of "
+                          f"{list(files)[:3]}")
+
+
+def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
+         string_keys: Sequence[str], splits: Sequence[str] = ("train", "eval")) -> ScanResult:
+  """Scans ``splits`` (the first one is the train split for counts and moments)."""
+  files = {split: split_files(examples_uri, split) for split in splits}
+  kind = label_kind(files[splits[0]], label_key)
+  label = ms.LabelStats(kind)
+  spec = {label_key: tf.io.RaggedFeature(_KIND_DTYPE[kind])}
+  for name in string_keys:
+    spec[name] = tf.io.RaggedFeature(tf.string)
+  for name, dtype in numeric:
+    spec[name] = tf.io.FixedLenFeature([], tf.as_dtype(dtype), default_value=0)
+  parse = tf.function(lambda s: tf.io.parse_example(s, spec))
+  counts = {name: collections.Counter() for name in string_keys}
+  n_num = len(numeric)
+  total = np.zeros(n_num, np.float64)
+  total_sq = np.zeros(n_num, np.float64)
+  missing: Dict[str, Dict[str, int]] = {}
+  rows: Dict[str, int] = {}
+  for split in splits:
+    missing[split] = {}
+    rows[split] = 0
+    train = split == splits[0]
+    for path in files[split]:
+      bad = 0
+      ds = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(SCAN_BATCH)
+      for batch in ds.map(parse).prefetch(2):
+        lab = batch[label_key]
+        lengths = lab.row_lengths().numpy()
+        bad += int(np.sum(lengths != 1))
+        rows[split] += len(lengths)
+        values = np.unique(lab.flat_values.numpy())
+        label.add(v.decode("utf-8", "replace") if kind == "bytes" else float(v)
+                  for v in values.tolist())
+        if not train:
+          continue
+        for name in string_keys:
+          flat = batch[name].flat_values.numpy()
+          if flat.size:
+            uniq, cnt = np.unique(flat, return_counts=True)
+            counts[name].update({u.decode("utf-8", "replace"): int(c)
+                                 for u, c in zip(uniq.tolist(), cnt.tolist())})
+        if n_num:
+          x = np.stack([batch[name].numpy().astype(np.float64) for name, _ in numeric], 1)
+          total += x.sum(0)
+          total_sq += np.square(x).sum(0)
+      if bad:
+        missing[split][path] = bad
+  n = max(rows[splits[0]], 1)
+  mean = total / n
+  std = np.sqrt(np.maximum(total_sq / n - np.square(mean), 0.0))
+  return ScanResult(label=label, string_counts=counts,
+                    numeric_mean=mean.astype(np.float32),
+                    numeric_std=np.maximum(std, 1e-6).astype(np.float32),
+                    missing_labels=missing, rows=rows)
+
+
+def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
+  """Raises MissingLabelError naming split and file, unless ``skip``; returns the count."""
+  count = sum(n for per_file in result.missing_labels.values() for n in per_file.values())
+  if count and not skip:
+    split, per_file = next((s, f) for s, f in result.missing_labels.items() if f)
+    path, n = next(iter(per_file.items()))
+    raise MissingLabelError(
+        f"{n} example(s) in split {split!r} file {path} have no value (or more than one) "
+        f"for the label {label_key!r}; {count} in all. A missing label is never read as 0: "
+        f"fix the data, or set skip_missing_labels=true to skip and count them")
+  return count
+
+
+def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],
+            label_key: str, *, task: Optional[str], max_vocabulary: int, hash_buckets: int,
+            hparams: Mapping[str, Any], skip_missing_labels: bool, normalize: bool
+            ) -> Tuple[ms.ModelSpec, Optional[Dict[str, List[float]]], int]:
+  """(ModelSpec, normalisation {"mean", "std"} or None, skipped examples) for a job."""
+  numeric = [(k, ms.FLOAT32) for k in feature_keys]
+  result = scan(examples_uri, label_key, numeric, list(string_feature_keys))
+  skipped = check_labels(result, label_key, skip_missing_labels)
+  spec = ms.build_spec(numeric, list(string_feature_keys), result.string_counts, label_key,
+                       result.label, task=task, max_vocabulary=max_vocabulary,
+                       hash_buckets=hash_buckets, hparams=hparams)
+  norm = None
+  if normalize and numeric:
+    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist()}
+  return spec, norm, skipped

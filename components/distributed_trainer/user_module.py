@@ -1,0 +1,180 @@
+"""The model module contract: how user code enters the trainer (one small door).
+
+A module (``module_file=PATH`` or ``module_path="pkg.mod"``; without either, the built-in
+``models/linear.py`` or ``models/mlp.py``) defines:
+
+* ``build_model(spec) -> tf_keras.Model`` (required). ``spec`` is a
+  :class:`model_spec.ModelSpec`. The model takes a dict of feature tensors keyed by
+  feature name (float32 [B, 1]; string features arrive as int64 ids [B, 1], 0 = missing
+  or out of vocabulary, ``spec.feature(name).num_ids`` ids in all) and returns one tensor:
+  [B, 1] for regression, [B, 1] logits for binary, [B, K] logits for multiclass
+  (``spec.output_units``). No strategy, mesh or device code: the layout does that.
+
+Optional hooks:
+
+* ``loss(spec) -> tf_keras loss`` (default: MSE, sigmoid or softmax cross-entropy on
+  logits, by task);
+* ``optimizer(spec) -> tf_keras optimizer`` (default: config ``optimizer`` and
+  ``learning_rate``);
+* ``layout_rules(spec) -> {variable-path regex: per-dimension sharding}`` for mesh
+  layouts (default: components/distributed_trainer/sharding.py).
+
+:func:`load` imports the module and :func:`check` builds the model on a tiny batch, before
+training starts; every error names the module.
+"""
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any, Callable, Dict, Optional
+
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+
+BUILTIN_PACKAGE = "tfx_parallel.components.distributed_trainer.models"
+HOOKS = ("loss", "optimizer", "layout_rules")
+
+
+class ModuleError(ValueError):
+  """The user module breaks the contract; the message starts with the module's name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UserModule:
+  name: str                       # The file path, module path or built-in name.
+  build_model: Callable
+  loss: Optional[Callable] = None
+  optimizer: Optional[Callable] = None
+  layout_rules: Optional[Callable] = None
+
+
+def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
+         builtin: str = "linear") -> UserModule:
+  """Imports the module; raises ModuleError naming it (missing file, import error,
+  no callable ``build_model``, a hook that is not callable)."""
+  if module_file and module_path:
+    raise ModuleError(f"{module_file}: exactly one of module_file and module_path may be "
+                      f"set. Received: module_file={module_file!r}, module_path={module_path!r}")
+  if module_file:
+    name = module_file
+    if not os.path.isfile(module_file):
+      raise ModuleError(f"{module_file}: module file not found")
+    digest = hashlib.sha256(os.path.abspath(module_file).encode()).hexdigest()[:12]
+    import_name = f"tfx_parallel_user_module_{digest}"
+    try:
+      spec = importlib.util.spec_from_file_location(import_name, module_file)
+      module = importlib.util.module_from_spec(spec)
+      sys.modules[import_name] = module
+      spec.loader.exec_module(module)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
+  else:
+    name = module_path or f"{BUILTIN_PACKAGE}.{builtin}"
+    try:
+      module = importlib.import_module(name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
+  build = getattr(module, "build_model", None)
+  if not callable(build):
+    raise ModuleError(f"{name}: the module defines no build_model(spec) function "
+                      f"(found: {sorted(k for k in vars(module) if not k.startswith('_'))})")
+  hooks: Dict[str, Any] = {}
+  for hook in HOOKS:
+    fn = getattr(module, hook, None)
+    if fn is not None and not callable(fn):
+      raise ModuleError(f"{name}: {hook} must be a function {hook}(spec). "
+                        f"Received: {type(fn).__name__}")
+    hooks[hook] = fn
+  return UserModule(name=name, build_model=build, **hooks)
+
+
+def file_digest(module_file: Optional[str]) -> str:
+  """sha256 of the module file's bytes ("" without a file): part of a run's identity."""
+  if not module_file or not os.path.isfile(module_file):
+    return ""
+  with open(module_file, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def default_loss(task: str):
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  if task == ms.BINARY:
+    return tf_keras.losses.BinaryCrossentropy(from_logits=True)
+  if task == ms.MULTICLASS:
+    return tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  return tf_keras.losses.MeanSquaredError()
+
+
+def default_optimizer(name: str, learning_rate: float):
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  if name == "sgd":
+    return tf_keras.optimizers.SGD(learning_rate)
+  if name == "momentum":
+    return tf_keras.optimizers.SGD(learning_rate, momentum=0.9)
+  if name == "adam":
+    return tf_keras.optimizers.Adam(learning_rate)
+  raise ValueError(f"optimizer: unknown optimizer {name!r}")
+
+
+def make_loss(module: UserModule, spec: ms.ModelSpec):
+  return module.loss(spec) if module.loss else default_loss(spec.task)
+
+
+def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float):
+  return module.optimizer(spec) if module.optimizer else default_optimizer(name, learning_rate)
+
+
+def dummy_batch(spec: ms.ModelSpec, rows: int = 2):
+  """A tiny input dict for ``spec`` (zeros; ids 0), as the input pipeline shapes it."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  out = {}
+  for f in spec.features:
+    dtype = tf.float32 if f.dtype == ms.FLOAT32 else tf.int64
+    out[f.name] = tf.zeros((rows,) + tuple(f.shape), dtype)
+  return out
+
+
+def build(module: UserModule, spec: ms.ModelSpec):
+  """``build_model(spec)``, checked to be a tf_keras.Model; raises ModuleError."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  try:
+    model = module.build_model(spec)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ModuleError(f"{module.name}: build_model(spec) raised {type(e).__name__}: {e}") from e
+  if not isinstance(model, tf_keras.Model):
+    raise ModuleError(f"{module.name}: build_model(spec) must return a tf_keras.Model. "
+                      f"Received: {type(model).__module__}.{type(model).__name__}")
+  return model
+
+
+def check(module: UserModule, spec: ms.ModelSpec):
+  """Builds the model and calls it on a 2-example batch; raises ModuleError naming the
+  module when the model is not a tf_keras.Model, does not take the input dict, or returns
+  an output that does not fit the task. Returns the model."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model = build(module, spec)
+  batch = dummy_batch(spec)
+  try:
+    out = model(batch, training=False)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ModuleError(
+        f"{module.name}: the model failed on a batch of its input dict "
+        f"{ {k: f'{v.dtype.name}{list(v.shape)}' for k, v in batch.items()} }: "
+        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+  if not isinstance(out, tf.Tensor):
+    raise ModuleError(f"{module.name}: the model must return one tensor. "
+                      f"Received: {type(out).__name__}")
+  want = [2, spec.output_units]
+  if out.shape.as_list() != want:
+    what = {"regression": "1 value", "binary": "1 logit",
+            "multiclass": f"{spec.num_classes} logits"}[spec.task]
+    raise ModuleError(
+        f"{module.name}: the model's output has shape {out.shape.as_list()[1:]} per batch of "
+        f"2 examples, but task {spec.task!r} needs {what} per example (shape "
+        f"[batch, {spec.output_units}]). Received output shape {out.shape.as_list()}")
+  if module.loss:
+    make_loss(module, spec)
+  if module.optimizer:
+    make_optimizer(module, spec, "adam", 0.01)
+  return model

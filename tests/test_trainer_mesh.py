@@ -1,0 +1,171 @@
+"""MeshTrainer on DTensor meshes of logical CPU devices: parity with single-device
+tf_keras, real sharding, resume and export. Each mesh runs in its own process
+(tests/mesh_cases.py), once per mesh for every test of this module."""
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mesh_cases
+import tfx_parallel.pipeline.tfenv as tfenv
+
+_CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mesh_cases.py")
+
+
+@functools.lru_cache(maxsize=None)
+def _run(b: int, m: int) -> dict:
+  proc = subprocess.run([sys.executable, _CASES, str(b), str(m)], capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  return json.loads(proc.stdout.split("RESULT", 1)[1])
+
+
+def _close(got, want, what):
+  assert len(got) == len(want), what
+  for i, (g, w) in enumerate(zip(got, want)):
+    np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-5, atol=1e-6,
+                               err_msg=f"{what} weight {i}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", [(2, 1), (1, 2), (2, 2)], ids=["2x1", "1x2", "2x2"])
+@pytest.mark.parametrize("optimizer", mesh_cases.OPTIMIZERS)
+def test_mesh_matches_single_device_fit(mesh, optimizer):
+  """N steps on a BxM mesh give the weights of tf_keras model.fit on one device (same
+  model, same tf_keras optimizer, same global batches), to float32 tolerance."""
+  r = _run(*mesh)["parity"][optimizer]
+  _close(r["initial"], r["reference_initial"], f"{mesh} {optimizer} initial")
+  _close(r["weights"], r["reference"], f"{mesh} {optimizer} trained")
+  # Training moved every weight: the comparison is not between untouched values.
+  for name, a, b in zip(r["names"], r["initial"], r["weights"]):
+    assert not np.allclose(a, b), name
+  assert len(r["losses"]) == mesh_cases.STEPS
+  np.testing.assert_allclose(np.mean(r["losses"]), r["reference_mean_loss"], rtol=1e-5)
+  # Optimizer state: plain SGD keeps none beyond the step count; Adam m and v per variable.
+  slots = {"sgd": 0, "adam": 2}[optimizer]
+  assert "optimizer/iteration" in r["optimizer_state"]
+  assert len(r["optimizer_state"]) == 1 + slots * len(r["names"]), r["optimizer_state"]
+
+
+@pytest.mark.slow
+def test_1x2_mesh_holds_half_of_each_sharded_variable_per_device():
+  r = _run(1, 2)
+  # Default rules: Megatron pair for the hidden layers, embedding on its output
+  # dimension, and the 3-logit head (3 does not divide by 2) left replicated.
+  assert r["rules"] == {"color_embedding/embeddings": [None, "model"],
+                        "hidden_1/kernel": [None, "model"], "hidden_1/bias": ["model"],
+                        "hidden_2/kernel": ["model", None]}
+  halved = {"color_embedding/embeddings": 1, "hidden_1/kernel": 1, "hidden_1/bias": 0,
+            "hidden_2/kernel": 0}
+  for path, block in r["blocks"].items():
+    want = list(block["global"])
+    if path in halved:
+      want[halved[path]] //= 2
+    # The device's component of the DTensor, and the layout's own arithmetic.
+    assert block["local"] == want, path
+    assert block["local_from_layout"] == want, path
+    assert r["shard_shapes"][path] == want, path
+    # The two blocks put side by side are the full variable.
+    assert block["joined_equals_full"], path
+  for path in ("color_embedding/embeddings", "hidden_1/kernel", "hidden_2/kernel"):
+    assert r["blocks"][path]["distinct_blocks"], path  # Different values, not copies.
+  assert r["layouts"]["model/color_embedding/embeddings"] == ["unsharded", "model"]
+
+
+@pytest.mark.slow
+def test_1x2_adam_slots_follow_their_variables_layout():
+  layouts = _run(1, 2)["layouts"]
+  model = {k[len("model/"):]: v for k, v in layouts.items() if k.startswith("model/")}
+  assert len(model) == 7
+  for path, layout in model.items():
+    assert layouts[f"optimizer/m/{path}"] == layout, path
+    assert layouts[f"optimizer/v/{path}"] == layout, path
+  assert any("model" in layout for layout in model.values())
+
+
+@pytest.mark.slow
+def test_1x2_state_round_trip_continues_identically():
+  r = _run(1, 2)["resume"]
+  assert "optimizer/iteration" in r["state_keys"]
+  assert "optimizer/m/hidden_1/kernel" in r["state_keys"]
+  assert not r["fresh_equals_saved"]  # load_state really changed the fresh trainer.
+  assert r["resumed_losses"] == r["losses"]
+  for i, (a, b) in enumerate(zip(r["resumed_weights"], r["weights"])):
+    np.testing.assert_array_equal(np.array(a), np.array(b), err_msg=f"weight {i}")
+
+
+@pytest.mark.slow
+def test_1x2_full_weights_export_to_a_plain_model():
+  r = _run(1, 2)
+  assert r["export"]["mesh_is_dtensor"] and not r["export"]["plain_is_dtensor"]
+  np.testing.assert_allclose(r["export"]["plain_outputs"], r["export"]["mesh_outputs"],
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_mesh_starts_from_the_weights_a_plain_build_gets_from_the_same_seed():
+  assert _run(1, 2)["seeded_start_equal"]
+
+
+@pytest.mark.slow
+def test_bad_rule_rejected_when_the_trainer_is_built():
+  bad = _run(1, 2)["bad_rule"]
+  assert bad is not None
+  assert (bad["module"], bad["variable"], bad["rule"]) == ("parity_model", "head/kernel",
+                                                           "head/kernel")
+  assert "does not divide" in bad["message"]
+  assert "'parity_model'" in bad["message"] and "'head/kernel'" in bad["message"]
+
+
+@pytest.mark.slow
+def test_1x2_split_activations_are_gathered_except_at_a_megatron_hand_off():
+  r = _run(1, 2)
+  # hidden_1 (column split) feeds hidden_2 (row split) directly: stays split.
+  assert r["gathered"] == ["color_embedding", "hidden_2"]
+  wide = r["wide_deep"]
+  # "deep" is column split but feeds a concat: gathered, and training still matches.
+  assert wide["rules"]["deep/kernel"] == [None, "model"]
+  assert "deep" in wide["gathered"] and "wide_embedding" in wide["gathered"]
+  _close(wide["weights"], wide["reference"], "wide_deep sgd")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(tfenv.gpus()) < 2, reason="needs 2 GPUs visible to TensorFlow")
+def test_mesh_on_gpus_matches_single_device():
+  """With GPUs present the mesh is built on them (create_mesh prefers GPUs)."""
+  r = _run(1, 2)
+  assert all("GPU" in d for d in r["devices"]), r["devices"]
+  for optimizer in mesh_cases.OPTIMIZERS:
+    _close(r["parity"][optimizer]["weights"], r["parity"][optimizer]["reference"],
+           f"GPU 1x2 {optimizer}")
+
+
+@pytest.mark.slow
+def test_mesh_runs_on_the_cpu_devices_it_was_given():
+  r = _run(2, 2)
+  if tfenv.gpus():
+    pytest.skip("GPUs visible: the mesh is built on them")
+  assert r["devices"] == [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(mesh_shape=(2, 0)), "mesh_shape: two positive sizes"),
+    (dict(mesh_shape=(2, 1, 1)), "mesh_shape: two positive sizes"),
+    (dict(global_batch=7), "global_batch: must be a positive multiple of the batch axis 2"),
+    (dict(optimizer="adagrad"), "optimizer: must be one of"),
+])
+def test_bad_trainer_arguments_are_rejected_before_any_device_work(kwargs, fragment):
+  from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top
+  args = dict(mesh_shape=(2, 1), rules=None, loss_fn=None, optimizer="sgd",
+              learning_rate=0.1, global_batch=8)
+  args.update(kwargs)
+
+  def never_built():
+    raise AssertionError("build_model must not run")
+
+  with pytest.raises(ValueError, match=fragment):
+    mesh_runtime.MeshTrainer(never_built, **args)

@@ -1,0 +1,155 @@
+"""The planner wired to real tf_keras models (planning.py): device_memory parsing and
+validation, the model -> planner variables bridge under default and user layout rules,
+``layout: auto`` rewriting the config, and the warning for an explicit layout."""
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # noqa: F401
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer import planner, planning, user_module
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+@pytest.mark.parametrize("value, expected", [
+    (4096, 4096), ("4096", 4096), ("512MiB", 512 * MIB), ("2GiB", 2 << 30),
+    ("1.5GB", 1_500_000_000), ("200 KiB", 200 * KIB), ("64kb", 64_000)])
+def test_parse_bytes(value, expected):
+  assert planning.parse_bytes(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -5, "lots", "12 parsecs", "", True, 1.5, "-1MiB"])
+def test_bad_device_memory_is_a_config_error_naming_the_key(value):
+  with pytest.raises(ConfigError, match=r"^device_memory: .*Received: " + repr(value)[:3]):
+    TrainerConfig(layout="auto", device_memory=value).validate()
+
+
+def test_auto_is_a_layout_and_device_memory_is_optional():
+  assert TrainerConfig(layout="auto", device_memory="1GiB").validate().layout == "auto"
+  assert TrainerConfig(layout="single").validate().device_memory is None
+
+
+def _spec(hidden):
+  return ms.ModelSpec(
+      features=(ms.FeatureSpec("x0", ms.FLOAT32), ms.FeatureSpec("x1", ms.FLOAT32)),
+      label_key="y", task=ms.REGRESSION, num_classes=1, hparams={"hidden_units": list(hidden)})
+
+
+@pytest.fixture(scope="module")
+def mlp():
+  """The built-in mlp with one hidden layer of 4096: 2x4096 + 4096 + 4096x1 + 1 params."""
+  module = user_module.load(builtin="mlp")
+  spec = _spec([4096])
+  return module, spec, user_module.build(module, spec)
+
+
+def test_planner_variables_follow_the_default_rules(mlp):
+  _, _, model = mlp
+  at = planning.planner_variables(model)
+  one, two = at(1), at(2)
+  assert sum(v.num_elements for v in one) == 4 * 4096 + 1
+  # hidden_1 kernel column-split with its bias, output kernel row-split, output bias whole.
+  split = {v.name: v.split_dims for v in two}
+  assert split == {"hidden_1/kernel": (1,), "hidden_1/bias": (0,), "output/kernel": (0,),
+                   "output/bias": ()}
+  assert planner.state_bytes_per_device(two, 2, 2) == (2 * 4096 + 1) * 4 * 4
+
+
+def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
+  module, _, model = mlp
+  # 4096 splits over 2 and 4, but this rule names a dimension of size 2 (the features).
+  at = planning.planner_variables(model, lambda m: {"hidden_1/kernel": ("model", None)},
+                                  module.name)
+  assert at(2)[0].split_dims == (0,)
+  assert at(4) is None
+  # One device: (4 x 4096 + 1) x 4 B x 2 = 128 KiB; M=2 halves the split kernel only.
+  p = planner.plan(at, num_devices=4, memory_per_device=100 * KIB, global_batch=64,
+                   slots_per_param=0)
+  assert (p.layout, p.mesh, p.state_bytes_per_device) == ("mesh", (2, 2),
+                                                          (3 * 4096 + 1) * 4 * 2)
+  with pytest.raises(planner.PlanError, match=r"M=2 of 4 device"):
+    planner.plan(at, num_devices=4, memory_per_device=64 * KIB, global_batch=64,
+                 slots_per_param=0)
+
+
+def test_stock_sgd_keeps_a_slot_and_adam_two(mlp):
+  module, spec, model = mlp
+  assert planning.slots_per_param(user_module.make_optimizer(module, spec, "adam", .1),
+                                  model) == 2
+  assert planning.slots_per_param(user_module.make_optimizer(module, spec, "sgd", .1),
+                                  model) == 1
+
+
+def test_auto_over_budget_on_one_device_picks_model_axis_two(mlp):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="auto", devices=4, device_memory="200KiB", model="mlp",
+                         optimizer="adam", batch_size=64).validate()
+  chosen, record = planning.apply(config, module, spec, gpus=[])
+  assert (chosen.layout, chosen.mesh) == ("mesh", (2, 2))
+  chosen.validate()
+  assert record[keys.LAYOUT_CHOSEN] == "mesh 2x2"
+  assert "256.0 KiB on one device, more than its 200.0 KiB" in record[keys.LAYOUT_REASON]
+
+
+def test_auto_that_fits_one_device_is_mirrored_over_all(mlp):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="auto", devices=4, device_memory="1MiB", model="mlp",
+                         optimizer="adam").validate()
+  chosen, record = planning.apply(config, module, spec, gpus=[])
+  assert (chosen.layout, chosen.devices, record[keys.LAYOUT_CHOSEN]) == (
+      "mirrored", 4, "mirrored 4")
+
+
+def test_auto_that_fits_nowhere_fails_with_the_numbers(mlp):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="auto", devices=4, device_memory="32KiB", model="mlp",
+                         optimizer="adam").validate()
+  with pytest.raises(planner.PlanError, match=r"needs 64\.0 KiB per device even on the widest "
+                                               r"model axis possible here \(M=4 of 4 "
+                                               r"device\(s\)\), and each device has 32\.0 KiB"):
+    planning.apply(config, module, spec, gpus=[])
+
+
+def test_auto_on_cpu_without_device_memory_names_the_key(mlp):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="auto", devices=4, model="mlp").validate()
+  with pytest.raises(ConfigError, match=r"^device_memory: layout 'auto' on CPU needs"):
+    planning.apply(config, module, spec, gpus=[])
+
+
+def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(mlp, capsys):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="single", device_memory="200KiB", model="mlp",
+                         optimizer="adam").validate()
+  chosen, record = planning.apply(config, module, spec, gpus=[])
+  assert chosen is config and record == {}
+  out = capsys.readouterr().out.strip().splitlines()
+  assert out == ["[trainer] WARNING: layout single needs 256.0 KiB of training state per "
+                 "device (parameters, gradients and 2 optimizer slot(s) per parameter), more "
+                 "than the 200.0 KiB per device of 1 logical CPU device(s), device_memory; "
+                 "running it as asked"]
+  fits = TrainerConfig(layout="mesh", mesh=(1, 2), device_memory="200KiB", model="mlp",
+                       optimizer="adam").validate()
+  assert planning.apply(fits, module, spec, gpus=[]) == (fits, {})
+  assert capsys.readouterr().out == ""
+
+
+def test_gpu_memory_is_read_from_tensorflow():
+  if not planning.gpu_names():
+    pytest.skip("no GPU: memory per device comes from device_memory")
+  budget = planning.device_budget(TrainerConfig(layout="auto"))
+  assert budget.num_devices == len(planning.gpu_names())
+  assert budget.memory_per_device and budget.memory_per_device > 0
+
+
+def test_local_run_of_auto_on_cpu_without_device_memory_fails_before_any_work(tmp_path):
+  from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+  if planning.gpu_names():
+    pytest.skip("GPUs present: their memory is measured")
+  config = config_lib.PipelineConfig(trainer=TrainerConfig(layout="auto", devices=4))
+  with pytest.raises(ConfigError, match=r"^trainer\.device_memory: layout 'auto' on CPU"):
+    local_runner.run(config, str(tmp_path / "home"))
+  assert not (tmp_path / "home").exists()
