@@ -122,3 +122,27 @@ def test_exported_signature_parses_raw_examples_and_returns_the_task_outputs(
   assert out[keys.CLASS_IDS_OUTPUT].shape == (3, 1)
   if task == "multiclass":
     np.testing.assert_allclose(out[keys.PROBABILITIES_OUTPUT].numpy().sum(1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("clip, expected", [(5.0, [0.0, 1.0, 5.0, -5.0]),
+                                            (0.0, [0.0, 1.0, 100.0, -100.0])])
+def test_normalised_features_are_clipped_alike_in_training_and_serving(classes, clip, expected):
+  """A corrupt value far outside the training range (the taxi data's 20-hour trips) is
+  clipped to +-normalize_clip standard deviations on both paths; 0 turns clipping off."""
+  spec, _, _ = _prepare(classes)
+  pre = Preprocessor(spec, {"mean": [10.0], "std": [2.0], "clip": clip})
+  raw = [_example(x, "red") for x in (10.0, 12.0, 210.0, -190.0)]
+  labelled = [tf.train.Example.FromString(r) for r in raw]
+  assert spec.label_dtype == "float32", spec.label_dtype
+  for ex in labelled:
+    ex.features.feature["y"].float_list.value.append(0.0)
+  served = pre.serving_inputs(tf.constant(raw))["x"].numpy().ravel().tolist()
+  trained, _ = pre.parse_batch(tf.constant([e.SerializeToString() for e in labelled]))
+  assert served == expected
+  assert trained["x"].numpy().ravel().tolist() == expected
+
+
+def test_normalize_clip_is_validated_before_any_work():
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="normalize_clip"):
+    TrainerConfig(normalize_clip=-1).validate()

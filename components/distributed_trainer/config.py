@@ -48,8 +48,12 @@ class TrainerConfig:
     pad_features: pad the feature count up to a multiple of the model axis instead
       of rejecting it.
     stop_on_divergence: stop early when the loss becomes NaN/inf.
-    normalize: standardise features with train-split mean/std, folded into the
-      exported first layer.
+    normalize: standardise numeric features with the train split's mean/std, in the
+      input pipeline and in the exported serving signature alike.
+    normalize_clip: with ``normalize``, standardised values are clipped to
+      [-normalize_clip, +normalize_clip] standard deviations (0 = no clipping), so one
+      corrupt value far outside the training range (a 20-hour taxi trip) cannot make
+      the model extrapolate without bound. Training and serving clip identically.
     workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
     shuffle_buffer: examples in the seeded shuffle buffer.
@@ -79,6 +83,7 @@ class TrainerConfig:
   pad_features: bool = False
   stop_on_divergence: bool = True
   normalize: bool = False
+  normalize_clip: float = 5.0
   workers: int = 2
   shuffle_buffer: int = 10_000
 
@@ -113,6 +118,9 @@ class TrainerConfig:
             "max_vocabulary", f"must be >= 1. Received: {self.max_vocabulary!r}")
     require(isinstance(self.hash_buckets, int) and self.hash_buckets >= 0, "hash_buckets",
             f"must be >= 0. Received: {self.hash_buckets!r}")
+    require(isinstance(self.normalize_clip, (int, float)) and self.normalize_clip >= 0,
+            "normalize_clip", f"must be a number >= 0 (0: no clipping). "
+            f"Received: {self.normalize_clip!r}")
     require(isinstance(self.steps_per_execution, int) and self.steps_per_execution >= 1,
             "steps_per_execution", f"must be >= 1. Received: {self.steps_per_execution!r}")
     require(self.optimizer in OPTIMIZERS, "optimizer",

@@ -60,7 +60,7 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
-      normalize=config.normalize)
+      normalize=config.normalize, normalize_clip=config.normalize_clip)
   inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)

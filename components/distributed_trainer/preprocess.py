@@ -4,8 +4,10 @@ The same :class:`Preprocessor` runs in the tf.data input pipeline (after ``batch
 ``parse_example`` per batch) and in the exported serving signature, so training and
 serving see identical inputs:
 
-* float32 features: [B, 1], a missing value is 0.0 (standardised with the train split's
-  mean/std when config ``normalize`` is on);
+* float32 features: [B, 1], a missing value is 0.0; when config ``normalize`` is on,
+  standardised with the train split's mean/std and clipped to +-``normalize_clip``
+  standard deviations (a corrupt value far outside the training range, like the taxi
+  data's 20-hour trips, otherwise makes the model extrapolate without bound);
 * int64 features: [B, 1], missing is 0;
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
@@ -44,9 +46,11 @@ class Preprocessor:
     if spec.label_vocabulary is not None:
       self.tables["__label__"] = _table(spec.label_vocabulary, 0, -1)
     self.mean = self.std = None
+    self.clip = 0.0
     if normalization is not None:
       self.mean = tf.constant(normalization["mean"], tf.float32)
       self.std = tf.constant(normalization["std"], tf.float32)
+      self.clip = float(normalization.get("clip") or 0.0)
 
   def feature_spec(self, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
     out = {}
@@ -65,6 +69,8 @@ class Preprocessor:
       x = parsed[f.name]
       if self.mean is not None:
         x = (x - self.mean[i]) / self.std[i]
+        if self.clip:
+          x = tf.clip_by_value(x, -self.clip, self.clip)
       out[f.name] = x
     for f in self.spec.features:
       if f.dtype == ms.INT64:

@@ -117,9 +117,10 @@ def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
 
 def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],
             label_key: str, *, task: Optional[str], max_vocabulary: int, hash_buckets: int,
-            hparams: Mapping[str, Any], skip_missing_labels: bool, normalize: bool
+            hparams: Mapping[str, Any], skip_missing_labels: bool, normalize: bool,
+            normalize_clip: float = 0.0
             ) -> Tuple[ms.ModelSpec, Optional[Dict[str, List[float]]], int]:
-  """(ModelSpec, normalisation {"mean", "std"} or None, skipped examples) for a job."""
+  """(ModelSpec, normalisation {"mean", "std", "clip"} or None, skipped examples)."""
   numeric = [(k, ms.FLOAT32) for k in feature_keys]
   result = scan(examples_uri, label_key, numeric, list(string_feature_keys))
   skipped = check_labels(result, label_key, skip_missing_labels)
@@ -128,5 +129,6 @@ def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys:
                        hash_buckets=hash_buckets, hparams=hparams)
   norm = None
   if normalize and numeric:
-    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist()}
+    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist(),
+            "clip": float(normalize_clip)}
   return spec, norm, skipped

@@ -74,7 +74,7 @@ def resolve_spec(job: Job, config: TrainerConfig):
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
-      normalize=config.normalize)
+      normalize=config.normalize, normalize_clip=config.normalize_clip)
   return spec, norm
 
 
