@@ -8,7 +8,6 @@ import argparse
 import logging
 import os
 import sys
-import warnings
 from typing import List, Optional
 
 from tfx_parallel.pipeline import tfenv
@@ -134,23 +133,23 @@ def cmd_run(args) -> int:
 
   Exit codes: 0 done, 1 a component failed (its error is printed), 2 invalid config.
   """
-  # Checking the inputs imports Beam, whose Google Cloud dependencies warn at import:
-  # hold those warnings until the console (and its log file) exists.
-  with warnings.catch_warnings(record=True) as held:
-    warnings.simplefilter("default")
-    try:
-      config = config_from_args(args)
-      config.validate()  # Before TFX is imported: a bad flag fails in about a second.
-      from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
-      config.check_inputs()
-      local_runner.check_home(args.home)
-    except ConfigError as e:
-      print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
-      return 2
+  try:
+    config = config_from_args(args)
+    config.validate()  # Before TFX is imported: a bad flag fails in about a second.
+    from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+    local_runner.check_home(args.home)
+  except ConfigError as e:
+    print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
+    return 2
   from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
   with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
-    for w in held:
-      warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    # Checking the inputs reads the data with Beam and TensorFlow, whose imports print
+    # C++ registration notes and deprecation warnings: they go to the log file.
+    try:
+      config.check_inputs()
+    except ConfigError as e:
+      print(f"tfx-parallel: invalid config: {e}", file=sys.stderr, flush=True)
+      return 2
     return _run_and_summarize(config, args.home, console.log_path)
 
 

@@ -1,5 +1,5 @@
 """tf_keras callbacks of a training run: history records, per-epoch eval loss, divergence
-stop, checkpoints, and progress lines (printed by :class:`Progress` only).
+stop, checkpoints, and progress (printed by :class:`Progress` only).
 
 ``model.fit`` runs the remaining steps as one Keras epoch; the callbacks see the global
 step at the end of every execution (``steps_per_execution`` steps), so records and
@@ -11,9 +11,11 @@ at or after the epoch's last step.
 import dataclasses
 import math
 import time
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import tf_keras
+
+from tfx_parallel.components.common import progress
 
 
 @dataclasses.dataclass
@@ -126,42 +128,39 @@ class Checkpointer(tf_keras.callbacks.Callback):
 
 
 class Progress(tf_keras.callbacks.Callback):
-  """Prints one line per history record and per epoch evaluation, and the divergence
-  notice: the only place that prints progress."""
+  """The only place that prints training progress, through
+  :class:`~tfx_parallel.components.common.progress.ProgressReporter`: on a terminal one
+  updating line, elsewhere a line per 10% of the steps. Each history record updates it
+  (loss, the latest epoch's eval loss, ex/s); a divergence is a line of its own."""
 
-  def __init__(self, state: RunState, stop_on_divergence: bool, out=print):
+  def __init__(self, state: RunState, stop_on_divergence: bool, stream=None,
+               is_tty: Optional[bool] = None):
     super().__init__()
     self.state = state
     self.stop_on_divergence = stop_on_divergence
-    self.out = out
+    self.reporter = progress.ProgressReporter(
+        total=max(state.total, state.start_step), label="[train]", stream=stream,
+        is_tty=is_tty, initial=state.start_step)
     self._records = len(state.records)
-    self._epochs = len(state.epochs)
     self._diverged = False
-    self.t0 = time.perf_counter()
-
-  def line(self, record: dict) -> str:
-    st = self.state
-    step = record["step"]
-    done = step - st.start_step
-    elapsed = time.perf_counter() - self.t0
-    eta = elapsed / max(done, 1) * max(st.total - step, 0)
-    pct = 100.0 * step / st.total
-    return (f"[train] step {step}/{st.total} ({pct:5.1f}%) loss {record['loss']:.6g} "
-            f"{record['examples_per_sec']:,.0f} ex/s elapsed {elapsed:.1f}s ETA {eta:.1f}s")
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
     for record in st.records[self._records:]:
-      self.out(self.line(record), flush=True)
+      metrics = {"loss": record["loss"]}
+      if st.epochs:
+        metrics["eval_loss"] = st.epochs[-1]["eval_loss"]
+      metrics["examples_per_sec"] = record["examples_per_sec"]
+      self.reporter.update(min(record["step"], self.reporter.total), **metrics)
     self._records = len(st.records)
-    for e in st.epochs[self._epochs:]:
-      self.out(f"[train] epoch {e['epoch']} step {e['step']} eval loss {e['eval_loss']:.6g}",
-               flush=True)
-    self._epochs = len(st.epochs)
     if st.diverged and not self._diverged:
       self._diverged = True
-      self.out(f"[train] loss is {st.last_loss} at step {st.step}: training diverged"
-               + ("; stopping early" if self.stop_on_divergence else ""), flush=True)
+      self.reporter.message(
+          f"[train] loss is {st.last_loss} at step {st.step}: training diverged"
+          + ("; stopping early" if self.stop_on_divergence else ""))
+
+  def on_train_end(self, logs=None):
+    self.reporter.close()
 
 
 def per_example_loss(loss):

@@ -240,10 +240,11 @@ def write_history(directory: str, history: dict):
 
 
 def plot_loss(path: str, history: dict):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4))
+  """Train (and per-epoch eval) loss against step. A ``Figure`` of its own: no pyplot
+  state and no ``matplotlib.use``, which would change the backend of the user's process."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(6, 4))
+  ax = fig.add_subplot()
   recs = history["records"]
   ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], label="train loss")
   if history["epochs"]:
@@ -251,7 +252,7 @@ def plot_loss(path: str, history: dict):
             "o-", label="eval loss")
   ax.set_yscale("log")
   ax.set_xlabel("step")
-  ax.set_ylabel("MSE")
+  ax.set_ylabel(f"loss ({history.get('task') or 'regression'})")
   m = history["mesh_shape"]
   ax.set_title(f"{history['layout']} (replicas {history['replicas']}, mesh {m[0]}x{m[1]})")
   ax.legend()
@@ -260,7 +261,6 @@ def plot_loss(path: str, history: dict):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=100)
-  plt.close(fig)
   with tf.io.gfile.GFile(path, "wb") as f:
     f.write(buf.getvalue())
 

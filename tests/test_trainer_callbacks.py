@@ -1,0 +1,55 @@
+"""The trainer's progress output: ProgressReporter lines from the history records."""
+import io
+import math
+
+from tfx_parallel.components.distributed_trainer import callbacks as cb
+
+
+def _state(total=100, start=0):
+  return cb.RunState(total=total, start_step=start, global_batch=8, steps_per_epoch=50,
+                     learning_rate=0.1, step=start)
+
+
+def _feed(progress, state, steps, losses):
+  for step, loss in zip(steps, losses):
+    state.step = step
+    state.records.append({"step": step, "loss": loss, "examples_per_sec": 1000.0})
+    if step % state.steps_per_epoch == 0:
+      state.epochs.append({"epoch": step // 50, "step": step, "train_loss": loss,
+                           "eval_loss": loss * 2})
+    progress.on_train_batch_end(0)
+
+
+def test_a_log_gets_a_line_per_tenth_of_the_steps_with_the_latest_eval_loss():
+  state, out = _state(), io.StringIO()
+  progress = cb.Progress(state, True, stream=out, is_tty=False)
+  _feed(progress, state, range(5, 101, 5), [1.0 / s for s in range(5, 101, 5)])
+  progress.on_train_end()
+  lines = out.getvalue().splitlines()
+  assert len(lines) == 10, lines
+  assert lines[0].startswith("[train] step 10/100 (10%) loss 0.1 "), lines[0]
+  assert "eval_loss" not in lines[3]  # before the first epoch ends (step 50)
+  assert " eval_loss 0.04 " in lines[4], lines[4]  # step 50: 2 x 0.02
+  assert lines[-1].startswith("[train] step 100/100 (100%) loss 0.01 eval_loss 0.02 "), lines
+
+
+def test_a_terminal_gets_one_updating_line_and_a_resumed_run_counts_from_its_step():
+  state, out = _state(total=100, start=40), io.StringIO()
+  progress = cb.Progress(state, True, stream=out, is_tty=True)
+  _feed(progress, state, range(50, 101, 10), [0.5] * 6)
+  progress.on_train_end()
+  text = out.getvalue()
+  assert text.count("\n") == 1 and text.count("\r") == 6, repr(text)
+  assert text.rstrip().rsplit("\r", 1)[-1].startswith("[train] ")
+  assert "step 100/100" in text and " 17%" in text  # (50 - 40) / (100 - 40)
+
+
+def test_divergence_is_a_line_of_its_own():
+  state, out = _state(), io.StringIO()
+  progress = cb.Progress(state, True, stream=out, is_tty=False)
+  _feed(progress, state, [10], [0.5])
+  state.diverged, state.last_loss = True, math.nan
+  _feed(progress, state, [20], [math.nan])
+  progress.on_train_end()
+  assert "[train] loss is nan at step 20: training diverged; stopping early" in \
+      out.getvalue().splitlines()
