@@ -191,10 +191,7 @@ def main(argv=None) -> int:
     json.dump(result, f, indent=1)
   print(render(result))
   if not args.framing_only and args.rows >= 100_000:
-    os.makedirs(os.path.dirname(SECTION), exist_ok=True)
-    with open(SECTION, "w") as f:
-      f.write(section(result, load_before, bu.load_average()))
-    print(f"section written to {SECTION}")
+    bu.write_section(SECTION, section(result, load_before, bu.load_average()))
   return 0
 
 

@@ -203,10 +203,7 @@ def main(argv=None) -> int:
   plot(rows, a.plot)
   print(render(result))
   if (a.vocab, a.dim, a.hidden) == (FULL["vocab"], FULL["dim"], FULL["hidden"]):
-    os.makedirs(os.path.dirname(SECTION), exist_ok=True)
-    with open(SECTION, "w") as f:
-      f.write(section(result, load_before, bu.load_average()))
-    print(f"section written to {SECTION}")
+    bu.write_section(SECTION, section(result, load_before, bu.load_average()))
   return 0
 
 

@@ -180,3 +180,11 @@ def plot_path(name: str, smoke: bool) -> str:
   d = work_dir("plots-smoke") if smoke else os.path.join(BENCH_DIR, "plots")
   os.makedirs(d, exist_ok=True)
   return os.path.join(d, f"{name}.png")
+
+
+def write_section(path: str, text: str) -> None:
+  """Writes a RESULTS.md section (benchmarks/results/*.md, kept by run_all.py)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(text)
+  print(f"section written to {path}")

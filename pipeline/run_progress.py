@@ -22,20 +22,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import readable
+from tfx_parallel.pipeline import summary
 
 _RUNNING = "Component %s is running."
 _FINISHED = "Component %s is finished."
 _NEW_EXECUTION = "Going to run a new execution %d"
 _CACHED_EXECUTION = "A cached execution %d is used."
-
-
-def _props(artifact) -> Dict[str, Any]:
-  out = {}
-  for source in (artifact.properties, artifact.custom_properties):
-    for name, value in source.items():
-      kind = value.WhichOneof("value")
-      out[name] = getattr(value, kind) if kind else None
-  return out
 
 
 def describe_examples(props: Dict[str, Any]) -> str:
@@ -107,14 +99,14 @@ def describe_outputs(artifacts: Sequence[Any], type_names: Dict[int, str]) -> st
   by_type = {type_names.get(a.type_id, ""): a for a in artifacts}
   if "ConvergenceMetrics" in by_type:
     metrics = by_type["ConvergenceMetrics"]
-    props = _props(metrics)
+    props = summary.artifact_props(metrics)
     precise = _read_json(metrics.uri, str(props.get("metrics_file") or "metrics.json"))
     return describe_metrics(dict(props, **(precise or {})))
   if "TrainingHistory" in by_type:
     history = _read_json(by_type["TrainingHistory"].uri, keys.HISTORY_FILE)
     return describe_history(history) if history else ""
   if "Examples" in by_type:
-    return describe_examples(_props(by_type["Examples"]))
+    return describe_examples(summary.artifact_props(by_type["Examples"]))
   return ""
 
 

@@ -19,7 +19,8 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
   return metadata_store.MetadataStore(cfg)
 
 
-def _props(artifact) -> Dict[str, object]:
+def artifact_props(artifact) -> Dict[str, object]:
+  """An MLMD artifact's properties and custom properties as plain values."""
   out = {}
   for source in (artifact.properties, artifact.custom_properties):
     for name, value in source.items():
@@ -40,7 +41,7 @@ def latest_run(store, pipeline_name: str) -> Optional[Dict[str, Dict[str, object
   types = {t.id: t.name for t in store.get_artifact_types()}
   for artifact in sorted(store.get_artifacts_by_context(run.id), key=lambda a: a.id):
     name = types[artifact.type_id]
-    props = dict(_props(artifact), uri=artifact.uri, id=artifact.id)
+    props = dict(artifact_props(artifact), uri=artifact.uri, id=artifact.id)
     if name == "ModelBlessing" and "blessed" not in props:
       continue  # The stock Evaluator's blessing (--with-tfma, no thresholds).
     found.setdefault(name, props)
