@@ -34,7 +34,7 @@ def test_default_rules_megatron_pairs_and_embedding_on_output_dim():
 
 
 def test_default_rule_that_does_not_divide_falls_back_to_replicated_with_one_log_line(caplog):
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):
     rules = S.default_rules_for(PARITY, model_axis=2)
   assert "head/kernel" not in rules and "head/bias" not in rules
   lines = [r.getMessage() for r in caplog.records if "head/kernel" in r.getMessage()]
