@@ -99,8 +99,9 @@ def make_csv(path: str, rows: int, features: int, seed: int = 0) -> str:
 
 
 def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
-                   baseline: bool = True) -> Dict:
-  """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each."""
+                   run_baseline: bool = True) -> Dict:
+  """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each.
+  ``run_baseline`` False (Dask without --dask-baseline) skips the stock executor."""
   import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.components.example_gen.csv_example_gen import executor as csv_executor  # pylint: disable=g-import-not-at-top
@@ -170,7 +171,7 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
     return do
 
   times = {"baseline": [], "ours": [], "runner_startup": [_trivial_pipeline_seconds(args)],
-           "baseline_error": None if baseline else DASK_BASELINE_SKIPPED}
+           "baseline_error": None if run_baseline else DASK_BASELINE_SKIPPED}
   try:
     for r in range(repeats):
       order = [("baseline", baseline), ("ours", ours)]
@@ -447,7 +448,7 @@ def main(argv=None):
   if args._child == "compare":  # pylint: disable=protected-access
     print(RESULT_PREFIX + json.dumps(_child_compare(
         args.csv, args.mode, args.repeats, args.rows,
-        baseline=args.mode != "dask" or args.dask_baseline)), flush=True)
+        run_baseline=args.mode != "dask" or args.dask_baseline)), flush=True)
     return
   if args._child == "scale":  # pylint: disable=protected-access
     print(RESULT_PREFIX + json.dumps(_child_scale(args.rows, args.mode, args.features)),
