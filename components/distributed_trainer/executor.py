@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import launcher, planning, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import gpu_env, launcher, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -78,6 +78,8 @@ class Executor(base_executor.BaseExecutor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
+    if (config.require_gpu or config.device == "gpu") and not planning.gpu_names():
+      raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
@@ -89,7 +91,7 @@ class Executor(base_executor.BaseExecutor):
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
     else:
-      launcher.launch(job, config.layout, config.workers)
+      launcher.launch(job, config.layout, config.workers, config.device)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
     if planned:  # The choice goes into history.json too (the evaluator reads it).
