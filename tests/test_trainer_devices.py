@@ -134,3 +134,48 @@ def test_no_gpu_message_carries_cudas_own_error():
   assert "nvidia-smi -L: 1 GPU(s): GPU 0: NVIDIA L4" in text
   assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in text
   assert "dlerror: libcuda.so.1" in text
+
+
+def test_cuda_lines_are_said_once():
+  line = "2026-12-03 10:33:35.52: I tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers"
+  assert gpu_env.cuda_lines(f"{line}\n{line.replace('35.52', '35.53')}\n") == [line]
+
+
+def test_require_gpu_without_a_gpu_fails_the_training_process_at_once(tmp_path):
+  """The real training process, on this GPU-less machine: it fails before reading data."""
+  import json
+  import subprocess
+  import sys
+  import trainer_util as tu
+  job = tu.job_dict(str(tmp_path), str(tmp_path / "no-examples"), ["x0"], 64,
+                    layout="single", device="auto", require_gpu=True)
+  path = tmp_path / "job.json"
+  path.write_text(json.dumps(job))
+  proc = subprocess.run([sys.executable, "-m",
+                         "tfx_parallel.components.distributed_trainer.train", "--job",
+                         str(path)], capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0
+  assert "NoGpuError: require_gpu: the training process sees no GPU" in proc.stderr, \
+      proc.stderr[-3000:]
+  assert "nvidia-smi -L: " in proc.stderr
+
+
+def test_cli_device_flags_reach_the_trainer_config():
+  from tfx_parallel.pipeline import cli
+  parse = lambda *a: cli.config_from_args(cli.build_parser().parse_args(["run", *a])).trainer
+  t = parse("--layout", "mirrored", "--device", "cpu", "--gpu-memory", "4GiB")
+  assert (t.devices, t.device, t.gpu_memory, t.require_gpu) == (0, "cpu", "4GiB", False)
+  assert parse("--layout", "mirrored", "--devices", "3").devices == 3
+  assert parse("--layout", "auto", "--device-memory", "1GiB").devices == 2
+  assert parse("--require-gpu").require_gpu is True
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(device="tpu"), r"^device: must be one of \['auto', 'cpu', 'gpu'\]. Received: 'tpu'"),
+    (dict(require_gpu=True, device="cpu"), r"^require_gpu: contradicts device 'cpu'"),
+    (dict(gpu_memory="most"), r"^gpu_memory: must be 'growth', 'all' or a size"),
+    (dict(logical_gpus=-1), r"^logical_gpus: must be >= 0. Received: logical_gpus=-1")])
+def test_trainer_config_rejects_bad_device_keys(kwargs, message):
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+  with pytest.raises(ConfigError, match=message):
+    TrainerConfig(**kwargs).validate()

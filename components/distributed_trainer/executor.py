@@ -78,7 +78,9 @@ class Executor(base_executor.BaseExecutor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
-    if (config.require_gpu or config.device == "gpu") and not planning.gpu_names():
+    remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
+    if (config.require_gpu or config.device == "gpu") and not remote \
+        and not planning.gpu_names():  # A TFJob's replicas check their own GPUs.
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])

@@ -41,7 +41,13 @@ def cuda_load_messages(timeout: float = 120) -> List[str]:
 
 def cuda_lines(stderr: str) -> List[str]:
   """The lines of a TensorFlow process's stderr that are about loading CUDA."""
-  return [line.strip() for line in stderr.splitlines() if _CUDA_LINE.search(line)]
+  seen, out = set(), []
+  for line in stderr.splitlines():
+    text = line.strip().split("] ", 1)[-1]  # Without the timestamp and source prefix.
+    if _CUDA_LINE.search(line) and text not in seen:
+      seen.add(text)
+      out.append(line.strip())
+  return out
 
 
 def nvidia_smi_gpus() -> Optional[List[str]]:
