@@ -67,6 +67,8 @@ class TrainerConfig:
       or a size per GPU such as "4GiB" (a hard limit).
     require_gpu: fail at once, with CUDA's own load error, when no GPU is visible
       (instead of training on the CPU).
+    tf32: TensorFloat-32 matmuls and convolutions on Ampere and newer GPUs (TensorFlow's
+      default, ~1e-3 relative error); false gives exact float32 (parity checks).
     logical_gpus: > 1 splits the first GPU into this many logical GPUs (to check the
       multi-device layouts on one GPU; benchmarks/gpu_check.py). 0: off.
   """
@@ -102,6 +104,7 @@ class TrainerConfig:
   gpu_memory: Any = "growth"
   require_gpu: bool = False
   logical_gpus: int = 0
+  tf32: bool = True
 
   @property
   def mesh_batch(self) -> int:
@@ -126,6 +129,7 @@ class TrainerConfig:
             f"must be true or false. Received: {self.require_gpu!r}")
     require(not (self.require_gpu and self.device == "cpu"), "require_gpu",
             f"contradicts device 'cpu'. Received: require_gpu=True, device={self.device!r}")
+    require(isinstance(self.tf32, bool), "tf32", f"must be true or false. Received: {self.tf32!r}")
     require(isinstance(self.logical_gpus, int) and self.logical_gpus >= 0, "logical_gpus",
             f"must be >= 0. Received: logical_gpus={self.logical_gpus!r}")
     require(self.model in MODELS, "model",

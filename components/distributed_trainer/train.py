@@ -62,7 +62,7 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
                           len(gpus), config.batch_size, config.logical_gpus)
   if plan.reason:
     print(f"[train] devices: {plan.reason}", flush=True)
-  devices_lib.configure(plan, config.gpu_memory, config.logical_gpus)
+  devices_lib.configure(plan, config.gpu_memory, config.logical_gpus, config.tf32)
   if config.layout == "mirrored":
     config = dataclasses.replace(config, devices=plan.devices)
   elif config.layout == "mesh":
@@ -134,6 +134,7 @@ def run(job: Job) -> dict:
   # Before TensorFlow initialises; multi_worker must not initialise it here either
   # (collective ops are configured when its strategy is created).
   config, plan = setup_devices(job.trainer_config())
+  device_record = dict(plan.as_record(), tf32=config.tf32)  # Into history.json.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
@@ -144,7 +145,7 @@ def run(job: Job) -> dict:
 
   if config.layout == "mesh":
     from tfx_parallel.components.distributed_trainer import mesh_train  # pylint: disable=g-import-not-at-top
-    return mesh_train.run(job, config, plan.as_record())
+    return mesh_train.run(job, config, device_record)
   strategy = layouts.make_strategy(config.layout, config.devices, plan.collective)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
@@ -186,7 +187,7 @@ def run(job: Job) -> dict:
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
 
-  desc = dict(layouts.describe(config.layout, strategy, model.weights), **plan.as_record())
+  desc = dict(layouts.describe(config.layout, strategy, model.weights), **device_record)
   print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
         f"steps {start_step}->{total} global batch {config.batch_size} "
