@@ -141,6 +141,7 @@ def test_cuda_lines_are_said_once():
   assert gpu_env.cuda_lines(f"{line}\n{line.replace('35.52', '35.53')}\n") == [line]
 
 
+@pytest.mark.slow
 def test_require_gpu_without_a_gpu_fails_the_training_process_at_once(tmp_path):
   """The real training process, on this GPU-less machine: it fails before reading data."""
   import json
@@ -179,3 +180,26 @@ def test_trainer_config_rejects_bad_device_keys(kwargs, message):
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig
   with pytest.raises(ConfigError, match=message):
     TrainerConfig(**kwargs).validate()
+
+
+@pytest.mark.slow
+def test_gpu_tests_fail_rather_than_skip_when_tensorflow_misses_a_listed_gpu(tmp_path):
+  """tests/test_gpu.py under an nvidia-smi that lists a GPU this TensorFlow cannot see
+  (this machine has none): the check fails, with the diagnosis, instead of skipping."""
+  import os
+  import subprocess
+  import sys
+  fake = tmp_path / "bin" / "nvidia-smi"
+  fake.parent.mkdir()
+  fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA L4 (UUID: GPU-fake)'\n")
+  fake.chmod(0o755)
+  env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}")
+  env.pop("CUDA_VISIBLE_DEVICES", None)
+  tests = os.path.dirname(os.path.abspath(__file__))
+  proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         os.path.join(tests, "test_gpu.py"), "-k", "sees_every_gpu"],
+                        cwd=os.path.dirname(tests), env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 1, proc.stdout[-3000:]
+  assert "1 failed" in proc.stdout and "require_gpu: the test process sees no GPU" in \
+      proc.stdout, proc.stdout[-3000:]
