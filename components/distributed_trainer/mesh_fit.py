@@ -135,6 +135,9 @@ def run(job, config, record=None) -> dict:
       resumed_from_step=start_step, **(record or {}))
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
+  peaks = memory.gpu_memory_peaks(devices)
+  if peaks:
+    history["gpu_memory_peak_bytes"] = peaks
   plain.set_weights(trainer.full_weights())
   weights = train.linear_weights(plain, spec, normalization)
   if weights is not None:

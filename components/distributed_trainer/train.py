@@ -229,6 +229,9 @@ def run(job: Job) -> dict:
   # Measured from where the variables live, after training (every optimizer slot exists).
   from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
   history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
+  peaks = memory.gpu_memory_peaks(desc["devices"])
+  if peaks:
+    history["gpu_memory_peak_bytes"] = peaks
   if chief:
     # Export from a plain copy built outside any strategy.
     tf_keras.utils.set_random_seed(config.seed)
