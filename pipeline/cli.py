@@ -52,7 +52,9 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  choices=["single", "mirrored", "multi_worker", "mesh", "auto"],
                  help="parallel layout (default: a batch x model DTensor mesh); auto: the "
                       "planner picks single, mirrored or a mesh that fits --device-memory")
-  p.add_argument("--mesh", type=_mesh, default=(2, 2), help="mesh shape BxM (default 2x2)")
+  p.add_argument("--mesh", type=_mesh, default=None,
+                 help="mesh shape BxM (default: 2x2 on logical CPU devices; on G GPUs (as "
+                      "nvidia-smi lists them) a model axis of 2 and a batch axis of G/2)")
   p.add_argument("--devices", type=int, default=None,
                  help="replicas for mirrored: 0 (the default) = every GPU, or 2 logical CPU "
                       "devices without a GPU; more than the GPUs present shrinks to fit. "
@@ -117,7 +119,7 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       layout=args.layout, devices=_devices(args), device=args.device,
       require_gpu=args.require_gpu, gpu_memory=args.gpu_memory,
       device_memory=args.device_memory,
-      mesh=tuple(args.mesh) if args.layout == "mesh" else (1, 1), model=model,
+      mesh=_mesh_of(args) if args.layout == "mesh" else (1, 1), model=model,
       hidden_units=(16,) if model == "mlp" else (), batch_size=args.batch_size,
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),
       optimizer=args.optimizer, steps=args.steps, epochs=args.epochs,
@@ -128,6 +130,18 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma,
       enable_cache=not args.no_cache,
       beam_pipeline_args=list(args.beam_arg) + runner_args(args))
+
+
+def _mesh_of(args):
+  """--mesh, else the default mesh for the GPUs ``nvidia-smi -L`` lists (fast: no
+  TensorFlow import before the config is validated); 2x2 with --device cpu or no GPU.
+  The trainer fits the mesh again to the GPUs TensorFlow sees (devices.py)."""
+  if args.mesh is not None:
+    return tuple(args.mesh)
+  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  listed = [] if args.device == "cpu" else (gpu_env.nvidia_smi_gpus() or [])
+  visible = devices.parse_visible(os.environ.get(devices.WORKER_GPUS_ENV), len(listed))
+  return devices.default_mesh(min(len(listed), len(visible)), args.batch_size)
 
 
 def _devices(args) -> int:

@@ -203,3 +203,21 @@ def test_gpu_tests_fail_rather_than_skip_when_tensorflow_misses_a_listed_gpu(tmp
   assert proc.returncode == 1, proc.stdout[-3000:]
   assert "1 failed" in proc.stdout and "require_gpu: the test process sees no GPU" in \
       proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.parametrize("gpus,batch,want", [
+    (0, 64, (2, 2)), (1, 64, (1, 1)), (2, 64, (1, 2)), (3, 64, (1, 2)), (4, 64, (2, 2)),
+    (6, 64, (2, 2)), (6, 96, (3, 2)), (8, 64, (4, 2))])
+def test_default_mesh_fits_the_gpu_count(gpus, batch, want):
+  assert devices.default_mesh(gpus, batch) == want
+  # The trainer's fit leaves a default mesh as it is on the same GPUs.
+  if gpus:
+    assert _plan("mesh", gpus, mesh=want, batch=batch).mesh == want
+
+
+def test_cli_default_mesh_is_2x2_without_gpus():
+  from tfx_parallel.pipeline import cli
+  args = cli.build_parser().parse_args(["run", "--device", "cpu"])
+  assert cli.config_from_args(args).trainer.mesh == (2, 2)
+  args = cli.build_parser().parse_args(["run", "--mesh", "1x3"])
+  assert cli.config_from_args(args).trainer.mesh == (1, 3)

@@ -113,6 +113,18 @@ def fit_mesh(mesh: Tuple[int, int], available: int) -> Tuple[int, int]:
   return max(options, key=lambda bm: (bm[0] * bm[1], bm[1]))
 
 
+def default_mesh(gpu_count: int, batch_size: int) -> Tuple[int, int]:
+  """The mesh when none is asked for: 2x2 on logical CPU devices (no GPU); on G GPUs a
+  model axis of 2 (1x1 on one GPU) and the widest batch axis b with 2b <= G dividing the
+  global batch, so every GPU present is used when G is even."""
+  if gpu_count == 0:
+    return (2, 2)
+  if gpu_count == 1:
+    return (1, 1)
+  b = max(b for b in range(1, gpu_count // 2 + 1) if batch_size % b == 0)
+  return (b, 2)
+
+
 def collectives(layout: str, device_type: str, logical_per_physical: int = 1) -> str:
   """The collective a layout uses on ``device_type``: NCCL on GPUs (one logical GPU per
   physical GPU; NCCL rejects two ranks on one GPU), TensorFlow's own otherwise."""
