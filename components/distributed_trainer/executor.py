@@ -93,7 +93,7 @@ class Executor(base_executor.BaseExecutor):
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
     else:
-      launcher.launch(job, config.layout, config.workers, config.device)
+      launcher.launch(job, config.layout, config.workers)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
     if planned:  # The choice goes into history.json too (the evaluator reads it).

@@ -78,13 +78,15 @@ def worker_environments(workers: int, device: str, environ, gpu_count: int):
   return [{devices_lib.WORKER_GPUS_ENV: v} if v is not None else {} for v in visible], reason
 
 
-def launch(job: Job, layout: str, workers: int, device: str = "auto",
+def launch(job: Job, layout: str, workers: int, device: Optional[str] = None,
            gpu_count: Optional[int] = None) -> None:
   """Runs the training job in child process(es); raises RuntimeError on failure.
 
-  Holds the job's checkpoint directory exclusively while training runs. ``gpu_count``:
-  the GPUs present (default: TensorFlow's list), shared out among local workers.
+  Holds the job's checkpoint directory exclusively while training runs. ``device``:
+  config ``device`` (default: the job's); ``gpu_count``: the GPUs present (default:
+  TensorFlow's list), shared out among local workers.
   """
+  device = device or job.config.get("device", "auto")
   with checkpoint.Lock(job.checkpoint_dir), \
       tempfile.TemporaryDirectory(prefix="tfx_parallel_train_") as tmp:
     job_path = os.path.join(tmp, "job.json")
