@@ -23,6 +23,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 
 DEVICE_KINDS = ("auto", "cpu", "gpu")
@@ -88,7 +89,7 @@ class DevicePlan:
 
   def as_record(self) -> Dict[str, str]:
     """The keys this plan adds to history.json."""
-    return {"device_type": self.device_type, "collective": self.collective,
+    return {keys.DEVICE_TYPE: self.device_type, keys.COLLECTIVE: self.collective,
             "collective_detail": COLLECTIVES[self.collective],
             "device_plan_reason": self.reason}
 

@@ -105,6 +105,9 @@ class Executor(base_executor.BaseExecutor):
       history.set_string_custom_property(name, str(record[name]))
     history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))
     history.set_string_custom_property("devices", json.dumps(record["devices"]))
+    for name in keys.DEVICE_PLAN_KEYS:  # Where it ran and how replicas all-reduced.
+      if name in record:
+        history.set_string_custom_property(name, str(record[name]))
     history.set_int_custom_property("replicas", int(record["replicas"]))
     history.set_int_custom_property("steps_run", int(record["steps_run"]))
     history.set_int_custom_property("diverged", int(record["diverged"]))
