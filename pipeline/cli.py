@@ -52,9 +52,23 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  choices=["single", "mirrored", "multi_worker", "mesh", "auto"],
                  help="parallel layout (default: a batch x model DTensor mesh); auto: the "
                       "planner picks single, mirrored or a mesh that fits --device-memory")
-  p.add_argument("--mesh", type=_mesh, default=(2, 2), help="mesh shape BxM (default 2x2)")
-  p.add_argument("--devices", type=int, default=2,
-                 help="replicas for mirrored (logical CPU devices when there is no GPU)")
+  p.add_argument("--mesh", type=_mesh, default=None,
+                 help="mesh shape BxM (default: 2x2 on logical CPU devices; on G GPUs (as "
+                      "nvidia-smi lists them) a model axis of 2 and a batch axis of G/2)")
+  p.add_argument("--devices", type=int, default=None,
+                 help="replicas for mirrored: 0 (the default) = every GPU, or 2 logical CPU "
+                      "devices without a GPU; more than the GPUs present shrinks to fit. "
+                      "With --layout auto: the logical CPU devices to plan for (default 2)")
+  p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
+                 help="auto: the GPUs when TensorFlow sees any, else logical CPU devices; "
+                      "cpu: force the CPU (split into logical devices) even on a GPU machine; "
+                      "gpu: fail without a GPU")
+  p.add_argument("--require-gpu", action="store_true",
+                 help="fail at once, printing CUDA's own load error, when no GPU is visible "
+                      "(instead of training on the CPU)")
+  p.add_argument("--gpu-memory", default="growth",
+                 help="GPU memory policy: growth (default: take memory as needed), all "
+                      "(reserve nearly all of every GPU at start) or a size per GPU, e.g. 4GiB")
   p.add_argument("--device-memory", default=None,
                  help="memory per device for the layout planner, e.g. 512MiB (required by "
                       "--layout auto on CPU; --devices logical CPU devices)")
@@ -102,9 +116,10 @@ def config_from_args(args) -> config_lib.PipelineConfig:
                         num_features=args.features, num_workers=workers)
   model = args.model or ("linear" if synthetic else "mlp")
   trainer = TrainerConfig(
-      layout=args.layout, devices=args.devices if args.layout in ("mirrored", "auto") else 0,
+      layout=args.layout, devices=_devices(args), device=args.device,
+      require_gpu=args.require_gpu, gpu_memory=args.gpu_memory,
       device_memory=args.device_memory,
-      mesh=tuple(args.mesh) if args.layout == "mesh" else (1, 1), model=model,
+      mesh=_mesh_of(args) if args.layout == "mesh" else (1, 1), model=model,
       hidden_units=(16,) if model == "mlp" else (), batch_size=args.batch_size,
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),
       optimizer=args.optimizer, steps=args.steps, epochs=args.epochs,
@@ -115,6 +130,28 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma,
       enable_cache=not args.no_cache,
       beam_pipeline_args=list(args.beam_arg) + runner_args(args))
+
+
+def _mesh_of(args):
+  """--mesh, else the default mesh for the GPUs ``nvidia-smi -L`` lists (fast: no
+  TensorFlow import before the config is validated); 2x2 with --device cpu or no GPU.
+  The trainer fits the mesh again to the GPUs TensorFlow sees (devices.py)."""
+  if args.mesh is not None:
+    return tuple(args.mesh)
+  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  listed = [] if args.device == "cpu" else (gpu_env.nvidia_smi_gpus() or [])
+  visible = devices.parse_visible(os.environ.get(devices.WORKER_GPUS_ENV), len(listed))
+  return devices.default_mesh(min(len(listed), len(visible)), args.batch_size)
+
+
+def _devices(args) -> int:
+  """Config ``devices`` of the flags: mirrored 0 (= all GPUs, 2 logical CPUs without one)
+  unless given; auto plans for 2 logical CPU devices unless given; else unused (0)."""
+  if args.layout == "mirrored":
+    return args.devices or 0
+  if args.layout == "auto":
+    return 2 if args.devices is None else args.devices
+  return 0
 
 
 def runner_args(args) -> List[str]:
@@ -198,7 +235,7 @@ def _layout_flag_text(config: config_lib.PipelineConfig) -> str:
   if t.layout == "mesh":
     return f"mesh {t.mesh[0]}x{t.mesh[1]}"
   if t.layout == "mirrored":
-    return f"mirrored x{t.devices}" if t.devices else "mirrored (all local GPUs)"
+    return f"mirrored x{t.devices}" if t.devices else "mirrored (every GPU, else 2 CPU devices)"
   if t.layout == "multi_worker":
     return f"multi_worker x{t.workers}"
   return t.layout

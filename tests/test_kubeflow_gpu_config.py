@@ -55,6 +55,9 @@ def test_gpu_config_compiles_to_a_package(tmp_path):
   config = config_lib.load(GPU_CONFIG)
   assert (config.pipeline.trainer.layout, config.pipeline.trainer.devices) == ("mirrored", 0)
   assert config.pipeline.trainer.batch_size % 4 == 0
+  # A GPU pod whose CUDA fails to load fails at once instead of training on the CPU.
+  assert (config.pipeline.trainer.require_gpu, config.pipeline.trainer.gpu_memory) == \
+      (True, "growth")
 
 
 def test_gpu_config_is_packaged(tmp_path):
@@ -78,6 +81,7 @@ def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():
   data = _multi_node_variant()
   config = config_lib.from_mapping(copy.deepcopy(data))
   assert config.pipeline.trainer.layout == "multi_worker"
+  assert config.pipeline.trainer.require_gpu is True  # Checked by each TFJob replica.
   trainer = config.placement("DistributedTrainer")
   assert trainer.accelerator is None and not trainer.tolerations
   assert trainer.env["TFX_PARALLEL_TFJOB_IMAGE"] == config.placement("default").image

@@ -69,6 +69,7 @@ def test_the_planner_choice_is_printed_and_trains_on_that_mesh(run):
   history = _props(_artifact(store, "TrainingHistory"))
   assert (history["layout"], history["mesh_shape"], history["replicas"]) == ("mesh", "2x2", 2)
   assert len(json.loads(history["devices"])) == 4
+  assert (history["device_type"], history["collective"]) == ("CPU", "dtensor_cpu")
 
 
 def test_ml_metadata_holds_the_choice_and_its_reason(run):

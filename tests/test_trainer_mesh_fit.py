@@ -16,6 +16,7 @@ def test_mesh_job_learns_the_seed_problem_and_records_its_run(tmp_path):
   history = tu.run_job(job, str(tmp_path))
   assert (history["layout"], history["mesh_shape"], history["replicas"]) == ("mesh", [2, 1], 2)
   assert len(history["devices"]) == 2
+  assert (history["device_type"], history["collective"]) == ("CPU", "dtensor_cpu")
   total = 4 * (1024 // 32)
   assert history["total_steps"] == history["steps_run"] == total
   assert [r["step"] for r in history["records"]] == list(range(16, total + 1, 16))

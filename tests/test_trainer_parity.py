@@ -18,7 +18,8 @@ import trainer_util as tu
 
 MODULE = os.path.join(os.path.dirname(__file__), "parity_model.py")
 CONFIG = dict(steps=12, epochs=1, batch_size=32, learning_rate=0.01, optimizer="adam",
-              log_every=4, checkpoint_every=0, module_file=MODULE)
+              log_every=4, checkpoint_every=0, module_file=MODULE,
+              tf32=False)  # Exact float32 where the layouts run on Ampere+ GPUs.
 
 # Plain tf_keras: the same batches (materialised from the trainer's input pipeline with the
 # same seed), the same module, seed and optimizer; model.fit on numpy arrays.
@@ -26,7 +27,9 @@ _PLAIN_FIT = textwrap.dedent("""
     import json
     from tfx_parallel.pipeline import tfenv
     tfenv.prepare()
-    import numpy as np, tf_keras
+    import numpy as np, tensorflow as tf, tf_keras
+    tf.config.set_visible_devices([], "GPU")  # As the trainer's device: cpu (trainer_util).
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     from tfx_parallel.components.common.splits import split_files
     from tfx_parallel.components.distributed_trainer import data, train, user_module
     from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
@@ -101,6 +104,7 @@ def test_mirrored_x2_matches_single(examples, single, tmp_path):
   _, result = single
   job, history = _train(examples, str(tmp_path), "mirrored", devices=2)
   assert history["replicas"] == 2 and len(history["devices"]) == 2
+  assert history["tf32"] is False
   mirrored = json.loads(tu.run_script(textwrap.dedent(f"""
       import json
       from tfx_parallel.pipeline import tfenv

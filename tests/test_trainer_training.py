@@ -33,6 +33,11 @@ def test_every_layout_recovers_seed_parameters(examples, tmp_path, layout, extra
   assert np.abs(w - [1.0, 2.0]).max() < 0.05, w
   assert abs(b - 3.0) < 0.05, b
   assert history["layout"] == layout
+  # Read from the variables' placement: the devices the run used, and its all-reduce.
+  n = extra.get("devices", 1)
+  assert [d.split("/device:")[-1] for d in history["devices"]] == [f"CPU:{i}" for i in range(n)]
+  assert (history["device_type"], history["collective"]) == (
+      "CPU", "none" if layout == "single" else "reduce_to_cpu")
   assert history["records"] and history["epochs"][-1]["eval_loss"] < 0.01
   # The exported SavedModel serves serialized tf.Example.
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
@@ -47,11 +52,12 @@ def test_two_worker_processes_train_together(examples, tmp_path):
   root, keys, rows = examples
   job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, layout="multi_worker",
                           workers=2, **SEED_CONFIG))
-  launcher.launch(job, "multi_worker", 2)
+  launcher.launch(job, "multi_worker", 2, "cpu")
   with open(os.path.join(job.history_dir, "history.json")) as f:
     history = json.load(f)
   assert history["layout"] == "multi_worker" and history["replicas"] == 2
   assert len(history["devices"]) == 2
+  assert (history["device_type"], history["collective"]) == ("CPU", "ring")
   w = np.array(history["weights"]["kernel"]).ravel()
   assert np.abs(w - [1.0, 2.0]).max() < 0.05, w
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))

@@ -44,6 +44,9 @@ def write_examples(root: str, rows: int = 2048, num_features: int = 2, shards: i
 
 
 def job_dict(tmp: str, examples_uri: str, feature_keys, train_rows: int, **config) -> dict:
+  """A training job; ``device`` defaults to "cpu" (logical CPU devices), so the layouts'
+  tests run the same on a GPU machine (tests/test_gpu.py asks for the GPUs)."""
+  config.setdefault("device", "cpu")
   return dict(config=config, examples_uri=examples_uri, feature_keys=list(feature_keys),
               label_key="y", train_rows=train_rows,
               model_dir=os.path.join(tmp, "model", "Format-Serving"),

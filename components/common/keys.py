@@ -62,3 +62,7 @@ STATE_BYTES_KEYS = (PARAM_COUNT, PARAM_BYTES_TOTAL, STATE_BYTES_PER_DEVICE)
 # layout: auto (distributed_trainer/planning.py): on TrainingHistory and in history.json.
 LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
 LAYOUT_REASON = "layout_reason"    # str: the planner's reason.
+# The device plan (distributed_trainer/devices.py): on TrainingHistory and in history.json.
+DEVICE_TYPE = "device_type"        # str: "CPU" or "GPU".
+COLLECTIVE = "collective"          # str: a key of devices.COLLECTIVES, e.g. "nccl_all_reduce".
+DEVICE_PLAN_KEYS = (DEVICE_TYPE, COLLECTIVE)

@@ -5,6 +5,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
+from tfx_parallel.components.distributed_trainer import devices as devices_lib
 from tfx_parallel.components.distributed_trainer import planning
 
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
@@ -57,6 +58,19 @@ class TrainerConfig:
     workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
     shuffle_buffer: examples in the seeded shuffle buffer.
+    device: "auto" (GPUs when TensorFlow sees any, else logical CPU devices), "cpu"
+      (force the CPU, split into logical devices, even on a GPU machine) or "gpu" (fail
+      without a GPU). On GPUs a layout larger than the GPUs present shrinks to the
+      largest that fits (devices.py; printed and recorded).
+    gpu_memory: "growth" (take GPU memory as needed; the default, so several processes
+      can share a GPU), "all" (TensorFlow's default: reserve nearly all of every GPU)
+      or a size per GPU such as "4GiB" (a hard limit).
+    require_gpu: fail at once, with CUDA's own load error, when no GPU is visible
+      (instead of training on the CPU).
+    tf32: TensorFloat-32 matmuls and convolutions on Ampere and newer GPUs (TensorFlow's
+      default, ~1e-3 relative error); false gives exact float32 (parity checks).
+    logical_gpus: > 1 splits the first GPU into this many logical GPUs (to check the
+      multi-device layouts on one GPU; benchmarks/gpu_check.py). 0: off.
   """
   layout: str = "single"
   devices: int = 0
@@ -86,6 +100,11 @@ class TrainerConfig:
   normalize_clip: float = 5.0
   workers: int = 2
   shuffle_buffer: int = 10_000
+  device: str = "auto"
+  gpu_memory: Any = "growth"
+  require_gpu: bool = False
+  logical_gpus: int = 0
+  tf32: bool = True
 
   @property
   def mesh_batch(self) -> int:
@@ -103,6 +122,16 @@ class TrainerConfig:
         planning.parse_bytes(self.device_memory)
       except ValueError as e:
         require(False, "device_memory", str(e))
+    require(self.device in devices_lib.DEVICE_KINDS, "device",
+            f"must be one of {list(devices_lib.DEVICE_KINDS)}. Received: {self.device!r}")
+    devices_lib.check_gpu_memory(self.gpu_memory)
+    require(isinstance(self.require_gpu, bool), "require_gpu",
+            f"must be true or false. Received: {self.require_gpu!r}")
+    require(not (self.require_gpu and self.device == "cpu"), "require_gpu",
+            f"contradicts device 'cpu'. Received: require_gpu=True, device={self.device!r}")
+    require(isinstance(self.tf32, bool), "tf32", f"must be true or false. Received: {self.tf32!r}")
+    require(isinstance(self.logical_gpus, int) and self.logical_gpus >= 0, "logical_gpus",
+            f"must be >= 0. Received: logical_gpus={self.logical_gpus!r}")
     require(self.model in MODELS, "model",
             f"unknown model {self.model!r}; expected one of {MODELS}")
     require(not (self.module_file and self.module_path), "module_file",

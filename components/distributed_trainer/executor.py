@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import launcher, planning, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import gpu_env, launcher, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -78,6 +78,10 @@ class Executor(base_executor.BaseExecutor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
+    remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
+    if (config.require_gpu or config.device == "gpu") and not remote \
+        and not planning.gpu_names():  # A TFJob's replicas check their own GPUs.
+      raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
@@ -101,6 +105,9 @@ class Executor(base_executor.BaseExecutor):
       history.set_string_custom_property(name, str(record[name]))
     history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))
     history.set_string_custom_property("devices", json.dumps(record["devices"]))
+    for name in keys.DEVICE_PLAN_KEYS:  # Where it ran and how replicas all-reduced.
+      if name in record:
+        history.set_string_custom_property(name, str(record[name]))
     history.set_int_custom_property("replicas", int(record["replicas"]))
     history.set_int_custom_property("steps_run", int(record["steps_run"]))
     history.set_int_custom_property("diverged", int(record["diverged"]))

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List
+from typing import List, Optional
 
 from absl import logging
 
 from tfx_parallel.components.distributed_trainer import checkpoint
+from tfx_parallel.components.distributed_trainer import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
@@ -67,11 +68,25 @@ def _wait_all(procs: List[subprocess.Popen], names: List[str]):
     time.sleep(0.2)
 
 
-def launch(job: Job, layout: str, workers: int) -> None:
+def worker_environments(workers: int, device: str, environ, gpu_count: int):
+  """Each local worker's extra environment: its own GPUs (CUDA_VISIBLE_DEVICES, see
+  devices.worker_gpus), none on ``device: cpu``; and the reason line ("" if none)."""
+  if device == "cpu" or gpu_count == 0:
+    return [{} for _ in range(workers)], ""
+  ids = devices_lib.parse_visible(environ.get(devices_lib.WORKER_GPUS_ENV), gpu_count)
+  visible, reason = devices_lib.worker_gpus(workers, ids)
+  return [{devices_lib.WORKER_GPUS_ENV: v} if v is not None else {} for v in visible], reason
+
+
+def launch(job: Job, layout: str, workers: int, device: Optional[str] = None,
+           gpu_count: Optional[int] = None) -> None:
   """Runs the training job in child process(es); raises RuntimeError on failure.
 
-  Holds the job's checkpoint directory exclusively while training runs.
+  Holds the job's checkpoint directory exclusively while training runs. ``device``:
+  config ``device`` (default: the job's); ``gpu_count``: the GPUs present (default:
+  TensorFlow's list), shared out among local workers.
   """
+  device = device or job.config.get("device", "auto")
   with checkpoint.Lock(job.checkpoint_dir), \
       tempfile.TemporaryDirectory(prefix="tfx_parallel_train_") as tmp:
     job_path = os.path.join(tmp, "job.json")
@@ -86,12 +101,18 @@ def launch(job: Job, layout: str, workers: int) -> None:
         if proc.poll() is None:
           proc.kill()
       return
+    if gpu_count is None:
+      gpu_count = len(devices_lib.visible_gpus()) if device != "cpu" else 0
+    extra, reason = worker_environments(workers, device, os.environ, gpu_count)
+    if reason:
+      logging.info("%s", reason)
+      print(f"[trainer] devices: {reason}", flush=True)
     ports = _free_ports(workers)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs, names = [], []
     try:
       for i in range(workers):
-        env = dict(os.environ,
+        env = dict(os.environ, **extra[i],
                    TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": i}}))
         names.append(f"worker {i}")

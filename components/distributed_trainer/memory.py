@@ -54,3 +54,19 @@ def measure(params: Iterable, slots: Iterable) -> StateBytes:
       param_count=sum(int(math.prod(v.shape.as_list())) for v in params),
       param_bytes_total=sum(int(math.prod(v.shape.as_list())) * v.dtype.size for v in params),
       state_bytes_per_device=per_device)
+
+
+def gpu_memory_peaks(device_names: Iterable[str]) -> Dict[str, int]:
+  """Peak bytes TensorFlow allocated on each GPU of ``device_names`` in this process
+  ("GPU:0" -> bytes; {} without GPUs), from ``tf.config.experimental.get_memory_info``."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  out: Dict[str, int] = {}
+  for name in device_names:
+    short = name.split("device:")[-1]
+    if not short.upper().startswith("GPU") or short in out:
+      continue
+    try:
+      out[short] = int(tf.config.experimental.get_memory_info(short)["peak"])
+    except (ValueError, RuntimeError):  # Not a local device (another worker's).
+      continue
+  return out

@@ -46,8 +46,9 @@ def _restore(checkpoint, job, trainer):
   return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
 
-def run(job, config) -> dict:
-  """Trains ``job`` on a (batch, model) mesh of ``config.mesh``; returns the history dict."""
+def run(job, config, record=None) -> dict:
+  """Trains ``job`` on a (batch, model) mesh of ``config.mesh``; returns the history dict
+  (with ``record``'s keys: the device plan)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
@@ -131,9 +132,12 @@ def run(job, config) -> dict:
       label_vocabulary=(list(spec.label_vocabulary)
                         if spec.label_vocabulary is not None else None),
       steps_per_execution=1, skipped_examples=job.skipped_examples, padded_features=0,
-      resumed_from_step=start_step)
+      resumed_from_step=start_step, **(record or {}))
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
+  peaks = memory.gpu_memory_peaks(devices)
+  if peaks:
+    history["gpu_memory_peak_bytes"] = peaks
   plain.set_weights(trainer.full_weights())
   weights = train.linear_weights(plain, spec, normalization)
   if weights is not None:

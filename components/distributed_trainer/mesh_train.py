@@ -5,7 +5,8 @@ runs the job through it (input, history, measured bytes, export).
 """
 
 
-def run(job, config) -> dict:
+def run(job, config, record=None) -> dict:
+  """``record``: keys added to history.json (the device plan)."""
   try:
     from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError as e:
@@ -13,4 +14,4 @@ def run(job, config) -> dict:
         "layout 'mesh' needs components/distributed_trainer/mesh_runtime.py (MeshTrainer), "
         f"which this build does not have ({e}); use single, mirrored or multi_worker") from e
   from tfx_parallel.components.distributed_trainer import mesh_fit  # pylint: disable=g-import-not-at-top
-  return mesh_fit.run(job, config)
+  return mesh_fit.run(job, config, record)

@@ -198,7 +198,9 @@ def apply(config, module, spec, gpus: Optional[List[str]] = None):
   warning line when it does not fit the budget. Builds ``module``'s model once plainly."""
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   auto = config.layout == "auto"
-  if not auto and config.device_memory is None and not (gpus or gpu_names()):
+  if gpus is None:
+    gpus = gpu_names()
+  if not auto and config.device_memory is None and not gpus:
     return config, {}
   model = user_module.build(module, spec)
   rules_fn = (lambda m: module.layout_rules(spec)) if module.layout_rules else None
@@ -241,7 +243,7 @@ def plan_job(job, config):
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   module = user_module.load(config.module_file, config.module_path, config.model)
   spec = ms.ModelSpec.from_dict(job.model_spec)
-  chosen, record = apply(config, module, spec)
+  chosen, record = apply(config, module, spec, gpus=[] if config.device == "cpu" else None)
   if chosen is not config:
     chosen = chosen.validate()
     job = dataclasses.replace(job, config=json.loads(config_util.to_json(chosen)))

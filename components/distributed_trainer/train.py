@@ -47,13 +47,27 @@ class Job:
     return config_util.from_dict(TrainerConfig, self.config).validate()
 
 
-def devices_needed(config: TrainerConfig) -> int:
-  """Logical CPU devices this layout needs when there is no GPU."""
+def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
+  """Plans and configures this process's devices before TensorFlow initialises:
+  (config with the layout fitted to the devices present, the plan).
+
+  ``require_gpu`` (or ``device: gpu``) without a visible GPU raises gpu_env.NoGpuError
+  with CUDA's own load error. ``gpu_names``: the GPUs present (default: TensorFlow's list).
+  """
+  from tfx_parallel.components.distributed_trainer import devices as devices_lib, gpu_env  # pylint: disable=g-import-not-at-top
+  gpus = devices_lib.visible_gpus() if gpu_names is None else gpu_names
+  if (config.require_gpu or config.device == "gpu") and not gpus:
+    raise gpu_env.NoGpuError(gpu_env.no_gpu_message("training process"))
+  plan = devices_lib.plan(config.layout, config.devices, config.mesh, config.device,
+                          len(gpus), config.batch_size, config.logical_gpus)
+  if plan.reason:
+    print(f"[train] devices: {plan.reason}", flush=True)
+  devices_lib.configure(plan, config.gpu_memory, config.logical_gpus, config.tf32)
   if config.layout == "mirrored":
-    return config.devices or 2
-  if config.layout == "mesh":
-    return config.mesh_batch * config.mesh_model
-  return 1
+    config = dataclasses.replace(config, devices=plan.devices)
+  elif config.layout == "mesh":
+    config = dataclasses.replace(config, mesh=tuple(plan.mesh))
+  return config, plan
 
 
 def builtin_hparams(config: TrainerConfig) -> Dict[str, Any]:
@@ -117,11 +131,10 @@ def _restore(checkpoint, job: Job, model, optimizer):
 
 def run(job: Job) -> dict:
   """Trains; returns the history dict (also written by the chief)."""
-  config = job.trainer_config()
-  if not tfenv.gpus() and devices_needed(config) > 1:
-    # Before TensorFlow initialises; multi_worker must not initialise it here either
-    # (collective ops are configured when its strategy is created).
-    tfenv.split_cpu(devices_needed(config))
+  # Before TensorFlow initialises; multi_worker must not initialise it here either
+  # (collective ops are configured when its strategy is created).
+  config, plan = setup_devices(job.trainer_config())
+  device_record = dict(plan.as_record(), tf32=config.tf32)  # Into history.json.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
@@ -132,8 +145,8 @@ def run(job: Job) -> dict:
 
   if config.layout == "mesh":
     from tfx_parallel.components.distributed_trainer import mesh_train  # pylint: disable=g-import-not-at-top
-    return mesh_train.run(job, config)
-  strategy = layouts.make_strategy(config.layout, config.devices)
+    return mesh_train.run(job, config, device_record)
+  strategy = layouts.make_strategy(config.layout, config.devices, plan.collective)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   pre = Preprocessor(spec, normalization)
@@ -174,11 +187,12 @@ def run(job: Job) -> dict:
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
 
-  desc = layouts.describe(config.layout, strategy)
+  desc = dict(layouts.describe(config.layout, strategy, model.weights), **device_record)
   print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
         f"steps {start_step}->{total} global batch {config.batch_size} "
-        f"steps/execution {config.execution_steps()}", flush=True)
+        f"steps/execution {config.execution_steps()} on {desc['device_type']} "
+        f"({desc['collective']})", flush=True)
   state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
@@ -215,6 +229,9 @@ def run(job: Job) -> dict:
   # Measured from where the variables live, after training (every optimizer slot exists).
   from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
   history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
+  peaks = memory.gpu_memory_peaks(desc["devices"])
+  if peaks:
+    history["gpu_memory_peak_bytes"] = peaks
   if chief:
     # Export from a plain copy built outside any strategy.
     tf_keras.utils.set_random_seed(config.seed)
