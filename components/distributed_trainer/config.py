@@ -57,6 +57,10 @@ class TrainerConfig:
     workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
     shuffle_buffer: examples in the seeded shuffle buffer.
+    label_key: the label feature; None takes it from the Examples artifact's
+      ``label_key`` property (PartitionedExampleGen sets it; stock ExampleGens do not).
+    train_split, eval_split: the Examples splits to train and evaluate on (as TFX's
+      ``TrainArgs`` / ``EvalArgs`` name them).
   """
   layout: str = "single"
   devices: int = 0
@@ -86,6 +90,9 @@ class TrainerConfig:
   normalize_clip: float = 5.0
   workers: int = 2
   shuffle_buffer: int = 10_000
+  label_key: Optional[str] = None
+  train_split: str = "train"
+  eval_split: str = "eval"
 
   @property
   def mesh_batch(self) -> int:
@@ -144,6 +151,11 @@ class TrainerConfig:
             f"must be >= 1. Received: workers={self.workers!r}")
     require(all(isinstance(h, int) and h >= 1 for h in self.hidden_units),
             "hidden_units", f"must be positive integers. Received: {self.hidden_units!r}")
+    require(self.label_key is None or (isinstance(self.label_key, str) and self.label_key),
+            "label_key", f"must be a feature name or null. Received: {self.label_key!r}")
+    for key in ("train_split", "eval_split"):
+      require(isinstance(getattr(self, key), str) and getattr(self, key), key,
+              f"must be a split name. Received: {getattr(self, key)!r}")
     replicas = self.replicas_hint()
     if replicas:
       require(self.batch_size % replicas == 0, "batch_size",

@@ -50,7 +50,6 @@ def run(job, config) -> dict:
   """Trains ``job`` on a (batch, model) mesh of ``config.mesh``; returns the history dict."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
@@ -72,10 +71,10 @@ def run(job, config) -> dict:
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
   train_ds = data.make_dataset(
-      split_files(job.examples_uri, "train"), pre, config.batch_size, shuffle=True,
+      job.files("train"), pre, config.batch_size, shuffle=True,
       seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
       skip_missing_labels=config.skip_missing_labels, skip_batches=start_step)
-  eval_ds = data.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024, shuffle=False,
+  eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
   # Evaluation runs on a plain copy that takes the gathered weights (outside the mesh).
