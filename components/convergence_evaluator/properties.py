@@ -172,6 +172,9 @@ IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
 STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED)
+# convergence_state without a TrainingHistory input (e.g. a model from the stock Trainer):
+# the convergence part is left out, and the blessing rests on the quality thresholds.
+NO_HISTORY = "unknown (no TrainingHistory)"
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"

@@ -25,6 +25,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.common.splits import artifact_split_files
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 KIND_DTYPE = {"float_list": ms.FLOAT32, "int64_list": ms.INT64, "bytes_list": ms.STRING}
@@ -64,18 +65,10 @@ class InputDescription:
 
 def split_files(examples, split: str, config_key: str) -> Tuple[str, ...]:
   """The files of ``split`` of an Examples artifact, via TFX's split helpers."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx.components.util import examples_utils  # pylint: disable=g-import-not-at-top
-  from tfx.types import artifact_utils  # pylint: disable=g-import-not-at-top
-  names = artifact_utils.decode_split_names(examples.split_names) if examples.split_names else []
-  if names and split not in names:
-    raise ConfigError(config_key, f"split {split!r} is not in the Examples artifact at "
-                      f"{examples.uri}, whose splits are {names}. Received: {split!r}")
-  patterns = examples_utils.get_split_file_patterns([examples], split)
-  files = tuple(sorted(f for p in patterns for f in tf.io.gfile.glob(p)))
-  if not files:
-    raise InputError(f"no files for split {split!r} (config {config_key}) at {patterns}")
-  return files
+  try:
+    return artifact_split_files(examples, split, config_key)
+  except FileNotFoundError as e:
+    raise InputError(str(e)) from None
 
 
 def check_format(examples) -> None:
