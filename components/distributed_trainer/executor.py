@@ -33,11 +33,14 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
 
 def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_uri: str,
                        model_run_uri: str, history_uri: str,
-                       schema: Optional[types.Artifact] = None) -> Job:
+                       schema: Optional[types.Artifact] = None,
+                       transform_graph: Optional[types.Artifact] = None) -> Job:
   """The Job of any Examples artifact (and optional Schema): inputs.describe decides the
   files, features, types and label; custom properties are hints (inputs.py)."""
-  described = inputs.describe(examples, config.train_split, config.eval_split,
-                              config.label_key, schema.uri if schema is not None else None)
+  described = inputs.describe(
+      examples, config.train_split, config.eval_split, config.label_key,
+      schema.uri if schema is not None else None,
+      transform_graph.uri if transform_graph is not None else None)
   config_json = config_util.to_json(config)
   digest = user_module.file_digest(config.module_file)
   rows = described.rows or {}
@@ -52,7 +55,8 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              train_files=list(described.files[config.train_split]),
              eval_files=list(described.files[config.eval_split]),
              feature_dtypes=described.dtypes,
-             vocabularies={k: list(v) for k, v in described.vocabularies.items()})
+             vocabularies={k: list(v) for k, v in described.vocabularies.items()},
+             transform_graph_uri=transform_graph.uri if transform_graph is not None else None)
 
 
 def prepare(job: Job, config: TrainerConfig) -> Job:
@@ -80,6 +84,12 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                              skipped_examples=skipped, train_rows=train_rows)
 
 
+def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
+              ) -> Optional[types.Artifact]:
+  found = input_dict.get(key) or []
+  return artifact_utils.get_single_instance(found) if found else None
+
+
 class Executor(base_executor.BaseExecutor):
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
@@ -87,13 +97,13 @@ class Executor(base_executor.BaseExecutor):
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     planning.share_gpus()  # Before this process touches a GPU (model checks, planner).
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
-    schemas = input_dict.get(keys.SCHEMA_KEY) or []
-    schema = artifact_utils.get_single_instance(schemas) if schemas else None
+    schema = _optional(input_dict, keys.SCHEMA_KEY)
+    transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
-                                     schema), config)
+                                     schema, transform_graph), config)
     job, config, planned = planning.plan_job(job, config)  # layout: auto -> concrete
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).

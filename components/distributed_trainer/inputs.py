@@ -17,6 +17,12 @@ are hints, used when present:
   -> int64, bytes_list -> string). The data's kinds are checked against the schema before
   training: a disagreement is a :class:`InputError` naming the feature;
 * **rows**: the ``row_counts`` hint, else counted by the trainer's one scan (stats.py).
+
+With a ``transform_graph`` input (TFX Transform) the Examples are the transformed ones
+and the features are the graph's ``transformed_feature_spec()`` (dense scalars); a graph
+whose outputs lack the label is an InputError naming it. The exported serving signature
+then runs the graph's ``transform_features_layer()`` on raw serialized tf.Examples
+(export.py), as TFX's own Keras examples do.
 """
 import dataclasses
 import json
@@ -49,7 +55,7 @@ class InputDescription:
   rows: Optional[Mapping[str, int]] = None       # from the row_counts hint
   num_shards: int = 0                            # files per split hint (0: unknown)
   vocabularies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
-  source: str = "data"                           # "schema" | "custom properties" | "data"
+  source: str = "data"  # "transform graph" | "schema" | "custom properties" | "data"
 
   @property
   def feature_keys(self) -> List[str]:
@@ -162,6 +168,32 @@ def check_against_schema(schema: Mapping[str, SchemaFeature], kinds: Mapping[str
                        f"{kinds[name]} in the data ({where})")
 
 
+# ------------------------------------------------------------------------- transform graph
+
+
+def transform_features(transform_graph_uri: str, label_key: str) -> Dict[str, str]:
+  """{transformed feature: dtype} of a TFX Transform graph; the label must be one of
+  them (the preprocessing_fn passes it through), and every feature a dense scalar."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_transform as tft  # pylint: disable=g-import-not-at-top
+  spec = tft.TFTransformOutput(transform_graph_uri).transformed_feature_spec()
+  if label_key not in spec:
+    raise InputError(f"the transform graph at {transform_graph_uri} is missing the label "
+                     f"{label_key!r} (config label_key): its preprocessing_fn must output it; "
+                     f"it outputs {sorted(spec)}")
+  dtypes = {tf.float32: ms.FLOAT32, tf.int64: ms.INT64, tf.string: ms.STRING}
+  out = {}
+  for name, feature in sorted(spec.items()):
+    shape = list(getattr(feature, "shape", [None]))
+    if (not isinstance(feature, tf.io.FixedLenFeature) or shape not in ([], [1])
+        or feature.dtype not in dtypes):
+      raise InputError(f"transformed feature {name!r} of {transform_graph_uri} is "
+                       f"{feature!r}; the trainer reads dense scalars (FixedLenFeature of "
+                       f"shape [] or [1], float32, int64 or string)")
+    out[name] = dtypes[feature.dtype]
+  return out
+
+
 # ------------------------------------------------------------------------- all together
 
 
@@ -170,9 +202,13 @@ def _hint(examples, name: str):
 
 
 def describe(examples, train_split: str = "train", eval_split: str = "eval",
-             label_key: Optional[str] = None, schema_uri: Optional[str] = None
-             ) -> InputDescription:
-  """The trainer's InputDescription of ``examples`` (and the schema at ``schema_uri``)."""
+             label_key: Optional[str] = None, schema_uri: Optional[str] = None,
+             transform_graph_uri: Optional[str] = None) -> InputDescription:
+  """The trainer's InputDescription of ``examples`` (and the schema at ``schema_uri``).
+
+  With ``transform_graph_uri`` the examples are Transform's transformed examples and the
+  features are the graph's transformed features (the schema describes the raw data and
+  is not used for them)."""
   check_format(examples)
   files = {split: split_files(examples, split, key)
            for split, key in ((train_split, "train_split"), (eval_split, "eval_split"))}
@@ -191,6 +227,12 @@ def describe(examples, train_split: str = "train", eval_split: str = "eval",
   kinds = example_kinds(files[train_split])
   common = dict(files=files, train_split=train_split, eval_split=eval_split, label_key=label,
                 rows=rows, num_shards=num_shards)
+  if transform_graph_uri is not None:
+    transformed = transform_features(transform_graph_uri, label)
+    numeric = tuple((n, d) for n, d in transformed.items() if n != label and d != ms.STRING)
+    strings = tuple(n for n, d in transformed.items() if n != label and d == ms.STRING)
+    return InputDescription(numeric=numeric, string_keys=strings, source="transform graph",
+                            **common)
   if schema_uri is not None:
     schema = read_schema(schema_uri)
     check_against_schema(schema, kinds, label, f"split {train_split!r}, "

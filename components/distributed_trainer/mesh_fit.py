@@ -137,7 +137,7 @@ def run(job, config) -> dict:
   weights = train.linear_weights(plain, spec, normalization)
   if weights is not None:
     history["weights"] = weights
-  export.export(job.model_dir, plain, pre)
+  export.export(job.model_dir, plain, pre, job.transform_graph_uri)
   train.write_history(job.history_dir, history)
   print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
         f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)

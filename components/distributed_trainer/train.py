@@ -48,6 +48,8 @@ class Job:
   eval_files: List[str] = dataclasses.field(default_factory=list)
   feature_dtypes: Dict[str, str] = dataclasses.field(default_factory=dict)
   vocabularies: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+  # TFX Transform graph: the examples are transformed; the export serves raw examples.
+  transform_graph_uri: Optional[str] = None
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -240,7 +242,7 @@ def run(job: Job) -> dict:
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
-    export.export(job.model_dir, plain, pre)
+    export.export(job.model_dir, plain, pre, job.transform_graph_uri)
     write_history(job.history_dir, history)
     print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
           f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)
