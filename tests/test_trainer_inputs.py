@@ -174,3 +174,33 @@ def test_multi_worker_falls_back_to_data_sharding(stock, capsys):
     got[index] = [r.numpy() for r in ds]
   assert "falling back to DATA sharding" in capsys.readouterr().out
   assert len(got[0]) == len(got[1]) == 60 and not set(got[0]) & set(got[1])
+
+
+@pytest.mark.slow
+def test_two_workers_train_on_a_single_file_by_data_sharding(tmp_path):
+  """A stock ExampleGen writes one file per split: multi_worker falls back to DATA
+  sharding (and says so) instead of failing."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / "ex")
+  keys_, _, rows = tu.write_examples(root, rows=1024, eval_rows=128, shards=1)
+  job = tu.job_dict(str(tmp_path), root, keys_, rows, layout="multi_worker", workers=2,
+                    steps=40, batch_size=32, learning_rate=0.1, log_every=10,
+                    checkpoint_every=0)
+  job["num_shards"] = 1
+  path = tmp_path / "job.json"
+  path.write_text(json.dumps(job))
+  code = ("import json, sys; from tfx_parallel.components.distributed_trainer import "
+          "launcher; from tfx_parallel.components.distributed_trainer.train import Job; "
+          f"launcher.launch(Job(**json.load(open({str(path)!r}))), 'multi_worker', 2)")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  assert "falling back to DATA sharding" in proc.stdout + proc.stderr
+  with open(os.path.join(job["history_dir"], "history.json")) as f:
+    history = json.load(f)
+  assert history["layout"] == "multi_worker" and history["replicas"] == 2
+  assert np.isfinite(history["records"][-1]["loss"])
+  assert history["records"][-1]["loss"] < history["records"][0]["loss"]
