@@ -10,6 +10,7 @@ HISTORY_KEY = "history"
 METRICS_KEY = "metrics"
 BLESSING_KEY = "blessing"
 SCHEMA_KEY = "schema"
+TRANSFORM_GRAPH_KEY = "transform_graph"
 CONFIG_KEY = "config"  # JSON execution property holding the component's typed config.
 
 # Custom properties on the Examples artifact (written by PartitionedExampleGen).

@@ -16,12 +16,14 @@ def decide(quality: quality_lib.AnyQuality, state: str,
   """(blessed, message). ``message`` lists every failed check, "" when blessed.
 
   Checks: a diverged run is never blessed; with ``require_converged`` the state must be
-  "converged"; then the task's thresholds (a regression model's eval MSE must also be
+  "converged" (not checked when the state is ``P.NO_HISTORY``: no TrainingHistory); then the task's thresholds (a regression model's eval MSE must also be
   finite, a classifier's log loss likewise).
   """
   failures = []
   if state == P.DIVERGED:
     failures.append("training diverged")
+  elif state == P.NO_HISTORY:
+    pass  # No TrainingHistory: nothing to say about convergence; the thresholds decide.
   elif config.require_converged and state != P.CONVERGED:
     failures.append(f"convergence_state is {state!r}, require_converged needs "
                     f"{P.CONVERGED!r}")

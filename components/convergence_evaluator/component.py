@@ -10,8 +10,12 @@ Inputs (contract with PartitionedExampleGen and DistributedTrainer, keys.py):
   model unless the history or the config's ``task`` says otherwise);
 * ``examples`` (Examples): gzip TFRecords in ``Split-<split>/``; custom properties
   ``label_key`` and, for synthetic data, ``true_weights`` / ``true_bias``;
-* ``history`` (TrainingHistory): ``history.json`` at its URI; the same task properties
-  as the model, if any.
+* ``history`` (TrainingHistory, optional): ``history.json`` at its URI; the same task
+  properties as the model, if any. Without it the convergence part is left out.
+
+Any Examples and Model work (stock ExampleGen, stock Trainer): the label comes from
+config ``label_key``, else the Examples' ``label_key``, else the history; the task and
+the outputs to read from the serving signature (signature.py).
 
 Outputs:
 
@@ -22,6 +26,8 @@ Outputs:
 * ``blessing`` (ModelBlessing): ``blessed`` 1/0 and a BLESSED / NOT_BLESSED file, as the
   stock Evaluator writes them, so a stock Pusher can consume it.
 """
+from typing import Optional
+
 from tfx_parallel.pipeline import tfenv
 
 tfenv.prepare()
@@ -47,7 +53,7 @@ class ConvergenceEvaluatorSpec(types.ComponentSpec):
   INPUTS = {
       keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
       keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
-      keys.HISTORY_KEY: ChannelParameter(type=artifacts.TrainingHistory),
+      keys.HISTORY_KEY: ChannelParameter(type=artifacts.TrainingHistory, optional=True),
   }
   OUTPUTS = {
       keys.METRICS_KEY: ChannelParameter(type=artifacts.ConvergenceMetrics),
@@ -61,11 +67,14 @@ class ConvergenceEvaluator(base_component.BaseComponent):
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
   def __init__(self, model: types.BaseChannel, examples: types.BaseChannel,
-               history: types.BaseChannel, config: EvaluatorConfig = EvaluatorConfig()):
+               history: Optional[types.BaseChannel] = None,
+               config: EvaluatorConfig = EvaluatorConfig()):
     """Args:
       model: Model channel (the trainer's ``model`` output).
       examples: Examples channel (PartitionedExampleGen's ``examples``).
-      history: TrainingHistory channel (the trainer's ``history`` output).
+      history: TrainingHistory channel (the trainer's ``history`` output); optional:
+        without it (e.g. a model from the stock Trainer) the convergence part is left
+        out and ``convergence_state`` says so ("unknown (no TrainingHistory)").
       config: targets and per-task blessing thresholds; validated here, so a bad value fails
         when the pipeline is built, naming the key.
     """

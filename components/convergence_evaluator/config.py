@@ -88,6 +88,11 @@ class EvaluatorConfig:
     multiclass: blessing thresholds of a multi-class classifier.
     require_converged: bless only runs whose state is "converged".
     batch_size: eval batch size.
+    label_key: the label feature; None takes it from the Examples artifact's
+      ``label_key`` property, else from the TrainingHistory (the trainer records it).
+    prediction_key: the serving signature's output to read when the model does not
+      return the contract outputs (a stock Trainer's model); None: the single float
+      output (signature.py).
   """
   target_loss: Optional[float] = None
   target_fraction: float = 0.01
@@ -101,6 +106,8 @@ class EvaluatorConfig:
   multiclass: MulticlassThresholds = dataclasses.field(default_factory=MulticlassThresholds)
   require_converged: bool = True
   batch_size: int = 1024
+  label_key: Optional[str] = None
+  prediction_key: Optional[str] = None
 
   def validate(self) -> "EvaluatorConfig":
     require(self.target_loss is None or self.target_loss > 0, "target_loss",
@@ -124,4 +131,8 @@ class EvaluatorConfig:
               f"Received: {group!r}")
       group.validate(name + ".")
     require(self.batch_size >= 1, "batch_size", f"must be >= 1. Received: {self.batch_size}")
+    for key in ("label_key", "prediction_key"):
+      value = getattr(self, key)
+      require(value is None or (isinstance(value, str) and bool(value)), key,
+              f"must be a name or null. Received: {value!r}")
     return self

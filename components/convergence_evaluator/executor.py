@@ -19,11 +19,13 @@ from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import splits
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
 from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
+from tfx_parallel.components.convergence_evaluator import signature
 from tfx_parallel.components.convergence_evaluator import task as task_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 
@@ -38,61 +40,85 @@ class Executor(base_executor.BaseExecutor):
     config.validate()
     model = artifact_utils.get_single_instance(input_dict[keys.MODEL_KEY])
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
-    history_artifact = artifact_utils.get_single_instance(input_dict[keys.HISTORY_KEY])
+    histories = input_dict.get(keys.HISTORY_KEY) or []
+    history_artifact = artifact_utils.get_single_instance(histories) if histories else None
     metrics = artifact_utils.get_single_instance(output_dict[keys.METRICS_KEY])
     blessing = artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY])
 
-    history = read_history(history_artifact.uri)
-    curves = convergence.curves_from_history(history)
-    summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
-                                  config.plateau_window, config.rise_tolerance,
-                                  flagged_diverged=bool(history.get("diverged")),
-                                  plateau_tolerance=config.plateau_tolerance)
-    info = read_task(model, history_artifact, config)
-    logging.info("ConvergenceEvaluator: evaluating a %s model (task from %s)%s.", info.task,
-                 info.source, f", {info.num_classes} classes" if info.is_classification else "")
-    quality = quality_lib.evaluate(path_utils.serving_model_path(model.uri), examples.uri,
-                                   config.split, read_label_key(examples), config.batch_size,
-                                   info)
+    history = read_history(history_artifact.uri) if history_artifact is not None else {}
+    label_key = read_label_key(examples, config, history)
+    files = splits.artifact_split_files(examples, config.split, "split")
+    model_dir = path_utils.serving_model_path(model.uri)
+    outputs = signature.read(model_dir)
+    info = read_task(model, history_artifact, config, outputs)
+    output_map = signature.output_map(outputs, info.task, config.prediction_key, model_dir)
+    logging.info("ConvergenceEvaluator: evaluating a %s model (task from %s)%s, outputs %s.",
+                 info.task, info.source,
+                 f", {info.num_classes} classes" if info.is_classification else "",
+                 list(output_map.names))
+    quality = quality_lib.evaluate(model_dir, examples.uri, config.split, label_key,
+                                   config.batch_size, info, files=files,
+                                   output_map=output_map)
     if isinstance(quality, quality_lib.MulticlassQuality):
       info = info.with_num_classes(len(quality.class_examples))
     weight_error, bias_error = convergence.parameter_error(
         history.get("weights"), *read_true_parameters(examples))
-    blessed, message = blessing_lib.decide(quality, summary.state, config)
+
+    if history_artifact is not None:
+      curves = convergence.curves_from_history(history)
+      summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
+                                    config.plateau_window, config.rise_tolerance,
+                                    flagged_diverged=bool(history.get("diverged")),
+                                    plateau_tolerance=config.plateau_tolerance)
+      state = summary.state
+      convergence_part = {**convergence_properties(curves, summary, history),
+                          P.CURVES_FILE: P.CURVES_FILE_NAME, P.PLOT_FILE: P.PLOT_FILE_NAME}
+    else:  # Left out, and the artifact says so.
+      curves = summary = None
+      state = P.NO_HISTORY
+      convergence_part = {P.CONVERGENCE_STATE: state}
+    blessed, message = blessing_lib.decide(quality, state, config)
 
     scalars = {
-        **convergence_properties(curves, summary, history),
+        **convergence_part,
         **task_properties(info),
         **quality_properties(quality, config.split),
         **run_properties(history),
         P.WEIGHT_ERROR: weight_error,
         P.BIAS_ERROR: bias_error,
-        P.CURVES_FILE: P.CURVES_FILE_NAME,
-        P.PLOT_FILE: P.PLOT_FILE_NAME,
         P.METRICS_FILE: P.METRICS_FILE_NAME,
         P.BLESSED: int(blessed),
         P.BLESSING_MESSAGE: message,
     }
     P.set_properties(metrics, scalars)
-    write_files(metrics.uri, scalars, convergence.curves_document(curves, summary),
+    write_files(metrics.uri, scalars,
+                convergence.curves_document(curves, summary) if curves is not None else None,
                 title=(f"Training loss: {scalars[P.LAYOUT]} layout, mesh "
                        f"{scalars[P.MESH_SHAPE] or '-'}, {scalars[P.REPLICAS]} replicas, "
-                       f"{summary.state}"))
+                       f"{state}"))
     write_blessing(blessing, model, blessed)
     headline = (f"eval_mse={quality.mse:.6g}" if isinstance(quality, quality_lib.Quality)
                 else f"eval_accuracy={quality.accuracy:.6g}")
     logging.info("ConvergenceEvaluator: state=%s %s blessed=%s%s. Metrics written to %s.",
-                 summary.state, headline, blessed, f" ({message})" if message else "",
+                 state, headline, blessed, f" ({message})" if message else "",
                  metrics.uri)
 
 
-def read_task(model: types.Artifact, history: types.Artifact,
-              config: EvaluatorConfig) -> task_lib.TaskInfo:
-  """The task from the Model's properties, else the history's, else config (task.py)."""
-  return task_lib.resolve(
+def read_task(model: types.Artifact, history: Optional[types.Artifact],
+              config: EvaluatorConfig,
+              outputs: Optional[Dict[str, signature.OutputSpec]] = None
+              ) -> task_lib.TaskInfo:
+  """The task from the Model's properties, else the history's, else config (task.py),
+  else the serving signature's outputs (signature.py)."""
+  info = task_lib.resolve(
       task_lib.read_properties(model), task_lib.read_properties(history), config.task,
       model_where=f"Model artifact at {model.uri}",
-      history_where=f"TrainingHistory artifact at {history.uri}")
+      history_where=(f"TrainingHistory artifact at {history.uri}" if history is not None
+                     else "TrainingHistory (none)"))
+  if info.source == "default" and outputs is not None:
+    task, num_classes = signature.infer_task(outputs)
+    return task_lib.TaskInfo(task, num_classes, None, "the serving signature")
+  return info
 
 
 def read_history(uri: str) -> Dict[str, Any]:
@@ -104,12 +130,18 @@ def read_history(uri: str) -> Dict[str, Any]:
     return json.loads(f.read())
 
 
-def read_label_key(examples: types.Artifact) -> str:
-  label_key = examples.get_string_custom_property(keys.LABEL_KEY)
-  if not label_key:
-    raise ValueError(f"Examples artifact at {examples.uri} has no {keys.LABEL_KEY!r} "
-                     f"custom property; PartitionedExampleGen sets it")
-  return label_key
+def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
+                   history: Dict[str, Any]) -> str:
+  """Config ``label_key``, else the Examples' ``label_key`` property, else history.json's."""
+  if config.label_key:
+    return config.label_key
+  if examples.has_custom_property(keys.LABEL_KEY):
+    return examples.get_string_custom_property(keys.LABEL_KEY)
+  if history.get("label_key"):
+    return str(history["label_key"])
+  raise config_util.ConfigError(
+      "label_key", f"not set, and neither the Examples artifact at {examples.uri} (no "
+      f"{keys.LABEL_KEY!r} property) nor a TrainingHistory names the label. Received: None")
 
 
 def read_true_parameters(examples: types.Artifact):
@@ -203,13 +235,17 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
   }
 
 
-def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Dict[str, Any], title: str):
-  """Writes ``metrics.json``, ``curves.json`` and ``loss.png`` at the artifact URI."""
+def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Optional[Dict[str, Any]],
+                title: str):
+  """Writes ``metrics.json`` and, with a training history (``curves``), ``curves.json``
+  and ``loss.png`` at the artifact URI."""
   fileio.makedirs(uri)
   io_utils.write_string_file(
       os.path.join(uri, P.METRICS_FILE_NAME),
       json.dumps({k: P.encode_json(v) for k, v in scalars.items()}, allow_nan=False,
                  sort_keys=True, indent=1))
+  if curves is None:
+    return
   io_utils.write_string_file(os.path.join(uri, P.CURVES_FILE_NAME),
                              json.dumps(curves, allow_nan=False))
   with fileio.open(os.path.join(uri, P.PLOT_FILE_NAME), "wb") as f:

@@ -27,7 +27,7 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
 | `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
 | `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | all | `converged`, `improving` (above target, loss still falling), `plateaued` (above target, loss flat) or `diverged` (see `convergence.classify`) |
+| `convergence_state` | str | all | `converged`, `improving` (above target, loss still falling), `plateaued` (above target, loss flat) or `diverged` (see `convergence.classify`); `unknown (no TrainingHistory)` without a `history` input (no other convergence property then) |
 | `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
 | `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
 | `eval_loss_change` | float | all | relative change of the eval loss over the last epoch (-0.39 = fell 39 %); NaN with fewer than 2 epochs |
@@ -171,7 +171,10 @@ CONVERGED = "converged"
 IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
-STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED)
+# convergence_state without a TrainingHistory input (e.g. a model from the stock Trainer):
+# the convergence part is left out, and the blessing rests on the quality thresholds.
+NO_HISTORY = "unknown (no TrainingHistory)"
+STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED, NO_HISTORY)
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"

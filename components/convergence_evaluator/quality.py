@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.convergence_evaluator import signature
 from tfx_parallel.components.convergence_evaluator import task as task_lib
 
 PREDICTION_KEY = keys.PREDICTIONS_OUTPUT
@@ -344,12 +345,22 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
 
 
 def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
-             batch_size: int, info: task_lib.TaskInfo = task_lib.TaskInfo()) -> AnyQuality:
-  """Quality of the SavedModel at ``model_dir`` on ``split`` of the Examples, by task."""
+             batch_size: int, info: task_lib.TaskInfo = task_lib.TaskInfo(),
+             files: Optional[Sequence[str]] = None,
+             output_map: Optional["signature.OutputMap"] = None) -> AnyQuality:
+  """Quality of the SavedModel at ``model_dir`` on ``split`` of the Examples, by task.
+
+  ``files``: the split's files (default ``Split-<split>/`` under ``examples_uri``);
+  ``output_map``: which signature outputs to read (signature.py; default the contract
+  outputs of the task).
+  """
   start = time.perf_counter()
-  files = split_files(examples_uri, split)
-  batches = predict_batches(model_dir, files, label_key, batch_size, _outputs_of(info),
+  files = list(files) if files else split_files(examples_uri, split)
+  names = output_map.names if output_map is not None else _outputs_of(info)
+  batches = predict_batches(model_dir, files, label_key, batch_size, names,
                             numeric_label=not info.is_classification, task=info.task)
+  if output_map is not None:
+    batches = ((labels, output_map.values(out, info.task)) for labels, out in batches)
   if info.task == task_lib.REGRESSION:
     accumulator = QualityAccumulator()
     for labels, outputs in batches:

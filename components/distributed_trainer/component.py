@@ -18,6 +18,8 @@ class DistributedTrainerSpec(types.ComponentSpec):
   INPUTS = {
       keys.EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
       keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
+      keys.TRANSFORM_GRAPH_KEY: ChannelParameter(type=standard_artifacts.TransformGraph,
+                                                 optional=True),
   }
   OUTPUTS = {
       keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -38,9 +40,15 @@ class DistributedTrainer(base_component.BaseComponent):
 
   def __init__(self, examples: types.BaseChannel, config: TrainerConfig = TrainerConfig(),
                schema: types.BaseChannel = None, module_file: Optional[str] = None,
-               module_path: Optional[str] = None):
+               module_path: Optional[str] = None,
+               transform_graph: Optional[types.BaseChannel] = None):
     """``module_file`` / ``module_path`` (exactly one, or neither for the built-in
-    ``config.model``) name the user module; they may also be set in ``config``."""
+    ``config.model``) name the user module; they may also be set in ``config``.
+
+    Any Examples work (a stock ExampleGen's too; see inputs.py): ``schema`` (SchemaGen /
+    ImportSchemaGen) types the features; with ``transform_graph`` (TFX Transform),
+    ``examples`` are Transform's ``transformed_examples`` and the exported model serves
+    raw tf.Examples through the graph."""
     for key, value in (("module_file", module_file), ("module_path", module_path)):
       if value is not None:
         current = getattr(config, key)
@@ -52,7 +60,8 @@ class DistributedTrainer(base_component.BaseComponent):
     config_util.require(not config.module_file or os.path.isfile(config.module_file),
                         "module_file", f"no such file. Received: {config.module_file!r}")
     super().__init__(spec=DistributedTrainerSpec(
-        examples=examples, schema=schema, config=config_util.to_json(config),
+        examples=examples, schema=schema, transform_graph=transform_graph,
+        config=config_util.to_json(config),
         model=types.Channel(type=standard_artifacts.Model),
         model_run=types.Channel(type=standard_artifacts.ModelRun),
         history=types.Channel(type=artifacts.TrainingHistory)))

@@ -71,6 +71,10 @@ class TrainerConfig:
       default, ~1e-3 relative error); false gives exact float32 (parity checks).
     logical_gpus: > 1 splits the first GPU into this many logical GPUs (to check the
       multi-device layouts on one GPU; benchmarks/gpu_check.py). 0: off.
+    label_key: the label feature; None takes it from the Examples artifact's
+      ``label_key`` property (PartitionedExampleGen sets it; stock ExampleGens do not).
+    train_split, eval_split: the Examples splits to train and evaluate on (as TFX's
+      ``TrainArgs`` / ``EvalArgs`` name them).
   """
   layout: str = "single"
   devices: int = 0
@@ -105,6 +109,9 @@ class TrainerConfig:
   require_gpu: bool = False
   logical_gpus: int = 0
   tf32: bool = True
+  label_key: Optional[str] = None
+  train_split: str = "train"
+  eval_split: str = "eval"
 
   @property
   def mesh_batch(self) -> int:
@@ -173,6 +180,11 @@ class TrainerConfig:
             f"must be >= 1. Received: workers={self.workers!r}")
     require(all(isinstance(h, int) and h >= 1 for h in self.hidden_units),
             "hidden_units", f"must be positive integers. Received: {self.hidden_units!r}")
+    require(self.label_key is None or (isinstance(self.label_key, str) and self.label_key),
+            "label_key", f"must be a feature name or null. Received: {self.label_key!r}")
+    for key in ("train_split", "eval_split"):
+      require(isinstance(getattr(self, key), str) and getattr(self, key), key,
+              f"must be a split name. Received: {getattr(self, key)!r}")
     replicas = self.replicas_hint()
     if replicas:
       require(self.batch_size % replicas == 0, "batch_size",

@@ -3,39 +3,55 @@
 Reads files interleaved (deterministic), shuffles serialized records with a seed, batches
 them, then parses and looks up a whole batch at once (:class:`preprocess.Preprocessor`),
 in parallel with AUTOTUNE, and prefetches. ``num_shards`` > 1 shards by FILE for
-multi-worker input.
+multi-worker input, or by DATA when the file count is not a multiple of the workers.
 """
-from typing import Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from absl import logging
 
 from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
 
 
-def shard_files(files: Sequence[str], split: str, num_shards: int, index: int):
+def shard_files(files: Sequence[str], split: str, num_shards: int, index: int
+                ) -> Tuple[List[str], Optional[Tuple[int, int]]]:
+  """(files this worker reads, data shard (num_shards, index) or None).
+
+  By FILE when the file count is a multiple of ``num_shards``; otherwise (e.g. a stock
+  ExampleGen's single file) every worker reads every file and keeps every
+  ``num_shards``-th record from its ``index`` (DATA sharding), and says so once.
+  """
   if num_shards <= 1:
-    return list(files)
+    return list(files), None
   if len(files) < num_shards or len(files) % num_shards:
-    raise ValueError(
-        f"split '{split}' has {len(files)} files, which cannot be sharded by FILE "
-        f"over {num_shards} workers; set example_gen.num_workers={num_shards}")
-  return list(files)[index::num_shards]
+    message = (f"split {split!r} has {len(files)} file(s), which cannot be sharded by FILE "
+               f"over {num_shards} workers; falling back to DATA sharding (every worker "
+               f"reads every file and keeps 1 record in {num_shards})")
+    if index == 0:
+      logging.info("DistributedTrainer: %s", message)
+      print(f"[train] {message}", flush=True)
+    return list(files), (num_shards, index)
+  return list(files)[index::num_shards], None
 
 
 def make_dataset(files: Sequence[str], pre: Preprocessor, batch_size: int, *, shuffle: bool,
                  seed: int = 0, repeat: bool = False, shuffle_buffer: int = 10_000,
                  drop_remainder: bool = True, skip_missing_labels: bool = False,
-                 skip_batches: int = 0) -> tf.data.Dataset:
+                 skip_batches: int = 0,
+                 data_shard: Optional[Tuple[int, int]] = None) -> tf.data.Dataset:
   """A deterministic dataset of (inputs dict, labels) batches.
 
   ``skip_batches`` drops the first batches before parsing them (resume: the same batches
-  as an uninterrupted run).
+  as an uninterrupted run). ``data_shard`` (num_shards, index) keeps every num_shards-th
+  record from ``index`` (DATA sharding; see :func:`shard_files`).
   """
   files = list(files)
   ds = tf.data.Dataset.from_tensor_slices(files)
   ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
                      cycle_length=min(4, len(files)), block_length=64,
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if data_shard is not None:
+    ds = ds.shard(*data_shard)
   if skip_missing_labels:
     ds = ds.filter(pre.has_label)
   if shuffle:

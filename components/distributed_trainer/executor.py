@@ -3,7 +3,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 from tfx import types
@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import gpu_env, launcher, planning, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import gpu_env, inputs, launcher, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -32,35 +32,46 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
 
 
 def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_uri: str,
-                       model_run_uri: str, history_uri: str) -> Job:
-  def prop(name):
-    if not examples.has_custom_property(name):
-      raise ValueError(f"Examples artifact {examples.uri} lacks custom property "
-                       f"'{name}'; produce it with PartitionedExampleGen")
-    return examples.get_custom_property(name)
-
-  row_counts = json.loads(prop(keys.ROW_COUNTS))
+                       model_run_uri: str, history_uri: str,
+                       schema: Optional[types.Artifact] = None,
+                       transform_graph: Optional[types.Artifact] = None) -> Job:
+  """The Job of any Examples artifact (and optional Schema): inputs.describe decides the
+  files, features, types and label; custom properties are hints (inputs.py)."""
+  described = inputs.describe(
+      examples, config.train_split, config.eval_split, config.label_key,
+      schema.uri if schema is not None else None,
+      transform_graph.uri if transform_graph is not None else None)
   config_json = config_util.to_json(config)
-  string_keys = (json.loads(prop(keys.STRING_FEATURE_KEYS))
-                 if examples.has_custom_property(keys.STRING_FEATURE_KEYS) else [])
   digest = user_module.file_digest(config.module_file)
+  rows = described.rows or {}
   return Job(config=json.loads(config_json), examples_uri=examples.uri,
-             feature_keys=json.loads(prop(keys.FEATURE_KEYS)), label_key=prop(keys.LABEL_KEY),
-             train_rows=int(row_counts["train"]),
+             feature_keys=described.feature_keys, label_key=described.label_key,
+             train_rows=int(rows.get(config.train_split, 0)),  # 0: counted by prepare().
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
              checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json, digest),
-             num_shards=int(prop(keys.NUM_SHARDS)), string_feature_keys=string_keys)
+             num_shards=described.num_shards or 1,
+             string_feature_keys=list(described.string_keys),
+             train_files=list(described.files[config.train_split]),
+             eval_files=list(described.files[config.eval_split]),
+             feature_dtypes=described.dtypes,
+             vocabularies={k: list(v) for k, v in described.vocabularies.items()},
+             transform_graph_uri=transform_graph.uri if transform_graph is not None else None)
 
 
 def prepare(job: Job, config: TrainerConfig) -> Job:
-  """Scans the data once for the model spec, then loads the model module and builds it
-  on a tiny batch: a bad module or bad labels fail here, before training starts."""
-  spec, norm, skipped = stats.prepare(
+  """Scans the data once for the model spec (and the row count when no hint gave it),
+  then loads the model module and builds it on a tiny batch: a bad module or bad labels
+  fail here, before training starts."""
+  prepared = stats.prepare_all(
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
-      normalize=config.normalize, normalize_clip=config.normalize_clip)
+      normalize=config.normalize, normalize_clip=config.normalize_clip,
+      dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
+      files={config.train_split: job.files("train"), config.eval_split: job.files("eval")},
+      splits=(config.train_split, config.eval_split))
+  spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
@@ -68,8 +79,15 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
     logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
   module = user_module.load(config.module_file, config.module_path, config.model)
   user_module.check(module, spec)
+  train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
-                             skipped_examples=skipped)
+                             skipped_examples=skipped, train_rows=train_rows)
+
+
+def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
+              ) -> Optional[types.Artifact]:
+  found = input_dict.get(key) or []
+  return artifact_utils.get_single_instance(found) if found else None
 
 
 class Executor(base_executor.BaseExecutor):
@@ -83,11 +101,13 @@ class Executor(base_executor.BaseExecutor):
         and not planning.gpu_names():  # A TFJob's replicas check their own GPUs.
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
+    schema = _optional(input_dict, keys.SCHEMA_KEY)
+    transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
-    job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri),
-                  config)
+    job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
+                                     schema, transform_graph), config)
     job, config, planned = planning.plan_job(job, config)  # layout: auto -> concrete
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).

@@ -13,6 +13,8 @@ model and returns, by task (names in components/common/keys.py):
 
 The stock TFX Evaluator (TFMA), Pusher and TF Serving accept it unchanged.
 """
+from typing import Optional
+
 import tensorflow as tf
 import tf_keras
 
@@ -35,14 +37,38 @@ def outputs(logits: tf.Tensor, task: str):
           keys.LOGITS_OUTPUT: logits}
 
 
-def export(path: str, model: tf_keras.Model, pre: Preprocessor) -> None:
-  """Saves ``model`` (plain variables: build it outside any strategy) with the signature."""
+def export(path: str, model: tf_keras.Model, pre: Preprocessor,
+           transform_graph_uri: Optional[str] = None) -> None:
+  """Saves ``model`` (plain variables: build it outside any strategy) with the signature.
+
+  With ``transform_graph_uri`` (TFX Transform) the signature parses the graph's RAW
+  feature spec (the label left out), runs ``transform_features_layer()`` and feeds the
+  transformed features to the trainer's preprocessing, as TFX's Keras examples do.
+  """
   task = pre.spec.task
   # Track the lookup tables with the model so the SavedModel owns them.
   model._tfx_parallel_tables = list(pre.tables.values())  # pylint: disable=protected-access
+  if transform_graph_uri is None:
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-  def serve(examples):
-    return outputs(model(pre.serving_inputs(examples), training=False), task)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(examples):
+      return outputs(model(pre.serving_inputs(examples), training=False), task)
+  else:
+    import tensorflow_transform as tft  # pylint: disable=g-import-not-at-top
+    tft_output = tft.TFTransformOutput(transform_graph_uri)
+    model.tft_layer = tft_output.transform_features_layer()  # Tracked: saved with the model.
+    raw_spec = dict(tft_output.raw_feature_spec())
+    raw_spec.pop(pre.spec.label_key, None)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(examples):
+      transformed = model.tft_layer(tf.io.parse_example(examples, raw_spec))
+      parsed = {f.name: _column(transformed[f.name]) for f in pre.spec.features}
+      return outputs(model(pre.inputs(parsed), training=False), task)
 
   model.save(path, save_format="tf", signatures={keys.SERVING_SIGNATURE: serve})
+
+
+def _column(value: tf.Tensor) -> tf.Tensor:
+  """A transformed feature as [N, 1] (the graph may give [N] or [N, 1])."""
+  return tf.reshape(value, [-1, 1])

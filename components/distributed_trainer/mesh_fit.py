@@ -51,7 +51,6 @@ def run(job, config, record=None) -> dict:
   (with ``record``'s keys: the device plan)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
@@ -73,10 +72,10 @@ def run(job, config, record=None) -> dict:
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
   train_ds = data.make_dataset(
-      split_files(job.examples_uri, "train"), pre, config.batch_size, shuffle=True,
+      job.files("train"), pre, config.batch_size, shuffle=True,
       seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
       skip_missing_labels=config.skip_missing_labels, skip_batches=start_step)
-  eval_ds = data.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024, shuffle=False,
+  eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
   # Evaluation runs on a plain copy that takes the gathered weights (outside the mesh).
@@ -142,7 +141,7 @@ def run(job, config, record=None) -> dict:
   weights = train.linear_weights(plain, spec, normalization)
   if weights is not None:
     history["weights"] = weights
-  export.export(job.model_dir, plain, pre)
+  export.export(job.model_dir, plain, pre, job.transform_graph_uri)
   train.write_history(job.history_dir, history)
   print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
         f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)

@@ -8,7 +8,7 @@ serving see identical inputs:
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
   standard deviations (a corrupt value far outside the training range, like the taxi
   data's 20-hour trips, otherwise makes the model extrapolate without bound);
-* int64 features: [B, 1], missing is 0;
+* int64 features: [B, 1], missing is 0, never standardised (ints stay ints);
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
@@ -64,8 +64,9 @@ class Preprocessor:
   def inputs(self, parsed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The model's input dict from parsed raw features."""
     out = {}
-    numeric = [f for f in self.spec.features if f.dtype == ms.FLOAT32]
-    for i, f in enumerate(numeric):
+    for i, f in enumerate(self.spec.numeric_features):  # Normalisation: one per numeric.
+      if f.dtype != ms.FLOAT32:
+        continue
       x = parsed[f.name]
       if self.mean is not None:
         x = (x - self.mean[i]) / self.std[i]

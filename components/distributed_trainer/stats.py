@@ -47,9 +47,15 @@ def label_kind(files: Sequence[str], label_key: str) -> str:
 
 
 def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
-         string_keys: Sequence[str], splits: Sequence[str] = ("train", "eval")) -> ScanResult:
-  """Scans ``splits`` (the first one is the train split for counts and moments)."""
-  files = {split: split_files(examples_uri, split) for split in splits}
+         string_keys: Sequence[str], splits: Sequence[str] = ("train", "eval"),
+         files: Optional[Mapping[str, Sequence[str]]] = None) -> ScanResult:
+  """Scans ``splits`` (the first one is the train split for counts and moments).
+
+  ``files``: split -> files (inputs.describe lists them with TFX's split helpers); None
+  reads ``Split-<name>/`` under ``examples_uri``.
+  """
+  if files is None:
+    files = {split: split_files(examples_uri, split) for split in splits}
   kind = label_kind(files[splits[0]], label_key)
   label = ms.LabelStats(kind)
   spec = {label_key: tf.io.RaggedFeature(_KIND_DTYPE[kind])}
@@ -115,20 +121,51 @@ def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
   return count
 
 
-def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],
-            label_key: str, *, task: Optional[str], max_vocabulary: int, hash_buckets: int,
-            hparams: Mapping[str, Any], skip_missing_labels: bool, normalize: bool,
-            normalize_clip: float = 0.0
-            ) -> Tuple[ms.ModelSpec, Optional[Dict[str, List[float]]], int]:
-  """(ModelSpec, normalisation {"mean", "std", "clip"} or None, skipped examples)."""
-  numeric = [(k, ms.FLOAT32) for k in feature_keys]
-  result = scan(examples_uri, label_key, numeric, list(string_feature_keys))
+@dataclasses.dataclass
+class Prepared:
+  """What :func:`prepare_all` finds: the spec, normalisation, skipped and counted rows."""
+  spec: ms.ModelSpec
+  normalization: Optional[Dict[str, List[float]]]
+  skipped: int
+  rows: Dict[str, int]
+
+
+def prepare_all(examples_uri: str, feature_keys: Sequence[str],
+                string_feature_keys: Sequence[str], label_key: str, *, task: Optional[str],
+                max_vocabulary: int, hash_buckets: int, hparams: Mapping[str, Any],
+                skip_missing_labels: bool, normalize: bool, normalize_clip: float = 0.0,
+                dtypes: Optional[Mapping[str, str]] = None,
+                files: Optional[Mapping[str, Sequence[str]]] = None,
+                splits: Sequence[str] = ("train", "eval"),
+                vocabularies: Optional[Mapping[str, Sequence[str]]] = None) -> Prepared:
+  """The scan and the spec. ``dtypes``: numeric feature -> "float32" | "int64" (default
+  float32); ``vocabularies``: string feature -> fixed vocabulary (a schema's string
+  domain) instead of the counted one. Only float32 features are standardised (int64
+  features keep mean 0 and std 1, so they reach the model as ints)."""
+  dtypes = dict(dtypes or {})
+  numeric = [(k, dtypes.get(k, ms.FLOAT32)) for k in feature_keys]
+  result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files)
   skipped = check_labels(result, label_key, skip_missing_labels)
-  spec = ms.build_spec(numeric, list(string_feature_keys), result.string_counts, label_key,
+  counts = dict(result.string_counts)
+  for name, vocab in (vocabularies or {}).items():
+    # A fixed vocabulary keeps its order: rank by position (most "frequent" first).
+    counts[name] = {v: len(vocab) - i for i, v in enumerate(vocab)}
+  spec = ms.build_spec(numeric, list(string_feature_keys), counts, label_key,
                        result.label, task=task, max_vocabulary=max_vocabulary,
                        hash_buckets=hash_buckets, hparams=hparams)
   norm = None
   if normalize and numeric:
-    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist(),
+    is_float = np.array([d == ms.FLOAT32 for _, d in numeric])
+    norm = {"mean": np.where(is_float, result.numeric_mean, 0.0).tolist(),
+            "std": np.where(is_float, result.numeric_std, 1.0).tolist(),
             "clip": float(normalize_clip)}
-  return spec, norm, skipped
+  return Prepared(spec, norm, skipped, dict(result.rows))
+
+
+def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],
+            label_key: str, **kwargs
+            ) -> Tuple[ms.ModelSpec, Optional[Dict[str, List[float]]], int]:
+  """(ModelSpec, normalisation {"mean", "std", "clip"} or None, skipped examples); the
+  keyword arguments are :func:`prepare_all`'s."""
+  p = prepare_all(examples_uri, feature_keys, string_feature_keys, label_key, **kwargs)
+  return p.spec, p.normalization, p.skipped

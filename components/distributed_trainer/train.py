@@ -42,9 +42,25 @@ class Job:
   model_spec: Optional[Dict[str, Any]] = None
   normalization: Optional[Dict[str, List[float]]] = None
   skipped_examples: int = 0
+  # From inputs.describe (any Examples artifact); empty: Split-train/ and Split-eval/
+  # under examples_uri, every numeric feature float32.
+  train_files: List[str] = dataclasses.field(default_factory=list)
+  eval_files: List[str] = dataclasses.field(default_factory=list)
+  feature_dtypes: Dict[str, str] = dataclasses.field(default_factory=dict)
+  vocabularies: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+  # TFX Transform graph: the examples are transformed; the export serves raw examples.
+  transform_graph_uri: Optional[str] = None
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
+
+  def files(self, which: str) -> List[str]:
+    """The "train" or "eval" files of this job."""
+    listed = self.train_files if which == "train" else self.eval_files
+    if listed:
+      return list(listed)
+    from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
+    return split_files(self.examples_uri, which)
 
 
 def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
@@ -88,7 +104,9 @@ def resolve_spec(job: Job, config: TrainerConfig):
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
-      normalize=config.normalize, normalize_clip=config.normalize_clip)
+      normalize=config.normalize, normalize_clip=config.normalize_clip,
+      dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
+      files={"train": job.files("train"), "eval": job.files("eval")})
   return spec, norm
 
 
@@ -137,7 +155,6 @@ def run(job: Job) -> dict:
   device_record = dict(plan.as_record(), tf32=config.tf32)  # Into history.json.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, layouts  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
@@ -167,13 +184,15 @@ def run(job: Job) -> dict:
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
-  train_files = split_files(job.examples_uri, "train")
+  train_files = job.files("train")
 
   def dataset(batch: int, num_shards: int, index: int, skip: int):
+    files, data_shard = data.shard_files(train_files, config.train_split, num_shards, index)
     return data.make_dataset(
-        data.shard_files(train_files, "train", num_shards, index), pre, batch, shuffle=True,
+        files, pre, batch, shuffle=True,
         seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
-        skip_missing_labels=config.skip_missing_labels, skip_batches=skip)
+        skip_missing_labels=config.skip_missing_labels, skip_batches=skip,
+        data_shard=data_shard)
 
   if config.layout == "multi_worker":
     def fn(ctx: tf.distribute.InputContext):
@@ -183,7 +202,7 @@ def run(job: Job) -> dict:
     train_ds = strategy.distribute_datasets_from_function(fn)
   else:
     train_ds = dataset(config.batch_size, 1, 0, start_step)
-  eval_ds = data.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024, shuffle=False,
+  eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
 
@@ -240,7 +259,7 @@ def run(job: Job) -> dict:
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
-    export.export(job.model_dir, plain, pre)
+    export.export(job.model_dir, plain, pre, job.transform_graph_uri)
     write_history(job.history_dir, history)
     print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
           f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)

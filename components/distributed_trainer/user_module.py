@@ -5,8 +5,9 @@ A module (``module_file=PATH`` or ``module_path="pkg.mod"``; without either, the
 
 * ``build_model(spec) -> tf_keras.Model`` (required). ``spec`` is a
   :class:`model_spec.ModelSpec`. The model takes a dict of feature tensors keyed by
-  feature name (float32 [B, 1]; string features arrive as int64 ids [B, 1], 0 = missing
-  or out of vocabulary, ``spec.feature(name).num_ids`` ids in all) and returns one tensor:
+  feature name (float32 [B, 1]; int64 features as int64 [B, 1]; string features arrive
+  as int64 ids [B, 1], 0 = missing or out of vocabulary, ``spec.feature(name).num_ids``
+  ids in all) and returns one tensor:
   [B, 1] for regression, [B, 1] logits for binary, [B, K] logits for multiclass
   (``spec.output_units``). No strategy, mesh or device code: the layout does that.
 
