@@ -142,22 +142,21 @@ def write_taxi_csv(path: str, rows: int = ROWS):
         break
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-  root = tmp_path_factory.mktemp("stock_pipeline")
+def _front(root):
+  """The taxi CSV and the user module under ``root``; CsvExampleGen, StatisticsGen and
+  SchemaGen over it. Returns (user module path, example_gen, statistics, schema)."""
   write_taxi_csv(str(root / "data" / "data.csv"))
   user_module = root / "model_module.py"
   user_module.write_text(USER_MODULE)
-  run_fn_module = root / "run_fn_module.py"
-  run_fn_module.write_text(RUN_FN_MODULE)
-
   example_gen = tfx.components.CsvExampleGen(input_base=str(root / "data"))
   statistics = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
   schema = tfx.components.SchemaGen(statistics=statistics.outputs["statistics"])
-  trainer = DistributedTrainer(
-      examples=example_gen.outputs["examples"], schema=schema.outputs["schema"],
-      module_file=str(user_module),
-      config=TrainerConfig(**TRAINER_CONFIG, normalize=True))
+  return str(user_module), example_gen, statistics, schema
+
+
+def _downstream(trainer, example_gen, push_dir):
+  """ConvergenceEvaluator, stock Evaluator (TFMA) and Pusher of ``trainer``'s model, all
+  on the RAW examples."""
   ours = ConvergenceEvaluator(
       model=trainer.outputs["model"], examples=example_gen.outputs["examples"],
       history=trainer.outputs["history"],
@@ -166,11 +165,33 @@ def run(tmp_path_factory):
   tfma_evaluator = tfma_stage.stock_evaluator(trainer.outputs["model"],
                                               example_gen.outputs["examples"], LABEL,
                                               task="binary")
-  push_dir = str(root / "serving")
   pusher = tfx.components.Pusher(
       model=trainer.outputs["model"], model_blessing=ours.outputs["blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(base_directory=push_dir)))
+  return [ours, tfma_evaluator, pusher]
+
+
+def _run_pipeline(root, name, components):
+  """Runs ``components`` under LocalDagRunner with SQLite MLMD; returns the store."""
+  metadata_path = str(root / "metadata.sqlite")
+  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+      pipeline_name=name, pipeline_root=str(root / "root"), components=components,
+      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          metadata_path)))
+  return summary.open_store(metadata_path)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("stock_pipeline")
+  user_module, example_gen, statistics, schema = _front(root)
+  run_fn_module = root / "run_fn_module.py"
+  run_fn_module.write_text(RUN_FN_MODULE)
+  trainer = DistributedTrainer(
+      examples=example_gen.outputs["examples"], schema=schema.outputs["schema"],
+      module_file=user_module, config=TrainerConfig(**TRAINER_CONFIG, normalize=True))
+  push_dir = str(root / "serving")
   stock_trainer = tfx.components.Trainer(
       module_file=str(run_fn_module), examples=example_gen.outputs["examples"],
       schema=schema.outputs["schema"], train_args=tfx.proto.TrainArgs(num_steps=40),
@@ -180,14 +201,10 @@ def run(tmp_path_factory):
       config=EvaluatorConfig(task="binary", label_key=LABEL,
                              binary=BinaryThresholds(min_accuracy=0.55))
   ).with_id("StockModelEvaluator")
-  metadata_path = str(root / "metadata.sqlite")
-  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
-      pipeline_name="stock14", pipeline_root=str(root / "root"),
-      components=[example_gen, statistics, schema, trainer, ours, tfma_evaluator, pusher,
-                  stock_trainer, on_stock],
-      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          metadata_path)))
-  return summary.open_store(metadata_path), push_dir
+  store = _run_pipeline(root, "stock14", [example_gen, statistics, schema, trainer,
+                                          *_downstream(trainer, example_gen, push_dir),
+                                          stock_trainer, on_stock])
+  return store, push_dir
 
 
 @pytest.fixture(scope="module")
@@ -195,42 +212,21 @@ def run_tft(tmp_path_factory):
   """The same pipeline with Transform: the trainer reads transformed examples, its
   model serves raw ones; ConvergenceEvaluator and TFMA evaluate it on the RAW examples."""
   root = tmp_path_factory.mktemp("stock_pipeline_tft")
-  write_taxi_csv(str(root / "data" / "data.csv"))
-  user_module = root / "model_module.py"
-  user_module.write_text(USER_MODULE)
+  user_module, example_gen, statistics, schema = _front(root)
   preprocessing = root / "preprocessing.py"
   preprocessing.write_text(PREPROCESSING_MODULE)
-  example_gen = tfx.components.CsvExampleGen(input_base=str(root / "data"))
-  statistics = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
-  schema = tfx.components.SchemaGen(statistics=statistics.outputs["statistics"])
   transform = tfx.components.Transform(examples=example_gen.outputs["examples"],
                                        schema=schema.outputs["schema"],
                                        module_file=str(preprocessing))
   trainer = DistributedTrainer(
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"], schema=schema.outputs["schema"],
-      module_file=str(user_module), config=TrainerConfig(**TRAINER_CONFIG))
-  ours = ConvergenceEvaluator(
-      model=trainer.outputs["model"], examples=example_gen.outputs["examples"],
-      history=trainer.outputs["history"],
-      config=EvaluatorConfig(require_converged=False,
-                             binary=BinaryThresholds(min_accuracy=0.55)))
-  tfma_evaluator = tfma_stage.stock_evaluator(trainer.outputs["model"],
-                                              example_gen.outputs["examples"], LABEL,
-                                              task="binary")
-  pusher = tfx.components.Pusher(
-      model=trainer.outputs["model"], model_blessing=ours.outputs["blessing"],
-      push_destination=tfx.proto.PushDestination(
-          filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=str(root / "serving"))))
-  metadata_path = str(root / "metadata.sqlite")
-  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
-      pipeline_name="stock14tft", pipeline_root=str(root / "root"),
-      components=[example_gen, statistics, schema, transform, trainer, ours, tfma_evaluator,
-                  pusher],
-      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          metadata_path)))
-  return summary.open_store(metadata_path), str(root / "serving")
+      module_file=user_module, config=TrainerConfig(**TRAINER_CONFIG))
+  push_dir = str(root / "serving")
+  store = _run_pipeline(root, "stock14tft", [example_gen, statistics, schema, transform,
+                                             trainer,
+                                             *_downstream(trainer, example_gen, push_dir)])
+  return store, push_dir
 
 
 def _artifacts(store, type_name):
