@@ -190,6 +190,7 @@ class ExampleEncoder:
     # int key -> [prefix for a varint of 0..10 bytes] (index 0 unused).
     self._int_prefixes = {k: [b""] + [_int_entry_prefix(k, n) for n in range(1, 11)]
                           for k in self.int_keys}
+    self._int_tables = {k: _table(p) for k, p in self._int_prefixes.items()}
     self._prefixes = [_float_entry_prefix(k) for k in self.float_keys]
     self._string_key_fields = [_field(_TAG_1, k.encode("utf-8")) for k in self.string_keys]
     # Fixed layout of a row with every numeric feature present.
@@ -239,7 +240,7 @@ class ExampleEncoder:
     for key in self.numeric_keys:  # The keys' order, as the other paths write them.
       if key in self._int_prefixes:
         data, lengths, present = self._int_column(key, ints[self.int_keys.index(key)])
-        table, widths = _table(self._int_prefixes[key])
+        table, widths = self._int_tables[key]
         body.add(table[lengths], np.where(present, widths[lengths], 0))
         body.add(data, np.where(present, lengths, 0))
       else:
