@@ -116,6 +116,10 @@ _TAG_3 = 0x1A  # field 3, length-delimited
 # Feature{float_list(2): FloatList{value(1), packed: 4 bytes}}
 _FLOAT_FEATURE_HEAD = bytes([_TAG_2, 6, _TAG_1, 4])
 MAX_EXACT_INT = 2**53  # Largest |int| a float64 holds exactly.
+# Bumped whenever the bytes written for the same rows change (2: int columns as
+# int64_list, were float_list). The component passes it as an execution property, so a
+# pipeline cache never serves an artifact written by another encoding.
+ENCODING_VERSION = 2
 
 
 def _float_entry_prefix(key: str) -> bytes:
