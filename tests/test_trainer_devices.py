@@ -1,4 +1,6 @@
 """devices.py: the device plan and the collective choice, with the devices injected."""
+import dataclasses
+
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
@@ -250,10 +252,12 @@ def test_stand_in_runs_the_gpu_plan_on_as_many_logical_cpus():
   mesh = devices.stand_in(_plan("mesh", 3, mesh=(2, 2)), env)
   assert (mesh.mesh, mesh.collective, mesh.standin_collective) == (
       (1, 2), "dtensor_cpu", "dtensor_gpu_nccl")
-  # Unset hook, or a CPU plan (device: cpu, or no stand-in GPU visible): unchanged.
+  # Unset hook: unchanged. A CPU plan (device: cpu, or no stand-in GPU visible): the
+  # same, with a real GPU hidden (the hook never trains on one).
   assert devices.stand_in(gpu, {}) is gpu
   cpu = _plan("mirrored", 0, 2)
-  assert devices.stand_in(cpu, env) is cpu
+  assert devices.stand_in(cpu, env) == dataclasses.replace(cpu, hide_gpus=True)
+  assert not cpu.hide_gpus
   assert "standin_gpus" not in gpu.as_record()
 
 

@@ -239,13 +239,15 @@ def standin_gpus(environ=None) -> Optional[List[str]]:
 
 
 def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
-  """TEST HOOK: ``plan_`` unchanged, unless ``TFXP_STANDIN_GPUS`` is set and ``plan_`` is
-  a GPU plan: then the same layout, replicas and mesh (fitted to the stand-in GPUs) on
-  as many logical CPU devices as stand-in GPUs are visible (the real GPUs, if any, are
-  hidden), with the CPU collective; the GPU collective is kept as ``standin_collective``."""
+  """TEST HOOK: ``plan_`` unchanged, unless ``TFXP_STANDIN_GPUS`` is set. Then real GPUs,
+  if any, are hidden, and a GPU plan keeps its layout, replicas and mesh (fitted to the
+  stand-in GPUs) on as many logical CPU devices as stand-in GPUs are visible, with the
+  CPU collective; the GPU collective is kept as ``standin_collective``."""
   gpus = standin_gpus(environ)
-  if gpus is None or plan_.device_type != "GPU":
+  if gpus is None:
     return plan_
+  if plan_.device_type != "GPU":  # No stand-in GPU visible, or device: cpu.
+    return dataclasses.replace(plan_, hide_gpus=True)
   count = len(gpus)
   return dataclasses.replace(
       plan_, device_type="CPU", cpu_devices=count if count > 1 else 0, hide_gpus=True,
