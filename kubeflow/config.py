@@ -27,6 +27,8 @@ _MEMORY_RE = re.compile(r"^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$")
 _PIPELINE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
 _URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A Kubernetes object name (DNS-1123 subdomain), as a PersistentVolumeClaim's.
+_PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -96,6 +98,9 @@ class ComponentPlacement:
       ``--runner=DataflowRunner``, ``--runner=FlinkRunner``; appended to the
       pipeline's own Beam args, so they win.
     env: extra environment variables (TF_USE_LEGACY_KERAS=1 is always set).
+    pvc_mounts: existing PersistentVolumeClaim name -> absolute path in the container,
+      e.g. ``{cuda-jit-cache: /var/cache/cuda}``: the image's CUDA_CACHE_PATH, so the
+      kernels CUDA JIT-compiles (Hopper) are kept across pods (kubeflow/gpu.yaml).
   """
   image: str = ""
   cpu_request: Optional[str] = None
@@ -107,6 +112,7 @@ class ComponentPlacement:
   tolerations: Tuple[Toleration, ...] = ()
   beam_pipeline_args: Tuple[str, ...] = ()
   env: Dict[str, str] = dataclasses.field(default_factory=dict)
+  pvc_mounts: Dict[str, str] = dataclasses.field(default_factory=dict)
 
   def validate(self) -> "ComponentPlacement":
     require(isinstance(self.image, str) and bool(self.image) and " " not in self.image,
@@ -141,6 +147,15 @@ class ComponentPlacement:
     for key, value in self.env.items():
       require(bool(_ENV_NAME_RE.match(str(key))) and isinstance(value, str), f"env.{key}",
               f"needs a variable name and a string value. Received: {value!r}")
+    for claim, path in self.pvc_mounts.items():
+      require(bool(_PVC_NAME_RE.match(claim)), f"pvc_mounts.{claim}",
+              f"must name a PersistentVolumeClaim (lower case alphanumerics, '-' or '.'). "
+              f"Received: {claim!r}")
+      require(isinstance(path, str) and path.startswith("/"), f"pvc_mounts.{claim}",
+              f"must be an absolute path in the container. Received: {path!r}")
+    paths = list(self.pvc_mounts.values())
+    require(len(set(paths)) == len(paths), "pvc_mounts",
+            f"two claims are mounted at the same path. Received: {dict(self.pvc_mounts)!r}")
     return self
 
 
@@ -182,7 +197,7 @@ def _placement(data: Dict[str, Any], prefix: str) -> ComponentPlacement:
           f"must be a list. Received: {type(tolerations).__name__}")
   data["tolerations"] = tuple(from_dict(Toleration, t, f"{prefix}tolerations[{i}].")
                               for i, t in enumerate(tolerations))
-  for key in ("node_selector", "env"):
+  for key in ("node_selector", "env", "pvc_mounts"):
     value = data.get(key) or {}
     require(isinstance(value, dict), prefix + key,
             f"must be a mapping. Received: {type(value).__name__}")
@@ -252,6 +267,8 @@ def check_vertex(config: KubeflowConfig) -> None:
             "Vertex AI Pipelines has no node selectors; pick the GPU with accelerator.type")
     require(not placement.tolerations, f"components.{name}.tolerations",
             "Vertex AI Pipelines has no tolerations")
+    require(not placement.pvc_mounts, f"components.{name}.pvc_mounts",
+            "Vertex AI Pipelines mounts no PersistentVolumeClaims")
     if placement.accelerator is not None:
       require("/" not in placement.accelerator.type and "." not in placement.accelerator.type,
               f"components.{name}.accelerator.type",

@@ -1,4 +1,4 @@
-"""The Kubernetes PlatformSpec: node selectors and tolerations per executor.
+"""The Kubernetes PlatformSpec: PVC mounts, node selectors and tolerations per executor.
 
 The second YAML document of a KFP v2 package, in the schema kfp-kubernetes emits
 (``kfp/kubernetes/kubernetes_executor_config.proto``)::
@@ -8,6 +8,8 @@ The second YAML document of a KFP v2 package, in the schema kfp-kubernetes emits
         deploymentSpec:
           executors:
             DistributedTrainer_executor:
+              pvcMount: [{constant: cuda-jit-cache, mountPath: /var/cache/cuda,
+                          pvcNameParameter: {runtimeValue: {constant: cuda-jit-cache}}}]
               nodeSelector: {labels: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
               tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
 """
@@ -26,9 +28,20 @@ def _toleration(t: Toleration) -> Dict[str, Any]:
   return result
 
 
+def _pvc_mount(claim: str, path: str) -> Dict[str, Any]:
+  """A ``PvcMount`` as kfp-kubernetes' ``mount_pvc`` writes it: the claim as
+  ``pvcNameParameter`` (current KFP backends) and as the deprecated ``constant`` (older
+  ones)."""
+  return {"constant": claim, "mountPath": path,
+          "pvcNameParameter": {"runtimeValue": {"constant": claim}}}
+
+
 def executor_config(placement: ComponentPlacement) -> Dict[str, Any]:
   """A ``KubernetesExecutorConfig`` as proto JSON; empty when nothing is set."""
   result: Dict[str, Any] = {}
+  if placement.pvc_mounts:
+    result["pvcMount"] = [_pvc_mount(claim, path)
+                          for claim, path in sorted(placement.pvc_mounts.items())]
   if placement.node_selector:
     result["nodeSelector"] = {"labels": dict(sorted(placement.node_selector.items()))}
   if placement.tolerations:

@@ -19,8 +19,9 @@ imports nothing from tfx_parallel. Checks:
 2. every platform executor exists in the PipelineSpec;
 3. ``kfp.components.load_component_from_file`` loads the package;
 4. with --compare-with-kfp: for each executor, compiles a one-task KFP pipeline with
-   the same resources, env, node selector and tolerations through the KFP SDK and
-   kfp-kubernetes, and requires identical ``resources``, ``env`` and executor config.
+   the same resources, env, PVC mounts, node selector and tolerations through the KFP
+   SDK and kfp-kubernetes, and requires identical ``resources``, ``env`` and executor
+   config.
 
 Prints a JSON summary; exits 1 with the first difference on failure.
 """
@@ -48,6 +49,7 @@ def _kfp_reference(container, k8s_config):
   env = container.get("env", [])
   selector = k8s_config.get("nodeSelector", {}).get("labels", {})
   tolerations = k8s_config.get("tolerations", [])
+  pvc_mounts = k8s_config.get("pvcMount", [])
 
   @dsl.container_component
   def probe():
@@ -67,6 +69,9 @@ def _kfp_reference(container, k8s_config):
       task.set_accelerator_limit(res["accelerator"]["resourceCount"])
     for variable in env:
       task.set_env_variable(variable["name"], variable["value"])
+    for mount in pvc_mounts:
+      kubernetes.mount_pvc(task, pvc_name=mount["pvcNameParameter"]["runtimeValue"]["constant"],
+                           mount_path=mount["mountPath"])
     for key, value in selector.items():
       kubernetes.add_node_selector(task, label_key=key, label_value=value)
     for t in tolerations:

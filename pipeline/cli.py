@@ -139,7 +139,12 @@ def _mesh_of(args):
   if args.mesh is not None:
     return tuple(args.mesh)
   from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
-  listed = [] if args.device == "cpu" else (gpu_env.nvidia_smi_gpus() or [])
+  if args.device == "cpu":
+    return devices.default_mesh(0, args.batch_size)
+  standin = devices.standin_gpus()  # Test hook TFXP_STANDIN_GPUS: stand-in GPUs.
+  if standin is not None:
+    return devices.default_mesh(len(standin), args.batch_size)
+  listed = gpu_env.nvidia_smi_gpus() or []
   visible = devices.parse_visible(os.environ.get(devices.WORKER_GPUS_ENV), len(listed))
   return devices.default_mesh(min(len(listed), len(visible)), args.batch_size)
 

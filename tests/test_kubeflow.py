@@ -65,6 +65,14 @@ def _with(path, value, data=None):
     ("components.PartitionedExampleGen.beam_pipeline_args", ["runner=Flink"],
      "components.PartitionedExampleGen.beam_pipeline_args"),
     ("components.DistributedTrainer.env", {"1BAD": "x"}, "components.DistributedTrainer.env.1BAD"),
+    ("components.DistributedTrainer.pvc_mounts", {"CUDA_cache": "/var/cache/cuda"},
+     "components.DistributedTrainer.pvc_mounts.CUDA_cache"),
+    ("components.DistributedTrainer.pvc_mounts", {"cuda-cache": "var/cache/cuda"},
+     "components.DistributedTrainer.pvc_mounts.cuda-cache"),
+    ("components.DistributedTrainer.pvc_mounts", {"a": "/cache", "b": "/cache"},
+     "components.DistributedTrainer.pvc_mounts"),
+    ("components.DistributedTrainer.pvc_mounts", ["cuda-cache"],
+     "components.DistributedTrainer.pvc_mounts"),
     ("pipeline.trainer.layout", "ring", "pipeline.trainer.layout"),
     ("pipeline.example_gen.rows", 0, "pipeline.example_gen.rows"),
     ("pipeline.pipeline_name", "tfx_parallel", "pipeline.pipeline_name"),
@@ -148,7 +156,7 @@ def test_every_executor_has_both_resource_generations_and_env(documents):
   assert example_gen["resourceMemoryLimit"] == "2G" and "accelerator" not in example_gen
 
 
-def test_trainer_has_gpus_node_selector_and_tolerations(documents):
+def test_trainer_has_gpus_pvc_mount_node_selector_and_tolerations(documents):
   container = executors(documents)[TRAINER]["container"]
   assert container["resources"]["accelerator"] == {
       "type": "nvidia.com/gpu", "count": "2", "resourceType": "nvidia.com/gpu",
@@ -157,6 +165,9 @@ def test_trainer_has_gpus_node_selector_and_tolerations(documents):
   assert container["image"] == "registry.example.com/tfx-parallel-gpu:fixture"
   assert {"name": "NCCL_DEBUG", "value": "WARN"} in container["env"]
   assert platform_executors(documents) == {TRAINER: {
+      # As kfp-kubernetes' mount_pvc writes it (tests/test_kubeflow_kfp.py compares).
+      "pvcMount": [{"constant": "cuda-jit-cache", "mountPath": "/var/cache/cuda",
+                    "pvcNameParameter": {"runtimeValue": {"constant": "cuda-jit-cache"}}}],
       "nodeSelector": {"labels": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
                                   "pool": "gpu"}},
       "tolerations": [
@@ -290,7 +301,7 @@ def test_open_source_check_rejects_what_kfp_rejects(documents, change, needle):
 def _vertex_mapping():
   data = fixture_mapping()
   trainer = data["components"]["DistributedTrainer"]
-  del trainer["node_selector"], trainer["tolerations"]
+  del trainer["node_selector"], trainer["tolerations"], trainer["pvc_mounts"]
   trainer["accelerator"]["type"] = "NVIDIA_TESLA_T4"
   return data
 
@@ -303,6 +314,8 @@ def _vertex_mapping():
     ("components.DistributedTrainer.accelerator", {"type": "nvidia.com/gpu", "count": 1},
      "components.DistributedTrainer.accelerator.type"),
     ("pipeline_root", "minio://mlpipeline/v2/artifacts", "pipeline_root"),
+    ("components.DistributedTrainer.pvc_mounts", {"cuda-jit-cache": "/var/cache/cuda"},
+     "components.DistributedTrainer.pvc_mounts"),
 ])
 def test_vertex_target_rejects_what_vertex_cannot_use(path, value, key):
   config = config_lib.from_mapping(_with(path, value, _vertex_mapping()))

@@ -3,6 +3,7 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import copy
 import os
+import re
 import subprocess
 import sys
 
@@ -52,6 +53,13 @@ def test_gpu_config_compiles_to_a_package(tmp_path):
   platform = platform_executors(documents)[TRAINER]
   assert platform["nodeSelector"]["labels"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
   assert platform["tolerations"][0]["key"] == "nvidia.com/gpu"
+  # CUDA's JIT cache (Hopper) on a volume, where the image keeps it (CUDA_CACHE_PATH).
+  with open(os.path.join(REPO, "kubeflow", "Dockerfile")) as f:
+    cache_path = re.search(r"CUDA_CACHE_PATH=(\S+)", f.read()).group(1)
+  assert platform["pvcMount"] == [{
+      "constant": "cuda-jit-cache", "mountPath": cache_path,
+      "pvcNameParameter": {"runtimeValue": {"constant": "cuda-jit-cache"}}}]
+  assert cache_path == "/var/cache/cuda"
   config = config_lib.load(GPU_CONFIG)
   assert (config.pipeline.trainer.layout, config.pipeline.trainer.devices) == ("mirrored", 0)
   assert config.pipeline.trainer.batch_size % 4 == 0

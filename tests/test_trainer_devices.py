@@ -1,4 +1,6 @@
 """devices.py: the device plan and the collective choice, with the devices injected."""
+import dataclasses
+
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
@@ -221,3 +223,49 @@ def test_cli_default_mesh_is_2x2_without_gpus():
   assert cli.config_from_args(args).trainer.mesh == (2, 2)
   args = cli.build_parser().parse_args(["run", "--mesh", "1x3"])
   assert cli.config_from_args(args).trainer.mesh == (1, 3)
+
+
+def test_standin_gpus_hook_reads_its_count_and_cuda_visible_devices():
+  env = devices.STANDIN_GPUS_ENV
+  assert devices.standin_gpus({}) is None and devices.standin_gpus({env: ""}) is None
+  assert devices.standin_gpus({env: "3"}) == ["0", "1", "2"]
+  assert devices.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+  assert devices.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": ""}) == []
+  assert devices.standin_gpus({env: "2", "CUDA_VISIBLE_DEVICES": "1,5"}) == ["1"]
+  with pytest.raises(ValueError, match=r"^TFXP_STANDIN_GPUS \(a test hook\) must be a GPU "
+                                       r"count >= 0. Received: 'two'"):
+    devices.standin_gpus({env: "two"})
+
+
+def test_stand_in_runs_the_gpu_plan_on_as_many_logical_cpus():
+  env = {devices.STANDIN_GPUS_ENV: "3"}
+  gpu = _plan("mirrored", 3, 0)
+  p = devices.stand_in(gpu, env)
+  assert (p.devices, p.reason) == (2, gpu.reason) and "3 GPU(s)" in p.reason
+  assert (p.device_type, p.cpu_devices, p.hide_gpus, p.collective) == (
+      "CPU", 3, True, "reduce_to_cpu")
+  assert (p.standin_gpus, p.standin_collective) == (3, "nccl_all_reduce")
+  assert p.describe() == "mirrored x2 on 2 CPU(s) standing in for 3 GPU(s) (TFXP_STANDIN_GPUS)"
+  record = p.as_record()
+  assert (record["standin_gpus"], record["standin_collective"], record["collective"]) == (
+      3, "nccl_all_reduce", "reduce_to_cpu")
+  mesh = devices.stand_in(_plan("mesh", 3, mesh=(2, 2)), env)
+  assert (mesh.mesh, mesh.collective, mesh.standin_collective) == (
+      (1, 2), "dtensor_cpu", "dtensor_gpu_nccl")
+  # Unset hook: unchanged. A CPU plan (device: cpu, or no stand-in GPU visible): the
+  # same, with a real GPU hidden (the hook never trains on one).
+  assert devices.stand_in(gpu, {}) is gpu
+  cpu = _plan("mirrored", 0, 2)
+  assert devices.stand_in(cpu, env) == dataclasses.replace(cpu, hide_gpus=True)
+  assert not cpu.hide_gpus
+  assert "standin_gpus" not in gpu.as_record()
+
+
+def test_cli_default_mesh_fits_the_standin_gpus(monkeypatch):
+  from tfx_parallel.pipeline import cli
+  parse = lambda *a: cli.config_from_args(cli.build_parser().parse_args(["run", *a])).trainer
+  monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+  for n, mesh in ((1, (1, 1)), (3, (1, 2)), (8, (4, 2))):
+    monkeypatch.setenv(devices.STANDIN_GPUS_ENV, str(n))
+    assert parse().mesh == mesh
+    assert parse("--device", "cpu").mesh == (2, 2)

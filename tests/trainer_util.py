@@ -69,6 +69,24 @@ def run_job(job: dict, tmp: str, env=None, timeout=300) -> dict:
     return json.load(f)
 
 
+def run_jobs_in_one_process(jobs, tmp: str, env=None, timeout=600):
+  """Runs training ``jobs`` one after another in ONE fresh process (TensorFlow starts
+  once; the logical devices are the same for all of them), each writing its history.json.
+  Put tf.distribute layouts before mesh (DTensor) ones."""
+  os.makedirs(tmp, exist_ok=True)
+  path = os.path.join(tmp, "jobs.json")
+  with open(path, "w") as f:
+    json.dump(jobs, f)
+  code = ("import json, sys\n"
+          "from tfx_parallel.components.distributed_trainer import train\n"
+          "for job in json.load(open(sys.argv[1])):\n"
+          "  train.run(train.Job(**job))\n")
+  proc = subprocess.run([sys.executable, "-c", code, path], env=dict(os.environ, **(env or {})),
+                        capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  return proc.stdout
+
+
 def run_script(code: str, timeout=300) -> str:
   """Runs python `code` in a fresh process; returns stdout (asserting success)."""
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

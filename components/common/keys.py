@@ -67,4 +67,6 @@ LAYOUT_REASON = "layout_reason"    # str: the planner's reason.
 # The device plan (distributed_trainer/devices.py): on TrainingHistory and in history.json.
 DEVICE_TYPE = "device_type"        # str: "CPU" or "GPU".
 COLLECTIVE = "collective"          # str: a key of devices.COLLECTIVES, e.g. "nccl_all_reduce".
-DEVICE_PLAN_KEYS = (DEVICE_TYPE, COLLECTIVE)
+# int: a test run's stand-in GPUs (devices.STANDIN_GPUS_ENV; absent in real runs).
+STANDIN_GPUS = "standin_gpus"
+DEVICE_PLAN_KEYS = (DEVICE_TYPE, COLLECTIVE, STANDIN_GPUS)
