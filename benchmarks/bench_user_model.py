@@ -30,9 +30,11 @@ Figures, per case:
   cost is in this figure, not hidden.
 * **input wait** (steady state, both cache modes): in one process, the trainer's input
   (``data.training_dataset``) + `fit` for N steps (T_real), then `fit` for N steps on
-  the same batches pre-materialised in memory (T_mem); wait = max(T_real - T_mem, 0) /
-  T_real, i.e. the share of step time the model would save if input were free. The
-  cache's load happens before T_real and is reported as "load s" instead.
+  the same batches pre-materialised in memory (T_mem); N = ``wait_steps``, 2,000 (five
+  epochs, so epoch boundaries and their reshuffles are inside the window); wait = max(T_real - T_mem, 0) /
+  T_real, i.e. the share of step time the model would save if input were free; each side
+  timed ``WAIT_ROUNDS`` times, alternating, medians. The cache's load happens before
+  T_real and is reported as "load s" instead.
 
 Every process applies ``tfenv.skip_tf_keras_autograph()`` (the trainer does; the plain
 and wait children too, so that no side pays AutoGraph's 10-25 s conversion of tf_keras's
@@ -59,13 +61,15 @@ HIDDEN = (64, 32)
 EMBEDDING_DIM = 16
 TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.train --job job.json"
 SECTION = os.path.join(BENCH_DIR, "results", "user_model.md")
+WAIT_ROUNDS = 3    # input wait: alternating timed fits on each side, medians.
 CASES = ("auto", "none", "plain")  # ours (cache auto), ours (cache none), plain fit
 
 
 def sizes(smoke: bool) -> dict:
   if smoke:
-    return dict(train_rows=8_192, eval_rows=1_024, steps=60, repeats=1)
-  return dict(train_rows=200_000, eval_rows=4_096, steps=300, repeats=3)
+    return dict(train_rows=8_192, eval_rows=1_024, steps=60, wait_steps=60, repeats=1)
+  # wait_steps: 5 epochs of 390 steps, so the input wait includes epoch boundaries.
+  return dict(train_rows=200_000, eval_rows=4_096, steps=300, wait_steps=2_000, repeats=3)
 
 
 # ------------------------------------------------------------------ the user module
@@ -233,7 +237,7 @@ def child_plain(job_path: str) -> dict:
   return {"steady": (s1 - s0) * BATCH / (t1 - t0), "e2e": config.steps * BATCH / whole}
 
 
-def child_wait(job_path: str) -> dict:
+def child_wait(job_path: str, smoke: bool = False) -> dict:
   """Steady-state input wait of the trainer's input, per cache mode: fit on it vs fit on
   the same batches held in memory (see the module docstring)."""
   import tfx_parallel.pipeline.tfenv as tfenv  # pylint: disable=g-import-not-at-top
@@ -253,7 +257,7 @@ def child_wait(job_path: str) -> dict:
   model = user_module.build(module, spec)
   model.compile(optimizer=tf_keras.optimizers.Adam(config.learning_rate),
                 loss=user_module.default_loss(spec.task), steps_per_execution=SPE)
-  steps = config.steps
+  steps = sizes(smoke)["wait_steps"]
 
   def timed(ds):
     timer = _Timer()
@@ -277,8 +281,11 @@ def child_wait(job_path: str) -> dict:
          tf.stack([b[1] for b in batches]))).repeat()
     model.fit(in_memory, epochs=1, steps_per_epoch=2 * SPE, verbose=0)  # trace / warm up
     ds = real()
-    per_step_real = timed(ds)
-    per_step_mem = timed(in_memory)
+    reals, mems = [], []
+    for _ in range(WAIT_ROUNDS):  # Alternating, so that load drifts hit both sides.
+      reals.append(timed(ds))
+      mems.append(timed(in_memory))
+    per_step_real, per_step_mem = statistics.median(reals), statistics.median(mems)
     out[cache] = {"wait": max(per_step_real - per_step_mem, 0.0) / per_step_real,
                   "step_ms_real": 1e3 * per_step_real, "step_ms_memory": 1e3 * per_step_mem,
                   "load_s": loaded.get("seconds", 0.0)}
@@ -328,8 +335,8 @@ def run(smoke: bool, repeats: int = 0) -> dict:
     path = os.path.join(tmp, "job.json")
     with open(path, "w") as f:
       json.dump(job_dict(data, tmp, sz), f)
-    res = bu.run_python([os.path.abspath(__file__), "--child", "wait", "--job", path],
-                        timeout=1200)
+    res = bu.run_python([os.path.abspath(__file__), "--child", "wait", "--job", path]
+                        + (["--smoke"] if smoke else []), timeout=1200)
     waits.append(bu.last_json_line(res["stdout"]))
     print(f"[bench_user_model] rep {rep} input wait: cache memory "
           f"{waits[-1]['memory']['wait']:.1%}, none {waits[-1]['none']['wait']:.1%}", flush=True)
@@ -413,8 +420,8 @@ def main(argv=None) -> int:
   parser.add_argument("--job", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
-    fn = child_plain if args.child == "plain" else child_wait
-    print(json.dumps(fn(args.job)), flush=True)
+    out = child_plain(args.job) if args.child == "plain" else child_wait(args.job, args.smoke)
+    print(json.dumps(out), flush=True)
     return 0
   result = run(args.smoke, args.repeats)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -10,6 +10,8 @@ import trainer_util as tu
 import tensorflow as tf
 import tf_keras
 
+from tfx_parallel.pipeline import tfenv
+
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import data, input_cache, stats
 from tfx_parallel.components.distributed_trainer import model_spec as ms
@@ -18,6 +20,7 @@ from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
 
 ROWS = 300   # Not a multiple of BATCH: batches run across epoch boundaries.
 BATCH = 64
+tfenv.skip_tf_keras_autograph()  # As the training process: fit starts in 1 s, not 15.
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,14 @@ def test_each_epoch_visits_every_example_once_and_batches_run_across_epochs(colu
   second = stream[ROWS:]
   assert len(np.unique(second[:, 0])) == len(second) == 9 * BATCH - ROWS
   assert not np.array_equal(stream[:len(second), 0], second[:, 0])  # reshuffled per epoch
+
+
+def test_the_batches_do_not_depend_on_the_chunk_size(columns, monkeypatch):
+  whole = _batches(input_cache.dataset(columns, BATCH, seed=2), 12)
+  monkeypatch.setattr(input_cache, "CHUNK_ROWS", 2 * BATCH)  # 2 batches per gather
+  chunked = _batches(input_cache.dataset(columns, BATCH, seed=2), 12)
+  for i, (a, b) in enumerate(zip(whole, chunked)):
+    np.testing.assert_array_equal(b, a, err_msg=f"batch {i}")
 
 
 def test_the_order_depends_on_the_seed_only(columns):

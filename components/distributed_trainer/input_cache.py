@@ -14,10 +14,13 @@ per batch of 512 on two cores, against a 0.5 ms step for a small MLP). With the 
   (lookups and normalisation included), into one column per feature.
 * **Batches** (:func:`dataset`): epoch ``e`` visits every cached example once in the
   seeded permutation ``stateless_shuffle(range(n), seed=(seed, e))``; batches run across
-  epoch boundaries, as the streamed path's (shuffle, repeat, batch) do; each batch is
-  one gather per column. The order depends only on (seed, rows): reruns are identical,
-  and a resume at step k starts at exactly the batch an uninterrupted run takes there
-  (``skip_batches``; no batch before it is gathered).
+  epoch boundaries, as the streamed path's (shuffle, repeat, batch) do. Columns are
+  packed by dtype into a few [rows, width] blocks, and ``CHUNK_ROWS`` rows of whole
+  batches are gathered at once, ahead of use, then served by slicing: per batch this
+  costs about what slicing pre-materialised batches costs. The order depends only on
+  (seed, rows): reruns are identical, and a resume at step k starts at exactly the
+  batch an uninterrupted run takes there (``skip_batches``; no batch before it is
+  gathered). Memory: the packed blocks (the decoded size) plus a few chunks.
 
 The streamed path shuffles within a ``shuffle_buffer`` window instead, so the two paths
 visit the same examples in different orders.
@@ -32,6 +35,7 @@ from tfx_parallel.components.distributed_trainer import model_spec as ms
 MEMORY, NONE, AUTO = "memory", "none", "auto"
 RAM_FRACTION = 0.25  # "auto" caches when the decoded split is under this share of free RAM.
 LOAD_CHUNK = 8192    # Examples parsed per parse_example call while loading.
+CHUNK_ROWS = 65_536  # Rows gathered at once when serving batches (whole batches).
 _DTYPE_BYTES = {ms.FLOAT32: 4, ms.INT64: 8, ms.STRING: 8}  # A string arrives as an int64 id.
 
 
@@ -139,27 +143,73 @@ def load(files: Sequence[str], pre, *, skip_missing_labels: bool = False,
   return Columns(features, labels, int(labels.shape[0]), time.perf_counter() - start)
 
 
+def _packed(columns: Columns):
+  """(blocks, where): the columns of rank 2 concatenated by dtype into [rows, width]
+  blocks (one gather each instead of one per feature), and for every column (the
+  labels under ``None``) its (block, start, width), or (block, None, None) for a
+  column kept whole."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  named = list(columns.features.items()) + [(None, columns.labels)]
+  groups: Dict[object, list] = {}
+  for name, t in named:
+    key = t.dtype if t.shape.rank == 2 else ("whole", name)
+    groups.setdefault(key, []).append((name, t))
+  blocks, where = [], {}
+  for key, members in groups.items():
+    if isinstance(key, tuple):
+      where[members[0][0]] = (len(blocks), None, None)
+      blocks.append(members[0][1])
+      continue
+    start = 0
+    for name, t in members:
+      where[name] = (len(blocks), start, int(t.shape[1]))
+      start += int(t.shape[1])
+    blocks.append(tf.concat([t for _, t in members], 1) if len(members) > 1 else members[0][1])
+  return blocks, where
+
+
 def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: int = 0):
   """An endless, deterministic dataset of (inputs, labels) batches from ``columns``
-  (see the module docstring)."""
+  (see the module docstring).
+
+  The per-epoch permutations are cut into chunks of whole batches (``CHUNK_ROWS``); a
+  chunk is gathered with one op per dtype (:func:`_packed`) and reshaped to [batches,
+  batch, ...] ahead of use (a parallel map), then served a batch at a time by slicing.
+  Gathering each batch, or each feature, on its own costs more than a small model's
+  step on 2 cores.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  n = columns.rows
-  first_epoch, offset = divmod(int(skip_batches) * int(batch_size), n)
+  n, batch_size = columns.rows, int(batch_size)
+  first_epoch, offset = divmod(int(skip_batches) * batch_size, n)
+  per_chunk = max(1, CHUNK_ROWS // batch_size)
+  index_dtype = tf.int32 if n < 2**31 else tf.int64
+  with tf.device("/CPU:0"):
+    blocks, where = _packed(columns)
+  names = list(columns.features)
 
   def permutation(epoch):
     return tf.random.experimental.stateless_shuffle(
-        tf.range(n, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+        tf.range(n, dtype=index_dtype), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
   def gather(index):
-    return ({name: tf.gather(t, index) for name, t in columns.features.items()},
-            tf.gather(columns.labels, index))
+    rows = []
+    for block in blocks:
+      got = tf.gather(block, index)
+      rows.append(tf.reshape(got, tf.concat([[-1, batch_size], tf.shape(block)[1:]], 0)))
+
+    def column(name):
+      b, start, width = where[name]
+      return rows[b] if start is None else rows[b][:, :, start:start + width]
+    return {name: column(name) for name in names}, column(None)
 
   with tf.device("/CPU:0"):
     head = tf.data.Dataset.from_tensors(tf.constant(first_epoch, tf.int64)).map(
         lambda e: permutation(e)[offset:])
     rest = tf.data.Dataset.counter(first_epoch + 1).map(permutation)
-    ds = head.concatenate(rest).rebatch(batch_size, drop_remainder=True)
-    ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    chunks = head.concatenate(rest).rebatch(per_chunk * batch_size, drop_remainder=True)
+    chunks = chunks.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = chunks.prefetch(1).flat_map(
+        lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
   options = tf.data.Options()
   options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
   return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
