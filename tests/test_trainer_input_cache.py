@@ -69,7 +69,10 @@ def test_the_cache_holds_exactly_the_streamed_examples_preprocessed(split, colum
 
 
 def test_each_epoch_visits_every_example_once_and_batches_run_across_epochs(columns):
-  batches = _batches(input_cache.dataset(columns, BATCH, seed=7), 9)
+  ds = input_cache.dataset(columns, BATCH, seed=7)
+  x_spec, y_spec = ds.element_spec  # Static batch shapes, as the strategies expect.
+  assert x_spec["x"].shape == [BATCH, 1] and y_spec.shape == [BATCH, 1]
+  batches = _batches(ds, 9)
   assert all(b.shape == (BATCH, 3) for b in batches)
   stream = np.concatenate(batches)             # 576 rows: epoch 0, then most of epoch 1
   everything = _sorted(_rows(columns.features, columns.labels))

@@ -192,10 +192,9 @@ def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: i
         tf.range(n, dtype=index_dtype), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
   def gather(index):
-    rows = []
-    for block in blocks:
-      got = tf.gather(block, index)
-      rows.append(tf.reshape(got, tf.concat([[-1, batch_size], tf.shape(block)[1:]], 0)))
+    rows = [tf.reshape(tf.gather(block, index),  # Static shapes: [chunk, batch, ...].
+                       [per_chunk, batch_size] + block.shape[1:].as_list())
+            for block in blocks]
 
     def column(name):
       b, start, width = where[name]
