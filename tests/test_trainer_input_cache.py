@@ -128,7 +128,7 @@ def test_examples_without_a_label_are_skipped_when_asked(tmp_path):
     input_cache.load(files, Preprocessor(spec))
 
 
-def _train(ds, spec, steps):
+def _train(ds, steps):
   tf_keras.utils.set_random_seed(0)
   model = tf_keras.Sequential([tf_keras.layers.Dense(3)])
   model.compile(optimizer=tf_keras.optimizers.SGD(0.5),
@@ -142,12 +142,10 @@ def test_full_batch_training_gives_the_streamed_paths_weights(split, columns):
   """With the batch = the split, every step sees one whole epoch on both paths (in a
   different order, which a mean gradient ignores): the same weights after 3 steps."""
   files, pre = split
-  cached = _train(data.training_dataset(files, pre, ROWS, cache="memory", seed=5),
-                  pre.spec, 3)
+  cached = _train(data.training_dataset(files, pre, ROWS, cache="memory", seed=5), 3)
   streamed = _train(data.training_dataset(files, pre, ROWS, cache="none", seed=5,
-                                          shuffle_buffer=50), pre.spec, 3)
-  dropped = _train(data.training_dataset(files, pre, ROWS - 1, cache="memory", seed=5),
-                   pre.spec, 3)
+                                          shuffle_buffer=50), 3)
+  dropped = _train(data.training_dataset(files, pre, ROWS - 1, cache="memory", seed=5), 3)
   for a, b in zip(cached, streamed):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert not np.allclose(dropped[0], cached[0], rtol=1e-5, atol=1e-6)  # the test can fail
