@@ -193,3 +193,13 @@ def test_an_unknown_cache_mode_is_rejected_naming_the_key():
     TrainerConfig(cache="disk").validate()
   assert e.value.key == "cache"
   assert TrainerConfig().cache == "auto"
+
+
+def test_the_cli_sets_the_cache_and_rejects_other_values(capsys):
+  from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
+  parse = lambda *a: cli.config_from_args(cli.build_parser().parse_args(["run", *a])).trainer
+  assert parse().cache == "auto"
+  assert parse("--input-cache", "none").cache == "none"
+  with pytest.raises(SystemExit):
+    parse("--input-cache", "disk")
+  assert "argument --input-cache: invalid choice: 'disk'" in capsys.readouterr().err
