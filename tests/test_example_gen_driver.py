@@ -14,6 +14,7 @@ from tfx.utils import proto_utils
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.partitioned_example_gen import driver
+from tfx_parallel.components.partitioned_example_gen import rows
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen.component import PartitionedExampleGen
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
@@ -115,7 +116,8 @@ def _rows(artifact):
   return sum(json.loads(artifact.custom_properties[keys.ROW_COUNTS].string_value).values())
 
 
-def test_appended_rows_are_a_new_execution_not_a_stale_cache_hit(tmp_path):
+def test_appended_rows_or_a_new_encoding_are_a_new_execution_not_a_stale_cache_hit(
+    tmp_path, monkeypatch):
   path = _write(tmp_path / "data" / "data.csv", 100)
   config = ExampleGenConfig(source=path, shards_per_worker=1)
   first = _run(tmp_path, PartitionedExampleGen(config))
@@ -125,11 +127,18 @@ def test_appended_rows_are_a_new_execution_not_a_stale_cache_hit(tmp_path):
   again = _run(tmp_path, PartitionedExampleGen(config))  # Same files: a cache hit.
   assert [a.id for a in again] == [first[0].id]
 
+  # Same files, another encoding (as after an upgrade that changes the bytes written):
+  # a new execution, not the old encoding's artifact from the cache.
+  monkeypatch.setattr(rows, "ENCODING_VERSION", rows.ENCODING_VERSION + 1)
+  recoded = _run(tmp_path, PartitionedExampleGen(config))
+  assert len(recoded) == 2 and _rows(recoded[1]) == 100
+  monkeypatch.undo()
+
   with open(path, "a", encoding="utf-8") as f:
     f.write("".join(f"{i},{2 * i}\n" for i in range(100, 130)))
   grown = _run(tmp_path, PartitionedExampleGen(config))
-  assert len(grown) == 2 and _rows(grown[1]) == 130
-  assert (grown[1].custom_properties["input_fingerprint"].string_value !=
+  assert len(grown) == 3 and _rows(grown[2]) == 130
+  assert (grown[2].custom_properties["input_fingerprint"].string_value !=
           first[0].custom_properties["input_fingerprint"].string_value)
 
 

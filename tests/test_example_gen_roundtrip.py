@@ -56,8 +56,8 @@ def _f32(value) -> float:
 
 
 def _expected_csv_rows(plan: sources.CsvLayout):
-  """The input rows as the Examples must hold them: numeric cells as float32, strings as
-  UTF-8 bytes, empty cells absent."""
+  """The input rows as the Examples must hold them: float cells as float32, int cells as
+  exact ints, strings as UTF-8 bytes, empty cells absent."""
   rows = []
   for path in plan.files:
     with open(path, newline="", encoding="utf-8") as f:
@@ -74,7 +74,7 @@ def _expected_csv_rows(plan: sources.CsvLayout):
           if typ == "string":
             row[name] = (cell.encode("utf-8"),)
           else:
-            row[name] = (_f32(int(cell) if typ == "int" else float(cell)),)
+            row[name] = (int(cell),) if typ == "int" else (_f32(float(cell)),)
         rows.append(row)
   return rows
 

@@ -8,13 +8,18 @@ import tensorflow as tf
 from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 from tfx_parallel.components.partitioned_example_gen.rows import varint
+from tfx_parallel.components.partitioned_example_gen.rows import varints
 
 
-def _expected(numeric, strings, i):
+def _expected(numeric, strings, i, int_keys=()):
   """The Example for row i, built with the protobuf API."""
   feature = {}
   for key, values in numeric.items():
-    if not np.isnan(values[i]):
+    if np.isnan(values[i]):
+      continue
+    if key in int_keys:
+      feature[key] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(values[i])]))
+    else:
       feature[key] = tf.train.Feature(float_list=tf.train.FloatList(value=[values[i]]))
   for key, values in strings.items():
     if values[i] is not None:
@@ -66,6 +71,54 @@ def test_many_features_need_a_two_byte_length():
   numeric = {f"feature_with_a_long_name_{i}": np.array([float(i)]) for i in range(20)}
   batch = RowBatch(("f", 1), numeric, {}, np.arange(1))
   assert _decode(ExampleEncoder(list(numeric)).encode(batch)) == [_expected(numeric, {}, 0)]
+
+
+_INTS = np.array([0, 1, -1, 127, 128, 300, -300, 16383, 16384, 2**35, -2**40, 2**53, -2**53,
+                  np.nan, 7.0])
+
+
+@pytest.mark.parametrize("with_strings", [False, True], ids=["slots", "rows"])
+def test_int_columns_are_int64_lists_of_every_varint_length(with_strings):
+  n = len(_INTS)
+  rng = np.random.default_rng(1)
+  numeric = {"i": _INTS, "f": np.where(rng.random(n) < 0.3, np.nan, rng.normal(size=n)),
+             "j": np.roll(_INTS, 3), "g": rng.normal(size=n) * 1e9}
+  strings = {"s": [None if k % 4 == 0 else f"v{k}".encode() for k in range(n)]}
+  encoder = ExampleEncoder(list(numeric), list(strings) if with_strings else [],
+                           int_keys=["i", "j"])
+  decoded = _decode(encoder.encode(RowBatch(("f", 1), numeric, strings if with_strings else {},
+                                            np.arange(n))))
+  assert decoded == [_expected(numeric, strings if with_strings else {}, i, ("i", "j"))
+                     for i in range(n)]
+  assert decoded[0].features.feature["i"].WhichOneof("kind") == "int64_list"
+  assert decoded[1].features.feature["f"].WhichOneof("kind") in (None, "float_list")
+  assert "i" not in decoded[13].features.feature  # NaN: the feature is absent.
+
+
+def test_int_feature_with_a_long_name_needs_two_byte_entry_lengths():
+  name = "n" * 130
+  numeric = {name: np.array([5.0, -2.0**40, np.nan])}
+  decoded = _decode(ExampleEncoder([name], int_keys=[name]).encode(
+      RowBatch(("f", 1), numeric, {}, np.arange(3))))
+  assert decoded == [_expected(numeric, {}, i, (name,)) for i in range(3)]
+
+
+def test_an_int_beyond_2_to_the_53_is_refused_not_rounded():
+  numeric = {"i": np.array([1.0, 2.0**53 + 2])}
+  with pytest.raises(ValueError, match=r"int feature 'i' has a value beyond \+-2\*\*53"):
+    ExampleEncoder(["i"], int_keys=["i"]).encode(RowBatch(("f", 1), numeric, {}, np.arange(2)))
+
+
+def test_int_keys_must_be_numeric_keys():
+  with pytest.raises(ValueError, match=r"int_keys \['z'\] are not numeric keys"):
+    ExampleEncoder(["a"], int_keys=["z"])
+
+
+def test_varints_match_the_scalar_encoder_for_negative_and_large_values():
+  values = np.array([0, 1, 127, 128, -1, -128, 2**62, -2**63, 2**63 - 1], dtype=np.int64)
+  data, lengths = varints(values)
+  for v, row, m in zip(values.tolist(), data, lengths.tolist()):
+    assert row[:m].tobytes() == varint(v & (2**64 - 1))
 
 
 def test_take_selects_rows_of_every_column():

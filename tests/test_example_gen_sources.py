@@ -186,6 +186,11 @@ BAD_ROWS = [
     ("1,2", r"data\.csv:3: expected 3 columns, got 2"),
     ("1,abc,3", r"data\.csv:3: column 'b': expected float, got 'abc'"),
     ("1.5,2,3", r"data\.csv:3: column 'a': expected int, got '1\.5'"),
+    ("9007199254740993,2,3", r"data\.csv:3: column 'a': expected int within \+-2\*\*53 "
+                             r"\(declare the column 'string' in column_types for larger ids\), "
+                             r"got '9007199254740993'"),
+    ("-9223372036854775808,2,3", r"data\.csv:3: column 'a': expected int within .*got "
+                                 r"'-9223372036854775808'"),
 ]
 
 

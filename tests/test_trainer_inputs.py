@@ -107,21 +107,31 @@ def test_another_payload_format_is_rejected(tmp_path):
     inputs.describe(examples, label_key="big_tipper")
 
 
-def test_the_scan_counts_rows_and_keeps_ints_as_ints(stock):
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "normalize"])
+def test_the_scan_counts_rows_and_ints_stay_ints_unless_standardised(stock, normalize):
+  """int64 features reach the model as int64; with normalize they are standardised like
+  the floats and the spec says float32 (raw int64), so no model casts them back."""
   d = inputs.describe(stock, label_key="big_tipper")
   p = stats.prepare_all(stock.uri, d.feature_keys, d.string_keys, d.label_key, task=None,
                         max_vocabulary=10, hash_buckets=0, hparams={},
-                        skip_missing_labels=False, normalize=True, normalize_clip=5.0,
+                        skip_missing_labels=False, normalize=normalize, normalize_clip=5.0,
                         dtypes=d.dtypes, files=d.files)
   assert p.rows == {"train": 120, "eval": 40}
-  assert p.spec.task == "binary" and p.spec.feature("hour").dtype == "int64"
-  assert p.normalization["mean"][1] == 0.0 and p.normalization["std"][1] == 1.0
-  assert 2.0 < p.normalization["mean"][0] < 40.0
-  x, y = next(iter(data.make_dataset(d.files["train"], Preprocessor(p.spec, p.normalization),
-                                     8, shuffle=False)))
-  assert x["hour"].dtype == tf.int64 and x["fare"].dtype == tf.float32
-  assert abs(float(tf.reduce_mean(x["fare"]))) < 3.0  # standardised
-  assert int(tf.reduce_max(x["hour"])) >= 1  # not standardised
+  hour = p.spec.feature("hour")
+  assert p.spec.task == "binary" and hour.example_dtype == "int64"
+  x, _ = next(iter(data.make_dataset(d.files["train"], Preprocessor(p.spec, p.normalization),
+                                     120, shuffle=False)))
+  assert x["fare"].dtype == tf.float32
+  if normalize:
+    assert (hour.dtype, hour.raw_dtype) == ("float32", "int64")
+    assert 1.0 < p.normalization["mean"][1] < 23.0 and p.normalization["std"][1] > 0.5
+    assert 2.0 < p.normalization["mean"][0] < 40.0
+    assert x["hour"].dtype == tf.float32
+    assert abs(float(tf.reduce_mean(x["hour"]))) < 0.2  # standardised over the train split
+    assert abs(float(tf.reduce_mean(x["fare"]))) < 0.5
+  else:
+    assert (hour.dtype, hour.raw_dtype) == ("int64", None) and p.normalization is None
+    assert x["hour"].dtype == tf.int64 and int(tf.reduce_max(x["hour"])) >= 1
 
 
 def test_a_schema_gives_types_and_string_domains(stock, tmp_path):

@@ -12,6 +12,7 @@ BLESSING_KEY = "blessing"
 SCHEMA_KEY = "schema"
 TRANSFORM_GRAPH_KEY = "transform_graph"
 CONFIG_KEY = "config"  # JSON execution property holding the component's typed config.
+ENCODING_VERSION_KEY = "encoding_version"  # PartitionedExampleGen: rows.ENCODING_VERSION.
 
 # Custom properties on the Examples artifact (written by PartitionedExampleGen).
 NUM_SHARDS = "num_shards"            # int: files per split, a multiple of num_workers.

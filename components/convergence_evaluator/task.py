@@ -7,7 +7,7 @@ history, else the evaluator config's ``task``, else regression; two sources that
 and disagree are an error, never a silent choice.
 
 :func:`class_ids` turns a batch of raw labels into class ids 0..K-1. Labels may be
-stored as float_list (PartitionedExampleGen writes numeric columns as floats), int64_list
+stored as float_list (PartitionedExampleGen's float columns), int64_list (its int columns)
 or bytes_list:
 
 * numeric labels must be whole numbers in 0..K-1 (binary: 0 or 1) -- or, when the model

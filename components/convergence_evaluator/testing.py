@@ -76,7 +76,7 @@ def serialize_examples(features: np.ndarray, labels, feature_keys: Sequence[str]
                        label_type: Optional[str] = None) -> List[bytes]:
   """Serialized tf.Examples; ``missing[i, j]`` True leaves feature j out of row i.
 
-  The label is a float_list (default, as PartitionedExampleGen writes numeric columns),
+  The label is a float_list (default, as PartitionedExampleGen writes float columns),
   an int64_list (``int_label`` or ``label_type="int"``) or a bytes_list
   (``label_type="bytes"``, e.g. string class names).
   """

@@ -43,12 +43,15 @@ class FeatureSpec:
 
   Attributes:
     name: the tf.Example feature name (the key of the model's input dict).
-    dtype: of the raw feature: "float32", "int64" or "string". The model receives
-      float32 for "float32", int64 for "int64", and int64 ids for "string".
+    dtype: "float32", "int64" or "string". The model receives float32 for "float32",
+      int64 for "int64", and int64 ids for "string". An int feature standardised by
+      config ``normalize`` is "float32" here (its ``raw_dtype`` is "int64").
     shape: per-example shape of the model input (always (1,) today).
     vocabulary: string features: the values with ids 1..V (None when hashed).
     num_ids: string features: ids are 0..num_ids-1 (size an Embedding with it).
     hash_buckets: string features hashed into ids 1..hash_buckets (0: vocabulary).
+    raw_dtype: the feature's type in the tf.Examples when it differs from ``dtype``
+      (None: the same).
   """
   name: str
   dtype: str
@@ -56,10 +59,16 @@ class FeatureSpec:
   vocabulary: Optional[Tuple[str, ...]] = None
   num_ids: int = 0
   hash_buckets: int = 0
+  raw_dtype: Optional[str] = None
 
   @property
   def is_string(self) -> bool:
     return self.dtype == STRING
+
+  @property
+  def example_dtype(self) -> str:
+    """The feature's type in the tf.Examples (what the parser reads)."""
+    return self.raw_dtype or self.dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +136,7 @@ class ModelSpec:
         how = f"hash {f.hash_buckets}" if f.hash_buckets else f"vocab {len(f.vocabulary or ())}"
         parts.append(f"{f.name}:string({how})")
       else:
-        parts.append(f"{f.name}:{f.dtype}")
+        parts.append(f"{f.name}:{f.dtype}" + (f"(from {f.raw_dtype})" if f.raw_dtype else ""))
     classes = f", {self.num_classes} classes" if self.task == MULTICLASS else ""
     return f"task {self.task}{classes}, label {self.label_key!r}, features " + ", ".join(parts)
 

@@ -8,7 +8,9 @@ serving see identical inputs:
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
   standard deviations (a corrupt value far outside the training range, like the taxi
   data's 20-hour trips, otherwise makes the model extrapolate without bound);
-* int64 features: [B, 1], missing is 0, never standardised (ints stay ints);
+* int64 features: [B, 1], missing is 0; with ``normalize`` they are parsed as int64,
+  cast to float32 and standardised like the floats (their spec dtype is then float32,
+  raw_dtype int64), else passed as int64;
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
@@ -56,7 +58,8 @@ class Preprocessor:
     out = {}
     for f in self.spec.features:
       default = "" if f.is_string else 0
-      out[f.name] = tf.io.FixedLenFeature(list(f.shape), _DTYPES[f.dtype], default_value=default)
+      out[f.name] = tf.io.FixedLenFeature(list(f.shape), _DTYPES[f.example_dtype],
+                                          default_value=default)
     if with_label:
       out[self.spec.label_key] = tf.io.FixedLenFeature([1], _DTYPES[self.spec.label_dtype])
     return out
@@ -67,7 +70,7 @@ class Preprocessor:
     for i, f in enumerate(self.spec.numeric_features):  # Normalisation: one per numeric.
       if f.dtype != ms.FLOAT32:
         continue
-      x = parsed[f.name]
+      x = tf.cast(parsed[f.name], tf.float32)  # A standardised int64 feature.
       if self.mean is not None:
         x = (x - self.mean[i]) / self.std[i]
         if self.clip:

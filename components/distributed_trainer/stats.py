@@ -140,8 +140,10 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                 vocabularies: Optional[Mapping[str, Sequence[str]]] = None) -> Prepared:
   """The scan and the spec. ``dtypes``: numeric feature -> "float32" | "int64" (default
   float32); ``vocabularies``: string feature -> fixed vocabulary (a schema's string
-  domain) instead of the counted one. Only float32 features are standardised (int64
-  features keep mean 0 and std 1, so they reach the model as ints)."""
+  domain) instead of the counted one. With ``normalize`` every numeric feature is
+  standardised, int64 ones too: the spec then lists them as float32 inputs (raw_dtype
+  int64), so a model never declares an int64 Input for a standardised value. Without
+  it, int64 features reach the model as ints."""
   dtypes = dict(dtypes or {})
   numeric = [(k, dtypes.get(k, ms.FLOAT32)) for k in feature_keys]
   result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files)
@@ -155,10 +157,11 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                        hash_buckets=hash_buckets, hparams=hparams)
   norm = None
   if normalize and numeric:
-    is_float = np.array([d == ms.FLOAT32 for _, d in numeric])
-    norm = {"mean": np.where(is_float, result.numeric_mean, 0.0).tolist(),
-            "std": np.where(is_float, result.numeric_std, 1.0).tolist(),
+    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist(),
             "clip": float(normalize_clip)}
+    spec = dataclasses.replace(spec, features=tuple(
+        dataclasses.replace(f, dtype=ms.FLOAT32, raw_dtype=ms.INT64)
+        if f.dtype == ms.INT64 else f for f in spec.features))
   return Prepared(spec, norm, skipped, dict(result.rows))
 
 

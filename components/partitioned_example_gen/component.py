@@ -18,6 +18,7 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.partitioned_example_gen import driver
 from tfx_parallel.components.partitioned_example_gen import executor
 from tfx_parallel.components.partitioned_example_gen import output_splits
+from tfx_parallel.components.partitioned_example_gen import rows
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.components.partitioned_example_gen.config import SYNTHETIC
 
@@ -26,6 +27,7 @@ class PartitionedExampleGenSpec(types.ComponentSpec):
   """One JSON config, optional stock ExampleGen protos; one standard Examples artifact."""
   PARAMETERS = {
       keys.CONFIG_KEY: ExecutionParameter(type=str),
+      keys.ENCODING_VERSION_KEY: ExecutionParameter(type=int),
       specs.INPUT_BASE_KEY: ExecutionParameter(type=str, optional=True),
       specs.INPUT_CONFIG_KEY: ExecutionParameter(type=example_gen_pb2.Input, optional=True),
       specs.OUTPUT_CONFIG_KEY: ExecutionParameter(type=example_gen_pb2.Output, optional=True),
@@ -46,7 +48,8 @@ class PartitionedExampleGen(base_beam_component.BaseBeamComponent):
   Its driver is stock FileBasedExampleGen's (see driver.py): before the cache lookup it
   resolves ``{SPAN}`` / ``{VERSION}`` and fingerprints the matched files, so changed
   input is a new execution, and it records ``span``, ``version`` and
-  ``input_fingerprint`` on the artifact.
+  ``input_fingerprint`` on the artifact. The ``encoding_version`` execution property
+  (rows.ENCODING_VERSION) keeps a cache from serving an artifact an older encoding wrote.
   """
   SPEC_CLASS = PartitionedExampleGenSpec
   EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
@@ -88,6 +91,7 @@ class PartitionedExampleGen(base_beam_component.BaseBeamComponent):
                                   input_base_given=input_base is not None)
     spec = PartitionedExampleGenSpec(
         **{keys.CONFIG_KEY: config_util.to_json(config),
+           keys.ENCODING_VERSION_KEY: rows.ENCODING_VERSION,
            specs.INPUT_BASE_KEY: input_base,
            specs.INPUT_CONFIG_KEY: input_config,
            specs.OUTPUT_CONFIG_KEY: output_config,

@@ -23,7 +23,7 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
           root: str, splits: partition.OutputSplits) -> None:
   """Adds the whole ingest to ``pipeline``, writing Split-* and summary.json under root."""
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
-  encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys)
+  encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys, plan.int_keys)
   written = (rows
              | "PartitionAndShard" >> partition.PartitionAndShard(splits.pairs,
                                                                   config.num_shards)

@@ -4,15 +4,23 @@ Every Beam element of the ingest carries a batch of rows (about a thousand), nev
 single row: per-element overhead in Beam is a few microseconds, so per-row elements
 would dominate the cost.
 
-Encoding. Numeric columns ("float" and "int") become ``float_list`` features with one
-float32 value; string columns become ``bytes_list`` features. A missing value (an empty
-CSV cell, i.e. NaN in a numeric column or None in a string column) means the feature is
-absent from that Example. The protobuf wire format of such an Example is simple enough
-to write directly: for rows where every numeric feature is present and there are no
-string columns, every serialized row has the same length and layout, so a whole batch is
-one numpy template with the float bytes copied in column by column. Other rows are
-assembled with ``bytes.join`` from precomputed per-feature prefixes. Both paths are
-checked against the protobuf library in tests/test_example_gen_rows.py.
+Encoding. "float" columns become ``float_list`` features with one float32 value, "int"
+columns ``int64_list`` features with one int64 value (ints stay ints, so SchemaGen types
+them INT, as it types stock CsvExampleGen's), string columns ``bytes_list`` features. A
+missing value (an empty CSV cell, i.e. NaN in a numeric column or None in a string
+column) means the feature is absent from that Example. Int values travel as float64 in a
+:class:`RowBatch`, exact for |value| <= 2**53 (``MAX_EXACT_INT``; the CSV parser rejects
+larger ones). The protobuf wire format of such an Example is simple enough to write
+directly, in three ways, all checked against the protobuf library in
+tests/test_example_gen_rows.py:
+
+* float columns only, every value present: every serialized row has the same length and
+  layout, so a whole batch is one numpy template with the float bytes copied in column
+  by column;
+* no string columns, but ints (varints: 1 to 10 bytes) or missing values: each feature
+  gets a slot of its widest encoding in an [rows, width] byte matrix with a mask of the
+  bytes each row uses; the masked bytes in row-major order are the records, back to back;
+* string columns: each row is assembled with ``bytes.join`` from precomputed prefixes.
 """
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -86,6 +94,17 @@ def varint(value: int) -> bytes:
       return bytes(out)
 
 
+def varints(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """Protobuf varints of int64 ``values`` (two's complement, as int64 fields are written),
+  vectorised: (bytes [n, 10] uint8, of which row i uses the first lengths[i])."""
+  u = np.asarray(values, dtype=np.int64).view(np.uint64)
+  shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+  groups = (u[:, None] >> shifts[None, :]) & np.uint64(0x7F)
+  lengths = 1 + np.sum((u[:, None] >> shifts[None, 1:]) != 0, axis=1)
+  more = np.arange(10)[None, :] < (lengths[:, None] - 1)
+  return (groups | (more * 0x80).astype(np.uint64)).astype(np.uint8), lengths
+
+
 def _field(tag: int, payload: bytes) -> bytes:
   """A length-delimited protobuf field: tag byte, varint length, payload."""
   return bytes([tag]) + varint(len(payload)) + payload
@@ -93,8 +112,14 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 _TAG_1 = 0x0A  # field 1, length-delimited
 _TAG_2 = 0x12  # field 2, length-delimited
+_TAG_3 = 0x1A  # field 3, length-delimited
 # Feature{float_list(2): FloatList{value(1), packed: 4 bytes}}
 _FLOAT_FEATURE_HEAD = bytes([_TAG_2, 6, _TAG_1, 4])
+MAX_EXACT_INT = 2**53  # Largest |int| a float64 holds exactly.
+# Bumped whenever the bytes written for the same rows change (2: int columns as
+# int64_list, were float_list). The component passes it as an execution property, so a
+# pipeline cache never serves an artifact written by another encoding.
+ENCODING_VERSION = 2
 
 
 def _float_entry_prefix(key: str) -> bytes:
@@ -103,6 +128,48 @@ def _float_entry_prefix(key: str) -> bytes:
   entry_len = len(key_field) + 2 + len(_FLOAT_FEATURE_HEAD) + 4
   return (bytes([_TAG_1]) + varint(entry_len) + key_field +
           bytes([_TAG_2, len(_FLOAT_FEATURE_HEAD) + 4]) + _FLOAT_FEATURE_HEAD)
+
+
+def _int_entry_prefix(key: str, length: int) -> bytes:
+  """Map entry of Features.feature for a one-int64 feature whose varint has ``length``
+  bytes, minus those bytes: Feature{int64_list(3): Int64List{value(1), packed}}."""
+  key_field = _field(_TAG_1, key.encode("utf-8"))
+  feature_len = 4 + length
+  entry_len = len(key_field) + 1 + len(varint(feature_len)) + feature_len
+  return (bytes([_TAG_1]) + varint(entry_len) + key_field + bytes([_TAG_2]) +
+          varint(feature_len) + bytes([_TAG_3, 2 + length, _TAG_1, length]))
+
+
+class _Slots:
+  """An [n, width] byte matrix and the mask of the bytes each row uses (see the module
+  docstring): slots are appended left to right; the records are ``matrix[mask]``."""
+
+  def __init__(self, n: int):
+    self.n = n
+    self.blocks: List[np.ndarray] = []
+    self.masks: List[np.ndarray] = []
+    self.lengths = np.zeros(n, dtype=np.int64)
+
+  def add(self, data: np.ndarray, lengths: np.ndarray) -> None:
+    """``data`` [n, w] uint8, of which row i uses the first ``lengths[i]`` bytes."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    self.blocks.append(data)
+    self.masks.append(np.arange(data.shape[1])[None, :] < lengths[:, None])
+    self.lengths += lengths
+
+  def records(self) -> Tuple[bytes, np.ndarray]:
+    matrix = np.concatenate(self.blocks, axis=1)
+    mask = np.concatenate(self.masks, axis=1)
+    return matrix[mask].tobytes(), np.cumsum(mask.sum(axis=1), dtype=np.int64)
+
+
+def _table(rows: Sequence[bytes]) -> Tuple[np.ndarray, np.ndarray]:
+  """Byte strings as a zero-padded [len(rows), max length] uint8 table, and their lengths."""
+  width = max(len(r) for r in rows)
+  table = np.zeros((len(rows), width), dtype=np.uint8)
+  for i, r in enumerate(rows):
+    table[i, :len(r)] = np.frombuffer(r, dtype=np.uint8)
+  return table, np.array([len(r) for r in rows], dtype=np.int64)
 
 
 def _bytes_entry(key_field: bytes, value: bytes) -> bytes:
@@ -114,10 +181,21 @@ def _bytes_entry(key_field: bytes, value: bytes) -> bytes:
 class ExampleEncoder:
   """Serializes RowBatches to tf.train.Example bytes (see the module docstring)."""
 
-  def __init__(self, numeric_keys: Sequence[str], string_keys: Sequence[str] = ()):
+  def __init__(self, numeric_keys: Sequence[str], string_keys: Sequence[str] = (),
+               int_keys: Sequence[str] = ()):
+    """``int_keys``: the numeric keys written as int64 (the others are float32)."""
     self.numeric_keys = tuple(numeric_keys)
     self.string_keys = tuple(string_keys)
-    self._prefixes = [_float_entry_prefix(k) for k in self.numeric_keys]
+    self.int_keys = tuple(k for k in self.numeric_keys if k in set(int_keys))
+    unknown = sorted(set(int_keys) - set(self.numeric_keys))
+    if unknown:
+      raise ValueError(f"int_keys {unknown} are not numeric keys {list(self.numeric_keys)}")
+    self.float_keys = tuple(k for k in self.numeric_keys if k not in self.int_keys)
+    # int key -> [prefix for a varint of 0..10 bytes] (index 0 unused).
+    self._int_prefixes = {k: [b""] + [_int_entry_prefix(k, n) for n in range(1, 11)]
+                          for k in self.int_keys}
+    self._int_tables = {k: _table(p) for k, p in self._int_prefixes.items()}
+    self._prefixes = [_float_entry_prefix(k) for k in self.float_keys]
     self._string_key_fields = [_field(_TAG_1, k.encode("utf-8")) for k in self.string_keys]
     # Fixed layout of a row with every numeric feature present.
     features_len = sum(len(p) + 4 for p in self._prefixes)
@@ -136,17 +214,54 @@ class ExampleEncoder:
 
   def encode(self, batch: RowBatch) -> EncodedBatch:
     n = batch.num_rows
-    values = [np.asarray(batch.numeric[k], dtype=np.float64) for k in self.numeric_keys]
+    values = [np.asarray(batch.numeric[k], dtype=np.float64) for k in self.float_keys]
     floats = [v.astype("<f4") for v in values]
     if values:
       complete = ~np.any(np.isnan(np.stack(values)), axis=0)
     else:
       complete = np.ones(n, dtype=bool)
-    if not self.string_keys and complete.all():
+    if not self.string_keys and not self.int_keys and complete.all():
       data = self._encode_full(floats, n)
       ends = np.arange(1, n + 1, dtype=np.int64) * self.full_row_length
       return EncodedBatch(batch.sort_key, data, ends)
-    return self._encode_rows(batch, values, floats, complete)
+    ints = [np.asarray(batch.numeric[k], dtype=np.float64) for k in self.int_keys]
+    if not self.string_keys and n:
+      return self._encode_slots(batch.sort_key, values, floats, ints)
+    return self._encode_rows(batch, floats, present_values=values, ints=ints)
+
+  def _int_column(self, key: str, values: np.ndarray):
+    """(varint bytes [n, 10], varint lengths, present) of one int column."""
+    present = ~np.isnan(values)
+    if np.any(np.abs(values[present]) > MAX_EXACT_INT):
+      raise ValueError(f"int feature {key!r} has a value beyond +-2**53, which a float64 "
+                       f"cannot hold exactly")
+    data, lengths = varints(np.where(present, values, 0).astype(np.int64))
+    return data, lengths, present
+
+  def _encode_slots(self, sort_key, values, floats, ints) -> EncodedBatch:
+    n = len(floats[0]) if floats else len(ints[0])
+    body = _Slots(n)
+    for key in self.numeric_keys:  # The keys' order, as the other paths write them.
+      if key in self._int_prefixes:
+        data, lengths, present = self._int_column(key, ints[self.int_keys.index(key)])
+        table, widths = self._int_tables[key]
+        body.add(table[lengths], np.where(present, widths[lengths], 0))
+        body.add(data, np.where(present, lengths, 0))
+      else:
+        j = self.float_keys.index(key)
+        prefix = np.frombuffer(self._prefixes[j], dtype=np.uint8)
+        block = np.empty((n, len(prefix) + 4), dtype=np.uint8)
+        block[:, :len(prefix)] = prefix
+        block[:, len(prefix):] = floats[j].view(np.uint8).reshape(n, 4)
+        body.add(block, np.where(np.isnan(values[j]), 0, len(prefix) + 4))
+    head_len, head_lengths = varints(body.lengths)
+    rows = _Slots(n)
+    rows.add(np.full((n, 1), _TAG_1, dtype=np.uint8), np.ones(n, dtype=np.int64))
+    rows.add(head_len, head_lengths)
+    rows.blocks += body.blocks
+    rows.masks += body.masks
+    data, ends = rows.records()
+    return EncodedBatch(sort_key, data, ends)
 
   def _encode_full(self, floats: List[np.ndarray], n: int) -> bytes:
     out = np.empty((n, self.full_row_length), dtype=np.uint8)
@@ -155,24 +270,23 @@ class ExampleEncoder:
       out[:, offset:offset + 4] = column.view(np.uint8).reshape(n, 4)
     return out.tobytes()
 
-  def _encode_rows(self, batch: RowBatch, values, floats, complete) -> EncodedBatch:
+  def _encode_rows(self, batch: RowBatch, floats, present_values, ints) -> EncodedBatch:
     n = batch.num_rows
     float_bytes = [f.tobytes() for f in floats]
-    present = [~np.isnan(v) for v in values]
+    present = [~np.isnan(v) for v in present_values]
     present_lists = [p.tolist() for p in present]
+    int_entries = []  # per int column: each row's whole map entry, or None if missing.
+    for key, column in zip(self.int_keys, ints):
+      data, lengths, ok = self._int_column(key, column)
+      prefixes = self._int_prefixes[key]
+      int_entries.append([prefixes[m] + data[i, :m].tobytes() if p else None
+                          for i, (m, p) in enumerate(zip(lengths.tolist(), ok.tolist()))])
     strings = [batch.strings[k] for k in self.string_keys]
-    full = (self._encode_full([f[complete] for f in floats], int(complete.sum()))
-            if not self.string_keys else b"")
-    row_len = self.full_row_length
     records = []
-    full_index = 0
     for i in range(n):
-      if not self.string_keys and complete[i]:
-        records.append(full[full_index * row_len:(full_index + 1) * row_len])
-        full_index += 1
-        continue
       parts = [prefix + fb[4 * i:4 * i + 4]
                for prefix, fb, ok in zip(self._prefixes, float_bytes, present_lists) if ok[i]]
+      parts += [column[i] for column in int_entries if column[i] is not None]
       for key_field, column in zip(self._string_key_fields, strings):
         value = column[i]
         if value is not None:

@@ -15,8 +15,9 @@ data depends only on the config and never has to fit in the driver's memory.
 CSV rows: one record per line (quoted fields may contain commas, not newlines), a header
 row in every file (all files must have the same header), UTF-8. Line numbers count from 1
 with the header as line 1, so error messages match what an editor shows. Blank lines are
-ignored. Numeric columns ("float", "int") are parsed with ``float``/``int``; an empty cell
-(or the text ``nan``) is a missing value and the feature is absent from that Example.
+ignored. Numeric columns ("float", "int") are parsed with ``float``/``int`` (an int beyond
++-2**53 is a bad cell: a RowBatch holds ints as float64, exact only that far); an empty
+cell (or the text ``nan``) is a missing value and the feature is absent from that Example.
 Each row's split key is stock CsvExampleGen's (stock_key.py). Files are read by
 line-aligned byte ranges (file_ranges), so one big file is read in parallel.
 """
@@ -33,6 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
 from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import stock_key
+from tfx_parallel.components.partitioned_example_gen.rows import MAX_EXACT_INT
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
@@ -91,6 +93,10 @@ class SyntheticSpec:
   def string_keys(self) -> Tuple[str, ...]:
     return ()
 
+  @property
+  def int_keys(self) -> Tuple[str, ...]:
+    return ()
+
 
 @dataclasses.dataclass(frozen=True)
 class CsvLayout:
@@ -124,6 +130,11 @@ class CsvLayout:
   @property
   def string_keys(self) -> Tuple[str, ...]:
     return tuple(c for c, t in self.types.items() if t == "string")
+
+  @property
+  def int_keys(self) -> Tuple[str, ...]:
+    """The "int" columns: written as int64_list features."""
+    return tuple(c for c, t in self.types.items() if t == "int")
 
   @property
   def feature_keys(self) -> Tuple[str, ...]:
@@ -523,7 +534,7 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch
     numeric[name] = values
     for k, cell in errors:
       ok[k] = False
-      fail(good[k], f"column {name!r}: expected {typ}, got {cell!r}")
+      fail(good[k], f"column {name!r}: expected {_expected(typ, cell)}, got {cell!r}")
 
   batch = RowBatch(sort_key=(path, first_line), numeric=numeric, strings=strings,
                    keys=[b""] * len(good))  # Placeholder: the keys are built below.
@@ -543,10 +554,12 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
   """float64 values (NaN where empty) and the (position, cell) of unparsable cells."""
   dtype = np.int64 if typ == "int" else np.float64
   try:
-    return np.array(cells, dtype=dtype).astype(np.float64, copy=False), []
+    values = np.array(cells, dtype=dtype)
+    if typ != "int" or not np.any((values > MAX_EXACT_INT) | (values < -MAX_EXACT_INT)):
+      return values.astype(np.float64, copy=False), []
   except (ValueError, OverflowError):
     pass
-  parse = int if typ == "int" else float
+  parse = _exact_int if typ == "int" else float
   values = np.empty(len(cells), dtype=np.float64)
   errors = []
   for k, cell in enumerate(cells):
@@ -559,6 +572,24 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
       values[k] = np.nan
       errors.append((k, cell))
   return values, errors
+
+
+def _expected(typ: str, cell: str) -> str:
+  """What a bad ``cell`` of a ``typ`` column should have been."""
+  try:
+    too_big = typ == "int" and abs(int(cell)) > MAX_EXACT_INT
+  except ValueError:
+    too_big = False
+  return ("int within +-2**53 (declare the column 'string' in column_types for larger ids)"
+          if too_big else typ)
+
+
+def _exact_int(cell: str) -> int:
+  """int(cell), refusing values beyond +-2**53 (a RowBatch holds ints as float64)."""
+  value = int(cell)
+  if abs(value) > MAX_EXACT_INT:
+    raise ValueError(f"{cell!r} is beyond +-2**53")
+  return value
 
 
 class Skipped(NamedTuple):

@@ -8,8 +8,8 @@ feature name), or with ``partition_feature_name`` the deterministic serializatio
 that one ``Feature`` (base_example_gen_executor._GeneratePartitionKey).
 
 This module writes those bytes directly in protobuf wire format, column by column, for a
-whole batch. Our own Examples differ (ints are written as float32 and empty cells are
-absent features), which is why the key is built separately. Checked byte for byte
+whole batch. Our own Examples differ (empty cells are absent features, not empty lists),
+which is why the key is built separately. Checked byte for byte
 against ``tf.train.Example.SerializeToString(deterministic=True)`` in
 tests/test_example_gen_stock_key.py, and split for split against stock CsvExampleGen in
 tests/test_example_gen_stock_splits.py.
