@@ -91,7 +91,12 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"])
   p.add_argument("--with-tfma", action="store_true",
                  help="also run the stock TFX Evaluator (TFMA) on the model")
-  p.add_argument("--no-cache", action="store_true", help="disable TFX caching")
+  p.add_argument("--input-cache", default="auto", choices=["auto", "memory", "none"],
+                 help="the trainer's training split: parsed once into memory, or streamed "
+                      "from the files every epoch; auto: memory when it fits a quarter of "
+                      "the available memory (trainer config `cache`)")
+  p.add_argument("--no-cache", action="store_true",
+                 help="disable TFX caching of component runs (not --input-cache)")
   p.add_argument("--verbose", action="store_true",
                  help="print every log line (TFX / absl INFO, TensorFlow C++ logs, library "
                       "warnings) on the console; by default they go only to the run's "
@@ -124,7 +129,8 @@ def config_from_args(args) -> config_lib.PipelineConfig:
       learning_rate=args.learning_rate or (0.05 if synthetic else 0.01),
       optimizer=args.optimizer, steps=args.steps, epochs=args.epochs,
       normalize=not synthetic, workers=args.workers, module_file=args.module_file,
-      module_path=args.module_path, hparams=dict(args.hparams), task=args.task)
+      module_path=args.module_path, hparams=dict(args.hparams), task=args.task,
+      cache=args.input_cache)
   return config_lib.PipelineConfig(
       pipeline_name=args.pipeline_name, example_gen=eg, trainer=trainer,
       evaluator=config_lib.default_evaluator(args.data), with_tfma=args.with_tfma,

@@ -62,6 +62,9 @@ def test_local_pipeline_completes_then_is_served_from_cache(tmp_path):
   type_names = {t.name for t in store.get_artifact_types()}
   assert {"Examples", "Model", "TrainingHistory", "ConvergenceMetrics",
           "ModelBlessing"} <= type_names
+  history_type = store.get_artifact_type("TrainingHistory").id
+  [history] = [a for a in store.get_artifacts() if a.type_id == history_type]
+  assert history.custom_properties["input_cache"].string_value == "memory"  # cache: auto
   n_artifacts = len(store.get_artifacts())
 
   # Second run, nothing changed: every component is served from cache.
@@ -88,6 +91,9 @@ def test_bad_config_fails_before_any_component_runs(tmp_path):
   with pytest.raises(ConfigError) as err:
     local_runner.run(_small_config(layout="mirrored", devices=2, batch_size=63), str(tmp_path))
   assert err.value.key == "trainer.batch_size"
+  with pytest.raises(ConfigError, match="Received: 'disk'") as err:
+    local_runner.run(_small_config(cache="disk"), str(tmp_path))
+  assert err.value.key == "trainer.cache"
   assert not os.path.exists(tmp_path / config_lib.METADATA_FILE)
 
 

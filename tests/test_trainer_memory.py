@@ -101,3 +101,5 @@ def test_a_fit_layout_records_the_measured_bytes_in_its_history(tmp_path):
                                    log_every=2, checkpoint_every=0), str(tmp_path / "run"))
   assert (history["param_count"], history["param_bytes_total"]) == (3, 12)  # kernel 2x1, bias
   assert history["state_bytes_per_device"] == (2 + ADAM) * 12 + STEP_COUNTER
+  # The default cache "auto" held the 256 tiny rows in memory, under mirrored too.
+  assert (history["input_cache"]["mode"], history["input_cache"]["rows"]) == ("memory", 256)

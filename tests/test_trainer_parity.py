@@ -38,9 +38,10 @@ _PLAIN_FIT = textwrap.dedent("""
     spec, norm = train.resolve_spec(job, config)
     pre = Preprocessor(spec, norm)
     tf_keras.utils.set_random_seed(config.seed)  # As the trainer: seeds the shuffle too.
-    ds = data.make_dataset(split_files(job.examples_uri, "train"), pre, config.batch_size,
-                           shuffle=True, seed=config.seed, repeat=True,
-                           shuffle_buffer=config.shuffle_buffer)
+    cache, _ = train.input_cache_plan(config, spec, job.train_rows)  # As the trainer.
+    ds = data.training_dataset(split_files(job.examples_uri, "train"), pre,
+                               config.batch_size, cache=cache["mode"], seed=config.seed,
+                               shuffle_buffer=config.shuffle_buffer)
     batches = list(ds.take(config.steps))
     x = {{k: np.concatenate([b[0][k].numpy() for b in batches]) for k in spec.feature_names}}
     y = np.concatenate([b[1].numpy() for b in batches])
@@ -93,6 +94,7 @@ def test_single_matches_plain_model_fit_on_the_same_batches(single):
   assert history["task"] == "multiclass" and history["num_classes"] == 3
   assert set(result["y"]) == {0, 1, 2}  # class ids, all three classes present
   assert [r["step"] for r in history["records"]] == [4, 8, 12]
+  assert history["input_cache"]["mode"] == "memory"  # The default cache "auto", tiny data.
   _compare(result["plain"], result["ours"], "single vs plain fit", rtol=1e-6, atol=1e-7)
   # The weights moved: the comparison is not between two untrained models.
   init_embedding = np.array(result["ours"][0])

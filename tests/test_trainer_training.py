@@ -72,9 +72,10 @@ def _train_cmd(job, tmp):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_matches_uninterrupted(examples, tmp_path):
+@pytest.mark.parametrize("cache", ["memory", "none"])  # The two input paths (cache config).
+def test_sigkill_then_resume_matches_uninterrupted(examples, tmp_path, cache):
   root, keys, rows = examples
-  cfg = dict(SEED_CONFIG, steps=400, checkpoint_every=20, log_every=10, epochs=1)
+  cfg = dict(SEED_CONFIG, steps=400, checkpoint_every=20, log_every=10, epochs=1, cache=cache)
   ref = tu.run_job(tu.job_dict(str(tmp_path / "ref"), root, keys, rows, **cfg),
                    str(tmp_path / "ref"))
   job = tu.job_dict(str(tmp_path / "killed"), root, keys, rows, **cfg)
@@ -97,6 +98,7 @@ def test_sigkill_then_resume_matches_uninterrupted(examples, tmp_path):
                              np.array(ref["weights"]["kernel"]), atol=1e-5)
   np.testing.assert_allclose(resumed["weights"]["bias"], ref["weights"]["bias"], atol=1e-5)
   assert [r["step"] for r in resumed["records"]] == [r["step"] for r in ref["records"]]
+  assert resumed["input_cache"]["mode"] == ref["input_cache"]["mode"] == cache
 
 
 def test_checkpoint_dir_is_held_exclusively(tmp_path):

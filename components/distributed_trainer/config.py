@@ -11,6 +11,7 @@ from tfx_parallel.components.distributed_trainer import planning
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+CACHE_MODES = ("auto", "memory", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,13 @@ class TrainerConfig:
       the model extrapolate without bound. Training and serving clip identically.
     workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
-    shuffle_buffer: examples in the seeded shuffle buffer.
+    shuffle_buffer: examples in the seeded shuffle buffer (streamed input, ``cache``
+      "none"; the in-memory cache shuffles each epoch fully).
+    cache: the training split's input. "memory": read and parse it once, keep the
+      parsed, preprocessed features in memory and shuffle, batch and repeat from there
+      (input_cache.py); "none": stream it from the files every epoch; "auto" (default):
+      "memory" when its estimated decoded size is under a quarter of the available
+      memory, else "none". The choice is printed and recorded in history.json.
     device: "auto" (GPUs when TensorFlow sees any, else logical CPU devices), "cpu"
       (force the CPU, split into logical devices, even on a GPU machine) or "gpu" (fail
       without a GPU). On GPUs a layout larger than the GPUs present shrinks to the
@@ -104,6 +111,7 @@ class TrainerConfig:
   normalize_clip: float = 5.0
   workers: int = 2
   shuffle_buffer: int = 10_000
+  cache: str = "auto"
   device: str = "auto"
   gpu_memory: Any = "growth"
   require_gpu: bool = False
@@ -159,6 +167,8 @@ class TrainerConfig:
             f"Received: {self.normalize_clip!r}")
     require(isinstance(self.steps_per_execution, int) and self.steps_per_execution >= 1,
             "steps_per_execution", f"must be >= 1. Received: {self.steps_per_execution!r}")
+    require(self.cache in CACHE_MODES, "cache",
+            f"must be one of {list(CACHE_MODES)}. Received: {self.cache!r}")
     require(self.optimizer in OPTIMIZERS, "optimizer",
             f"unknown optimizer {self.optimizer!r}; expected one of {OPTIMIZERS}")
     require(isinstance(self.devices, int) and self.devices >= 0, "devices",

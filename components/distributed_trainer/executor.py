@@ -133,6 +133,8 @@ class Executor(base_executor.BaseExecutor):
     history.set_int_custom_property("diverged", int(record["diverged"]))
     history.set_float_custom_property("examples_per_sec", float(record["examples_per_sec"]))
     history.set_int_custom_property("skipped_examples", int(record.get("skipped_examples", 0)))
+    if "input_cache" in record:  # "memory" | "none" (config cache, resolved).
+      history.set_string_custom_property("input_cache", str(record["input_cache"]["mode"]))
     for artifact in (model, history):
       task_contract.write_properties(artifact, record["task"], record["num_classes"],
                                      record.get("label_vocabulary"))

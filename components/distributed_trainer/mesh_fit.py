@@ -71,10 +71,12 @@ def run(job, config, record=None) -> dict:
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
-  train_ds = data.make_dataset(
-      job.files("train"), pre, config.batch_size, shuffle=True,
-      seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
-      skip_missing_labels=config.skip_missing_labels, skip_batches=start_step)
+  cache_record, on_load = train.input_cache_plan(config, spec, job.train_rows)
+  train_ds = data.training_dataset(
+      job.files("train"), pre, config.batch_size, cache=cache_record["mode"],
+      seed=config.seed, shuffle_buffer=config.shuffle_buffer,
+      skip_missing_labels=config.skip_missing_labels, skip_batches=start_step,
+      on_load=on_load)
   eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
@@ -131,7 +133,7 @@ def run(job, config, record=None) -> dict:
       label_vocabulary=(list(spec.label_vocabulary)
                         if spec.label_vocabulary is not None else None),
       steps_per_execution=1, skipped_examples=job.skipped_examples, padded_features=0,
-      resumed_from_step=start_step, **(record or {}))
+      resumed_from_step=start_step, input_cache=cache_record, **(record or {}))
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
   peaks = memory.gpu_memory_peaks(devices)

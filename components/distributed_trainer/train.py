@@ -113,6 +113,24 @@ def resolve_spec(job: Job, config: TrainerConfig):
   return spec, norm
 
 
+def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
+  """(record, on_load) for config ``cache``: the choice for this worker's share of the
+  ``rows``, printed once; ``record`` goes into history.json as ``input_cache`` and
+  ``on_load`` (pass it to data.training_dataset) adds what loading took."""
+  from tfx_parallel.components.distributed_trainer import input_cache  # pylint: disable=g-import-not-at-top
+  choice = input_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
+                              input_cache.example_bytes(spec), input_cache.available_memory())
+  print(f"[train] input cache: {choice.mode} ({choice.reason})", flush=True)
+  record = choice.as_record()
+
+  def on_load(columns):
+    record.update(rows=columns.rows, bytes=columns.nbytes(),
+                  load_seconds=round(columns.load_seconds, 3))
+    print(f"[train] input cache: parsed {columns.rows:,} rows into memory "
+          f"({columns.nbytes() / 2**20:,.1f} MB) in {columns.load_seconds:.2f}s", flush=True)
+  return record, on_load
+
+
 def linear_weights(model, spec, normalization) -> Optional[dict]:
   """The built-in linear model's numeric kernel and bias in raw feature units."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -158,6 +176,7 @@ def run(job: Job) -> dict:
   device_record = dict(plan.as_record(), tf32=config.tf32)  # Into history.json.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
+  tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, layouts  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
@@ -189,13 +208,14 @@ def run(job: Job) -> dict:
   total = config.steps or config.epochs * steps_per_epoch
   train_files = job.files("train")
 
+  cache_record, on_load = input_cache_plan(config, spec, job.train_rows, num_workers)
+
   def dataset(batch: int, num_shards: int, index: int, skip: int):
     files, data_shard = data.shard_files(train_files, config.train_split, num_shards, index)
-    return data.make_dataset(
-        files, pre, batch, shuffle=True,
-        seed=config.seed, repeat=True, shuffle_buffer=config.shuffle_buffer,
-        skip_missing_labels=config.skip_missing_labels, skip_batches=skip,
-        data_shard=data_shard)
+    return data.training_dataset(
+        files, pre, batch, cache=cache_record["mode"], seed=config.seed,
+        shuffle_buffer=config.shuffle_buffer, skip_missing_labels=config.skip_missing_labels,
+        skip_batches=skip, data_shard=data_shard, on_load=on_load)
 
   if config.layout == "multi_worker":
     def fn(ctx: tf.distribute.InputContext):
@@ -247,7 +267,7 @@ def run(job: Job) -> dict:
                                    if spec.label_vocabulary is not None else None),
                  steps_per_execution=config.execution_steps(),
                  skipped_examples=job.skipped_examples, padded_features=0,
-                 resumed_from_step=start_step)
+                 resumed_from_step=start_step, input_cache=cache_record)
   # Measured from where the variables live, after training (every optimizer slot exists).
   from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
   history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
