@@ -173,26 +173,6 @@ def test_auto_caches_under_the_budget_and_streams_over_it():
     assert input_cache.choose(mode, 50_000_000, 52, available=8 * gib).mode == mode
 
 
-def test_auto_streams_a_run_that_reads_the_split_less_than_min_passes_times():
-  gib = 2**30
-  short = input_cache.choose("auto", 200_000, 52, available=8 * gib, passes=0.77)
-  assert short.mode == "none" and "reads the split 0.77 times (< 1.5)" in short.reason
-  assert input_cache.choose("auto", 200_000, 52, available=8 * gib, passes=1.5).mode == "memory"
-  assert input_cache.choose("memory", 200_000, 52, available=8 * gib, passes=0.1).mode == "memory"
-
-
-@pytest.mark.parametrize("steps,epochs,mode", [(300, 5, "none"), (0, 1, "none"), (0, 2, "memory"),
-                                               (800, 1, "memory")])
-def test_the_trainer_counts_its_passes_from_steps_or_epochs(steps, epochs, mode):
-  """200,000 rows at batch 512: 300 steps read 0.77 of the split, 1 epoch 1.0, 2 epochs 2.0,
-  800 steps 2.05 (train.input_cache_plan, as run() counts its steps)."""
-  from tfx_parallel.components.distributed_trainer import train  # pylint: disable=g-import-not-at-top
-  spec = ms.ModelSpec(features=(ms.FeatureSpec("a", ms.FLOAT32),), label_key="y")
-  config = TrainerConfig(steps=steps, epochs=epochs, batch_size=512)
-  record, _ = train.input_cache_plan(config, spec, 200_000)
-  assert record["mode"] == mode, record
-
-
 def test_example_bytes_counts_inputs_as_parsed_and_the_label():
   spec = ms.ModelSpec(features=(ms.FeatureSpec("a", ms.FLOAT32),
                                 ms.FeatureSpec("n", ms.INT64),

@@ -98,9 +98,8 @@ def test_a_fit_layout_records_the_measured_bytes_in_its_history(tmp_path):
   keys, _, rows = tu.write_examples(root, rows=256, eval_rows=64)
   history = tu.run_job(tu.job_dict(str(tmp_path / "run"), root, keys, rows, layout="mirrored",
                                    devices=2, optimizer="adam", steps=4, batch_size=32,
-                                   log_every=2, checkpoint_every=0, cache="memory"),
-                      str(tmp_path / "run"))
+                                   log_every=2, checkpoint_every=0), str(tmp_path / "run"))
   assert (history["param_count"], history["param_bytes_total"]) == (3, 12)  # kernel 2x1, bias
   assert history["state_bytes_per_device"] == (2 + ADAM) * 12 + STEP_COUNTER
-  # The cache held the 256 tiny rows in memory, under mirrored too.
+  # The default cache "auto" held the 256 tiny rows in memory, under mirrored too.
   assert (history["input_cache"]["mode"], history["input_cache"]["rows"]) == ("memory", 256)

@@ -7,10 +7,7 @@ per batch of 512 on two cores, against a 0.5 ms step for a small MLP). With the 
 * **Choice** (:func:`choose`): "memory" or "none" as configured; "auto" caches when the
   decoded size (rows x :func:`example_bytes`, the model's inputs and the label as the
   preprocessor returns them) is under ``RAM_FRACTION`` of the memory available
-  (:func:`available_memory`; loading briefly needs about twice the decoded size) and the
-  run reads the split at least ``MIN_PASSES`` times: the load parses every row once,
-  before the first step, while streaming parses only the rows it reads and overlaps
-  that with training, so a run of about one epoch or less gains nothing from it.
+  (:func:`available_memory`; loading briefly needs about twice the decoded size).
 * **Load** (:func:`load`): this worker's files (and DATA shard) are read and parsed
   ONCE, in chunks of ``LOAD_CHUNK`` examples in parallel, through the same
   :class:`preprocess.Preprocessor` as the streamed path and the serving signature
@@ -37,7 +34,6 @@ from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 MEMORY, NONE, AUTO = "memory", "none", "auto"
 RAM_FRACTION = 0.25  # "auto" caches when the decoded split is under this share of free RAM.
-MIN_PASSES = 1.5     # ... and the run reads the split at least this many times.
 LOAD_CHUNK = 8192    # Examples parsed per parse_example call while loading.
 CHUNK_ROWS = 65_536  # Rows gathered at once when serving batches (whole batches).
 _DTYPE_BYTES = {ms.FLOAT32: 4, ms.INT64: 8, ms.STRING: 8}  # A string arrives as an int64 id.
@@ -88,19 +84,13 @@ def _mb(n: float) -> str:
 
 
 def choose(requested: str, rows: int, per_example: int,
-           available: Optional[int], passes: Optional[float] = None) -> CacheChoice:
+           available: Optional[int]) -> CacheChoice:
   """The cache mode for ``rows`` decoded examples of ``per_example`` bytes each, with
-  ``available`` bytes of memory (None: unknown, then "auto" streams), for a run that
-  reads the split ``passes`` times (None: not known, not considered)."""
+  ``available`` bytes of memory (None: unknown, then "auto" streams)."""
   estimated = int(rows) * int(per_example)
   budget = None if available is None else int(available * RAM_FRACTION)
   if requested in (MEMORY, NONE):
     return CacheChoice(requested, requested, estimated, budget, "set in config")
-  if passes is not None and passes < MIN_PASSES:
-    return CacheChoice(requested, NONE, estimated, budget,
-                       f"auto: the run reads the split {passes:.2f} times (< {MIN_PASSES}); "
-                       f"loading all {rows:,} rows first would not pay, streaming from "
-                       f"the files")
   if budget is None:
     return CacheChoice(requested, NONE, estimated, budget,
                        "auto: available memory unknown, streaming from the files")

@@ -118,10 +118,8 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   ``rows``, printed once; ``record`` goes into history.json as ``input_cache`` and
   ``on_load`` (pass it to data.training_dataset) adds what loading took."""
   from tfx_parallel.components.distributed_trainer import input_cache  # pylint: disable=g-import-not-at-top
-  total = config.steps or config.epochs * max(1, int(rows) // config.batch_size)  # As run().
   choice = input_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
-                              input_cache.example_bytes(spec), input_cache.available_memory(),
-                              passes=total * config.batch_size / max(1, int(rows)))
+                              input_cache.example_bytes(spec), input_cache.available_memory())
   print(f"[train] input cache: {choice.mode} ({choice.reason})", flush=True)
   record = choice.as_record()
 
