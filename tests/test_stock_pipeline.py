@@ -240,24 +240,40 @@ def _metrics_of(store, component_id):
   return P.read_properties(artifact.custom_properties)
 
 
-@pytest.mark.slow
-def test_every_execution_completes_and_the_blessed_model_is_pushed(run):
-  store, push_dir = run
+def _completed_executions(store, count):
+  """(component, state) of every execution; asserts ``count`` of them, all COMPLETE."""
   types = {t.id: t.name for t in store.get_execution_types()}
   states = [(types[e.type_id].split(".")[-1], e.last_known_state)
             for e in store.get_executions()]
-  assert len(states) == 9, states
+  assert len(states) == count, states
   assert all(s == metadata_store_pb2.Execution.COMPLETE for _, s in states), states
-  assert sorted(name for name, _ in states).count("ConvergenceEvaluator") == 2
+  return states
+
+
+def _served_probability(push_dir, raw):
+  """The pushed model's probability for one raw tf.Example of ``raw`` {feature: value}
+  (float -> float_list, int -> int64_list, str -> bytes_list)."""
+  def feature(v):
+    if isinstance(v, float):
+      return tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+    if isinstance(v, int):
+      return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
   [version] = tf.io.gfile.listdir(push_dir)
   served = tf.saved_model.load(os.path.join(push_dir, version))
-  example = tf.train.Example(features=tf.train.Features(feature={
-      "fare": tf.train.Feature(float_list=tf.train.FloatList(value=[12.0])),
-      "trip_start_hour": tf.train.Feature(int64_list=tf.train.Int64List(value=[9])),
-      "payment_type": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"Cash"])),
-  })).SerializeToString()
+  example = tf.train.Example(features=tf.train.Features(
+      feature={k: feature(v) for k, v in raw.items()})).SerializeToString()
   p = served.signatures["serving_default"](examples=tf.constant([example]))["probabilities"]
   assert p.shape == (1, 1) and 0.0 <= float(p[0, 0]) <= 1.0
+  return float(p[0, 0])
+
+
+@pytest.mark.slow
+def test_every_execution_completes_and_the_blessed_model_is_pushed(run):
+  store, push_dir = run
+  states = _completed_executions(store, 9)
+  assert sorted(name for name, _ in states).count("ConvergenceEvaluator") == 2
+  _served_probability(push_dir, {"fare": 12.0, "trip_start_hour": 9, "payment_type": "Cash"})
 
 
 @pytest.mark.slow
@@ -299,11 +315,7 @@ def test_a_stock_trainer_model_is_evaluated_without_history(run):
 @pytest.mark.slow
 def test_with_transform_every_execution_completes_and_tfma_agrees(run_tft):
   store, push_dir = run_tft
-  types = {t.id: t.name for t in store.get_execution_types()}
-  states = [(types[e.type_id].split(".")[-1], e.last_known_state)
-            for e in store.get_executions()]
-  assert len(states) == 8, states
-  assert all(s == metadata_store_pb2.Execution.COMPLETE for _, s in states), states
+  _completed_executions(store, 8)
   import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
   [evaluation] = _artifacts(store, "ModelEvaluation")
   [result] = tfma.load_metrics(evaluation.uri)
@@ -312,19 +324,9 @@ def test_with_transform_every_execution_completes_and_tfma_agrees(run_tft):
   assert ours[P.EVAL_ACCURACY] == pytest.approx(theirs["binary_accuracy"], abs=1e-4)
   assert ours[P.EVAL_ACCURACY] > 0.55 and ours[P.BLESSED] == 1, ours
   # The pushed model takes RAW serialized examples (strings as strings).
-  [version] = tf.io.gfile.listdir(push_dir)
-  served = tf.saved_model.load(os.path.join(push_dir, version))
-  raw = tf.train.Example(features=tf.train.Features(feature={
-      "fare": tf.train.Feature(float_list=tf.train.FloatList(value=[12.0])),
-      "trip_miles": tf.train.Feature(float_list=tf.train.FloatList(value=[2.0])),
-      "trip_seconds": tf.train.Feature(int64_list=tf.train.Int64List(value=[600])),
-      "trip_start_hour": tf.train.Feature(int64_list=tf.train.Int64List(value=[9])),
-      "trip_start_day": tf.train.Feature(int64_list=tf.train.Int64List(value=[3])),
-      "payment_type": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"Cash"])),
-      "company": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"Flash Cab"])),
-  })).SerializeToString()
-  p = served.signatures["serving_default"](examples=tf.constant([raw]))["probabilities"]
-  assert p.shape == (1, 1) and 0.0 <= float(p[0, 0]) <= 1.0
+  _served_probability(push_dir, {"fare": 12.0, "trip_miles": 2.0, "trip_seconds": 600,
+                                 "trip_start_hour": 9, "trip_start_day": 3,
+                                 "payment_type": "Cash", "company": "Flash Cab"})
 
 
 @pytest.mark.slow
