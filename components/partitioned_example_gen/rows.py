@@ -141,11 +141,10 @@ def _int_entry_prefix(key: str, length: int) -> bytes:
 
 
 class _Slots:
-  """An [n, width] byte matrix and the mask of the bytes each row uses (see the module
-  docstring): slots are appended left to right; the records are ``matrix[mask]``."""
+  """The map entries of a batch as an [n, width] byte matrix and the mask of the bytes
+  each row uses (see the module docstring): slots are appended left to right."""
 
   def __init__(self, n: int):
-    self.n = n
     self.blocks: List[np.ndarray] = []
     self.masks: List[np.ndarray] = []
     self.lengths = np.zeros(n, dtype=np.int64)
@@ -158,8 +157,15 @@ class _Slots:
     self.lengths += lengths
 
   def records(self) -> Tuple[bytes, np.ndarray]:
-    matrix = np.concatenate(self.blocks, axis=1)
-    mask = np.concatenate(self.masks, axis=1)
+    """(the serialized Examples back to back, their end offsets): each row's entries
+    behind the Example's head, field 1 (features) and its varint length."""
+    n = len(self.lengths)
+    head_len, head_lengths = varints(self.lengths)
+    matrix = np.concatenate([np.full((n, 1), _TAG_1, dtype=np.uint8), head_len] + self.blocks,
+                            axis=1)
+    mask = np.concatenate([np.ones((n, 1), dtype=bool),
+                           np.arange(head_len.shape[1])[None, :] < head_lengths[:, None]]
+                          + self.masks, axis=1)
     return matrix[mask].tobytes(), np.cumsum(mask.sum(axis=1), dtype=np.int64)
 
 
@@ -254,13 +260,7 @@ class ExampleEncoder:
         block[:, :len(prefix)] = prefix
         block[:, len(prefix):] = floats[j].view(np.uint8).reshape(n, 4)
         body.add(block, np.where(np.isnan(values[j]), 0, len(prefix) + 4))
-    head_len, head_lengths = varints(body.lengths)
-    rows = _Slots(n)
-    rows.add(np.full((n, 1), _TAG_1, dtype=np.uint8), np.ones(n, dtype=np.int64))
-    rows.add(head_len, head_lengths)
-    rows.blocks += body.blocks
-    rows.masks += body.masks
-    data, ends = rows.records()
+    data, ends = body.records()
     return EncodedBatch(sort_key, data, ends)
 
   def _encode_full(self, floats: List[np.ndarray], n: int) -> bytes:
