@@ -82,35 +82,54 @@ def test_each_epoch_visits_every_example_once_and_batches_run_across_epochs(colu
   assert not np.array_equal(stream[:len(second), 0], second[:, 0])  # reshuffled per epoch
 
 
-def test_every_dtype_and_shape_comes_back_bit_exact_from_the_packed_block():
-  """Columns are bit-cast into one int32 word block for the gather; 8-byte values,
-  negative and beyond 2**32, multi-dimensional columns and a dtype that cannot be
-  bit-cast (string, gathered on its own) all come back exactly, row for row."""
-  rows = 96
+def test_every_dtype_and_shape_comes_back_exactly_and_the_padding_never_does():
+  """97 rows in blocks of 2 (batch 64): the last block is padded. Over three epochs
+  every row comes back once per epoch, whole: 8-byte values beyond 2**32, a [2, 3]
+  column, strings and rank-1 labels, row for row."""
+  rows, batch = 97, 64
   rng = np.random.default_rng(5)
-  ids = np.arange(rows, dtype=np.int32)
   features = {
-      "id": tf.constant(ids.reshape(-1, 1)),
+      "id": tf.constant(np.arange(rows, dtype=np.int32).reshape(-1, 1)),
       "f": tf.constant(rng.standard_normal((rows, 1)).astype(np.float32)),
       "big": tf.constant(rng.integers(-2**40, 2**40, (rows, 2)), tf.int64),
       "cube": tf.constant(rng.standard_normal((rows, 2, 3)), tf.float64),
       "word": tf.constant([[f"w{i}".encode()] for i in range(rows)]),
   }
-  labels = tf.constant(rng.integers(-5, 5, rows), tf.int64)  # rank 1, as multiclass
+  labels = tf.constant(rng.integers(-5, 5, rows), tf.int64)
   cols = input_cache.Columns(features, labels, rows, 0.0)
-  block, others, _ = input_cache._packed(cols)  # pylint: disable=protected-access
-  assert block.dtype == tf.int32 and block.shape == [rows, 1 + 1 + 4 + 12 + 2]
-  assert len(others) == 1  # the strings
-  seen = 0
-  for x, y in input_cache.dataset(cols, 16, seed=9).take(rows // 16):
+  assert input_cache.block_rows(batch) == 2
+  ids = []
+  for x, y in input_cache.dataset(cols, batch, seed=9).take(3 * rows // batch + 1):
     assert {k: v.dtype for k, v in x.items()} == {k: v.dtype for k, v in features.items()}
-    assert x["cube"].shape == [16, 2, 3] and y.shape == [16]
+    assert x["cube"].shape == [batch, 2, 3] and y.shape == [batch]
     i = x["id"].numpy()[:, 0]
     for name, t in features.items():
       np.testing.assert_array_equal(x[name].numpy(), t.numpy()[i], err_msg=name)
     np.testing.assert_array_equal(y.numpy(), labels.numpy()[i])
-    seen += len(i)
-  assert seen == rows
+    ids.extend(i)
+  for epoch in range(3):
+    assert sorted(ids[epoch * rows:(epoch + 1) * rows]) == list(range(rows)), epoch
+  # A resume 128 rows in starts inside a block of epoch 1 (row 31), on the same rows.
+  resumed = [x["id"].numpy()[:, 0] for x, _ in
+             input_cache.dataset(cols, batch, seed=9, skip_batches=2).take(2)]
+  assert list(np.concatenate(resumed)) == ids[2 * batch:4 * batch]
+
+
+def test_rows_are_shuffled_once_then_blocks_reshuffled_each_epoch(columns):
+  """Batch 64: blocks of 2 rows. Both epochs pair the same rows (a block stays whole),
+  the pairs are not neighbours in the files, and the blocks come in a new order."""
+  k = input_cache.block_rows(BATCH)
+  assert k == 2 and input_cache.block_rows(512) == input_cache.BLOCK_ROWS == 16
+  assert input_cache.block_rows(63) == 1
+  stream = np.concatenate(_batches(input_cache.dataset(columns, BATCH, seed=7), 9))[:, 0]
+  file_order = _rows(columns.features, columns.labels)[:, 0]
+  position = {v: i for i, v in enumerate(file_order)}
+  epochs = [stream[:ROWS].reshape(-1, k), stream[ROWS:2 * ROWS - ROWS % BATCH].reshape(-1, k)]
+  pairs = [{frozenset(p) for p in e} for e in epochs]
+  assert pairs[1] <= pairs[0]  # the blocks of epoch 0 again
+  assert not np.array_equal(epochs[0][:len(epochs[1])], epochs[1])  # in a new order
+  gaps = [abs(position[a] - position[b]) for a, b in epochs[0]]
+  assert np.median(gaps) > 10  # shuffled once before blocking: not file neighbours
 
 
 def test_the_batches_do_not_depend_on_the_chunk_size(columns, monkeypatch):

@@ -12,16 +12,21 @@ per batch of 512 on two cores, against a 0.5 ms step for a small MLP). With the 
   ONCE, in chunks of ``LOAD_CHUNK`` examples in parallel, through the same
   :class:`preprocess.Preprocessor` as the streamed path and the serving signature
   (lookups and normalisation included), into one column per feature.
-* **Batches** (:func:`dataset`): epoch ``e`` visits every cached example once in the
-  seeded permutation ``stateless_shuffle(range(n), seed=(seed, e))``; batches run across
-  epoch boundaries, as the streamed path's (shuffle, repeat, batch) do. Columns are
-  bit-cast into one [rows, words] block of int32 words; ``CHUNK_ROWS`` rows of whole
-  batches are gathered at once, then served by slicing, all in the thread that asks for
-  the batch: per batch this costs about what slicing pre-materialised batches costs.
-  The order depends only on (seed, rows): reruns are identical, and a resume at step k
-  starts at exactly the batch an uninterrupted run takes there (``skip_batches``; no
-  batch before it is gathered). Memory: the packed block (the decoded size) plus one
-  chunk.
+* **Batches** (:func:`dataset`): the rows are shuffled once (seeded), then held in
+  blocks of ``k`` = :func:`block_rows` rows (batch // 32, at most ``BLOCK_ROWS``: 16 at
+  batch 512; 1 below batch 64). Epoch ``e`` visits every block, so every example, once,
+  in the seeded order ``stateless_shuffle(range(blocks), seed=(seed, e))``; batches run
+  across epoch boundaries, as the streamed path's (shuffle, repeat, batch) do. So every
+  batch is drawn from at least 32 random blocks and each epoch has a new order, but the
+  rows of one block stay together for the whole run. In exchange a chunk of
+  ``CHUNK_ROWS`` rows is gathered as whole blocks (contiguous copies; a row-by-row
+  reshuffle costs ~3x more, ~5-10% of a 0.4 ms step on 2 cores, measured), all in the
+  thread that asks for the batch: per batch this costs about what slicing
+  pre-materialised batches costs. The order depends only on (seed, rows, batch size):
+  reruns are identical, and a resume at step k starts at exactly the batch an
+  uninterrupted run takes there (``skip_batches``; no batch before it is gathered).
+  Memory: the shuffled copy (the decoded size; the parsed columns can be freed once it
+  is made) plus one chunk.
 
 The streamed path shuffles within a ``shuffle_buffer`` window instead, so the two paths
 visit the same examples in different orders.
@@ -36,7 +41,8 @@ from tfx_parallel.components.distributed_trainer import model_spec as ms
 MEMORY, NONE, AUTO = "memory", "none", "auto"
 RAM_FRACTION = 0.25  # "auto" caches when the decoded split is under this share of free RAM.
 LOAD_CHUNK = 8192    # Examples parsed per parse_example call while loading.
-CHUNK_ROWS = 65_536  # Rows gathered at once when serving batches (whole batches).
+CHUNK_ROWS = 65_536  # Rows gathered at once when serving batches.
+BLOCK_ROWS = 16     # Most rows per shuffle block (block_rows).
 _DTYPE_BYTES = {ms.FLOAT32: 4, ms.INT64: 8, ms.STRING: 8}  # A string arrives as an int64 id.
 
 
@@ -144,93 +150,85 @@ def load(files: Sequence[str], pre, *, skip_missing_labels: bool = False,
   return Columns(features, labels, int(labels.shape[0]), time.perf_counter() - start)
 
 
-_WORD = 4  # Bytes per word of the packed block.
-
-
-def _words(t):
-  """A [rows, ...] column of a 4- or 8-byte dtype as [rows, words] int32 (no copy of the
-  values' bits: float32 1.5 keeps its exact bit pattern), else None."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if not (t.dtype.is_floating or t.dtype.is_integer) or t.dtype.size not in (4, 8):
-    return None
-  flat = tf.reshape(t, [int(t.shape[0]), -1])
-  if t.dtype != tf.int32:
-    flat = tf.bitcast(flat, tf.int32)  # [rows, k] (4 bytes) or [rows, k, 2] (8 bytes)
-  return tf.reshape(flat, [int(t.shape[0]), -1])
-
-
-def _packed(columns: Columns):
-  """(block, others, where): every column of a 4- or 8-byte dtype bit-cast to int32 words
-  and concatenated into one [rows, words] ``block`` (one gather per chunk for all of
-  them), ``others`` the columns of any other dtype (one gather each), and for every
-  column (the labels under ``None``) where it lives: ("block", start, words, dtype,
-  shape) or ("other", index, None, dtype, shape)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  named = list(columns.features.items()) + [(None, columns.labels)]
-  parts, others, where, start = [], [], {}, 0
-  for name, t in named:
-    shape = t.shape[1:].as_list()
-    w = _words(t)
-    if w is None:
-      where[name] = ("other", len(others), None, t.dtype, shape)
-      others.append(t)
-      continue
-    where[name] = ("block", start, int(w.shape[1]), t.dtype, shape)
-    start += int(w.shape[1])
-    parts.append(w)
-  block = tf.concat(parts, 1) if len(parts) > 1 else (parts[0] if parts else None)
-  return block, others, where
+def block_rows(batch_size: int) -> int:
+  """Rows per shuffle block for ``batch_size``: ``batch_size // 32``, at most
+  ``BLOCK_ROWS``, at least 1 (then the per-epoch order is row by row): every batch
+  draws at least 32 blocks."""
+  return max(1, min(BLOCK_ROWS, int(batch_size) // 32))
 
 
 def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: int = 0):
   """An endless, deterministic dataset of (inputs, labels) batches from ``columns``
   (see the module docstring).
 
-  The per-epoch permutations are cut into chunks of whole batches (``CHUNK_ROWS``); a
-  chunk is gathered with one op (the bit-cast word block of :func:`_packed`), split into
-  columns of [batches, batch, ...], then served a batch at a time by slicing.
+  The rows are put in a seeded random order once, then held as blocks of
+  :func:`block_rows` rows (the last one padded). Epoch ``e`` visits the blocks in the
+  seeded order ``stateless_shuffle(range(blocks), seed=(seed, e))``; a chunk of up to
+  ``CHUNK_ROWS`` rows is gathered with one op per column (whole blocks: contiguous
+  copies, not row-by-row random reads), the padding dropped, and the row stream cut into
+  batches that run across chunk and epoch boundaries.
 
   Everything runs in the thread that asks for the next batch: no parallel map, no
   prefetch thread, no autotuning. On a few cores, background input threads compete with
-  the training step for the same cores and cost it more (measured ~10% of a 0.4 ms
-  step) than they hide; here the only input work beyond slicing is one gather per chunk
-  (~1 ms per 128 batches of 512) and one permutation per epoch.
+  the training step for the same cores and cost it more than they hide; here the input
+  work beyond slicing a batch is one gather per column per chunk (~0.7 ms for 128
+  batches of 512 on 2 cores) and one block permutation per epoch.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   n, batch_size = columns.rows, int(batch_size)
+  k = block_rows(batch_size)
+  blocks = -(-n // k)
+  pad = blocks * k - n  # padding rows in the last block
   first_epoch, offset = divmod(int(skip_batches) * batch_size, n)
-  per_chunk = max(1, CHUNK_ROWS // batch_size)
-  index_dtype = tf.int32 if n < 2**31 else tf.int64
+  per_chunk = max(1, CHUNK_ROWS // k)  # blocks per gather
+  named = list(columns.features.items()) + [(None, columns.labels)]
   with tf.device("/CPU:0"):
-    block, others, where = _packed(columns)
+    order = tf.random.experimental.stateless_shuffle(
+        tf.range(n, dtype=tf.int64), seed=tf.constant([seed, -1], tf.int64))
+    store = []
+    for _, t in named:
+      shape = t.shape[1:].as_list()
+      rows = tf.gather(t, order)
+      if pad:
+        rows = tf.concat([rows, tf.zeros([pad] + shape, t.dtype)], 0)
+      store.append(tf.reshape(rows, [blocks, k] + shape))
   names = list(columns.features)
 
-  def permutation(epoch):
+  def block_order(epoch):
     return tf.random.experimental.stateless_shuffle(
-        tf.range(n, dtype=index_dtype), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+        tf.range(blocks, dtype=tf.int32), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
-  def gather(index):
-    lead = [per_chunk, batch_size]  # Static shapes: [chunk, batch, ...].
-    rows = None if block is None else tf.gather(block, index)
+  def chunks(block_ids):
+    return tf.data.Dataset.from_tensors(block_ids).rebatch(per_chunk)
 
-    def column(name):
-      kind, at, words, dtype, shape = where[name]
-      if kind == "other":
-        return tf.reshape(tf.gather(others[at], index), lead + shape)
-      w = tf.reshape(rows[:, at:at + words], lead + [-1])
-      if dtype == tf.int32:
-        return tf.reshape(w, lead + shape)
-      if dtype.size == 8:
-        w = tf.reshape(w, lead + [-1, 2])
-      return tf.reshape(tf.bitcast(w, dtype), lead + shape)
-    return {name: column(name) for name in names}, column(None)
+  def gather(block_ids):
+    out = [tf.reshape(tf.gather(b, block_ids), [-1] + b.shape[2:].as_list()) for b in store]
+    if pad:  # Drop the last block's padding rows when the chunk holds that block.
+      last = tf.equal(block_ids, blocks - 1)
+      real = tf.reshape(tf.logical_or(tf.logical_not(last)[:, None],
+                                      tf.range(k)[None, :] < k - pad), [-1])
+      out = tf.cond(tf.reduce_any(last), lambda: [tf.boolean_mask(t, real) for t in out],
+                    lambda: list(out))
+    return dict(zip(names, out[:-1])), out[-1]
+
+  def resume_point(first):
+    """(index in ``first`` of the block holding row ``offset`` of the epoch, rows of
+    that block to drop)."""
+    sizes = tf.where(tf.equal(first, blocks - 1), k - pad, k)
+    ends = tf.cumsum(sizes)
+    at = tf.searchsorted(ends, tf.constant([offset], ends.dtype), side="right")[0]
+    return at, offset - (ends[at] - sizes[at])
 
   with tf.device("/CPU:0"):
-    head = tf.data.Dataset.from_tensors(tf.constant(first_epoch, tf.int64)).map(
-        lambda e: permutation(e)[offset:])
-    rest = tf.data.Dataset.counter(first_epoch + 1).map(permutation)
-    chunks = head.concatenate(rest).rebatch(per_chunk * batch_size, drop_remainder=True)
-    ds = chunks.map(gather).flat_map(lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)))
+    first = block_order(tf.constant(first_epoch, tf.int64))
+    at, drop = resume_point(first)
+    head = chunks(first[at:]).map(gather).enumerate().map(
+        lambda i, xy: tf.cond(tf.equal(i, 0),
+                              lambda: tf.nest.map_structure(lambda t: t[drop:], xy),
+                              lambda: xy))
+    rest = (tf.data.Dataset.counter(first_epoch + 1).map(block_order).flat_map(chunks)
+            .map(gather))
+    ds = head.concatenate(rest).rebatch(batch_size, drop_remainder=True)
   options = tf.data.Options()
   options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
   options.autotune.enabled = False  # Nothing to tune: no parallelism, no buffers.
