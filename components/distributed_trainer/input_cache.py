@@ -198,9 +198,6 @@ def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: i
     return tf.random.experimental.stateless_shuffle(
         tf.range(blocks, dtype=tf.int32), seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
 
-  def chunks(block_ids):
-    return tf.data.Dataset.from_tensors(block_ids).rebatch(per_chunk)
-
   def gather(block_ids):
     out = [tf.reshape(tf.gather(b, block_ids), [-1] + b.shape[2:].as_list()) for b in store]
     if pad:  # Drop the last block's padding rows when the chunk holds that block.
@@ -222,13 +219,13 @@ def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: i
   with tf.device("/CPU:0"):
     first = block_order(tf.constant(first_epoch, tf.int64))
     at, drop = resume_point(first)
-    head = chunks(first[at:]).map(gather).enumerate().map(
-        lambda i, xy: tf.cond(tf.equal(i, 0),
+    ids = tf.data.Dataset.from_tensors(first[at:]).concatenate(
+        tf.data.Dataset.counter(first_epoch + 1).map(block_order))
+    ds = ids.rebatch(per_chunk).map(gather).enumerate().map(
+        lambda i, xy: tf.cond(tf.equal(i, 0),  # A resume inside a block: drop its head.
                               lambda: tf.nest.map_structure(lambda t: t[drop:], xy),
                               lambda: xy))
-    rest = (tf.data.Dataset.counter(first_epoch + 1).map(block_order).flat_map(chunks)
-            .map(gather))
-    ds = head.concatenate(rest).rebatch(batch_size, drop_remainder=True)
+    ds = ds.rebatch(batch_size, drop_remainder=True)
   options = tf.data.Options()
   options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
   options.autotune.enabled = False  # Nothing to tune: no parallelism, no buffers.
