@@ -59,7 +59,8 @@ class TrainerConfig:
     workers: processes the executor launches on 127.0.0.1 for "multi_worker" when no
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
     shuffle_buffer: examples in the seeded shuffle buffer (streamed input, ``cache``
-      "none"; the in-memory cache shuffles each epoch fully).
+      "none"; the in-memory cache shuffles all rows once, then their blocks of
+      batch_size // 32 rows, at most 16, each epoch: input_cache.py).
     cache: the training split's input. "memory": read and parse it once, keep the
       parsed, preprocessed features in memory and shuffle, batch and repeat from there
       (input_cache.py); "none": stream it from the files every epoch; "auto" (default):
