@@ -463,7 +463,8 @@ def section(result: dict) -> str:
       "measurable cost, not as a faster step.",
       "* End to end the cache's one-off load is paid in full; it pays back once a run "
       "reads the split more than about once. Figures vary between repeats when the "
-      "machine is shared (see the load average and the [runs]).", ""])
+      "machine is shared (see the load average and the [runs]).", "",
+      f"![user_model.png]({os.path.relpath(PLOT, BENCH_DIR)})", ""])
 
 
 def plot(result: dict, path: str) -> None:

@@ -271,7 +271,9 @@ def standalone_sections() -> List[str]:
 
 def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before: str,
                   load_after: str, total_s: float, plots: List[str],
-                  when: Optional[str] = None):
+                  when: Optional[str] = None, reruns: Optional[Dict[str, str]] = None):
+  """``reruns``: {module: when} for modules run again later on their own (``--only``)
+  and merged into the run's JSON; their sections say so."""
   lines = [f"# Benchmark results{' (SMOKE: tiny sizes, 1 run, not measurements)' if smoke else ''}",
            "",
            f"Produced by `python benchmarks/run_all.py{' --smoke' if smoke else ''}` "
@@ -294,6 +296,9 @@ def write_results(results: Dict[str, dict], smoke: bool, path: str, load_before:
     if res is None:
       continue
     lines += [f"## {TITLES[module]} (`benchmarks/{module}.py`, {res['seconds']:.0f}s)", ""]
+    if module in (reruns or {}):
+      lines += [f"Rerun on its own on {reruns[module]} (`python benchmarks/run_all.py --only "
+                f"{module}`), merged into this run's RESULTS.json.", ""]
     if res["error"]:
       first = res["error"].splitlines()[0]
       lines += [f"**MISSING**: {first}", "", "```", res["error"][-1200:], "```", ""]
@@ -385,7 +390,7 @@ def render(json_path: str, smoke: bool, output: Optional[str]) -> int:
   write_results(results, smoke, path, run.get("load_before", "n/a"),
                 run.get("load_after", "n/a"), run.get("total_s", 0.0),
                 [os.path.join(bu.BENCH_DIR, p) for p in run.get("plots", [])],
-                run.get("when"))
+                run.get("when"), run.get("reruns"))
   return 0
 
 
