@@ -149,8 +149,11 @@ def test_the_order_depends_on_the_seed_only(columns):
   assert not all(np.array_equal(a, b) for a, b in zip(first, other))
 
 
+@pytest.mark.parametrize("chunk_rows", [input_cache.CHUNK_ROWS, 3 * BATCH])
 @pytest.mark.parametrize("skip", [2, 6])  # 6 * 64 = 384: resumes inside epoch 1
-def test_a_resume_starts_at_the_batch_an_uninterrupted_run_takes(columns, skip):
+def test_a_resume_starts_at_the_batch_an_uninterrupted_run_takes(columns, skip, chunk_rows,
+                                                                 monkeypatch):
+  monkeypatch.setattr(input_cache, "CHUNK_ROWS", chunk_rows)  # 1 or several per epoch
   straight = _batches(input_cache.dataset(columns, BATCH, seed=1), 10)
   resumed = _batches(input_cache.dataset(columns, BATCH, seed=1, skip_batches=skip), 10 - skip)
   for i, (a, b) in enumerate(zip(straight[skip:], resumed)):

@@ -218,13 +218,13 @@ def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: i
 
   with tf.device("/CPU:0"):
     first = block_order(tf.constant(first_epoch, tf.int64))
-    at, drop = resume_point(first)
-    ids = tf.data.Dataset.from_tensors(first[at:]).concatenate(
+    at, drop = (int(v) for v in resume_point(first))
+    head = tf.data.Dataset.from_tensors(first[at:at + per_chunk]).map(gather)
+    if drop:  # A resume inside a block: the first chunk starts ``drop`` rows in.
+      head = head.map(lambda x, y: tf.nest.map_structure(lambda t: t[drop:], (x, y)))
+    rest = tf.data.Dataset.from_tensors(first[at + per_chunk:]).concatenate(
         tf.data.Dataset.counter(first_epoch + 1).map(block_order))
-    ds = ids.rebatch(per_chunk).map(gather).enumerate().map(
-        lambda i, xy: tf.cond(tf.equal(i, 0),  # A resume inside a block: drop its head.
-                              lambda: tf.nest.map_structure(lambda t: t[drop:], xy),
-                              lambda: xy))
+    ds = head.concatenate(rest.rebatch(per_chunk).map(gather))
     ds = ds.rebatch(batch_size, drop_remainder=True)
   options = tf.data.Options()
   options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
