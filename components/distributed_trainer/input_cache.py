@@ -181,12 +181,11 @@ def dataset(columns: Columns, batch_size: int, *, seed: int = 0, skip_batches: i
   pad = blocks * k - n  # padding rows in the last block
   first_epoch, offset = divmod(int(skip_batches) * batch_size, n)
   per_chunk = max(1, CHUNK_ROWS // k)  # blocks per gather
-  named = list(columns.features.items()) + [(None, columns.labels)]
   with tf.device("/CPU:0"):
     order = tf.random.experimental.stateless_shuffle(
         tf.range(n, dtype=tf.int64), seed=tf.constant([seed, -1], tf.int64))
-    store = []
-    for _, t in named:
+    store = []  # Per feature, then the labels: [blocks, k, ...].
+    for t in list(columns.features.values()) + [columns.labels]:
       shape = t.shape[1:].as_list()
       rows = tf.gather(t, order)
       if pad:
