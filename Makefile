@@ -11,12 +11,13 @@ PYTEST := $(PY) -m pytest
 
 setup: $(STAMP)
 
-# Re-install only when the pins or the package definition change.
+# Re-install only when the pins or the package definition change. --compile-bytecode: this
+# environment sets PYTHONDONTWRITEBYTECODE=1, so without it every process compiles TensorFlow anew.
 $(STAMP): constraints.txt setup.py
 	@PYBIN=$$(./.ci/find_python) || exit 1; \
 	if [ ! -x $(PY) ]; then echo "Creating $(VENV) with $$PYBIN"; $$PYBIN -m venv $(VENV); fi
 	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9
-	$(VENV)/bin/uv pip install --python $(PY) -c constraints.txt -e '.[test,dask]'
+	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -c constraints.txt -e '.[test,dask]'
 	$(PY) -c "import tfx_parallel.pipeline.tfenv, tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed; print('environment OK')"
 	@touch $(STAMP)
 
