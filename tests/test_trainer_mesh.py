@@ -55,12 +55,12 @@ def test_mesh_matches_single_device_fit(mesh, optimizer):
 def test_1x2_mesh_holds_half_of_each_sharded_variable_per_device():
   r = _run(1, 2)
   # Default rules: Megatron pair for the hidden layers, embedding on its output
-  # dimension, and the 3-logit head (3 does not divide by 2) left replicated.
+  # dimension, and the 3-logit head (3 does not divide by 2) split by rows (its 4 inputs).
   assert r["rules"] == {"color_embedding/embeddings": [None, "model"],
                         "hidden_1/kernel": [None, "model"], "hidden_1/bias": ["model"],
-                        "hidden_2/kernel": ["model", None]}
+                        "hidden_2/kernel": ["model", None], "head/kernel": ["model", None]}
   halved = {"color_embedding/embeddings": 1, "hidden_1/kernel": 1, "hidden_1/bias": 0,
-            "hidden_2/kernel": 0}
+            "hidden_2/kernel": 0, "head/kernel": 0}
   for path, block in r["blocks"].items():
     want = list(block["global"])
     if path in halved:
@@ -71,7 +71,8 @@ def test_1x2_mesh_holds_half_of_each_sharded_variable_per_device():
     assert r["shard_shapes"][path] == want, path
     # The two blocks put side by side are the full variable.
     assert block["joined_equals_full"], path
-  for path in ("color_embedding/embeddings", "hidden_1/kernel", "hidden_2/kernel"):
+  for path in ("color_embedding/embeddings", "hidden_1/kernel", "hidden_2/kernel",
+               "head/kernel"):
     assert r["blocks"][path]["distinct_blocks"], path  # Different values, not copies.
   assert r["layouts"]["model/color_embedding/embeddings"] == ["unsharded", "model"]
 
@@ -125,7 +126,7 @@ def test_bad_rule_rejected_when_the_trainer_is_built():
 def test_1x2_split_activations_are_gathered_except_at_a_megatron_hand_off():
   r = _run(1, 2)
   # hidden_1 (column split) feeds hidden_2 (row split) directly: stays split.
-  assert r["gathered"] == ["color_embedding", "hidden_2"]
+  assert r["gathered"] == ["color_embedding", "hidden_2", "head"]
   wide = r["wide_deep"]
   # "deep" is column split but feeds a concat: gathered, and training still matches.
   assert wide["rules"]["deep/kernel"] == [None, "model"]

@@ -25,7 +25,9 @@ def test_default_rules_megatron_pairs_and_embedding_on_output_dim():
   rules = S.default_rules_for(PARITY, model_axis=2)
   assert rules == {"emb/embeddings": (None, "model"),
                    "hidden_1/kernel": (None, "model"), "hidden_1/bias": ("model",),
-                   "hidden_2/kernel": ("model", None)}
+                   "hidden_2/kernel": ("model", None),
+                   # 3 logits do not divide by 2, its 4 inputs do: a row split.
+                   "head/kernel": ("model", None)}
   # A fourth Dense would start a new pair (column split).
   more = PARITY[:5] + [V("hidden_3/kernel", (4, 6), S.DENSE_KERNEL, "hidden_3"),
                        V("hidden_3/bias", (6,), S.DENSE_BIAS, "hidden_3")]
@@ -33,21 +35,37 @@ def test_default_rules_megatron_pairs_and_embedding_on_output_dim():
   assert S.default_rules_for(more, 2)["hidden_3/bias"] == ("model",)
 
 
+def test_linear_kernel_is_split_by_rows_with_its_bias_replicated():
+  """The seed's model parallelism: a [F, 1] kernel, Y = sum_i X_i W_i."""
+  kernel, bias = _dense("linear", 4, 1)
+  for m in (2, 4):
+    assert S.default_rules_for([kernel, bias], m) == {"linear/kernel": ("model", None)}
+    assert S.resolve(S.default_rules_for([kernel, bias], m), [kernel, bias], m) == {
+        "linear/kernel": ("model", None), "linear/bias": (None,)}
+  # 3 does not divide 4 features (nor 1 output): replicated, and listed as such.
+  rules, replicated = S.default_plan([kernel, bias], 3)
+  assert rules == {} and replicated == [kernel]
+  assert S.default_plan([kernel, bias], 1)[1] == []  # One device holds everything anyway.
+
+
 def test_default_rule_that_does_not_divide_falls_back_to_replicated_with_one_log_line(caplog):
+  head_k, head_b = _dense("head", 5, 3)
+  variables = PARITY[:5] + [head_k, head_b]
   with caplog.at_level(logging.INFO, logger="absl"):
-    rules = S.default_rules_for(PARITY, model_axis=2)
+    rules, replicated = S.default_plan(variables, model_axis=2)
   assert "head/kernel" not in rules and "head/bias" not in rules
+  assert replicated == [head_k]
   lines = [r.getMessage() for r in caplog.records if "head/kernel" in r.getMessage()]
   assert len(lines) == 1 and "replicated" in lines[0] and "model axis 2" in lines[0]
-  # On a model axis of 3 the head splits, and the 8-wide hidden layer falls back.
+  # On a model axis of 3 the head splits, and the 8-wide hidden layers fall back.
   rules3 = S.default_rules_for(PARITY, model_axis=3)
   assert rules3["head/kernel"] == (None, "model") and "hidden_1/kernel" not in rules3
 
 
 def test_default_rules_are_valid_and_resolve_unmatched_to_replicated():
   placed = S.resolve(S.default_rules_for(PARITY, 2), PARITY, 2)
-  assert placed["head/kernel"] == (None, None) and placed["hidden_2/bias"] == (None,)
-  assert placed["hidden_2/kernel"] == ("model", None)
+  assert placed["head/kernel"] == ("model", None) and placed["head/bias"] == (None,)
+  assert placed["hidden_2/kernel"] == ("model", None) and placed["hidden_2/bias"] == (None,)
 
 
 def test_describe_variables_and_default_rules_of_a_keras_model():
@@ -66,7 +84,8 @@ def test_describe_variables_and_default_rules_of_a_keras_model():
   assert S.default_rules(model, 2) == {"emb/embeddings": (None, "model"),
                                        "hidden_1/kernel": (None, "model"),
                                        "hidden_1/bias": ("model",),
-                                       "hidden_2/kernel": ("model", None)}
+                                       "hidden_2/kernel": ("model", None),
+                                       "head/kernel": ("model", None)}
 
 
 def test_user_rules_regex_on_whole_path_first_match_wins():

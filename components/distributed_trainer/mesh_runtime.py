@@ -196,8 +196,10 @@ class MeshTrainer:
       probe = build_model()
     _check_model(probe, module_name)
     infos = sharding_lib.describe_variables(probe)
+    # Default-rule variables left replicated on a model axis > 1 (nothing divides).
+    self.replicated: List[sharding_lib.VariableInfo] = []
     if rules is None:
-      rules = sharding_lib.default_rules(probe, mesh_shape[1])
+      rules, self.replicated = sharding_lib.default_plan(infos, mesh_shape[1])
     self.rules = dict(rules)
     self.shardings = sharding_lib.resolve(self.rules, infos, mesh_shape[1], module_name)
     plan = [(sharding_lib.variable_path(v), v.numpy()) for v in created]
@@ -273,10 +275,19 @@ class MeshTrainer:
       return d.relayout(t, d.Layout([BATCH_AXIS] + [d.UNSHARDED] * (t.shape.rank - 1),
                                     self.mesh))
 
+    handing_off = {id(layer) for layer in sharding_lib.leaf_layers(self.model)
+                   if self._hands_off_split_output(layer)}
     for layer in sharding_lib.leaf_layers(self.model):
+      if self._takes_whole_inputs(layer, handing_off):
+        call = layer.call
+
+        def gather_then_call(inputs, *args, _call=call, **kwargs):
+          return _call(tf.nest.map_structure(gather, inputs), *args, **kwargs)
+
+        layer.call = gather_then_call
       split = [v for v in layer.weights
                if sharding_lib.is_sharded(self.shardings.get(sharding_lib.variable_path(v), ()))]
-      if not split or self._hands_off_split_output(layer):
+      if not split or id(layer) in handing_off:
         continue
       call = layer.call
 
@@ -285,6 +296,20 @@ class MeshTrainer:
 
       layer.call = call_then_gather
       self.gathered.append(layer.name)
+
+  def _takes_whole_inputs(self, layer, handing_off) -> bool:
+    """True for a row-split Dense whose input is not a Megatron hand-off: its input is
+    pinned whole over the model axis, so that DTensor slices X_i locally for
+    ``Y = sum_i X_i W_i`` instead of pushing the row split back into the op that made
+    X (a concat of the features: "concat dimension in sharded dimension is not
+    supported")."""
+    path = sharding_lib.variable_path
+    if (not isinstance(layer, tf_keras.layers.Dense)
+        or self.shardings.get(path(layer.kernel)) != (MODEL_AXIS, None)):
+      return False
+    producers = [node.inbound_layers for node in getattr(layer, "_inbound_nodes", [])]
+    producers = [p for group in producers for p in tf.nest.flatten(group)]
+    return not (producers and all(id(p) in handing_off for p in producers))
 
   # --- layouts ------------------------------------------------------------------
   def _layout(self, spec: Sequence[Optional[str]]):

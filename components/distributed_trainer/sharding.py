@@ -28,13 +28,16 @@ The math DTensor runs for a Dense layer Y = X W (X [B, F], W [F, H], model axis 
   after the pair.
 
 Default rules (:func:`default_rules`), when the user module gives none: Dense kernels
-alternate column and row splits in layer order (Megatron pairs: the first of a pair is
-``(None, "model")`` with its bias ``("model",)``, the second ``("model", None)`` with
-its bias replicated); embedding tables are split along their OUTPUT dimension
+in layer order form Megatron pairs (the first of a pair is ``(None, "model")`` with its
+bias ``("model",)``, the second ``("model", None)`` with its bias replicated); a kernel
+that would start a pair but whose outputs the model axis does not divide (the built-in
+linear model's ``[F, 1]``, a 3-logit head) is split by rows, ``("model", None)``: the
+seed's ``Y = sum_i X_i W_i``, bias replicated; embedding tables are split along their OUTPUT dimension
 ``(None, "model")``, because DTensor cannot gather from a table sharded on dimension 0
 ("does not support sharded 0th dimension for the resource tensor for
-ResourceGatherOp"). A default rule whose dimension the model axis does not divide (a
-3-logit head on a model axis of 2) falls back to replicated, with one log line.
+ResourceGatherOp"). A variable whose dimensions the model axis divides for no default
+rule (a ``[5, 3]`` head on a model axis of 2) stays replicated; :func:`default_plan`
+lists these so the run can say so.
 
 User rules are checked by :func:`validate_rules` before training starts: a rule that
 matches no variable, names a dimension the model axis does not divide, has the wrong
@@ -114,32 +117,50 @@ def _divides(model_axis: int, info: VariableInfo, sharding: Sharding) -> bool:
 
 def default_rules_for(variables: Sequence[VariableInfo], model_axis: int) -> Dict[str, Sharding]:
   """The default rules (module docstring) for ``variables``; pure."""
+  return default_plan(variables, model_axis)[0]
+
+
+def default_plan(variables: Sequence[VariableInfo], model_axis: int
+                 ) -> Tuple[Dict[str, Sharding], List[VariableInfo]]:
+  """(default rules, the Dense kernels and tables left replicated because the model axis
+  divides none of their candidate dimensions); pure.
+
+  Dense kernels in layer order: after a column split comes its row-split partner (a
+  Megatron pair); otherwise a kernel is split by columns, or, when the model axis does
+  not divide its outputs (a linear model's ``[F, 1]``, a 3-logit head) but divides its
+  inputs, by rows: ``Y = sum_i X_i W_i``, the bias replicated.
+  """
   rules: Dict[str, Sharding] = {}
+  replicated: List[VariableInfo] = []
+  if model_axis == 1:
+    return rules, replicated  # One device on the model axis: nothing to split.
   biases = {v.layer: v for v in variables if v.kind == DENSE_BIAS}
-  dense_index = 0
+  after_column = False
   for v in variables:
     if v.kind == EMBEDDING:
-      wanted = {v: (None, MODEL_AXIS)}
-      what = "embedding table split on its output dimension"
+      options = [({v: (None, MODEL_AXIS)}, "embedding table split on its output dimension")]
     elif v.kind == DENSE_KERNEL:
-      column = dense_index % 2 == 0
-      dense_index += 1
-      if column:
-        wanted = {v: (None, MODEL_AXIS)}
-        if v.layer in biases:
-          wanted[biases[v.layer]] = (MODEL_AXIS,)
-        what = "Dense kernel column split (first of a Megatron pair)"
-      else:
-        wanted = {v: (MODEL_AXIS, None)}
-        what = "Dense kernel row split (second of a Megatron pair)"
+      column = {v: (None, MODEL_AXIS)}
+      if v.layer in biases:
+        column[biases[v.layer]] = (MODEL_AXIS,)
+      row = ({v: (MODEL_AXIS, None)}, "Dense kernel row split")
+      options = ([row] if after_column else
+                 [(column, "Dense kernel column split"), row])
     else:
       continue
-    if all(_divides(model_axis, info, s) for info, s in wanted.items()):
-      rules.update({re.escape(info.path): s for info, s in wanted.items()})
-    else:
-      logging.info("mesh: %s of %s%s does not divide by the model axis %d; "
-                   "keeping it replicated", what, v.path, list(v.shape), model_axis)
-  return rules
+    chosen = next((w for w, _ in options
+                   if all(_divides(model_axis, info, s) for info, s in w.items())), None)
+    if v.kind == DENSE_KERNEL:
+      after_column = chosen is not None and chosen[v] == (None, MODEL_AXIS)
+    if chosen is None:
+      if model_axis > 1:
+        replicated.append(v)
+        logging.info("mesh: %s of %s%s does not divide by the model axis %d; keeping it "
+                     "replicated", " or ".join(w for _, w in options), v.path, list(v.shape),
+                     model_axis)
+      continue
+    rules.update({re.escape(info.path): s for info, s in chosen.items()})
+  return rules, replicated
 
 
 def default_rules(model, model_axis: int) -> Dict[str, Sharding]:
@@ -230,3 +251,36 @@ def validate_rules(rules: Rules, variables: Sequence[VariableInfo], model_axis: 
 
 def is_sharded(sharding: Sharding) -> bool:
   return any(s is not None for s in sharding)
+
+
+def split_name(sharding: Sharding) -> str:
+  """How a variable is split, in words: ``rows`` (dimension 0 of a matrix), ``columns``
+  (dimension 1), ``dim K`` (other ranks), or ``replicated``."""
+  dims = [d for d, s in enumerate(sharding) if s is not None]
+  if not dims:
+    return "replicated"
+  if len(sharding) == 2:
+    return "rows" if dims[0] == 0 else "columns"
+  return f"dim {dims[0]}"
+
+
+def split_record(shardings: Mapping[str, Sharding],
+                 shard_shapes: Mapping[str, Sequence[int]], model_axis: int) -> Dict[str, dict]:
+  """Per variable (path -> ``split``, ``sharding``, ``per_device`` shape) for the run
+  record; ``shard_shapes`` is what each device really holds (read from the DTensor). On
+  a model axis of 1 every variable is whole on each device: ``replicated``."""
+  return {path: {"split": split_name(s) if model_axis > 1 else "replicated", "sharding": list(s),
+                 "per_device": list(shard_shapes.get(path, ()))}
+          for path, s in shardings.items()}
+
+
+def describe_splits(record: Mapping[str, dict], shapes: Mapping[str, Sequence[int]]) -> str:
+  """One line: ``linear/kernel [2, 1] rows -> [1, 1] per device, linear/bias [1] replicated``."""
+  parts = []
+  for path, r in record.items():
+    shape = list(shapes.get(path, r["per_device"]))
+    if r["split"] == "replicated":
+      parts.append(f"{path} {shape} replicated")
+    else:
+      parts.append(f"{path} {shape} {r['split']} -> {r['per_device']} per device")
+  return ", ".join(parts)
