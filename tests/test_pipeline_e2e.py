@@ -99,43 +99,54 @@ def test_bad_config_fails_before_any_component_runs(tmp_path):
 
 @pytest.mark.slow
 def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
-  """`tfx-parallel run` with single, mirrored and a 2x2 mesh into one home, then
-  `tfx-parallel metrics --json` lists the three runs with their layouts."""
+  """`tfx-parallel run` with single, mirrored, a 2x2 mesh (`make run`'s default) and a 1x1
+  mesh into one home, then `tfx-parallel metrics --json` lists the runs with their layouts
+  and the bytes ML Metadata recorded: the 2x2 mesh splits the linear kernel by rows."""
   runs = {"single": ["--layout", "single"],
           "mirrored": ["--layout", "mirrored", "--devices", "2"],
-          "mesh": ["--layout", "mesh", "--mesh", "2x2"]}
-  if not tu.MESH_AVAILABLE:  # Until mesh_runtime.py is merged (issue #12).
-    del runs["mesh"]
-  for layout, flags in runs.items():
+          "mesh": ["--layout", "mesh", "--mesh", "2x2"],
+          "mesh1x1": ["--layout", "mesh", "--mesh", "1x1"]}
+  outputs = {}
+  for name, flags in runs.items():
+    layout = flags[1]
     proc = subprocess.run(
         [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
-         "--pipeline-name", f"cli-{layout}", "--rows", "2000", "--epochs", "4", *flags],
+         "--pipeline-name", f"cli-{name}", "--rows", "2000", "--epochs", "4", *flags],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = outputs[name] = proc.stdout
     assert "summary (read from ML Metadata" in out
     assert re.search(rf"^layout     {layout}\b", out, re.M), out
     assert re.search(r"^eval       MSE \d", out, re.M) and "\nlearned    w=[" in out
+  # The printed layout line says how each variable is split.
+  assert re.search(r"layout mesh .* variables: linear/kernel \[2, 1\] rows -> \[1, 1\] per "
+                   r"device, linear/bias \[1\] replicated", outputs["mesh"]), outputs["mesh"]
+  assert "linear/kernel [2, 1] replicated" in outputs["mesh1x1"], outputs["mesh1x1"]
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path),
        "--json"], capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = json.loads(proc.stdout)
   layouts = {r["pipeline"]: r for r in rows}
-  assert set(layouts) == {f"cli-{layout}" for layout in runs}, proc.stdout[-2000:]
-  for layout in runs:
-    assert layouts[f"cli-{layout}"]["properties"]["layout"] == layout
-  if "mesh" in runs:
-    assert layouts["cli-mesh"]["properties"]["mesh_shape"] == "2x2"
+  assert set(layouts) == {f"cli-{name}" for name in runs}, proc.stdout[-2000:]
+  for name, flags in runs.items():
+    assert layouts[f"cli-{name}"]["properties"]["layout"] == flags[1]
+  assert layouts["cli-mesh"]["properties"]["mesh_shape"] == "2x2"
   assert layouts["cli-mirrored"]["properties"]["replicas"] == 2
   assert layouts["cli-mirrored"]["properties"]["mesh_shape"] == ""  # not the trainer's 1x1
+  # Adam: (param + grad + 2 slots) x (kernel rows per device + bias) x 4 B + the step
+  # counter. 2x2: one of the 2 kernel rows per device; 1x1: both.
+  state = {name: layouts[f"cli-{name}"]["properties"]["state_bytes_per_device"]
+           for name in runs}
+  assert state["mesh"] == 4 * (1 + 1) * 4 + 8 < state["mesh1x1"] == 4 * (2 + 1) * 4 + 8
+  assert state["mesh1x1"] == state["single"]
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path)],
       capture_output=True, text=True, timeout=300)
   table = proc.stdout.splitlines()
-  assert len(table) == 4, proc.stdout  # a header and one row per run
+  assert len(table) == 5, proc.stdout  # a header and one row per run
   assert [line.split()[2:4] for line in table[1:]] == [["single", "1"], ["mirrored", "x2"],
-                                                       ["mesh", "2x2"]], proc.stdout
+                                                       ["mesh", "2x2"], ["mesh", "1x1"]], proc.stdout
 
 
 def test_cli_rejects_bad_mesh_with_the_key(tmp_path):

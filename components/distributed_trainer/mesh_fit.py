@@ -52,7 +52,7 @@ def run(job, config, record=None) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, sharding, train, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   spec, normalization = train.resolve_spec(job, config)
@@ -89,8 +89,14 @@ def run(job, config, record=None) -> dict:
     return evaluate()
 
   devices = list(trainer.mesh.local_devices())
+  splits = sharding.split_record(trainer.shardings, trainer.shard_shapes(), m)
+  for info in trainer.replicated:
+    print(f"[train] mesh: {info.path} {list(info.shape)} stays whole on every device: the "
+          f"model axis of {m} divides none of the dimensions a default rule would split",
+          flush=True)
   print(f"[train] layout mesh replicas {b} mesh {b}x{m} devices {len(devices)} "
-        f"steps {start_step}->{total} global batch {config.batch_size}", flush=True)
+        f"steps {start_step}->{total} global batch {config.batch_size}; variables: "
+        f"{sharding.describe_splits(splits, trainer.global_shapes())}", flush=True)
   state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
@@ -133,7 +139,8 @@ def run(job, config, record=None) -> dict:
       label_vocabulary=(list(spec.label_vocabulary)
                         if spec.label_vocabulary is not None else None),
       steps_per_execution=1, skipped_examples=job.skipped_examples, padded_features=0,
-      resumed_from_step=start_step, input_cache=cache_record, **(record or {}))
+      resumed_from_step=start_step, input_cache=cache_record, variable_splits=splits,
+      replicated_variables=[v.path for v in trainer.replicated], **(record or {}))
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
   peaks = memory.gpu_memory_peaks(devices)

@@ -387,6 +387,10 @@ class MeshTrainer:
       out[sharding_lib.variable_path(v)] = shapes.pop()
     return out
 
+  def global_shapes(self) -> Dict[str, List[int]]:
+    """Variable path -> its whole shape."""
+    return {sharding_lib.variable_path(v): v.shape.as_list() for v in self.model.weights}
+
   def layouts(self) -> Dict[str, Tuple[str, ...]]:
     """Variable path -> the DTensor sharding spec per dimension, model and optimizer state
     (e.g. ``"m/hidden_1/kernel": ("unsharded", "model")``)."""
