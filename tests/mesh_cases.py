@@ -75,9 +75,9 @@ def loss_fn():
 def reference(optimizer, data, build=build_model):
   """Single device, plain tf_keras ``model.fit`` on the same global batches."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
   model = build()
-  model.compile(optimizer=mesh_runtime.make_optimizer(optimizer, LR), loss=loss_fn())
+  model.compile(optimizer=optimizers.make(optimizer, LR), loss=loss_fn())
   features = {k: np.concatenate([f[k] for f, _ in data]) for k in data[0][0]}
   labels = np.concatenate([y for _, y in data])
   hist = model.fit(features, labels, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False,

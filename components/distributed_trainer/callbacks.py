@@ -165,6 +165,11 @@ class Progress(tf_keras.callbacks.Callback):
 
 def per_example_loss(loss):
   """A per-example version of a tf_keras loss (for evaluation outside ``fit``)."""
+  from tf_keras.src import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  if type(loss) is losses_lib.LossFunctionWrapper:  # pylint: disable=unidiomatic-typecheck
+    # A user's function, wrapped as compile wraps it (user_module.make_loss).
+    return losses_lib.LossFunctionWrapper(loss.fn, reduction="none", name=loss.name,
+                                          **loss._fn_kwargs)  # pylint: disable=protected-access
   if isinstance(loss, tf_keras.losses.Loss):
     config = dict(loss.get_config(), reduction="none")
     return type(loss).from_config(config)

@@ -10,7 +10,7 @@ from tfx_parallel.components.distributed_trainer import planning
 
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
-OPTIMIZERS = ("sgd", "momentum", "adam")
+from tfx_parallel.components.distributed_trainer.optimizers import OPTIMIZERS  # pylint: disable=g-bad-import-order,unused-import
 CACHE_MODES = ("auto", "memory", "none")
 
 

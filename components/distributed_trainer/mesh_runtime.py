@@ -50,56 +50,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
 from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
-OPTIMIZERS = ("sgd", "momentum", "adam")
-MOMENTUM = 0.9
-
-
-class _MeshSGD(tf_keras.optimizers.SGD):
-  """tf_keras SGD whose plain update (momentum 0) is ``variable -= lr * gradient``.
-
-  Stock SGD computes ``m = -lr * g + m * 0.0`` even without momentum; Grappler folds
-  ``m * 0.0`` into a zeros constant of the variable's GLOBAL shape, which then meets
-  the local shard of a split variable on a DTensor mesh ("Incompatible shapes: [6,2]
-  vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``. Without
-  momentum it also keeps no ``m`` slot (stock SGD allocates one it never needs), so
-  its state is the variables alone, as the memory planner counts it.
-  """
-
-  def build(self, var_list):
-    if self.momentum:
-      return super().build(var_list)
-    super(tf_keras.optimizers.SGD, self).build(var_list)  # pylint: disable=bad-super-call
-    self.momentums = []
-    self._built = True
-
-  def update_step(self, gradient, variable):
-    if self.momentum:
-      return super().update_step(gradient, variable)
-    lr = tf.cast(self.learning_rate, variable.dtype)
-    if isinstance(gradient, tf.IndexedSlices):
-      return variable.scatter_add(tf.IndexedSlices(-gradient.values * lr, gradient.indices))
-    return variable.assign_add(-gradient * lr)
-
-
-def make_optimizer(name: str, learning_rate: float, mesh=None):
-  """The tf_keras optimizer for config ``optimizer``: ``sgd``, ``momentum`` (SGD with
-  momentum 0.9) or ``adam`` (defaults). ``mesh=`` places its state on a DTensor mesh,
-  each slot in its variable's layout. XLA is off (on CPU tf_keras ignores it anyway)."""
-  kwargs = {"jit_compile": False}
-  if mesh is not None:
-    kwargs["mesh"] = mesh
-  if name == "sgd":
-    return (tf_keras.optimizers.SGD if mesh is None else _MeshSGD)(learning_rate, **kwargs)
-  if name == "momentum":
-    return tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM, **kwargs)
-  if name == "adam":
-    return tf_keras.optimizers.Adam(learning_rate, **kwargs)
-  raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {name!r}")
-
-
 def _dtensor():
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   return dtensor
@@ -154,8 +108,9 @@ class MeshTrainer:
     rules: variable-path regex -> sharding per dimension (:mod:`sharding`); None uses
       :func:`sharding.default_rules`.
     loss_fn: (labels, outputs) -> scalar mean loss over the global batch.
-    optimizer: "sgd", "momentum" or "adam" (tf_keras optimizers).
-    learning_rate: the optimizer's learning rate.
+    optimizer: config ``optimizer`` ("sgd", "momentum" or "adam", with ``learning_rate``),
+      or ``mesh -> tf_keras optimizer built with mesh=`` (user_module.make_optimizer).
+    learning_rate: the learning rate of a named optimizer.
     global_batch: rows per step; B must divide it.
     module_name: names the user module in errors.
 
@@ -167,7 +122,7 @@ class MeshTrainer:
   def __init__(self, build_model: Callable[[], tf_keras.Model], *, mesh_shape: Tuple[int, int],
                rules: Optional[Mapping[str, Tuple[Optional[str], ...]]],
                loss_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
-               optimizer: str, learning_rate: float, global_batch: int,
+               optimizer, learning_rate: float = 0.0, global_batch: int,
                module_name: str = "built-in"):
     mesh_shape = tuple(int(x) for x in mesh_shape)
     if len(mesh_shape) != 2 or min(mesh_shape) < 1:
@@ -175,8 +130,9 @@ class MeshTrainer:
     if global_batch < 1 or global_batch % mesh_shape[0]:
       raise ValueError(f"global_batch: must be a positive multiple of the batch axis "
                        f"{mesh_shape[0]}. Received: global_batch={global_batch}")
-    if optimizer not in OPTIMIZERS:
-      raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {optimizer!r}")
+    if isinstance(optimizer, str) and optimizer not in optimizers_lib.OPTIMIZERS:
+      raise ValueError(f"optimizer: must be one of {list(optimizers_lib.OPTIMIZERS)}. "
+                       f"Received: {optimizer!r}")
     self.mesh_shape = mesh_shape
     self.global_batch = global_batch
     self.module_name = module_name
@@ -235,7 +191,10 @@ class MeshTrainer:
                          f"on the first build and {len(placed)} on the second.")
 
     self._gather_split_outputs()
-    self.optimizer = make_optimizer(optimizer, learning_rate, mesh=self.mesh)
+    if isinstance(optimizer, str):
+      self.optimizer = optimizers_lib.make(optimizer, learning_rate, mesh=self.mesh)
+    else:
+      self.optimizer = optimizer(self.mesh)
     self.optimizer.build(self.model.trainable_variables)
     # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
     self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
@@ -366,10 +325,18 @@ class MeshTrainer:
     input with ``drop_remainder=True``). Gradients and the update are two functions
     (module docstring: one function misorders reads and writes on a split batch axis).
     """
+    return self.fetch([self.step_async(features, labels)])[0]
+
+  def step_async(self, features: Dict[str, tf.Tensor], labels: tf.Tensor):
+    """:meth:`step` without waiting for the loss: returns it on the mesh (see fetch)."""
     packed = {k: self._pack(v) for k, v in features.items()}
     loss, grads = self._gradients_fn(packed, self._pack(labels))
     self._apply_fn(grads)
-    return float(self._d.unpack(loss)[0].numpy())
+    return loss
+
+  def fetch(self, losses) -> List[float]:
+    """The values of losses returned by :meth:`step_async` (one device read each)."""
+    return [float(self._d.unpack(loss)[0].numpy()) for loss in losses]
 
   # --- reading back -------------------------------------------------------------
   def full_weights(self) -> List[np.ndarray]:

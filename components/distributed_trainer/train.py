@@ -8,7 +8,6 @@ MirroredStrategy collectives apart, and lets `multi_worker` start one process pe
 worker with its own TF_CONFIG. The job file is written by the executor (`Job`).
 """
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -147,29 +146,49 @@ def linear_weights(model, spec, normalization) -> Optional[dict]:
   return {"kernel": kernel.tolist(), "bias": np.asarray(bias).tolist()}
 
 
-def _save_checkpoint(checkpoint, job: Job, model, optimizer, state, step: int):
-  values = {f"w{i:04d}": w for i, w in enumerate(model.get_weights())}
-  slots = {"optimizer": {f"v{i:04d}": v.numpy() for i, v in enumerate(optimizer.variables)}}
-  checkpoint.save(job.checkpoint_dir, step, values, slots, {
-      "records": state.records, "epochs": state.epochs, "wall_time": state.wall_time()})
+def save_checkpoint(job: Job, engine, state, step: int):
+  """The one checkpoint path (checkpoint.py): model weights in ``get_weights()`` order and
+  optimizer variables in ``optimizer.variables`` order, gathered, so that any layout
+  resumes any other's; the run state and the layout it was saved by go along."""
+  from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
+  weights, optimizer_values = engine.state()
+  desc = engine.describe()
+  checkpoint.save(job.checkpoint_dir, step, {f"w{i:04d}": w for i, w in enumerate(weights)},
+                  {"optimizer": {f"v{i:04d}": v for i, v in enumerate(optimizer_values)}}, {
+                      "records": state.records, "epochs": state.epochs,
+                      "wall_time": state.wall_time(), "layout": describe_layout(desc)})
 
 
-def _restore(checkpoint, job: Job, model, optimizer):
+def restore_checkpoint(job: Job, engine):
   """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
     return 0, [], [], 0.0
   step, values, slots, meta = checkpoint.load(found)
-  model.set_weights([values[k] for k in sorted(values)])
   opt = slots.get("optimizer", {})
-  optimizer.build(model.trainable_variables)
-  optimizer.set_weights([opt[k] for k in sorted(opt)])
-  print(f"[train] resuming from {found} at step {step}", flush=True)
+  engine.load_state([values[k] for k in sorted(values)], [opt[k] for k in sorted(opt)])
+  saved_by = meta.get("layout", "an unrecorded layout")
+  print(f"[train] resuming from {found} at step {step} (saved by layout {saved_by}; "
+        f"now {describe_layout(engine.describe())})", flush=True)
   return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
 
+def describe_layout(desc: dict) -> str:
+  """``single``, ``mirrored x2``, ``multi_worker x4`` or ``mesh 2x2``."""
+  if desc["layout"] == "mesh":
+    return f"mesh {desc['mesh_shape'][0]}x{desc['mesh_shape'][1]}"
+  return desc["layout"] + (f" x{desc['replicas']}" if desc["replicas"] > 1 else "")
+
+
 def run(job: Job) -> dict:
-  """Trains; returns the history dict (also written by the chief)."""
+  """Trains; returns the history dict (also written by the chief).
+
+  The one run skeleton of every layout: inputs, run state, callbacks, checkpoints, the
+  run record, export and the console lines. The layout's part is its step engine
+  (engines.py: ``FitEngine`` for single / mirrored / multi_worker, ``MeshEngine`` for
+  the mesh).
+  """
   # Before TensorFlow initialises; multi_worker must not initialise it here either
   # (collective ops are configured when its strategy is created).
   config, plan = setup_devices(job.trainer_config())
@@ -178,37 +197,22 @@ def run(job: Job) -> dict:
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, layouts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import data, engines, export, memory  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
-  if config.layout == "mesh":
-    from tfx_parallel.components.distributed_trainer import mesh_train  # pylint: disable=g-import-not-at-top
-    return mesh_train.run(job, config, device_record)
-  strategy = layouts.make_strategy(config.layout, config.devices, plan.collective)
+  engine = engines.create(config, plan, device_record)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   pre = Preprocessor(spec, normalization)
-  chief, num_workers, worker_index = True, 1, 0
-  if config.layout == "multi_worker":
-    task_type, worker_index, num_workers = layouts.worker_info(strategy)
-    chief = layouts.is_chief(task_type, worker_index)
   print(f"[train] model {module.name}: {spec.describe()}", flush=True)
-
-  tf_keras.utils.set_random_seed(config.seed)
-  scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
-  with scope:
-    model = user_module.build(module, spec)
-    loss = user_module.make_loss(module, spec)
-    optimizer = user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate)
-    model.compile(optimizer=optimizer, loss=loss, steps_per_execution=config.execution_steps())
-    start_step, records, epochs, wall_offset = _restore(checkpoint, job, model, optimizer)
+  engine.build(module, spec)
+  start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
   train_files = job.files("train")
-
-  cache_record, on_load = input_cache_plan(config, spec, job.train_rows, num_workers)
+  cache_record, on_load = input_cache_plan(config, spec, job.train_rows, engine.num_workers)
 
   def dataset(batch: int, num_shards: int, index: int, skip: int):
     files, data_shard = data.shard_files(train_files, config.train_split, num_shards, index)
@@ -217,41 +221,37 @@ def run(job: Job) -> dict:
         shuffle_buffer=config.shuffle_buffer, skip_missing_labels=config.skip_missing_labels,
         skip_batches=skip, data_shard=data_shard, on_load=on_load)
 
-  if config.layout == "multi_worker":
-    def fn(ctx: tf.distribute.InputContext):
-      per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines
-      return dataset(ctx.get_per_replica_batch_size(config.batch_size),
-                     ctx.num_input_pipelines, ctx.input_pipeline_id, start_step * per_pipeline)
-    train_ds = strategy.distribute_datasets_from_function(fn)
-  else:
-    train_ds = dataset(config.batch_size, 1, 0, start_step)
+  train_ds = engine.dataset(dataset, start_step)
   eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
 
-  desc = dict(layouts.describe(config.layout, strategy, model.weights), **device_record)
+  desc = engine.describe()
+  splits, replicated, split_text = engine.variable_record()
+  for path in replicated:
+    print(f"[train] mesh: {path} {splits[path]['per_device']} stays whole on every device: the model axis of "
+          f"{desc['mesh_shape'][1]} divides none of the dimensions a default rule would split",
+          flush=True)
   print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
         f"steps {start_step}->{total} global batch {config.batch_size} "
-        f"steps/execution {config.execution_steps()} on {desc['device_type']} "
-        f"({desc['collective']})", flush=True)
+        f"steps/execution {engine.steps_per_execution} on {desc['device_type']} "
+        f"({desc['collective']})" + (f"; variables: {split_text}" if split_text else ""),
+        flush=True)
   state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
                       step=start_step)
-  writer = tf.summary.create_file_writer(job.model_run_dir) if chief else None
+  writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
   callbacks = [
       cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  cb.make_evaluator(model, loss, eval_ds), writer),
+                  engine.evaluator(eval_ds), writer),
       cb.Checkpointer(state, config.checkpoint_every,
-                      lambda step: _save_checkpoint(checkpoint, job, model, optimizer, state,
-                                                    step), chief),
+                      lambda step: save_checkpoint(job, engine, state, step), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
   ]
   t_start = time.perf_counter()
-  if total > start_step:
-    model.fit(train_ds, epochs=1, steps_per_epoch=total - start_step, callbacks=callbacks,
-              verbose=0)
+  engine.train(train_ds, start_step, total, callbacks)
   elapsed = time.perf_counter() - t_start - state.eval_seconds
   steps_run = max(state.step - start_step, 1) if total > start_step else 1
 
@@ -265,20 +265,21 @@ def run(job: Job) -> dict:
                  task=spec.task, num_classes=spec.num_classes,
                  label_vocabulary=(list(spec.label_vocabulary)
                                    if spec.label_vocabulary is not None else None),
-                 steps_per_execution=config.execution_steps(),
+                 steps_per_execution=engine.steps_per_execution,
                  skipped_examples=job.skipped_examples, padded_features=0,
-                 resumed_from_step=start_step, input_cache=cache_record)
+                 resumed_from_step=start_step, input_cache=cache_record,
+                 variable_splits=splits, replicated_variables=replicated)
   # Measured from where the variables live, after training (every optimizer slot exists).
-  from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
-  history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
+  history.update(memory.measure(engine.model.trainable_variables,
+                                engine.optimizer.variables).as_dict())
   peaks = memory.gpu_memory_peaks(desc["devices"])
   if peaks:
     history["gpu_memory_peak_bytes"] = peaks
-  if chief:
-    # Export from a plain copy built outside any strategy.
+  if engine.chief:
+    # Export from a plain copy built outside any strategy or mesh.
     tf_keras.utils.set_random_seed(config.seed)
     plain = user_module.build(module, spec)
-    plain.set_weights(model.get_weights())
+    plain.set_weights(engine.weights())
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights

@@ -107,23 +107,30 @@ def default_loss(task: str):
   return tf_keras.losses.MeanSquaredError()
 
 
-def default_optimizer(name: str, learning_rate: float):
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  if name == "sgd":
-    return tf_keras.optimizers.SGD(learning_rate)
-  if name == "momentum":
-    return tf_keras.optimizers.SGD(learning_rate, momentum=0.9)
-  if name == "adam":
-    return tf_keras.optimizers.Adam(learning_rate)
-  raise ValueError(f"optimizer: unknown optimizer {name!r}")
-
-
 def make_loss(module: UserModule, spec: ms.ModelSpec):
-  return module.loss(spec) if module.loss else default_loss(spec.task)
+  """The loss every layout trains with: the hook's, or the task's default. A plain
+  function is wrapped as tf_keras ``compile`` wraps it (``LossFunctionWrapper``: the mean
+  over the batch), so that the fit and mesh engines reduce it the same way."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  loss = module.loss(spec) if module.loss else default_loss(spec.task)
+  if not isinstance(loss, tf_keras.losses.Loss):
+    if not callable(loss):
+      raise ModuleError(f"{module.name}: loss(spec) must return a tf_keras loss or a function "
+                        f"(labels, outputs) -> loss. Received: {type(loss).__name__}")
+    from tf_keras.src import losses as losses_lib  # pylint: disable=g-import-not-at-top
+    loss = losses_lib.LossFunctionWrapper(loss, name=getattr(loss, "__name__", "loss"))
+  return loss
 
 
-def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float):
-  return module.optimizer(spec) if module.optimizer else default_optimizer(name, learning_rate)
+def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float,
+                   mesh=None):
+  """The optimizer of every layout (optimizers.py): the hook's, or config ``optimizer``;
+  on a DTensor ``mesh`` rebuilt there, or optimizers.OptimizerError naming the module."""
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+  if not module.optimizer:
+    return optimizers.make(name, learning_rate, mesh)
+  opt = module.optimizer(spec)
+  return opt if mesh is None else optimizers.on_mesh(opt, mesh, module.name, optimizers.HOOK)
 
 
 def dummy_batch(spec: ms.ModelSpec, rows: int = 2):
