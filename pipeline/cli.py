@@ -88,7 +88,8 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--epochs", type=int, default=5)
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
   p.add_argument("--learning-rate", type=float, default=None)
-  p.add_argument("--optimizer", default="adam", choices=["sgd", "momentum", "adam"])
+  from tfx_parallel.components.distributed_trainer.optimizers import OPTIMIZERS  # pylint: disable=g-import-not-at-top
+  p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS))
   p.add_argument("--with-tfma", action="store_true",
                  help="also run the stock TFX Evaluator (TFMA) on the model")
   p.add_argument("--input-cache", default="auto", choices=["auto", "memory", "none"],

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 MODEL_AXIS = "model"
 # Optimizer slot variables per parameter, by optimizer name.
-SLOTS_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2, "adagrad": 1, "rmsprop": 1}
+SLOTS_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2}  # Per optimizers.OPTIMIZERS.
 
 
 class PlanError(ValueError):
