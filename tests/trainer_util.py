@@ -69,6 +69,11 @@ def run_job(job: dict, tmp: str, env=None, timeout=300) -> dict:
     return json.load(f)
 
 
+def read_history(job: dict) -> dict:
+  with open(os.path.join(job["history_dir"], "history.json")) as f:
+    return json.load(f)
+
+
 def run_jobs_in_one_process(jobs, tmp: str, env=None, timeout=600):
   """Runs training ``jobs`` one after another in ONE fresh process (TensorFlow starts
   once; the logical devices are the same for all of them), each writing its history.json.

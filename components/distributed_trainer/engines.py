@@ -91,14 +91,19 @@ class FitEngine:
   def weights(self) -> list:
     return self.model.get_weights()
 
-  def state(self) -> Tuple[list, list]:
-    return self.model.get_weights(), [v.numpy() for v in self.optimizer.variables]
+  def state(self) -> Tuple[list, Dict[str, object]]:
+    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    with self.scope():
+      self.optimizer.build(self.model.trainable_variables)
+    return self.model.get_weights(), dict(zip(optimizers.variable_names(self.optimizer),
+                                              [v.numpy() for v in self.optimizer.variables]))
 
-  def load_state(self, weights: list, optimizer_values: list):
+  def load_state(self, weights: list, optimizer_state: Dict[str, object]):
+    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
     with self.scope():
       self.model.set_weights(weights)
       self.optimizer.build(self.model.trainable_variables)
-      self.optimizer.set_weights(optimizer_values)
+      self.optimizer.set_weights(optimizers.match_state(self.optimizer, optimizer_state))
 
 
 class MeshEngine:
@@ -186,17 +191,17 @@ class MeshEngine:
   def weights(self) -> list:
     return self.trainer.full_weights()
 
-  def state(self) -> Tuple[list, list]:
+  def state(self) -> Tuple[list, Dict[str, object]]:
     full = self.trainer.state()  # model/<path> in model.weights order, then optimizer/<name>
-    values, n = list(full.values()), len(self.model.weights)
-    return values[:n], values[n:]
+    prefix = "optimizer/"
+    return ([v for k, v in full.items() if not k.startswith(prefix)],
+            {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)})
 
-  def load_state(self, weights: list, optimizer_values: list):
-    names, n = list(self.trainer.state()), len(self.model.weights)
-    if len(optimizer_values) != len(names) - n:
-      raise ValueError(f"checkpoint: {len(optimizer_values)} optimizer variables, this "
-                       f"optimizer has {len(names) - n}")
-    self.trainer.load_state(dict(zip(names, list(weights) + list(optimizer_values))))
+  def load_state(self, weights: list, optimizer_state: Dict[str, object]):
+    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    values = optimizers.match_state(self.optimizer, optimizer_state)
+    names = list(self.trainer.state())
+    self.trainer.load_state(dict(zip(names, list(weights) + values)))
 
 
 def create(config, plan, device_record: dict):

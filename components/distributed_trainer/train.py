@@ -151,12 +151,13 @@ def save_checkpoint(job: Job, engine, state, step: int):
   optimizer variables in ``optimizer.variables`` order, gathered, so that any layout
   resumes any other's; the run state and the layout it was saved by go along."""
   from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
-  weights, optimizer_values = engine.state()
-  desc = engine.describe()
+  weights, optimizer_state = engine.state()
+  names = list(optimizer_state)
   checkpoint.save(job.checkpoint_dir, step, {f"w{i:04d}": w for i, w in enumerate(weights)},
-                  {"optimizer": {f"v{i:04d}": v for i, v in enumerate(optimizer_values)}}, {
-                      "records": state.records, "epochs": state.epochs,
-                      "wall_time": state.wall_time(), "layout": describe_layout(desc)})
+                  {"optimizer": {f"v{i:04d}": optimizer_state[n] for i, n in enumerate(names)}},
+                  {"records": state.records, "epochs": state.epochs,
+                   "wall_time": state.wall_time(), "optimizer_names": names,
+                   "layout": describe_layout(engine.describe())})
 
 
 def restore_checkpoint(job: Job, engine):
@@ -167,7 +168,12 @@ def restore_checkpoint(job: Job, engine):
     return 0, [], [], 0.0
   step, values, slots, meta = checkpoint.load(found)
   opt = slots.get("optimizer", {})
-  engine.load_state([values[k] for k in sorted(values)], [opt[k] for k in sorted(opt)])
+  names = meta.get("optimizer_names")
+  if names is None:  # Written before names were kept: the optimizer's own order.
+    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    names = optimizers.variable_names(engine.optimizer)[:len(opt)]
+  engine.load_state([values[k] for k in sorted(values)],
+                    {n: opt[k] for n, k in zip(names, sorted(opt))})
   saved_by = meta.get("layout", "an unrecorded layout")
   print(f"[train] resuming from {found} at step {step} (saved by layout {saved_by}; "
         f"now {describe_layout(engine.describe())})", flush=True)
