@@ -113,8 +113,15 @@ def on_mesh(optimizer, mesh, owner: str, hook: Optional[str] = None):
 
 def variable_names(optimizer) -> list:
   """The names of ``optimizer.variables`` without ``:0`` (``iteration``, ``m/hidden/kernel``):
-  the same on every layout, so a checkpoint's optimizer state is matched by name."""
-  return [v.name[:-2] if v.name.endswith(":0") else v.name for v in optimizer.variables]
+  the same on every layout, so a checkpoint's optimizer state is matched by name. A
+  leading ``<optimizer name>/`` scope (slots built inside ``fit`` under a multi-worker
+  strategy get ``Adam/m/...``) is dropped."""
+  scope = f"{optimizer.name}/"
+  out = []
+  for v in optimizer.variables:
+    name = v.name[:-2] if v.name.endswith(":0") else v.name
+    out.append(name[len(scope):] if name.startswith(scope) else name)
+  return out
 
 
 def match_state(optimizer, saved: Dict[str, Any]) -> list:
