@@ -6,7 +6,7 @@ The issue #25 benchmark model: the built-in mlp, hidden_units [256, 256], 16 flo
 features, global batch 256, Adam 0.001. In one process (1 logical CPU, so both engines
 run on CPU:0): tf_keras ``fit`` with steps_per_execution 10 (the trainer's default) on an
 in-memory dataset, then ``MeshTrainer`` on a 1x1 mesh over the same batches, each phase
-of its step timed on its own: packing the batch onto the mesh, the gradient function,
+of its step timed on its own: packing the batch onto the mesh (one pack per dtype), the gradient function,
 the optimizer function and reading the loss back. Prints one JSON line.
 """
 import argparse
@@ -52,10 +52,9 @@ def main(steps: int) -> dict:
     t0 = time.perf_counter()
     f, lab = next(it)
     t1 = time.perf_counter()
-    packed = {k: tr._pack(v) for k, v in f.items()}  # pylint: disable=protected-access
-    plab = tr._pack(lab)  # pylint: disable=protected-access
+    key, groups, singles = tr._pack_batch(f, lab)  # pylint: disable=protected-access
     t2 = time.perf_counter()
-    loss, grads = tr._gradients_fn(packed, plab)  # pylint: disable=protected-access
+    loss, grads = tr._gradient_fns[key](groups, singles)  # pylint: disable=protected-access
     t3 = time.perf_counter()
     tr._apply_fn(grads)  # pylint: disable=protected-access
     t4 = time.perf_counter()

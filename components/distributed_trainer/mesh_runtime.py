@@ -54,6 +54,7 @@ from tfx_parallel.components.distributed_trainer import optimizers as optimizers
 from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
+_LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.
 def _dtensor():
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   return dtensor
@@ -199,6 +200,7 @@ class MeshTrainer:
     # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
     self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
     self._gradients_fn = tf.function(self._gradients)
+    self._gradient_fns: Dict[tuple, Callable] = {}  # per grouping of the batch (step_async)
     self._apply_fn = tf.function(self._apply)
 
   def _hands_off_split_output(self, layer) -> bool:
@@ -329,10 +331,43 @@ class MeshTrainer:
 
   def step_async(self, features: Dict[str, tf.Tensor], labels: tf.Tensor):
     """:meth:`step` without waiting for the loss: returns it on the mesh (see fetch)."""
-    packed = {k: self._pack(v) for k, v in features.items()}
-    loss, grads = self._gradients_fn(packed, self._pack(labels))
+    key, groups, singles = self._pack_batch(features, labels)
+    fn = self._gradient_fns.get(key)
+    if fn is None:
+      fn = self._gradient_fns[key] = tf.function(
+          lambda g, s, _key=key: self._gradients(*self._unpack_batch(_key, g, s)))
+    loss, grads = fn(groups, singles)
     self._apply_fn(grads)
     return loss
+
+  def _pack_batch(self, features, labels):
+    """The batch onto the mesh with one pack per dtype (each pack is an eager round trip
+    that costs as much as a small step): the [B, k] columns of a dtype are concatenated,
+    packed once, and split again inside the step function (:meth:`_unpack_batch`).
+    Returns (static key of the grouping, packed groups, other tensors packed alone)."""
+    values = {k: tf.convert_to_tensor(v) for k, v in features.items()}
+    values[_LABELS] = tf.convert_to_tensor(labels)
+    groups: Dict[str, List[Tuple[str, int]]] = {}
+    singles = {}
+    for k in sorted(values):
+      v = values[k]
+      if v.shape.rank == 2 and v.shape[1] is not None:
+        groups.setdefault(v.dtype.name, []).append((k, int(v.shape[1])))
+      else:
+        singles[k] = self._pack(v)
+    key = tuple((dtype, tuple(members)) for dtype, members in sorted(groups.items()))
+    packed = tuple(self._pack(tf.concat([values[k] for k, _ in members], axis=1))
+                   for _, members in key)
+    return key, packed, singles
+
+  @staticmethod
+  def _unpack_batch(key, groups, singles):
+    values = dict(singles)
+    for (_, members), packed in zip(key, groups):
+      parts = tf.split(packed, [w for _, w in members], axis=1)
+      values.update({k: part for (k, _), part in zip(members, parts)})
+    labels = values.pop(_LABELS)
+    return values, labels
 
   def fetch(self, losses) -> List[float]:
     """The values of losses returned by :meth:`step_async` (one device read each)."""
