@@ -8,7 +8,6 @@ Prints one ``RESULT{json}``: final weights and the optimizer's class/config per 
 layout, or the error a layout raised before training.
 """
 import json
-import os
 import sys
 
 from tfx_parallel.pipeline import tfenv
@@ -18,11 +17,11 @@ REFUSED = ("legacy_optimizer",)
 FIT_LAYOUTS = {"single": {"layout": "single"}, "mirrored x2": {"layout": "mirrored", "devices": 2}}
 MESHES = ((1, 1), (1, 2), (2, 1), (2, 2))
 FEATURES, GLOBAL_BATCH, STEPS = 4, 8, 6
-MODULES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook_modules")
 
 
-def module_file(hook: str) -> str:
-  return os.path.join(MODULES, f"{hook}.py")
+def module_path(hook: str) -> str:
+  """The hook's module, importable from tests/ (this script's directory)."""
+  return f"hook_modules.{hook}"
 
 
 def spec():
@@ -45,12 +44,12 @@ def dataset():
 def train(hook: str, layout: dict) -> dict:
   from tfx_parallel.components.distributed_trainer import devices, engines, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
-  config = TrainerConfig(module_file=module_file(hook), batch_size=GLOBAL_BATCH, steps=STEPS,
+  config = TrainerConfig(module_path=module_path(hook), batch_size=GLOBAL_BATCH, steps=STEPS,
                          optimizer="sgd", learning_rate=0.05, log_every=STEPS,
                          checkpoint_every=0, **layout).validate()
   plan = devices.plan(config.layout, config.devices, config.mesh, "cpu", 0, GLOBAL_BATCH)
   engine = engines.create(config, plan, {})
-  module = user_module.load(module_file=config.module_file)
+  module = user_module.load(module_path=config.module_path)
   try:
     engine.build(module, spec())
   except ValueError as e:

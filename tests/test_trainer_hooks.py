@@ -69,5 +69,5 @@ def test_an_optimizer_the_mesh_cannot_place_fails_before_training_naming_the_hoo
   assert "weights" in got["single"] and "weights" in got["mirrored x2"]  # Fine without a mesh.
   error = got[layout]["error"]
   assert error.startswith("OptimizerError: ")
-  assert cases.module_file("legacy_optimizer") in error and "optimizer(spec)" in error
+  assert f"{cases.module_path('legacy_optimizer')}: optimizer(spec)" in error
   assert "legacy" in error and "mesh=" in error

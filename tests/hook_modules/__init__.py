@@ -1,0 +1,1 @@
+"""User modules, one hook each, for tests/test_trainer_hooks.py (imported by module_path)."""
