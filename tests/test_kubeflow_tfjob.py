@@ -1,18 +1,19 @@
 """Multi-node training as a TFJob: the manifest, env opt-in, and the client over HTTP.
 
-The client tests talk to a tiny HTTP server in a thread that answers like the
-Kubernetes API, through the real `kubernetes` client: a real HTTP round trip.
+The client tests talk, through the real `kubernetes` client, to tests/fake_kube.py: a
+fake API server with the training operator's (v1.9.0) reconcile rules and a kubelet
+behind it, in a thread (conditions in the operator's order, pod phases, an Istio
+sidecar as a second container, 400 for a log read without container=).
 """
 import json
 import os
+import signal
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from fake_kube import Exit, FakeCluster, Stuck, Unschedulable
 from tfx_parallel.components.distributed_trainer import tfjob
 from tfx_parallel.components.distributed_trainer.train import Job
 
@@ -40,6 +41,10 @@ def test_manifest_has_replicas_gpus_image_command_restart_policy_and_placement()
   assert list(replicas) == ["Worker"]
   worker = replicas["Worker"]
   assert worker["replicas"] == 3 and worker["restartPolicy"] == "ExitCode"
+  # Istio sidecars off: with one the pod never reaches Succeeded (tfjob.py docstring).
+  assert worker["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+  assert body["spec"]["runPolicy"] == {"cleanPodPolicy": "None"}  # No backoffLimit.
+  assert "ownerReferences" not in body["metadata"]
   pod = worker["template"]["spec"]
   assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
   assert pod["tolerations"] == [TOLERATION]
@@ -65,13 +70,24 @@ def test_manifest_chief_and_cpu_only():
     assert "nodeSelector" not in pod and "tolerations" not in pod
 
 
+def test_manifest_owner_deadline_and_ttl():
+  body = tfjob.manifest(_spec(owner=("kfp-pod-abc", "1234-uid"), active_deadline_seconds=600,
+                              ttl_seconds_after_finished=300))
+  assert body["metadata"]["ownerReferences"] == [
+      {"apiVersion": "v1", "kind": "Pod", "name": "kfp-pod-abc", "uid": "1234-uid"}]
+  assert body["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "activeDeadlineSeconds": 600,
+                                       "ttlSecondsAfterFinished": 300}
+
+
 @pytest.mark.parametrize("overrides,needle", [
     ({"name": "Train_1"}, "name="), ({"name": "x" * 64}, "name="),
+    ({"name": "1-train"}, "DNS-1035.*name='1-train'"),  # The webhook's rule, not DNS-1123.
+    ({"active_deadline_seconds": 0}, "active_deadline_seconds"),
     ({"worker_replicas": 0}, "worker_replicas=0"), ({"chief_replicas": 2}, "chief_replicas=2"),
     ({"image": ""}, "image=''"), ({"gpus_per_replica": -1}, "-1"),
 ])
 def test_manifest_rejects_bad_specs_echoing_the_value(overrides, needle):
-  with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+  with pytest.raises(ValueError, match=needle):
     tfjob.manifest(_spec(**overrides))
 
 
@@ -117,77 +133,49 @@ def test_settings_parse_every_variable_and_name_a_bad_one():
     tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_GPUS="two"), "multi_worker", 2)
 
 
-# --- The client, over HTTP against a fake Kubernetes API server. ----------------------
+@pytest.mark.parametrize("name,value,needle", [
+    # A misspelt setting name.
+    ("TFX_PARALLEL_TFJOB_GPU", "1",
+     "TFX_PARALLEL_TFJOB_GPU: unknown TFJob setting. Did you mean TFX_PARALLEL_TFJOB_GPUS"),
+    # The API server rejects a string here; the CRD's pruning would drop a snake_case key.
+    ("TFX_PARALLEL_TFJOB_TOLERATIONS", '[{"key": "a", "tolerationSeconds": "300"}]',
+     r"TOLERATIONS.*value\[0\]\.tolerationSeconds: expected int. Received: '300'"),
+    ("TFX_PARALLEL_TFJOB_TOLERATIONS", '[{"key": "a", "toleration_seconds": 300}]',
+     "TOLERATIONS.*unknown field 'toleration_seconds' for V1Toleration.*tolerationSeconds"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"request": {"cpu": "4"}}',
+     "RESOURCES.*unknown field 'request'.*Did you mean 'requests'"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"limits": {"memory": 64}}',
+     r"RESOURCES.*value\.limits\.memory: expected str"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"limits": {"memory": "64 GB"}}',
+     "RESOURCES: value.limits.memory: not a Kubernetes quantity. Received: '64 GB'"),
+    ("TFX_PARALLEL_TFJOB_NODE_SELECTOR", '{"pool": 1}', r"NODE_SELECTOR.*value\.pool"),
+    ("TFX_PARALLEL_TFJOB_WORKERS", "0", "TFX_PARALLEL_TFJOB_WORKERS: cannot parse '0'"),
+    ("TFX_PARALLEL_TFJOB_MAX_RESTARTS", "-1", "MAX_RESTARTS: cannot parse '-1'"),
+    ("TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS", "0", "PENDING_GRACE_SECONDS"),
+])
+def test_a_misspelt_or_mistyped_setting_fails_before_submission_naming_it(name, value,
+                                                                         needle):
+  env = {tfjob.ENV_IMAGE: "img:1", name: value}
+  with pytest.raises(ValueError, match=needle):
+    tfjob.settings_from_env(env, "multi_worker", 2)
 
-class FakeKubernetes:
-  """Answers the few Kubernetes API calls TFJobClient makes; records every request."""
 
-  def __init__(self, states):
-    self.states = list(states)  # Condition type per GET of the TFJob; the last repeats.
-    self.requests = []
-    self.created = None
-    fake = self
+def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only():
+  env = {tfjob.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1",
+         "KFP_NAMESPACE": "team-a"}
+  settings = tfjob.settings_from_env(env, "multi_worker", 2)
+  assert settings.namespace == "team-a" and settings.owner == ("run-abc-trainer", "u-1")
+  # An owner in another namespace would count as absent: the GC would delete the job.
+  other = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="team-b"),
+                                  "multi_worker", 2)
+  assert other.namespace == "team-b" and other.owner is None
+  body = tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-x-1", "gs://b/j.json"))
+  assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+  assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
+  assert body["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 600
 
-    class Handler(BaseHTTPRequestHandler):
 
-      def log_message(self, *args):  # Quiet.
-        pass
-
-      def _reply(self, code, body, content_type="application/json"):
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-      def _handle(self):
-        url = urlparse(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        fake.requests.append((self.command, url.path, parse_qs(url.query), body))
-        parts = url.path.strip("/").split("/")
-        if parts[:3] == ["apis", "kubeflow.org", "v1"] and parts[5] == "tfjobs":
-          if self.command == "POST":
-            fake.created = body
-            return self._reply(201, body)
-          if self.command == "GET":
-            state = fake.states.pop(0) if len(fake.states) > 1 else fake.states[0]
-            job = dict(fake.created or {})
-            job["status"] = {"conditions": [{"type": state, "status": "True",
-                                             "message": f"TFJob is {state}"}]}
-            return self._reply(200, job)
-          if self.command == "DELETE":
-            return self._reply(200, {"kind": "Status", "status": "Success"})
-        if parts[:2] == ["api", "v1"] and parts[4] == "pods":
-          if len(parts) == 5:
-            items = [{"metadata": {"name": f"{fake.created['metadata']['name']}-worker-{i}"}}
-                     for i in range(2)]
-            return self._reply(200, {"kind": "PodList", "apiVersion": "v1",
-                                     "metadata": {}, "items": items})
-          if len(parts) == 7 and parts[6] == "log":
-            return self._reply(200, f"[train] log of {parts[5]}\n", "text/plain")
-        return self._reply(404, {"kind": "Status", "code": 404})
-
-      do_GET = do_POST = do_DELETE = _handle
-
-    self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-  def __enter__(self):
-    self.thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self.server.shutdown()
-    self.server.server_close()
-
-  def client(self):
-    from kubernetes import client  # pylint: disable=g-import-not-at-top
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{self.server.server_address[1]}"
-    return tfjob.TFJobClient(client.ApiClient(configuration))
-
+# --- The client, over HTTP against the fake cluster (tests/fake_kube.py). -------------
 
 def _job(tmp_path):
   component_root = tmp_path / "DistributedTrainer"
@@ -199,77 +187,168 @@ def _job(tmp_path):
              checkpoint_dir=str(component_root / "_checkpoints" / "abc"), num_shards=2)
 
 
-def test_client_waits_for_the_conditions_and_reads_the_logs():
-  with FakeKubernetes(["Created", "Running", "Succeeded"]) as k8s:
-    client = k8s.client()
-    client.create(tfjob.manifest(_spec()))
-    result = client.wait("train-1", "kubeflow-user", timeout_seconds=30, poll_seconds=0)
-  assert result.succeeded and result.message == "TFJob is Succeeded"
-  assert result.logs == {"train-1-worker-0": "[train] log of train-1-worker-0\n",
-                         "train-1-worker-1": "[train] log of train-1-worker-1\n"}
-  methods = [(m, p) for m, p, _, _ in k8s.requests]
-  assert methods[0] == ("POST", "/apis/kubeflow.org/v1/namespaces/kubeflow-user/tfjobs")
-  assert methods[1:4] == [("GET", "/apis/kubeflow.org/v1/namespaces/kubeflow-user/tfjobs/"
-                                  "train-1")] * 3
-  assert methods[4] == ("GET", "/api/v1/namespaces/kubeflow-user/pods")
-  assert k8s.requests[4][2]["labelSelector"] == ["training.kubeflow.org/job-name=train-1"]
-  # What the server received, against the spec's values (not manifest() against itself).
-  posted = k8s.requests[0][3]
-  assert (posted["apiVersion"], posted["kind"]) == ("kubeflow.org/v1", "TFJob")
-  assert (posted["metadata"]["name"], posted["metadata"]["namespace"]) == (
-      "train-1", "kubeflow-user")
+def _settings(**overrides):
+  fields = dict(image="img:1", namespace="ns", worker_replicas=2, gpus_per_replica=1,
+                tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0)
+  fields.update(overrides)
+  return tfjob.TFJobSettings(**fields)
+
+
+def _run(cluster, tmp_path, settings=None, seconds_per_poll=10):
+  """tfjob.run against `cluster`; its clock advances `seconds_per_poll` per TFJob GET."""
+  def clock():
+    return seconds_per_poll * sum(1 for m, p, _, _ in cluster.requests
+                                  if m == "GET" and "/tfjobs/" in p)
+  return tfjob.run(_job(tmp_path), settings or _settings(),
+                   client=tfjob.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
+                   poll_seconds=0, clock=clock)
+
+
+def _methods(cluster):
+  return [(m, p) for m, p, _, _ in cluster.requests]
+
+
+def test_fake_cluster_is_strict_like_the_real_one_about_istio():
+  """Without the annotation the sidecar keeps the pod Running (the job never succeeds)
+  and a log read without container= is a 400 naming both containers."""
+  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  body = tfjob.manifest(_spec(worker_replicas=1, namespace="ns"))
+  del body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(body)
+    for _ in range(6):
+      job = k8s.get("train-1", "ns")
+    assert tfjob.job_state(job) == (None, "")
+    pod = cluster.pods["train-1-worker-0"]
+    assert pod["status"]["phase"] == "Running"
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", "istio-proxy"]
+    with pytest.raises(ApiException) as e:
+      client.CoreV1Api(cluster.api_client()).read_namespaced_pod_log("train-1-worker-0", "ns")
+    assert e.value.status == 400
+    assert ("a container name must be specified for pod train-1-worker-0, choose one of: "
+            "[tensorflow istio-proxy]") in e.value.body
+    result = k8s.wait("train-1", "ns", timeout_seconds=0, poll_seconds=0)
+  assert result.state == tfjob.TIMEOUT
+  assert "exiting with 0" in result.logs["train-1-worker-0"]  # Read with container=.
+
+
+def test_a_successful_job_in_an_istio_namespace(tmp_path):
+  with FakeCluster() as cluster:  # Istio injection on, as in multi-user Kubeflow.
+    result = _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded and result.restarts == 0
+  assert result.message == f"TFJob ns/{name} successfully completed."
+  assert set(result.logs) == {f"{name}-worker-0", f"{name}-worker-1"}
+  assert "exiting with 0" in result.logs[f"{name}-worker-0"]
+  logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
+  assert logs and all(q["container"] == ["tensorflow"] for q in logs)
+  posted = cluster.requests[0][3]
+  assert posted["metadata"]["name"] == name and name.endswith("-1700000000")
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
-  assert worker["replicas"] == 3
-  (container,) = worker["template"]["spec"]["containers"]
-  assert container["image"] == "registry.example.com/t:1"
-  assert container["command"] == ["python", "-m", "m", "--job", "gs://b/job.json"]
-  assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+  assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
+  assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
+  assert _methods(cluster)[-1] == ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}")
 
 
-def test_client_wait_times_out():
-  ticks = iter(range(0, 1000, 10))
-  with FakeKubernetes(["Running"]) as k8s:
-    client = k8s.client()
-    client.create(tfjob.manifest(_spec()))
-    result = client.wait("train-1", "kubeflow-user", timeout_seconds=25, poll_seconds=0,
-                         clock=lambda: next(ticks), sleep=lambda s: None)
-  assert result.state == tfjob.TIMEOUT and "did not finish in 25 s" in result.message
-  assert len(result.logs) == 2
+def test_the_operator_conditions_come_in_its_order(tmp_path):
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns")))
+    seen = []
+    for _ in range(5):
+      job = k8s.get("train-1", "ns")
+      seen.append([(c["type"], c["status"]) for c in job["status"]["conditions"]])
+  assert seen[0] == [("Created", "True")]  # Pods created, Pending.
+  assert seen[1] == [("Created", "True"), ("Running", "True")]
+  assert seen[-1] == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
 
 
-def test_run_writes_the_job_file_submits_waits_and_deletes(tmp_path):
-  job = _job(tmp_path)
-  settings = tfjob.TFJobSettings(image="img:1", namespace="ns", worker_replicas=2,
-                                 gpus_per_replica=1, tolerations=(TOLERATION,))
-  with FakeKubernetes(["Succeeded"]) as k8s:
-    result = tfjob.run(job, settings, client=k8s.client(), now=lambda: 1700000000)
-  assert result.succeeded
-  body = k8s.created
-  name = body["metadata"]["name"]
-  assert name.startswith("tfx-parallel-train-") and name.endswith("-1700000000")
-  container = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-  job_uri = container["command"][-1]
-  assert container["command"][:4] == ["python", "-m",
-                                      "tfx_parallel.components.distributed_trainer.tfjob",
-                                      "--job"]
-  assert job_uri == str(tmp_path / "DistributedTrainer" / "_tfjobs" / f"{name}.json")
-  with open(job_uri) as f:
-    assert Job(**json.load(f)) == job
-  assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-  assert ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}") in [
-      (m, p) for m, p, _, _ in k8s.requests]
+def test_a_worker_oom_killed_once_restarts_and_the_job_succeeds(tmp_path):
+  script = {"worker-1": [Exit(137, "OOMKilled"), Exit(0)],
+            "worker-0": [Exit(tfjob.PEER_LOST_EXIT_CODE), Exit(0)]}  # The survivor.
+  with FakeCluster(script) as cluster:
+    result = _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded, result.message
+  assert result.restarts == 1
+  assert cluster.incarnations == {f"{name}-worker-0": 2, f"{name}-worker-1": 2}
 
 
-def test_run_raises_with_the_logs_when_the_tfjob_fails(tmp_path):
-  settings = tfjob.TFJobSettings(image="img:1", namespace="ns", worker_replicas=2)
-  with FakeKubernetes(["Failed"]) as k8s:
-    with pytest.raises(RuntimeError, match=r"(?s)TFJob ns/tfx-parallel-train-\w+-5 ended Failed: "
-                       r"TFJob is Failed\. Job file: .*log of tfx-parallel-train-\w+-5-worker-1"
-                       ) as e:
-      tfjob.run(_job(tmp_path), settings, client=k8s.client(), now=lambda: 5)
-  assert "DELETE" in [m for m, _, _, _ in k8s.requests]
-  assert "Pod logs" in str(e.value)
+def test_a_lost_peer_restarts_up_to_the_limit_then_fails_naming_the_cause(tmp_path):
+  script = {"worker-1": [Exit(137, "OOMKilled")],
+            "worker-0": [Exit(tfjob.PEER_LOST_EXIT_CODE)]}
+  with FakeCluster(script) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(max_restarts=2))
+    name = cluster.deleted_jobs[0]
+  message = str(e.value)
+  assert (f"TFJob ns/{name} ended Failed: TFJob ns/{name}: restarted 3 times, more than the "
+          f"limit of 2 (TFX_PARALLEL_TFJOB_MAX_RESTARTS); last failure: pod {name}-worker-1: "
+          f"container tensorflow exited with code 137 (SIGKILL, e.g. OOM-killed; retryable)") \
+      in message  # From the operator's ExitedWithCode events: the pod itself is gone.
+  assert cluster.incarnations[f"{name}-worker-1"] == 4  # 1 + 3 restarts, then deleted.
+  assert name not in cluster.jobs
 
+
+def test_a_training_error_stops_the_job_at_once(tmp_path):
+  with FakeCluster({"worker-1": [Exit(1)]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert cluster.incarnations[f"{name}-worker-1"] == 1  # Not restarted: 1-127 is permanent.
+  assert (f'job "{name}" is failing because "Worker" replica(s) failed. Last failure: pod '
+          f"{name}-worker-1: container tensorflow exited with code 1 (permanent under "
+          f"restartPolicy ExitCode)") in str(e.value)
+
+
+@pytest.mark.parametrize("outcome,needle", [
+    (Stuck(), 'ImagePullBackOff: Back-off pulling image "registry.example.com/missing:1"'),
+    (Stuck("ErrImagePull", "rpc error: not found"), "ErrImagePull: rpc error: not found"),
+    (Unschedulable(), "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+])
+def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path, outcome,
+                                                                         needle):
+  with FakeCluster({"worker-0": [outcome]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0), seconds_per_poll=10)
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert f"pod {name}-worker-0 is stuck: {needle}" in message
+  assert "more than the 30 s grace period" in message
+  assert polls * 10 <= 30 + 3 * 10  # Seen at poll 2 (10 s a poll), failed 30 s later.
+  # The other pod's log is there; the stuck one says why it has none.
+  assert "exiting with 0" in message or "started" in message
+  if isinstance(outcome, Stuck):
+    assert f'(no log: 400 Bad Request: container "tensorflow" in pod "{name}-worker-0" is ' \
+        f'waiting to start: {outcome.reason})' in message
+
+
+@pytest.mark.parametrize("when", ["create", "wait"])
+def test_sigterm_deletes_the_tfjob(tmp_path, when):
+  """A cancelled KFP run sends SIGTERM to the executor: the TFJob is deleted, also when
+  the signal comes while the create call is in flight."""
+  with FakeCluster({"worker-0": [Stuck()]}) as cluster:
+    def terminate():
+      os.kill(os.getpid(), signal.SIGTERM)
+    if when == "create":
+      cluster.on_create = terminate
+    else:
+      cluster.on_create = lambda: None
+      original = cluster.tick
+      def tick(name):
+        original(name)
+        if cluster.incarnations:
+          terminate()
+      cluster.tick = tick
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(tfjob.ExecutorTerminated, match="SIGTERM.*the TFJob is deleted"):
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
+    assert signal.getsignal(signal.SIGTERM) is previous  # Handler restored.
+    assert len(cluster.deleted_jobs) == 1 and not cluster.jobs
+  assert _methods(cluster)[-1][0] == "DELETE"
 
 @pytest.mark.slow
 def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
