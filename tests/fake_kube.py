@@ -26,9 +26,14 @@ import datetime
 import dataclasses
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 from urllib.parse import parse_qs, urlparse
 
 CONTAINER = "tensorflow"  # TFJobDefaultContainerName, tensorflow_types.go:26
@@ -56,6 +61,15 @@ class Unschedulable:
   message: str = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """Runs the container's command for real (``python`` is this interpreter), with the
+  container's env (and the operator's TF_CONFIG). When `oom_kill_when()` turns true
+  while it runs, the process gets SIGKILL, as from the kernel's OOM killer, and the
+  kubelet reports exit code 137 with reason OOMKilled."""
+  oom_kill_when: Optional[Callable[[], bool]] = None
+
+
 def _retryable(code: int) -> bool:
   return code >= 128  # IsRetryableExitCode [train_util:24]
 
@@ -74,6 +88,9 @@ class FakeCluster:
     self.incarnations: Dict[str, int] = {}
     self.outcomes: Dict[str, object] = {}
     self.events: List[dict] = []
+    self.procs: Dict[str, subprocess.Popen] = {}
+    self.oom_killed: Dict[str, bool] = {}
+    self._logdir = tempfile.mkdtemp(prefix="fake_kube_")
     self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     self.deleted_jobs: List[str] = []
     self.on_create = None  # Called in the server thread before a TFJob POST is answered.
@@ -119,6 +136,10 @@ class FakeCluster:
     return self
 
   def __exit__(self, *exc):
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
     self.server.shutdown()
     self.server.server_close()
 
@@ -152,7 +173,7 @@ class FakeCluster:
         self.deleted_jobs.append(name)
         for pod in [p for p, v in self.pods.items()
                     if v["metadata"]["labels"][JOB_NAME_LABEL] == name]:
-          del self.pods[pod]  # The garbage collector, through the operator's ownerRefs.
+          self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
             "application/json"
     if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
@@ -211,6 +232,9 @@ class FakeCluster:
                          f'container "{container}" in pod "{pod_name}" is waiting to '
                          f'start: {state["waiting"]["reason"]}')
     lines = pod["metadata"]["annotations"].get("fake/log", "")
+    if pod_name in self.procs:
+      with open(self.procs[pod_name].args_log) as f:
+        lines += f.read()
     return 200, lines, "text/plain"
 
   # --- Operator: conditions [status.go] ----------------------------------------------
@@ -272,6 +296,13 @@ class FakeCluster:
         self.kubelet_step(pod)
     self.reconcile(job)
 
+  def delete_pod(self, pod_name):
+    proc = self.procs.pop(pod_name, None)
+    if proc is not None and proc.poll() is None:
+      proc.kill()  # terminationGracePeriodSeconds elapsed, in short.
+      proc.wait()
+    del self.pods[pod_name]
+
   def outcome(self, replica, incarnation):
     outcomes = self.script.get(replica) or [Exit(0)]
     return outcomes[min(incarnation, len(outcomes) - 1)]
@@ -289,7 +320,12 @@ class FakeCluster:
     if isinstance(outcome, Stuck):
       tf_status["state"] = {"waiting": {"reason": outcome.reason, "message": outcome.message}}
       return
-    if "waiting" in tf_status["state"]:  # ContainerCreating -> Running
+    if isinstance(outcome, Run):
+      if not self.run_step(pod, outcome, tf_status):
+        return
+      outcome = Exit(tf_status["state"]["terminated"]["exitCode"],
+                     tf_status["state"]["terminated"]["reason"])
+    elif "waiting" in tf_status["state"]:  # ContainerCreating -> Running
       status["phase"] = "Running"
       for s in status["containerStatuses"]:
         s["state"] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
@@ -298,13 +334,46 @@ class FakeCluster:
           f"[train] {pod['metadata']['name']} (uid {pod['metadata']['uid']}) started\n")
       return
     reason = outcome.reason or ("Completed" if outcome.code == 0 else "Error")
-    tf_status["state"] = {"terminated": {"exitCode": outcome.code, "reason": reason}}
-    tf_status["ready"] = False
-    pod["metadata"]["annotations"]["fake/log"] += (
-        f"[train] {pod['metadata']['name']} exiting with {outcome.code}\n")
+    if "running" in tf_status["state"] or "waiting" in tf_status["state"]:
+      tf_status["state"] = {"terminated": {"exitCode": outcome.code, "reason": reason}}
+      tf_status["ready"] = False
+      pod["metadata"]["annotations"]["fake/log"] += (
+          f"[train] {pod['metadata']['name']} exiting with {outcome.code}\n")
     if any("running" in s["state"] for s in status["containerStatuses"]):
       return  # istio-proxy still runs: the pod stays Running.
     status["phase"] = "Succeeded" if outcome.code == 0 else "Failed"
+
+  def run_step(self, pod, outcome, tf_status):
+    """Starts, watches or OOM-kills the real process; True once it has terminated."""
+    name = pod["metadata"]["name"]
+    status = pod["status"]
+    if name not in self.procs:
+      container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER)
+      argv = list(container["command"]) + list(container.get("args") or [])
+      if argv[0] == "python":
+        argv[0] = sys.executable  # This venv stands for the image's python.
+      env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env") or []})
+      log = os.path.join(self._logdir, f"{name}-{pod['metadata']['uid']}.log")
+      with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+      proc.args_log = log
+      self.procs[name] = proc
+      status["phase"] = "Running"
+      for s in status["containerStatuses"]:
+        s["state"] = {"running": {"startedAt": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+      return False
+    proc = self.procs[name]
+    if proc.poll() is None and outcome.oom_kill_when is not None and outcome.oom_kill_when():
+      proc.send_signal(signal.SIGKILL)
+      proc.wait()
+      self.oom_killed[name] = True
+    if proc.poll() is None:
+      return False
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    reason = "OOMKilled" if self.oom_killed.pop(name, False) else (
+        "Completed" if code == 0 else "Error")
+    tf_status["state"] = {"terminated": {"exitCode": code, "reason": reason}}
+    return True
 
   def new_pod(self, job, rtype, index):
     name = job["metadata"]["name"]
@@ -377,7 +446,7 @@ class FakeCluster:
         if phase == "Failed":
           if spec.get("restartPolicy") == "ExitCode" and _retryable(code) or \
               spec.get("restartPolicy") in ("OnFailure", "Always"):
-            del self.pods[pod_name]  # Recreated on the next reconcile.
+            self.delete_pod(pod_name)  # Recreated on the next reconcile.
             message = f"job {name} is restarting because {rtype} replica(s) failed."
             self.record_event(job, "Warning", "TFJobRestarting", message)
             self.set_condition(job, "Restarting", "TFJobRestarting", message)

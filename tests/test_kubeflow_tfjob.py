@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fake_kube import Exit, FakeCluster, Stuck, Unschedulable
+from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
 from tfx_parallel.components.distributed_trainer import tfjob
 from tfx_parallel.components.distributed_trainer.train import Job
 
@@ -365,3 +365,47 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
                          str(shared)], capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
+
+
+def _checkpoint_steps(directory):
+  import glob  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+  return [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.npz$").search,
+                                       glob.glob(os.path.join(directory, "ckpt-*.npz"))) if m]
+
+
+@pytest.mark.slow
+def test_a_replica_oom_killed_once_restarts_and_resumes_from_its_checkpoint(tmp_path):
+  """The fake kubelet runs the replica entry point for real; the first process is
+  SIGKILLed (exit 137, OOMKilled) after its checkpoint at step >= 100. The operator's
+  ExitCode rule recreates the pod; the new process resumes at the checkpointed step
+  and finishes. One replica in total, so no TF_CONFIG (the operator's isDistributed)."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
+  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                                    layout="multi_worker", steps=400, epochs=1,
+                                    checkpoint_every=50, log_every=50, batch_size=32))
+  killed_after = []
+
+  def oom_now():
+    steps = _checkpoint_steps(job.checkpoint_dir)
+    if steps and max(steps) >= 100:
+      killed_after.append(max(steps))
+      return True
+    return False
+
+  with FakeCluster({"worker-0": [Run(oom_kill_when=oom_now), Run()]}) as cluster:
+    result = tfjob.run(job, _settings(worker_replicas=1, gpus_per_replica=0),
+                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.2)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded, result.message
+  assert result.restarts == 1 and cluster.incarnations == {f"{name}-worker-0": 2}
+  assert any(e["message"] == f"Pod: ns.{name}-worker-0 exited with code 137"
+             for e in cluster.events)
+  with open(os.path.join(job.history_dir, "history.json")) as f:
+    history = json.load(f)
+  # It resumed at a step the killed process had checkpointed, not from scratch.
+  assert 100 <= history["resumed_from_step"] <= killed_after[0]
+  assert history["records"][-1]["step"] == 400
+  assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
