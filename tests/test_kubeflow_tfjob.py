@@ -409,3 +409,101 @@ def test_a_replica_oom_killed_once_restarts_and_resumes_from_its_checkpoint(tmp_
   assert 100 <= history["resumed_from_step"] <= killed_after[0]
   assert history["records"][-1]["step"] == 400
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
+
+
+# --- The operator's SDK, in its own venv: round trip and strict schema. -------------
+
+SDK_VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        ".venv-tfjob")
+SDK_REQUIREMENTS = ("kubeflow-training==1.9.*",)
+SDK_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfjob_sdk_check.py")
+
+
+def _sdk_python():
+  """The cached venv's python with the training operator's SDK (created on first use,
+  ~30 s with PyPI). Its `kubernetes` pin cannot share TFX 1.16's venv. The base
+  interpreter is this venv's own (TFX_PARALLEL_KFP_PYTHON chooses another)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  python = os.path.join(SDK_VENV, "bin", "python")
+  stamp = os.path.join(SDK_VENV, ".installed")
+  wanted = "\n".join(SDK_REQUIREMENTS)
+  if os.path.exists(stamp) and open(stamp).read() == wanted:
+    return python
+  base = os.environ.get("TFX_PARALLEL_KFP_PYTHON") or os.path.join(
+      sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
+  building = f"{SDK_VENV}.building-{os.getpid()}"
+  shutil.rmtree(building, ignore_errors=True)
+  subprocess.run([base, "-m", "venv", building], check=True, timeout=300)
+  install = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install",
+                            "-q", "--disable-pip-version-check", *SDK_REQUIREMENTS],
+                           capture_output=True, text=True, timeout=900)
+  if install.returncode != 0:
+    shutil.rmtree(building, ignore_errors=True)
+    pytest.fail(f"pip install {' '.join(SDK_REQUIREMENTS)} failed (PyPI reachable?):\n"
+                f"{install.stderr[-3000:]}")
+  with open(os.path.join(building, ".installed"), "w") as f:
+    f.write(wanted)
+  shutil.rmtree(SDK_VENV, ignore_errors=True)
+  os.rename(building, SDK_VENV)
+  return python
+
+
+# The documented settings (docs/KUBEFLOW.md's table), each combination the executor
+# can produce: defaults; everything set; one replica; in the KFP pod's namespace.
+DOCUMENTED_SETTINGS = {
+    "defaults": {},
+    "everything": {
+        "TFX_PARALLEL_TFJOB_WORKERS": "4", "TFX_PARALLEL_TFJOB_CHIEF": "1",
+        "TFX_PARALLEL_TFJOB_GPUS": "2",
+        "TFX_PARALLEL_TFJOB_NODE_SELECTOR": '{"cloud.google.com/gke-accelerator": "nvidia-l4"}',
+        "TFX_PARALLEL_TFJOB_TOLERATIONS": json.dumps(
+            [TOLERATION, {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                          "effect": "NoExecute", "tolerationSeconds": 300}]),
+        "TFX_PARALLEL_TFJOB_RESOURCES": '{"requests": {"cpu": "4", "memory": "16Gi"}, '
+                                        '"limits": {"memory": "32Gi"}}',
+        "TFX_PARALLEL_TFJOB_NAMESPACE": "kubeflow-user", "TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS": "7200",
+        "TFX_PARALLEL_TFJOB_MAX_RESTARTS": "5", "TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS": "600",
+        "TFX_PARALLEL_TFJOB_TTL_SECONDS": "3600"},
+    "one_replica": {"TFX_PARALLEL_TFJOB_WORKERS": "1"},
+    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123", "KFP_NAMESPACE": "team-a",
+                             "KFP_POD_UID": "8d2e1a4c-0000-4000-8000-000000000001"},
+}
+
+
+def _documented_manifests():
+  out = {}
+  for label, env in DOCUMENTED_SETTINGS.items():
+    settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
+                                       "multi_worker", 2)
+    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c", 1.7e9),
+                                               "gs://b/_tfjobs/j.json"))
+  return out
+
+
+@pytest.mark.slow
+def test_documented_manifests_pass_the_operator_sdk_round_trip_and_strict_schema(tmp_path):
+  manifests = _documented_manifests()
+  assert manifests["everything"]["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] == 1
+  # The checker is strict: these two are what the API server would prune or reject.
+  broken = json.loads(json.dumps(manifests["everything"]))
+  pod = broken["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+  pod["tolerations"][1]["toleration_seconds"] = pod["tolerations"][1].pop("tolerationSeconds")
+  manifests["broken_field_name"] = broken
+  mistyped = json.loads(json.dumps(manifests["everything"]))
+  mistyped["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"][1][
+      "tolerationSeconds"] = "300"
+  manifests["broken_type"] = mistyped
+  path = tmp_path / "manifests.json"
+  path.write_text(json.dumps(manifests))
+  proc = subprocess.run([_sdk_python(), SDK_CHECK, str(path)], capture_output=True, text=True,
+                        timeout=300, cwd=str(tmp_path))
+  report = json.loads(proc.stdout or "{}")
+  assert set(report) == set(manifests), proc.stderr[-3000:]
+  for label in DOCUMENTED_SETTINGS:
+    assert report[label] == [], (label, report[label])
+  where = "TFJob.spec.tfReplicaSpecs.Worker.template.spec.tolerations[1]"
+  assert f"{where}: unknown field 'toleration_seconds' in V1Toleration" in report[
+      "broken_field_name"]
+  assert f"{where}.tolerationSeconds: expected int, got '300'" in report["broken_type"]
+  assert any("round trip changed" in e for e in report["broken_type"])
+  assert proc.returncode == 1
