@@ -93,7 +93,8 @@ class FakeCluster:
     self._logdir = tempfile.mkdtemp(prefix="fake_kube_")
     self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     self.deleted_jobs: List[str] = []
-    self.on_create = None  # Called in the server thread before a TFJob POST is answered.
+    self.on_create = None  # Called in the server thread after a TFJob POST is stored,
+    # before it is answered.
     self._uids = itertools.count(1)
     self._lock = threading.Lock()
     fake = self
@@ -117,11 +118,11 @@ class FakeCluster:
         body = json.loads(self.rfile.read(length)) if length else None
         query = parse_qs(url.query)
         fake.requests.append((self.command, url.path, query, body))
-        if self.command == "POST" and fake.on_create is not None:
-          fake.on_create()
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
+        if self.command == "POST" and fake.on_create is not None:
+          fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
       do_GET = do_POST = do_DELETE = handle_any

@@ -189,7 +189,8 @@ def _job(tmp_path):
 
 def _settings(**overrides):
   fields = dict(image="img:1", namespace="ns", worker_replicas=2, gpus_per_replica=1,
-                tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0)
+                tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0,
+                timeout_seconds=600.0)  # 60 polls of the fake clock: a hang fails fast.
   fields.update(overrides)
   return tfjob.TFJobSettings(**fields)
 
@@ -248,7 +249,7 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   assert posted["metadata"]["name"] == name and name.endswith("-1700000000")
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
-  assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
+  assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
   assert _methods(cluster)[-1] == ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}")
 
 
@@ -277,18 +278,19 @@ def test_a_worker_oom_killed_once_restarts_and_the_job_succeeds(tmp_path):
 
 
 def test_a_lost_peer_restarts_up_to_the_limit_then_fails_naming_the_cause(tmp_path):
-  script = {"worker-1": [Exit(137, "OOMKilled")],
-            "worker-0": [Exit(tfjob.PEER_LOST_EXIT_CODE)]}
+  # The survivor is worker-1: its exit is recorded last, and is still not the cause.
+  script = {"worker-0": [Exit(137, "OOMKilled")],
+            "worker-1": [Exit(tfjob.PEER_LOST_EXIT_CODE)]}
   with FakeCluster(script) as cluster:
     with pytest.raises(RuntimeError) as e:
       _run(cluster, tmp_path, _settings(max_restarts=2))
     name = cluster.deleted_jobs[0]
   message = str(e.value)
   assert (f"TFJob ns/{name} ended Failed: TFJob ns/{name}: restarted 3 times, more than the "
-          f"limit of 2 (TFX_PARALLEL_TFJOB_MAX_RESTARTS); last failure: pod {name}-worker-1: "
+          f"limit of 2 (TFX_PARALLEL_TFJOB_MAX_RESTARTS); last failure: pod {name}-worker-0: "
           f"container tensorflow exited with code 137 (SIGKILL, e.g. OOM-killed; retryable)") \
       in message  # From the operator's ExitedWithCode events: the pod itself is gone.
-  assert cluster.incarnations[f"{name}-worker-1"] == 4  # 1 + 3 restarts, then deleted.
+  assert cluster.incarnations[f"{name}-worker-0"] == 4  # 1 + 3 restarts, then deleted.
   assert name not in cluster.jobs
 
 
