@@ -472,9 +472,28 @@ DOCUMENTED_SETTINGS = {
 }
 
 
+def _gpu_yaml_settings():
+  """The TFX_PARALLEL_TFJOB_* env of the commented multi-node variant in kubeflow/gpu.yaml."""
+  import re  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(SDK_VENV), "kubeflow", "gpu.yaml")
+  with open(path) as f:
+    found = re.findall(r"^#\s+(TFX_PARALLEL_TFJOB_\w+):\s*(.*)$", f.read(), re.M)
+  return {name: str(yaml.safe_load(value)) for name, value in found}
+
+
+def test_the_multi_node_variant_in_gpu_yaml_is_accepted():
+  env = _gpu_yaml_settings()
+  assert tfjob.ENV_IMAGE in env and len(env) >= 5, env
+  settings = tfjob.settings_from_env(env, "multi_worker", 1)
+  assert settings.worker_replicas == 2 and settings.gpus_per_replica == 4
+  tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-a-1", "gs://b/j.json"))
+
+
 def _documented_manifests():
   out = {}
-  for label, env in DOCUMENTED_SETTINGS.items():
+  settings_by_label = dict(DOCUMENTED_SETTINGS, gpu_yaml=_gpu_yaml_settings())
+  for label, env in settings_by_label.items():
     settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
                                        "multi_worker", 2)
     out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c", 1.7e9),
@@ -501,7 +520,7 @@ def test_documented_manifests_pass_the_operator_sdk_round_trip_and_strict_schema
                         timeout=300, cwd=str(tmp_path))
   report = json.loads(proc.stdout or "{}")
   assert set(report) == set(manifests), proc.stderr[-3000:]
-  for label in DOCUMENTED_SETTINGS:
+  for label in list(DOCUMENTED_SETTINGS) + ["gpu_yaml"]:
     assert report[label] == [], (label, report[label])
   where = "TFJob.spec.tfReplicaSpecs.Worker.template.spec.tolerations[1]"
   assert f"{where}: unknown field 'toleration_seconds' in V1Toleration" in report[
