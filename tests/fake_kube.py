@@ -93,6 +93,7 @@ class FakeCluster:
     self._logdir = tempfile.mkdtemp(prefix="fake_kube_")
     self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     self.deleted_jobs: List[str] = []
+    self.fail_next = 0  # GETs to answer with 503 before answering again.
     self.on_create = None  # Called in the server thread after a TFJob POST is stored,
     # before it is answered.
     self._uids = itertools.count(1)
@@ -118,6 +119,9 @@ class FakeCluster:
         body = json.loads(self.rfile.read(length)) if length else None
         query = parse_qs(url.query)
         fake.requests.append((self.command, url.path, query, body))
+        if fake.fail_next and self.command == "GET":  # An API server having a bad moment.
+          fake.fail_next -= 1
+          return self.reply(*fake.status(503, "ServiceUnavailable", "etcdserver: leader changed"))
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)

@@ -253,6 +253,25 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   assert _methods(cluster)[-1] == ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}")
 
 
+def test_passing_api_server_errors_do_not_end_the_wait_but_many_do(tmp_path):
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns")))
+    cluster.fail_next = tfjob.MAX_POLL_ERRORS
+    result = k8s.wait("train-1", "ns", timeout_seconds=600, poll_seconds=0)
+    assert result.succeeded, result.message
+    k8s.create(tfjob.manifest(_spec(name="train-2", namespace="ns")))
+    cluster.fail_next = tfjob.MAX_POLL_ERRORS + 1
+    with pytest.raises(ApiException, match="503"):
+      k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
+    cluster.fail_next = 0
+    k8s.delete("train-2", "ns")  # Deleted by someone else: a failure, said plainly.
+    result = k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
+  assert result.state == tfjob.FAILED
+  assert result.message == "TFJob ns/train-2 was deleted while the executor waited for it"
+
+
 def test_the_operator_conditions_come_in_its_order(tmp_path):
   with FakeCluster() as cluster:
     k8s = tfjob.TFJobClient(cluster.api_client())

@@ -100,6 +100,8 @@ RESTARTING = "Restarting"
 # (IsRetryableExitCode: exitCode >= 128, pkg/util/train/train_util.go:24), so a lost
 # peer restarts the whole job from its checkpoint. 200 is no signal's 128+n.
 PEER_LOST_EXIT_CODE = 200
+# Consecutive failed polls (API server 5xx/429, connection errors) tolerated in a wait.
+MAX_POLL_ERRORS = 5
 # Container waiting reasons that mean the pod will not start by itself soon.
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
@@ -419,12 +421,34 @@ class TFJobClient:
     """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
     grace period, too many restarts, or the timeout; never raises on the job's
     outcome. Returns the state, the message and the pods' logs."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    import urllib3  # pylint: disable=g-import-not-at-top
     deadline = clock() + timeout_seconds
     watch = PodWatch(max_restarts, grace_seconds)
+    errors = 0
     while True:
-      job = self.get(name, namespace)
+      try:
+        job = self.get(name, namespace)
+        pods = self.pods(name, namespace)
+        errors = 0
+      except ApiException as e:
+        if e.status == 404:  # Deleted behind our back (by hand, or with its owner).
+          return TFJobResult(state=FAILED, message=f"TFJob {namespace}/{name} was deleted "
+                             f"while the executor waited for it", logs={},
+                             restarts=watch.restarts)
+        if not (e.status == 429 or (e.status or 0) >= 500) or errors >= MAX_POLL_ERRORS:
+          raise
+        errors += 1  # A passing API server error must not cost a day of training.
+        sleep(poll_seconds)
+        continue
+      except urllib3.exceptions.HTTPError:
+        if errors >= MAX_POLL_ERRORS:
+          raise
+        errors += 1
+        sleep(poll_seconds)
+        continue
       state, message = job_state(job)
-      stuck = watch.observe(self.pods(name, namespace), clock())
+      stuck = watch.observe(pods, clock())
       if state == FAILED:
         cause = watch.cause(self.events(name, namespace))
         if cause:
