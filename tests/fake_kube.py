@@ -70,6 +70,13 @@ class Run:
   oom_kill_when: Optional[Callable[[], bool]] = None
 
 
+def _free_port() -> int:
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+
 def _retryable(code: int) -> bool:
   return code >= 128  # IsRetryableExitCode [train_util:24]
 
@@ -79,8 +86,11 @@ class FakeCluster:
   in lower case, index) to the outcomes of its successive incarnations; the last one
   repeats. Unscripted replicas exit 0."""
 
-  def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True):
+  def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True,
+               local_network=False):
     self.script = dict(script or {})
+    self.local_network = local_network
+    self.ports: Dict[str, int] = {}
     self.istio_injection = istio_injection
     self.requests = []  # (method, path, query, body)
     self.jobs: Dict[str, dict] = {}
@@ -419,12 +429,22 @@ class FakeCluster:
   def is_distributed(job):
     return sum(r.get("replicas", 1) for r in job["spec"]["tfReplicaSpecs"].values()) != 1
 
-  @staticmethod
-  def tf_config(job, rtype, index):
+  def tf_config(self, job, rtype, index):
+    """genTFConfigJSONStr (tensorflow.go:112): every replica's service address. With
+    `local_network` the services are 127.0.0.1 ports, fixed per job like a Service."""
     name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-    cluster = {r.lower(): [f"{name}-{r.lower()}-{i}.{ns}.svc:2222"
-                           for i in range(spec.get("replicas", 1))]
-               for r, spec in job["spec"]["tfReplicaSpecs"].items()}
+    cluster = {}
+    for r, spec in job["spec"]["tfReplicaSpecs"].items():
+      hosts = []
+      for i in range(spec.get("replicas", 1)):
+        service = f"{name}-{r.lower()}-{i}"
+        if self.local_network:
+          if service not in self.ports:
+            self.ports[service] = _free_port()
+          hosts.append(f"127.0.0.1:{self.ports[service]}")
+        else:
+          hosts.append(f"{service}.{ns}.svc:2222")  # TFJobDefaultPort
+      cluster[r.lower()] = hosts
     return json.dumps({"cluster": cluster, "task": {"type": rtype.lower(), "index": index},
                        "environment": "cloud"})
 

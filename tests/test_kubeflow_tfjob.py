@@ -547,3 +547,42 @@ def test_documented_manifests_pass_the_operator_sdk_round_trip_and_strict_schema
   assert f"{where}.tolerationSeconds: expected int, got '300'" in report["broken_type"]
   assert any("round trip changed" in e for e in report["broken_type"])
   assert proc.returncode == 1
+
+
+@pytest.mark.slow
+def test_two_real_workers_one_oom_killed_the_survivor_exits_retryable_and_both_resume(
+    tmp_path):
+  """Two real replicas with the operator's TF_CONFIG (127.0.0.1 services). Worker 1 is
+  SIGKILLed after the chief's step-100 checkpoint; worker 0 loses its peer and exits
+  with PEER_LOST_EXIT_CODE, which the ExitCode rule restarts as well; the recreated
+  pair resumes from the checkpoint and finishes."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
+  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                                    layout="multi_worker", steps=300, epochs=1,
+                                    checkpoint_every=50, log_every=50, batch_size=32))
+  killed_after = []
+
+  def oom_now():
+    steps = _checkpoint_steps(job.checkpoint_dir)
+    if steps and max(steps) >= 100:
+      killed_after.append(max(steps))
+      return True
+    return False
+
+  script = {"worker-1": [Run(oom_kill_when=oom_now), Run()], "worker-0": [Run()]}
+  with FakeCluster(script, local_network=True) as cluster:
+    result = tfjob.run(job, _settings(worker_replicas=2, gpus_per_replica=0,
+                                      timeout_seconds=900.0),
+                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.5)
+    name = cluster.deleted_jobs[0]
+  exits = [e["message"] for e in cluster.events if e["reason"] == "ExitedWithCode"]
+  print(f"restarts={result.restarts} incarnations={cluster.incarnations} exits={exits}")
+  assert result.succeeded, (result.message, exits, result.logs)
+  assert f"Pod: ns.{name}-worker-1 exited with code 137" in exits
+  assert f"Pod: ns.{name}-worker-0 exited with code {tfjob.PEER_LOST_EXIT_CODE}" in exits, exits
+  with open(os.path.join(job.history_dir, "history.json")) as f:
+    history = json.load(f)
+  assert 100 <= history["resumed_from_step"] <= killed_after[0]
+  assert history["records"][-1]["step"] == 300
