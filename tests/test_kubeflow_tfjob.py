@@ -272,6 +272,17 @@ def test_passing_api_server_errors_do_not_end_the_wait_but_many_do(tmp_path):
   assert result.message == "TFJob ns/train-2 was deleted while the executor waited for it"
 
 
+def test_with_a_chief_the_job_succeeds_when_the_chief_does(tmp_path):
+  """With a Chief replica the operator judges success by the chief alone (tfjob
+  UpdateJobStatus): a worker still running does not hold the job."""
+  script = {"worker-0": [Stuck("CreateContainerConfigError", "secret not found")]}
+  with FakeCluster(script) as cluster:
+    result = _run(cluster, tmp_path, _settings(chief_replicas=1, pending_grace_seconds=1e6))
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded and result.message == f"TFJob ns/{name} successfully completed."
+  assert set(result.logs) == {f"{name}-chief-0", f"{name}-worker-0", f"{name}-worker-1"}
+
+
 def test_the_operator_conditions_come_in_its_order(tmp_path):
   with FakeCluster() as cluster:
     k8s = tfjob.TFJobClient(cluster.api_client())
