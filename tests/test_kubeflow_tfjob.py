@@ -151,6 +151,7 @@ def test_settings_parse_every_variable_and_name_a_bad_one():
     ("TFX_PARALLEL_TFJOB_NODE_SELECTOR", '{"pool": 1}', r"NODE_SELECTOR.*value\.pool"),
     ("TFX_PARALLEL_TFJOB_WORKERS", "0", "TFX_PARALLEL_TFJOB_WORKERS: cannot parse '0'"),
     ("TFX_PARALLEL_TFJOB_MAX_RESTARTS", "-1", "MAX_RESTARTS: cannot parse '-1'"),
+    ("TFX_PARALLEL_TFJOB_CHIEF", "2", "TFX_PARALLEL_TFJOB_CHIEF: cannot parse '2': must be 0 or 1"),
     ("TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS", "0", "PENDING_GRACE_SECONDS"),
 ])
 def test_a_misspelt_or_mistyped_setting_fails_before_submission_naming_it(name, value,

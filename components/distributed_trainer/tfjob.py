@@ -611,6 +611,11 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
       return value
     return parse
 
+  def chief(text):
+    if text not in ("0", "1"):
+      raise ValueError("must be 0 or 1 (the webhook allows one Chief)")
+    return int(text)
+
   def seconds(text):
     value = float(text)
     if not value > 0:
@@ -633,7 +638,7 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
       image=image,
       namespace=namespace,
       worker_replicas=read("WORKERS", count(1), workers),
-      chief_replicas=read("CHIEF", count(0), 0),
+      chief_replicas=read("CHIEF", chief, 0),
       gpus_per_replica=read("GPUS", count(0), 0),
       node_selector=read("NODE_SELECTOR", json_of("dict(str, str)"), {}),
       tolerations=tuple(read("TOLERATIONS", json_of("list[V1Toleration]"), [])),
