@@ -1,18 +1,19 @@
 """Multi-node training as a TFJob: the manifest, env opt-in, and the client over HTTP.
 
-The client tests talk to a tiny HTTP server in a thread that answers like the
-Kubernetes API, through the real `kubernetes` client: a real HTTP round trip.
+The client tests talk, through the real `kubernetes` client, to tests/fake_kube.py: a
+fake API server with the training operator's (v1.9.0) reconcile rules and a kubelet
+behind it, in a thread (conditions in the operator's order, pod phases, an Istio
+sidecar as a second container, 400 for a log read without container=).
 """
 import json
 import os
+import signal
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
 from tfx_parallel.components.distributed_trainer import tfjob
 from tfx_parallel.components.distributed_trainer.train import Job
 
@@ -40,6 +41,10 @@ def test_manifest_has_replicas_gpus_image_command_restart_policy_and_placement()
   assert list(replicas) == ["Worker"]
   worker = replicas["Worker"]
   assert worker["replicas"] == 3 and worker["restartPolicy"] == "ExitCode"
+  # Istio sidecars off: with one the pod never reaches Succeeded (tfjob.py docstring).
+  assert worker["template"]["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+  assert body["spec"]["runPolicy"] == {"cleanPodPolicy": "None"}  # No backoffLimit.
+  assert "ownerReferences" not in body["metadata"]
   pod = worker["template"]["spec"]
   assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
   assert pod["tolerations"] == [TOLERATION]
@@ -65,13 +70,24 @@ def test_manifest_chief_and_cpu_only():
     assert "nodeSelector" not in pod and "tolerations" not in pod
 
 
+def test_manifest_owner_deadline_and_ttl():
+  body = tfjob.manifest(_spec(owner=("kfp-pod-abc", "1234-uid"), active_deadline_seconds=600,
+                              ttl_seconds_after_finished=300))
+  assert body["metadata"]["ownerReferences"] == [
+      {"apiVersion": "v1", "kind": "Pod", "name": "kfp-pod-abc", "uid": "1234-uid"}]
+  assert body["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "activeDeadlineSeconds": 600,
+                                       "ttlSecondsAfterFinished": 300}
+
+
 @pytest.mark.parametrize("overrides,needle", [
     ({"name": "Train_1"}, "name="), ({"name": "x" * 64}, "name="),
+    ({"name": "1-train"}, "DNS-1035.*name='1-train'"),  # The webhook's rule, not DNS-1123.
+    ({"active_deadline_seconds": 0}, "active_deadline_seconds"),
     ({"worker_replicas": 0}, "worker_replicas=0"), ({"chief_replicas": 2}, "chief_replicas=2"),
     ({"image": ""}, "image=''"), ({"gpus_per_replica": -1}, "-1"),
 ])
 def test_manifest_rejects_bad_specs_echoing_the_value(overrides, needle):
-  with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+  with pytest.raises(ValueError, match=needle):
     tfjob.manifest(_spec(**overrides))
 
 
@@ -117,77 +133,50 @@ def test_settings_parse_every_variable_and_name_a_bad_one():
     tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_GPUS="two"), "multi_worker", 2)
 
 
-# --- The client, over HTTP against a fake Kubernetes API server. ----------------------
+@pytest.mark.parametrize("name,value,needle", [
+    # A misspelt setting name.
+    ("TFX_PARALLEL_TFJOB_GPU", "1",
+     "TFX_PARALLEL_TFJOB_GPU: unknown TFJob setting. Did you mean TFX_PARALLEL_TFJOB_GPUS"),
+    # The API server rejects a string here; the CRD's pruning would drop a snake_case key.
+    ("TFX_PARALLEL_TFJOB_TOLERATIONS", '[{"key": "a", "tolerationSeconds": "300"}]',
+     r"TOLERATIONS.*value\[0\]\.tolerationSeconds: expected int. Received: '300'"),
+    ("TFX_PARALLEL_TFJOB_TOLERATIONS", '[{"key": "a", "toleration_seconds": 300}]',
+     "TOLERATIONS.*unknown field 'toleration_seconds' for V1Toleration.*tolerationSeconds"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"request": {"cpu": "4"}}',
+     "RESOURCES.*unknown field 'request'.*Did you mean 'requests'"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"limits": {"memory": 64}}',
+     r"RESOURCES.*value\.limits\.memory: expected str"),
+    ("TFX_PARALLEL_TFJOB_RESOURCES", '{"limits": {"memory": "64 GB"}}',
+     "RESOURCES: value.limits.memory: not a Kubernetes quantity. Received: '64 GB'"),
+    ("TFX_PARALLEL_TFJOB_NODE_SELECTOR", '{"pool": 1}', r"NODE_SELECTOR.*value\.pool"),
+    ("TFX_PARALLEL_TFJOB_WORKERS", "0", "TFX_PARALLEL_TFJOB_WORKERS: cannot parse '0'"),
+    ("TFX_PARALLEL_TFJOB_MAX_RESTARTS", "-1", "MAX_RESTARTS: cannot parse '-1'"),
+    ("TFX_PARALLEL_TFJOB_CHIEF", "2", "TFX_PARALLEL_TFJOB_CHIEF: cannot parse '2': must be 0 or 1"),
+    ("TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS", "0", "PENDING_GRACE_SECONDS"),
+])
+def test_a_misspelt_or_mistyped_setting_fails_before_submission_naming_it(name, value,
+                                                                         needle):
+  env = {tfjob.ENV_IMAGE: "img:1", name: value}
+  with pytest.raises(ValueError, match=needle):
+    tfjob.settings_from_env(env, "multi_worker", 2)
 
-class FakeKubernetes:
-  """Answers the few Kubernetes API calls TFJobClient makes; records every request."""
 
-  def __init__(self, states):
-    self.states = list(states)  # Condition type per GET of the TFJob; the last repeats.
-    self.requests = []
-    self.created = None
-    fake = self
+def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only():
+  env = {tfjob.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1",
+         "KFP_NAMESPACE": "team-a"}
+  settings = tfjob.settings_from_env(env, "multi_worker", 2)
+  assert settings.namespace == "team-a" and settings.owner == ("run-abc-trainer", "u-1")
+  # An owner in another namespace would count as absent: the GC would delete the job.
+  other = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="team-b"),
+                                  "multi_worker", 2)
+  assert other.namespace == "team-b" and other.owner is None
+  body = tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-x-1", "gs://b/j.json"))
+  assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+  assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
+  assert body["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 600
 
-    class Handler(BaseHTTPRequestHandler):
 
-      def log_message(self, *args):  # Quiet.
-        pass
-
-      def _reply(self, code, body, content_type="application/json"):
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-      def _handle(self):
-        url = urlparse(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        fake.requests.append((self.command, url.path, parse_qs(url.query), body))
-        parts = url.path.strip("/").split("/")
-        if parts[:3] == ["apis", "kubeflow.org", "v1"] and parts[5] == "tfjobs":
-          if self.command == "POST":
-            fake.created = body
-            return self._reply(201, body)
-          if self.command == "GET":
-            state = fake.states.pop(0) if len(fake.states) > 1 else fake.states[0]
-            job = dict(fake.created or {})
-            job["status"] = {"conditions": [{"type": state, "status": "True",
-                                             "message": f"TFJob is {state}"}]}
-            return self._reply(200, job)
-          if self.command == "DELETE":
-            return self._reply(200, {"kind": "Status", "status": "Success"})
-        if parts[:2] == ["api", "v1"] and parts[4] == "pods":
-          if len(parts) == 5:
-            items = [{"metadata": {"name": f"{fake.created['metadata']['name']}-worker-{i}"}}
-                     for i in range(2)]
-            return self._reply(200, {"kind": "PodList", "apiVersion": "v1",
-                                     "metadata": {}, "items": items})
-          if len(parts) == 7 and parts[6] == "log":
-            return self._reply(200, f"[train] log of {parts[5]}\n", "text/plain")
-        return self._reply(404, {"kind": "Status", "code": 404})
-
-      do_GET = do_POST = do_DELETE = _handle
-
-    self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-  def __enter__(self):
-    self.thread.start()
-    return self
-
-  def __exit__(self, *exc):
-    self.server.shutdown()
-    self.server.server_close()
-
-  def client(self):
-    from kubernetes import client  # pylint: disable=g-import-not-at-top
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{self.server.server_address[1]}"
-    return tfjob.TFJobClient(client.ApiClient(configuration))
-
+# --- The client, over HTTP against the fake cluster (tests/fake_kube.py). -------------
 
 def _job(tmp_path):
   component_root = tmp_path / "DistributedTrainer"
@@ -199,77 +188,200 @@ def _job(tmp_path):
              checkpoint_dir=str(component_root / "_checkpoints" / "abc"), num_shards=2)
 
 
-def test_client_waits_for_the_conditions_and_reads_the_logs():
-  with FakeKubernetes(["Created", "Running", "Succeeded"]) as k8s:
-    client = k8s.client()
-    client.create(tfjob.manifest(_spec()))
-    result = client.wait("train-1", "kubeflow-user", timeout_seconds=30, poll_seconds=0)
-  assert result.succeeded and result.message == "TFJob is Succeeded"
-  assert result.logs == {"train-1-worker-0": "[train] log of train-1-worker-0\n",
-                         "train-1-worker-1": "[train] log of train-1-worker-1\n"}
-  methods = [(m, p) for m, p, _, _ in k8s.requests]
-  assert methods[0] == ("POST", "/apis/kubeflow.org/v1/namespaces/kubeflow-user/tfjobs")
-  assert methods[1:4] == [("GET", "/apis/kubeflow.org/v1/namespaces/kubeflow-user/tfjobs/"
-                                  "train-1")] * 3
-  assert methods[4] == ("GET", "/api/v1/namespaces/kubeflow-user/pods")
-  assert k8s.requests[4][2]["labelSelector"] == ["training.kubeflow.org/job-name=train-1"]
-  # What the server received, against the spec's values (not manifest() against itself).
-  posted = k8s.requests[0][3]
-  assert (posted["apiVersion"], posted["kind"]) == ("kubeflow.org/v1", "TFJob")
-  assert (posted["metadata"]["name"], posted["metadata"]["namespace"]) == (
-      "train-1", "kubeflow-user")
+def _settings(**overrides):
+  fields = dict(image="img:1", namespace="ns", worker_replicas=2, gpus_per_replica=1,
+                tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0,
+                timeout_seconds=600.0)  # 60 polls of the fake clock: a hang fails fast.
+  fields.update(overrides)
+  return tfjob.TFJobSettings(**fields)
+
+
+def _run(cluster, tmp_path, settings=None, seconds_per_poll=10):
+  """tfjob.run against `cluster`; its clock advances `seconds_per_poll` per TFJob GET."""
+  def clock():
+    return seconds_per_poll * sum(1 for m, p, _, _ in cluster.requests
+                                  if m == "GET" and "/tfjobs/" in p)
+  return tfjob.run(_job(tmp_path), settings or _settings(),
+                   client=tfjob.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
+                   poll_seconds=0, clock=clock)
+
+
+def _methods(cluster):
+  return [(m, p) for m, p, _, _ in cluster.requests]
+
+
+def test_fake_cluster_is_strict_like_the_real_one_about_istio():
+  """Without the annotation the sidecar keeps the pod Running (the job never succeeds)
+  and a log read without container= is a 400 naming both containers."""
+  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  body = tfjob.manifest(_spec(worker_replicas=1, namespace="ns"))
+  del body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(body)
+    for _ in range(6):
+      job = k8s.get("train-1", "ns")
+    assert tfjob.job_state(job) == (None, "")
+    pod = cluster.pods["train-1-worker-0"]
+    assert pod["status"]["phase"] == "Running"
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", "istio-proxy"]
+    with pytest.raises(ApiException) as e:
+      client.CoreV1Api(cluster.api_client()).read_namespaced_pod_log("train-1-worker-0", "ns")
+    assert e.value.status == 400
+    assert ("a container name must be specified for pod train-1-worker-0, choose one of: "
+            "[tensorflow istio-proxy]") in e.value.body
+    result = k8s.wait("train-1", "ns", timeout_seconds=0, poll_seconds=0)
+  assert result.state == tfjob.TIMEOUT
+  assert "exiting with 0" in result.logs["train-1-worker-0"]  # Read with container=.
+
+
+def test_a_successful_job_in_an_istio_namespace(tmp_path):
+  with FakeCluster() as cluster:  # Istio injection on, as in multi-user Kubeflow.
+    result = _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded and result.restarts == 0
+  assert result.message == f"TFJob ns/{name} successfully completed."
+  assert set(result.logs) == {f"{name}-worker-0", f"{name}-worker-1"}
+  assert "exiting with 0" in result.logs[f"{name}-worker-0"]
+  logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
+  assert logs and all(q["container"] == ["tensorflow"] for q in logs)
+  posted = cluster.requests[0][3]
+  assert posted["metadata"]["name"] == name and name.endswith("-1700000000")
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
-  assert worker["replicas"] == 3
-  (container,) = worker["template"]["spec"]["containers"]
-  assert container["image"] == "registry.example.com/t:1"
-  assert container["command"] == ["python", "-m", "m", "--job", "gs://b/job.json"]
-  assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+  assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
+  assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
+  assert _methods(cluster)[-1] == ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}")
 
 
-def test_client_wait_times_out():
-  ticks = iter(range(0, 1000, 10))
-  with FakeKubernetes(["Running"]) as k8s:
-    client = k8s.client()
-    client.create(tfjob.manifest(_spec()))
-    result = client.wait("train-1", "kubeflow-user", timeout_seconds=25, poll_seconds=0,
-                         clock=lambda: next(ticks), sleep=lambda s: None)
-  assert result.state == tfjob.TIMEOUT and "did not finish in 25 s" in result.message
-  assert len(result.logs) == 2
+def test_passing_api_server_errors_do_not_end_the_wait_but_many_do(tmp_path):
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns")))
+    cluster.fail_next = tfjob.MAX_POLL_ERRORS
+    result = k8s.wait("train-1", "ns", timeout_seconds=600, poll_seconds=0)
+    assert result.succeeded, result.message
+    k8s.create(tfjob.manifest(_spec(name="train-2", namespace="ns")))
+    cluster.fail_next = tfjob.MAX_POLL_ERRORS + 1
+    with pytest.raises(ApiException, match="503"):
+      k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
+    cluster.fail_next = 0
+    k8s.delete("train-2", "ns")  # Deleted by someone else: a failure, said plainly.
+    result = k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
+  assert result.state == tfjob.FAILED
+  assert result.message == "TFJob ns/train-2 was deleted while the executor waited for it"
 
 
-def test_run_writes_the_job_file_submits_waits_and_deletes(tmp_path):
-  job = _job(tmp_path)
-  settings = tfjob.TFJobSettings(image="img:1", namespace="ns", worker_replicas=2,
-                                 gpus_per_replica=1, tolerations=(TOLERATION,))
-  with FakeKubernetes(["Succeeded"]) as k8s:
-    result = tfjob.run(job, settings, client=k8s.client(), now=lambda: 1700000000)
-  assert result.succeeded
-  body = k8s.created
-  name = body["metadata"]["name"]
-  assert name.startswith("tfx-parallel-train-") and name.endswith("-1700000000")
-  container = body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-  job_uri = container["command"][-1]
-  assert container["command"][:4] == ["python", "-m",
-                                      "tfx_parallel.components.distributed_trainer.tfjob",
-                                      "--job"]
-  assert job_uri == str(tmp_path / "DistributedTrainer" / "_tfjobs" / f"{name}.json")
-  with open(job_uri) as f:
-    assert Job(**json.load(f)) == job
-  assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-  assert ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ns/tfjobs/{name}") in [
-      (m, p) for m, p, _, _ in k8s.requests]
+def test_with_a_chief_the_job_succeeds_when_the_chief_does(tmp_path):
+  """With a Chief replica the operator judges success by the chief alone (tfjob
+  UpdateJobStatus): a worker still running does not hold the job."""
+  script = {"worker-0": [Stuck("CreateContainerConfigError", "secret not found")]}
+  with FakeCluster(script) as cluster:
+    result = _run(cluster, tmp_path, _settings(chief_replicas=1, pending_grace_seconds=1e6))
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded and result.message == f"TFJob ns/{name} successfully completed."
+  assert set(result.logs) == {f"{name}-chief-0", f"{name}-worker-0", f"{name}-worker-1"}
 
 
-def test_run_raises_with_the_logs_when_the_tfjob_fails(tmp_path):
-  settings = tfjob.TFJobSettings(image="img:1", namespace="ns", worker_replicas=2)
-  with FakeKubernetes(["Failed"]) as k8s:
-    with pytest.raises(RuntimeError, match=r"(?s)TFJob ns/tfx-parallel-train-\w+-5 ended Failed: "
-                       r"TFJob is Failed\. Job file: .*log of tfx-parallel-train-\w+-5-worker-1"
-                       ) as e:
-      tfjob.run(_job(tmp_path), settings, client=k8s.client(), now=lambda: 5)
-  assert "DELETE" in [m for m, _, _, _ in k8s.requests]
-  assert "Pod logs" in str(e.value)
+def test_the_operator_conditions_come_in_its_order(tmp_path):
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns")))
+    seen = []
+    for _ in range(5):
+      job = k8s.get("train-1", "ns")
+      seen.append([(c["type"], c["status"]) for c in job["status"]["conditions"]])
+  assert seen[0] == [("Created", "True")]  # Pods created, Pending.
+  assert seen[1] == [("Created", "True"), ("Running", "True")]
+  assert seen[-1] == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
 
+
+def test_a_worker_oom_killed_once_restarts_and_the_job_succeeds(tmp_path):
+  script = {"worker-1": [Exit(137, "OOMKilled"), Exit(0)],
+            "worker-0": [Exit(tfjob.PEER_LOST_EXIT_CODE), Exit(0)]}  # The survivor.
+  with FakeCluster(script) as cluster:
+    result = _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded, result.message
+  assert result.restarts == 1
+  assert cluster.incarnations == {f"{name}-worker-0": 2, f"{name}-worker-1": 2}
+
+
+def test_a_lost_peer_restarts_up_to_the_limit_then_fails_naming_the_cause(tmp_path):
+  # The survivor is worker-1: its exit is recorded last, and is still not the cause.
+  script = {"worker-0": [Exit(137, "OOMKilled")],
+            "worker-1": [Exit(tfjob.PEER_LOST_EXIT_CODE)]}
+  with FakeCluster(script) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(max_restarts=2))
+    name = cluster.deleted_jobs[0]
+  message = str(e.value)
+  assert (f"TFJob ns/{name} ended Failed: TFJob ns/{name}: restarted 3 times, more than the "
+          f"limit of 2 (TFX_PARALLEL_TFJOB_MAX_RESTARTS); last failure: pod {name}-worker-0: "
+          f"container tensorflow exited with code 137 (SIGKILL, e.g. OOM-killed; retryable)") \
+      in message  # From the operator's ExitedWithCode events: the pod itself is gone.
+  assert cluster.incarnations[f"{name}-worker-0"] == 4  # 1 + 3 restarts, then deleted.
+  assert name not in cluster.jobs
+
+
+def test_a_training_error_stops_the_job_at_once(tmp_path):
+  with FakeCluster({"worker-1": [Exit(1)]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+  assert cluster.incarnations[f"{name}-worker-1"] == 1  # Not restarted: 1-127 is permanent.
+  assert (f'job "{name}" is failing because "Worker" replica(s) failed. Last failure: pod '
+          f"{name}-worker-1: container tensorflow exited with code 1 (permanent under "
+          f"restartPolicy ExitCode)") in str(e.value)
+
+
+@pytest.mark.parametrize("outcome,needle", [
+    (Stuck(), 'ImagePullBackOff: Back-off pulling image "registry.example.com/missing:1"'),
+    (Stuck("ErrImagePull", "rpc error: not found"), "ErrImagePull: rpc error: not found"),
+    (Unschedulable(), "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+])
+def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path, outcome,
+                                                                         needle):
+  with FakeCluster({"worker-0": [outcome]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0), seconds_per_poll=10)
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert f"pod {name}-worker-0 is stuck: {needle}" in message
+  assert "more than the 30 s grace period" in message
+  assert polls * 10 <= 30 + 3 * 10  # Seen at poll 2 (10 s a poll), failed 30 s later.
+  # The other pod's log is there; the stuck one says why it has none.
+  assert "exiting with 0" in message or "started" in message
+  if isinstance(outcome, Stuck):
+    assert f'(no log: 400 Bad Request: container "tensorflow" in pod "{name}-worker-0" is ' \
+        f'waiting to start: {outcome.reason})' in message
+
+
+@pytest.mark.parametrize("when", ["create", "wait"])
+def test_sigterm_deletes_the_tfjob(tmp_path, when):
+  """A cancelled KFP run sends SIGTERM to the executor: the TFJob is deleted, also when
+  the signal comes while the create call is in flight."""
+  with FakeCluster({"worker-0": [Stuck()]}) as cluster:
+    def terminate():
+      os.kill(os.getpid(), signal.SIGTERM)
+    if when == "create":
+      cluster.on_create = terminate
+    else:
+      cluster.on_create = lambda: None
+      original = cluster.tick
+      def tick(name):
+        original(name)
+        if cluster.incarnations:
+          terminate()
+      cluster.tick = tick
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(tfjob.ExecutorTerminated, match="SIGTERM.*the TFJob is deleted"):
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
+    assert signal.getsignal(signal.SIGTERM) is previous  # Handler restored.
+    assert len(cluster.deleted_jobs) == 1 and not cluster.jobs
+  assert _methods(cluster)[-1][0] == "DELETE"
 
 @pytest.mark.slow
 def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
@@ -286,3 +398,203 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
                          str(shared)], capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
+
+
+def _checkpoint_steps(directory):
+  import glob  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+  return [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.npz$").search,
+                                       glob.glob(os.path.join(directory, "ckpt-*.npz"))) if m]
+
+
+@pytest.mark.slow
+def test_a_replica_oom_killed_once_restarts_and_resumes_from_its_checkpoint(tmp_path):
+  """The fake kubelet runs the replica entry point for real; the first process is
+  SIGKILLed (exit 137, OOMKilled) after its checkpoint at step >= 100. The operator's
+  ExitCode rule recreates the pod; the new process resumes at the checkpointed step
+  and finishes. One replica in total, so no TF_CONFIG (the operator's isDistributed)."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
+  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                                    layout="multi_worker", steps=400, epochs=1,
+                                    checkpoint_every=50, log_every=50, batch_size=32))
+  killed_after = []
+
+  def oom_now():
+    steps = _checkpoint_steps(job.checkpoint_dir)
+    if steps and max(steps) >= 100:
+      killed_after.append(max(steps))
+      return True
+    return False
+
+  with FakeCluster({"worker-0": [Run(oom_kill_when=oom_now), Run()]}) as cluster:
+    result = tfjob.run(job, _settings(worker_replicas=1, gpus_per_replica=0),
+                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.2)
+    name = cluster.deleted_jobs[0]
+  assert result.succeeded, result.message
+  assert result.restarts == 1 and cluster.incarnations == {f"{name}-worker-0": 2}
+  assert any(e["message"] == f"Pod: ns.{name}-worker-0 exited with code 137"
+             for e in cluster.events)
+  with open(os.path.join(job.history_dir, "history.json")) as f:
+    history = json.load(f)
+  # It resumed at a step the killed process had checkpointed, not from scratch.
+  assert 100 <= history["resumed_from_step"] <= killed_after[0]
+  assert history["records"][-1]["step"] == 400
+  assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
+
+
+# --- The operator's SDK, in its own venv: round trip and strict schema. -------------
+
+SDK_VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        ".venv-tfjob")
+SDK_REQUIREMENTS = ("kubeflow-training==1.9.*",)
+SDK_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfjob_sdk_check.py")
+
+
+def _sdk_python():
+  """The cached venv's python with the training operator's SDK (created on first use,
+  ~30 s with PyPI). Its `kubernetes` pin cannot share TFX 1.16's venv. The base
+  interpreter is this venv's own (TFX_PARALLEL_KFP_PYTHON chooses another)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  python = os.path.join(SDK_VENV, "bin", "python")
+  stamp = os.path.join(SDK_VENV, ".installed")
+  wanted = "\n".join(SDK_REQUIREMENTS)
+  if os.path.exists(stamp) and open(stamp).read() == wanted:
+    return python
+  base = os.environ.get("TFX_PARALLEL_KFP_PYTHON") or os.path.join(
+      sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
+  building = f"{SDK_VENV}.building-{os.getpid()}"
+  shutil.rmtree(building, ignore_errors=True)
+  subprocess.run([base, "-m", "venv", building], check=True, timeout=300)
+  install = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install",
+                            "-q", "--disable-pip-version-check", *SDK_REQUIREMENTS],
+                           capture_output=True, text=True, timeout=900)
+  if install.returncode != 0:
+    shutil.rmtree(building, ignore_errors=True)
+    pytest.fail(f"pip install {' '.join(SDK_REQUIREMENTS)} failed (PyPI reachable?):\n"
+                f"{install.stderr[-3000:]}")
+  with open(os.path.join(building, ".installed"), "w") as f:
+    f.write(wanted)
+  shutil.rmtree(SDK_VENV, ignore_errors=True)
+  os.rename(building, SDK_VENV)
+  return python
+
+
+# The documented settings (docs/KUBEFLOW.md's table), each combination the executor
+# can produce: defaults; everything set; one replica; in the KFP pod's namespace.
+DOCUMENTED_SETTINGS = {
+    "defaults": {},
+    "everything": {
+        "TFX_PARALLEL_TFJOB_WORKERS": "4", "TFX_PARALLEL_TFJOB_CHIEF": "1",
+        "TFX_PARALLEL_TFJOB_GPUS": "2",
+        "TFX_PARALLEL_TFJOB_NODE_SELECTOR": '{"cloud.google.com/gke-accelerator": "nvidia-l4"}',
+        "TFX_PARALLEL_TFJOB_TOLERATIONS": json.dumps(
+            [TOLERATION, {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                          "effect": "NoExecute", "tolerationSeconds": 300}]),
+        "TFX_PARALLEL_TFJOB_RESOURCES": '{"requests": {"cpu": "4", "memory": "16Gi"}, '
+                                        '"limits": {"memory": "32Gi"}}',
+        "TFX_PARALLEL_TFJOB_NAMESPACE": "kubeflow-user", "TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS": "7200",
+        "TFX_PARALLEL_TFJOB_MAX_RESTARTS": "5", "TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS": "600",
+        "TFX_PARALLEL_TFJOB_TTL_SECONDS": "3600"},
+    "one_replica": {"TFX_PARALLEL_TFJOB_WORKERS": "1"},
+    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123", "KFP_NAMESPACE": "team-a",
+                             "KFP_POD_UID": "8d2e1a4c-0000-4000-8000-000000000001"},
+}
+
+
+def _gpu_yaml_settings():
+  """The TFX_PARALLEL_TFJOB_* env of the commented multi-node variant in kubeflow/gpu.yaml."""
+  import re  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(SDK_VENV), "kubeflow", "gpu.yaml")
+  with open(path) as f:
+    found = re.findall(r"^#\s+(TFX_PARALLEL_TFJOB_\w+):\s*(.*)$", f.read(), re.M)
+  return {name: str(yaml.safe_load(value)) for name, value in found}
+
+
+def test_the_multi_node_variant_in_gpu_yaml_is_accepted():
+  env = _gpu_yaml_settings()
+  assert tfjob.ENV_IMAGE in env and len(env) >= 5, env
+  settings = tfjob.settings_from_env(env, "multi_worker", 1)
+  assert settings.worker_replicas == 2 and settings.gpus_per_replica == 4
+  tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-a-1", "gs://b/j.json"))
+
+
+def _documented_manifests():
+  out = {}
+  settings_by_label = dict(DOCUMENTED_SETTINGS, gpu_yaml=_gpu_yaml_settings())
+  for label, env in settings_by_label.items():
+    settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
+                                       "multi_worker", 2)
+    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c", 1.7e9),
+                                               "gs://b/_tfjobs/j.json"))
+  return out
+
+
+@pytest.mark.slow
+def test_documented_manifests_pass_the_operator_sdk_round_trip_and_strict_schema(tmp_path):
+  manifests = _documented_manifests()
+  assert manifests["everything"]["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] == 1
+  # The checker is strict: these two are what the API server would prune or reject.
+  broken = json.loads(json.dumps(manifests["everything"]))
+  pod = broken["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+  pod["tolerations"][1]["toleration_seconds"] = pod["tolerations"][1].pop("tolerationSeconds")
+  manifests["broken_field_name"] = broken
+  mistyped = json.loads(json.dumps(manifests["everything"]))
+  mistyped["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"][1][
+      "tolerationSeconds"] = "300"
+  manifests["broken_type"] = mistyped
+  path = tmp_path / "manifests.json"
+  path.write_text(json.dumps(manifests))
+  proc = subprocess.run([_sdk_python(), SDK_CHECK, str(path)], capture_output=True, text=True,
+                        timeout=300, cwd=str(tmp_path))
+  report = json.loads(proc.stdout or "{}")
+  assert set(report) == set(manifests), proc.stderr[-3000:]
+  for label in list(DOCUMENTED_SETTINGS) + ["gpu_yaml"]:
+    assert report[label] == [], (label, report[label])
+  where = "TFJob.spec.tfReplicaSpecs.Worker.template.spec.tolerations[1]"
+  assert f"{where}: unknown field 'toleration_seconds' in V1Toleration" in report[
+      "broken_field_name"]
+  assert f"{where}.tolerationSeconds: expected int, got '300'" in report["broken_type"]
+  assert any("round trip changed" in e for e in report["broken_type"])
+  assert proc.returncode == 1
+
+
+@pytest.mark.slow
+def test_two_real_workers_one_oom_killed_the_survivor_exits_retryable_and_both_resume(
+    tmp_path):
+  """Two real replicas with the operator's TF_CONFIG (127.0.0.1 services). Worker 1 is
+  SIGKILLed after the chief's step-100 checkpoint; worker 0 loses its peer and exits
+  with PEER_LOST_EXIT_CODE, which the ExitCode rule restarts as well; the recreated
+  pair resumes from the checkpoint and finishes."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
+  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                                    layout="multi_worker", steps=300, epochs=1,
+                                    checkpoint_every=50, log_every=50, batch_size=32))
+  killed_after = []
+
+  def oom_now():
+    steps = _checkpoint_steps(job.checkpoint_dir)
+    if steps and max(steps) >= 100:
+      killed_after.append(max(steps))
+      return True
+    return False
+
+  script = {"worker-1": [Run(oom_kill_when=oom_now), Run()], "worker-0": [Run()]}
+  with FakeCluster(script, local_network=True) as cluster:
+    result = tfjob.run(job, _settings(worker_replicas=2, gpus_per_replica=0,
+                                      timeout_seconds=900.0),
+                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.5)
+    name = cluster.deleted_jobs[0]
+  exits = [e["message"] for e in cluster.events if e["reason"] == "ExitedWithCode"]
+  print(f"restarts={result.restarts} incarnations={cluster.incarnations} exits={exits}")
+  assert result.succeeded, (result.message, exits, result.logs)
+  assert f"Pod: ns.{name}-worker-1 exited with code 137" in exits
+  assert f"Pod: ns.{name}-worker-0 exited with code {tfjob.PEER_LOST_EXIT_CODE}" in exits, exits
+  with open(os.path.join(job.history_dir, "history.json")) as f:
+    history = json.load(f)
+  assert 100 <= history["resumed_from_step"] <= killed_after[0]
+  assert history["records"][-1]["step"] == 300

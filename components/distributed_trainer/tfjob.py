@@ -3,12 +3,16 @@
 A KFP task is a single pod. To train on several nodes, the DistributedTrainer executor
 (running in that pod) submits a TFJob whose replicas run the training entry point of
 the same image, waits for it and returns its logs. The Kubeflow training operator
-injects TF_CONFIG into each replica; `MultiWorkerMirroredStrategy` reads it.
+injects TF_CONFIG into each replica; `MultiWorkerMirroredStrategy` reads it. A TFJob of
+one replica in total gets no TF_CONFIG (the operator treats it as not distributed:
+``isDistributed``, training-operator v1.9.0 pkg/controller.v1/tensorflow/util.go:74);
+that replica trains alone.
 
 Opt-in only: the executor uses this when the trainer layout is ``multi_worker`` AND
 ``TFX_PARALLEL_TFJOB_IMAGE`` is set in its environment (in the compiled pipeline:
 ``components.DistributedTrainer.env``, see kubeflow/gpu.yaml). Otherwise the local
-launcher runs, unchanged. Settings, all read once by :func:`settings_from_env`:
+launcher runs, unchanged. Settings, all read and checked once by
+:func:`settings_from_env` (an unknown ``TFX_PARALLEL_TFJOB_*`` name is an error):
 
     TFX_PARALLEL_TFJOB_IMAGE          image of the replicas (required to opt in)
     TFX_PARALLEL_TFJOB_WORKERS        Worker replicas (default: trainer `workers`)
@@ -18,7 +22,39 @@ launcher runs, unchanged. Settings, all read once by :func:`settings_from_env`:
     TFX_PARALLEL_TFJOB_TOLERATIONS    JSON list of Kubernetes tolerations (default [])
     TFX_PARALLEL_TFJOB_RESOURCES      JSON {"requests": {...}, "limits": {...}} (default {})
     TFX_PARALLEL_TFJOB_NAMESPACE      default: the pod's own namespace, else "default"
-    TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS  default 86400
+    TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS  default 86400; also the TFJob's activeDeadlineSeconds
+    TFX_PARALLEL_TFJOB_MAX_RESTARTS   job restarts allowed after retryable failures (3)
+    TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS  how long a pod may be stuck (image pull,
+                                      unschedulable) before the step fails (300)
+    TFX_PARALLEL_TFJOB_TTL_SECONDS    ttlSecondsAfterFinished (600)
+
+What happens on failure (training-operator v1.9.0, cited per rule):
+
+* ``restartPolicy: ExitCode``: the operator deletes and recreates a Failed pod whose
+  ``tensorflow`` container exited with 128-255, and fails the job on 1-127
+  (pkg/apis/kubeflow.org/v1/common_types.go:183-188; ``IsRetryableExitCode`` is
+  ``exitCode >= 128``, pkg/util/train/train_util.go:24; applied in
+  pkg/controller.v1/common/pod.go:350-375). So a replica OOM-killed (137), preempted or
+  evicted restarts; a Python error (exit 1, e.g. a config or user-code error) stops the
+  job at once; and a surviving worker that lost a peer exits with
+  :data:`PEER_LOST_EXIT_CODE` (>= 128) so that it restarts too. Every replica then
+  restores the last checkpoint.
+* ``runPolicy.backoffLimit`` is not set: with ExitCode, v1.9 counts container restarts
+  of Running pods only (``PastBackoffLimit``, pkg/core/job.go:95-133), while ExitCode
+  pods are deleted and recreated, so the limit never trips (kubeflow/trainer#2045).
+  The executor counts the restarts itself (new pod UIDs per replica) and deletes the
+  job past ``TFX_PARALLEL_TFJOB_MAX_RESTARTS``, naming the last failure it saw.
+* No orphans: the TFJob has an ownerReference to the KFP pod when ``KFP_POD_NAME`` and
+  ``KFP_POD_UID`` are set (the KFP v2 driver sets them through the downward API) and
+  the job is in the pod's namespace; ``activeDeadlineSeconds`` and
+  ``ttlSecondsAfterFinished`` bound it even if the executor is killed; SIGTERM deletes it.
+* Istio: the replica pods carry ``sidecar.istio.io/inject: "false"`` (as the operator's
+  own SDK does, sdk/python/kubeflow/training/utils/utils.py:259): with a sidecar a pod
+  never reaches ``Succeeded`` and the operator's success test needs that phase
+  (``IsWorker0Completed``, pkg/controller.v1/tensorflow/tfjob_controller.go:608-628).
+  Logs are read from the ``tensorflow`` container (the API server answers 400 without
+  ``container=`` on a pod with two containers: ``validateContainer`` in kubernetes
+  pkg/registry/core/pod/strategy.go).
 
 The job file is written next to the checkpoints under the pipeline root, which the
 replicas must reach (gs://, s3://, or a shared volume mounted at the same path). The
@@ -27,25 +63,51 @@ which copies the job file to local disk (train.py reads a local file) and runs
 ``train.main``.
 """
 import argparse
+import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
+import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
-# The training operator injects TF_CONFIG into the container with this name only.
+# The training operator injects TF_CONFIG into the container with this name only, and
+# reads its exit code (TFJobDefaultContainerName, pkg/apis/kubeflow.org/v1/tensorflow_types.go:26).
 CONTAINER_NAME = "tensorflow"
 GPU_RESOURCE = "nvidia.com/gpu"
 # Label the training operator puts on every replica pod of a job.
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
 ENV_PREFIX = "TFX_PARALLEL_TFJOB_"
 ENV_IMAGE = ENV_PREFIX + "IMAGE"
+# Set by the KFP v2 driver on every executor container through the downward API
+# (kubeflow/pipelines backend/src/v2/component/constants.go: EnvPodName, EnvPodUID).
+ENV_KFP_POD_NAME, ENV_KFP_POD_UID, ENV_KFP_NAMESPACE = (
+    "KFP_POD_NAME", "KFP_POD_UID", "KFP_NAMESPACE")
 _NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 SUCCEEDED, FAILED, TIMEOUT = "Succeeded", "Failed", "Timeout"
+RESTARTING = "Restarting"
+
+# Exit code of a worker that stopped because a peer was lost (train.py returns it).
+# Under restartPolicy ExitCode, 128-255 restarts the pod and 1-127 fails the job
+# (IsRetryableExitCode: exitCode >= 128, pkg/util/train/train_util.go:24), so a lost
+# peer restarts the whole job from its checkpoint. 200 is no signal's 128+n.
+PEER_LOST_EXIT_CODE = 200
+# Consecutive failed polls (API server 5xx/429, connection errors) tolerated in a wait.
+MAX_POLL_ERRORS = 5
+# Container waiting reasons that mean the pod will not start by itself soon.
+STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
+# DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
+# tfjob_webhook.go:75).
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +115,7 @@ class TFJobSpec:
   """What one TFJob runs and where; :func:`manifest` turns it into the resource.
 
   Attributes:
-    name: TFJob name (DNS-1123 label, <= 63 characters).
+    name: TFJob name (DNS-1035 label, <= 63 characters).
     namespace: Kubernetes namespace.
     image: container image of every replica.
     command: the replica container's command (argv).
@@ -64,6 +126,9 @@ class TFJobSpec:
     node_selector: node labels the replica pods must match.
     tolerations: Kubernetes tolerations (dicts in the API's camelCase).
     env: environment of the replica container (TF_CONFIG is left to the operator).
+    owner: (name, uid) of the pod that owns the TFJob (the KFP pod), or None.
+    active_deadline_seconds: runPolicy.activeDeadlineSeconds, or None.
+    ttl_seconds_after_finished: runPolicy.ttlSecondsAfterFinished, or None.
   """
   name: str
   namespace: str
@@ -76,13 +141,15 @@ class TFJobSpec:
   node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
   tolerations: Tuple[Mapping[str, Any], ...] = ()
   env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  owner: Optional[Tuple[str, str]] = None
+  active_deadline_seconds: Optional[int] = None
+  ttl_seconds_after_finished: Optional[int] = None
 
   def validate(self) -> "TFJobSpec":
-    if not (0 < len(self.name) <= 63 and self.name.replace("-", "a").isalnum()
-            and self.name == self.name.lower() and self.name[0].isalnum()
-            and self.name[-1].isalnum()):
-      raise ValueError(f"TFJob name must be a DNS-1123 label of <= 63 characters. "
-                       f"Received: name={self.name!r}")
+    if not (len(self.name) <= 63 and _DNS1035.match(self.name)):
+      raise ValueError(f"TFJob name must be a DNS-1035 label (a lower-case letter, then "
+                       f"[-a-z0-9], <= 63 characters; the operator's webhook checks "
+                       f"this). Received: name={self.name!r}")
     if not self.image or not self.command:
       raise ValueError(f"TFJob needs an image and a command. Received: image={self.image!r}, "
                        f"command={list(self.command)!r}")
@@ -92,6 +159,10 @@ class TFJobSpec:
                        f"chief_replicas={self.chief_replicas}")
     if self.gpus_per_replica < 0:
       raise ValueError(f"gpus_per_replica must be >= 0. Received: {self.gpus_per_replica}")
+    for key in ("active_deadline_seconds", "ttl_seconds_after_finished"):
+      value = getattr(self, key)
+      if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"{key} must be a positive integer. Received: {value!r}")
     return self
 
 
@@ -108,10 +179,11 @@ def _replica(spec: TFJobSpec, replicas: int) -> Dict[str, Any]:
     pod["nodeSelector"] = dict(spec.node_selector)
   if spec.tolerations:
     pod["tolerations"] = [dict(t) for t in spec.tolerations]
-  # ExitCode: the operator restarts a replica only on retryable exit codes (signals,
-  # e.g. a preempted node: 128+); a training error (1-127) fails the job.
+  # ExitCode: 128-255 (signals: OOM-kill, preemption; and PEER_LOST_EXIT_CODE) restarts
+  # the pod, 1-127 (a training or config error) fails the job. See the module docstring.
   return {"replicas": replicas, "restartPolicy": "ExitCode",
-          "template": {"spec": pod}}
+          "template": {"metadata": {"annotations": {ISTIO_INJECT_ANNOTATION: "false"}},
+                       "spec": pod}}
 
 
 def manifest(spec: TFJobSpec) -> Dict[str, Any]:
@@ -120,15 +192,24 @@ def manifest(spec: TFJobSpec) -> Dict[str, Any]:
   replica_specs = {"Worker": _replica(spec, spec.worker_replicas)}
   if spec.chief_replicas:
     replica_specs["Chief"] = _replica(spec, spec.chief_replicas)
+  metadata = {"name": spec.name, "namespace": spec.namespace,
+              "labels": {"app.kubernetes.io/part-of": "tfx-parallel"}}
+  if spec.owner:
+    # Kubernetes' garbage collector deletes the TFJob (and so its pods) with the pod.
+    metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod",
+                                    "name": spec.owner[0], "uid": spec.owner[1]}]
+  # cleanPodPolicy None keeps finished pods so that their logs can be read; deleting
+  # the TFJob removes them. No backoffLimit: see the module docstring.
+  run_policy: Dict[str, Any] = {"cleanPodPolicy": "None"}
+  if spec.active_deadline_seconds is not None:
+    run_policy["activeDeadlineSeconds"] = spec.active_deadline_seconds
+  if spec.ttl_seconds_after_finished is not None:
+    run_policy["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
   return {
       "apiVersion": f"{GROUP}/{VERSION}",
       "kind": KIND,
-      "metadata": {"name": spec.name, "namespace": spec.namespace,
-                   "labels": {"app.kubernetes.io/part-of": "tfx-parallel"}},
-      # cleanPodPolicy None keeps finished pods so that their logs can be read;
-      # deleting the TFJob removes them.
-      "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 3},
-               "tfReplicaSpecs": replica_specs},
+      "metadata": metadata,
+      "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replica_specs},
   }
 
 
@@ -140,16 +221,133 @@ def job_state(tfjob: Mapping[str, Any]) -> Tuple[Optional[str], str]:
   return None, ""
 
 
+def _condition_message(tfjob: Mapping[str, Any], kind: str) -> str:
+  for condition in (tfjob.get("status") or {}).get("conditions") or []:
+    if condition.get("type") == kind and condition.get("status") == "True":
+      return condition.get("message", "")
+  return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class TFJobResult:
   """How a TFJob ended: SUCCEEDED, FAILED or TIMEOUT, with each replica pod's log."""
   state: str
   message: str
   logs: Dict[str, str]
+  restarts: int = 0
 
   @property
   def succeeded(self) -> bool:
     return self.state == SUCCEEDED
+
+
+def describe_exit(code: int, reason: str = "") -> str:
+  """'exited with code 137 (OOMKilled)'-style text for a container's terminated state."""
+  if reason and reason not in ("Error", "Completed"):
+    why = reason
+  elif code == PEER_LOST_EXIT_CODE:
+    why = "lost a peer; retryable"
+  elif 128 < code < 128 + 65:
+    try:
+      sig = signal.Signals(code - 128).name
+    except ValueError:
+      sig = f"signal {code - 128}"
+    why = f"{sig}{', e.g. OOM-killed' if sig == 'SIGKILL' else ''}; retryable"
+  elif code >= 128:
+    why = "retryable"
+  else:
+    why = "permanent under restartPolicy ExitCode"
+  return f"exited with code {code} ({why})"
+
+
+# The operator's event for each terminated `tensorflow` container it reconciles
+# (pkg/controller.v1/common/pod.go:346, reason exitedWithCodeReason, pod.go:50). It is
+# the one record of a failed pod that survives: under ExitCode the operator deletes the
+# pod in the same reconcile (pod.go:350-366), usually before a poll can see it.
+EXITED_WITH_CODE = "ExitedWithCode"
+_EXITED = re.compile(r"^Pod: (?P<namespace>[^.]+)\.(?P<pod>\S+) exited with code (?P<code>\d+)$")
+
+
+class PodWatch:
+  """What the executor has seen of a job's pods across polls, and when to give up.
+
+  Pure: feed it the pods (the API's JSON, camelCase) and the time with :meth:`observe`,
+  and the job's events with :meth:`cause`. Restarts are counted as the most
+  incarnations (pod UIDs) any one replica has had, minus one: a lost peer restarts
+  every replica once, which is one job restart.
+  """
+
+  def __init__(self, max_restarts: int, grace_seconds: float):
+    self.max_restarts = max_restarts
+    self.grace_seconds = grace_seconds
+    self._uids: Dict[str, List[str]] = {}
+    self._stuck_since: Dict[Tuple[str, str], float] = {}
+    self._reasons: Dict[Tuple[str, int], str] = {}  # (pod, exit code) -> kubelet reason
+    self._seen: List[Tuple[str, int]] = []  # Failed exits seen on pods, in order.
+
+  @property
+  def restarts(self) -> int:
+    return max((len(uids) - 1 for uids in self._uids.values()), default=0)
+
+  def observe(self, pods: Sequence[Mapping[str, Any]], now: float) -> Optional[str]:
+    """A message when a pod has been stuck past the grace period, else None."""
+    stuck_now = set()
+    for pod in pods:
+      meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+      name, uid = meta.get("name", "?"), meta.get("uid", "")
+      seen = self._uids.setdefault(name, [])
+      if uid and uid not in seen:
+        seen.append(uid)
+      for container in status.get("containerStatuses") or []:
+        if container.get("name") != CONTAINER_NAME:
+          continue
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated and terminated.get("exitCode", 0) != 0:
+          key = (name, int(terminated["exitCode"]))
+          self._reasons[key] = terminated.get("reason", "")
+          if key not in self._seen:
+            self._seen.append(key)
+        if waiting and waiting.get("reason") in STUCK_REASONS:
+          stuck_now.add((name, waiting["reason"], waiting.get("message", "")))
+      for condition in status.get("conditions") or []:
+        if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"):
+          stuck_now.add((name, "Unschedulable", condition.get("message", "")))
+    keys = {(name, reason) for name, reason, _ in stuck_now}
+    self._stuck_since = {k: t for k, t in self._stuck_since.items() if k in keys}
+    for name, reason, message in sorted(stuck_now):
+      since = self._stuck_since.setdefault((name, reason), now)
+      if now - since >= self.grace_seconds:
+        return (f"pod {name} is stuck: {reason}: {message} (for {now - since:g} s, "
+                f"more than the {self.grace_seconds:g} s grace period)")
+    return None
+
+  @property
+  def over_limit(self) -> bool:
+    return self.restarts > self.max_restarts
+
+  def cause(self, events: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The last failure: the latest non-zero exit of a replica that did not merely lose
+    a peer (else the latest exit), from the operator's events, else from the pods."""
+    exits = []
+    for event in events:
+      match = _EXITED.match(event.get("message") or "")
+      if event.get("reason") == EXITED_WITH_CODE and match and int(match["code"]) != 0:
+        when = event.get("lastTimestamp") or event.get("eventTime") or ""
+        exits.append((when, match["pod"], int(match["code"])))
+    found = [(pod, code) for _, pod, code in sorted(exits)] or list(self._seen)
+    if not found:
+      return ""
+    own = [f for f in found if f[1] != PEER_LOST_EXIT_CODE]
+    pod, code = (own or found)[-1]
+    return (f"pod {pod}: container {CONTAINER_NAME} "
+            + describe_exit(code, self._reasons.get((pod, code), "")))
+
+  def budget_message(self, cause: str, restarting_message: str = "") -> str:
+    return (f"restarted {self.restarts} times, more than the limit of {self.max_restarts} "
+            f"({ENV_PREFIX}MAX_RESTARTS); last failure: "
+            f"{cause or restarting_message or 'not recorded'}")
 
 
 class TFJobClient:
@@ -164,6 +362,7 @@ class TFJobClient:
     from kubernetes import client  # pylint: disable=g-import-not-at-top
     if api_client is None:
       api_client = _default_api_client()
+    self._api = api_client
     self._custom = client.CustomObjectsApi(api_client)
     self._core = client.CoreV1Api(api_client)
 
@@ -178,27 +377,101 @@ class TFJobClient:
   def delete(self, name: str, namespace: str) -> None:
     self._custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
+  def pods(self, name: str, namespace: str) -> List[Dict[str, Any]]:
+    """The job's replica pods as the API's JSON (camelCase)."""
+    found = self._core.list_namespaced_pod(namespace,
+                                           label_selector=f"{JOB_NAME_LABEL}={name}")
+    return [self._api.sanitize_for_serialization(pod) for pod in found.items]
+
+  def events(self, name: str, namespace: str) -> List[Dict[str, Any]]:
+    """The events about the TFJob (the operator's ExitedWithCode, Restarting, ...);
+    [] when they cannot be read (e.g. no RBAC for events): they only name a cause."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    try:
+      found = self._core.list_namespaced_event(
+          namespace, field_selector=f"involvedObject.kind={KIND},involvedObject.name={name}")
+    except ApiException:
+      return []
+    return [self._api.sanitize_for_serialization(e) for e in found.items]
+
   def logs(self, name: str, namespace: str) -> Dict[str, str]:
-    """Pod name -> log of every replica pod of the job."""
-    pods = self._core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={name}")
-    return {pod.metadata.name: self._core.read_namespaced_pod_log(pod.metadata.name, namespace)
-            for pod in pods.items}
+    """Pod name -> log of the `tensorflow` container of every replica pod. A pod whose
+    log cannot be read (still starting, just recreated, gone) gets the API's answer
+    instead of its log; it does not hide the others."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    out = {}
+    try:
+      pods = self.pods(name, namespace)
+    except ApiException as e:
+      return {"(pods)": f"(could not list pods: {e.status} {e.reason}: {_body(e)})"}
+    for pod in pods:
+      pod_name = pod["metadata"]["name"]
+      try:
+        out[pod_name] = self._core.read_namespaced_pod_log(pod_name, namespace,
+                                                           container=CONTAINER_NAME)
+      except ApiException as e:
+        out[pod_name] = f"(no log: {e.status} {e.reason}: {_body(e)})"
+    return out
 
   def wait(self, name: str, namespace: str, timeout_seconds: float,
-           poll_seconds: float = 10.0,
+           poll_seconds: float = 10.0, max_restarts: int = 3,
+           grace_seconds: float = 300.0,
            clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep) -> TFJobResult:
-    """Polls the job's conditions until Succeeded/Failed or the timeout; never raises on
-    the job's outcome. Returns the state, the operator's message and the pods' logs."""
+    """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
+    grace period, too many restarts, or the timeout; never raises on the job's
+    outcome. Returns the state, the message and the pods' logs."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    import urllib3  # pylint: disable=g-import-not-at-top
     deadline = clock() + timeout_seconds
+    watch = PodWatch(max_restarts, grace_seconds)
+    errors = 0
     while True:
-      state, message = job_state(self.get(name, namespace))
-      if state is None and clock() >= deadline:
-        state, message = TIMEOUT, f"TFJob {namespace}/{name} did not finish in " \
-                                  f"{timeout_seconds:g} s"
+      try:
+        job = self.get(name, namespace)
+        pods = self.pods(name, namespace)
+        errors = 0
+      except ApiException as e:
+        if e.status == 404:  # Deleted behind our back (by hand, or with its owner).
+          return TFJobResult(state=FAILED, message=f"TFJob {namespace}/{name} was deleted "
+                             f"while the executor waited for it", logs={},
+                             restarts=watch.restarts)
+        if not (e.status == 429 or (e.status or 0) >= 500) or errors >= MAX_POLL_ERRORS:
+          raise
+        errors += 1  # A passing API server error must not cost a day of training.
+        sleep(poll_seconds)
+        continue
+      except urllib3.exceptions.HTTPError:
+        if errors >= MAX_POLL_ERRORS:
+          raise
+        errors += 1
+        sleep(poll_seconds)
+        continue
+      state, message = job_state(job)
+      stuck = watch.observe(pods, clock())
+      if state == FAILED:
+        cause = watch.cause(self.events(name, namespace))
+        if cause:
+          message = f"{message} Last failure: {cause}"
+      elif state is None and stuck:
+        state, message = FAILED, f"TFJob {namespace}/{name}: {stuck}"
+      elif state is None and watch.over_limit:
+        state, message = FAILED, f"TFJob {namespace}/{name}: " + watch.budget_message(
+            watch.cause(self.events(name, namespace)), _condition_message(job, RESTARTING))
+      elif state is None and clock() >= deadline:
+        state, message = TIMEOUT, (f"TFJob {namespace}/{name} did not finish in "
+                                   f"{timeout_seconds:g} s")
       if state is not None:
-        return TFJobResult(state=state, message=message, logs=self.logs(name, namespace))
+        return TFJobResult(state=state, message=message, logs=self.logs(name, namespace),
+                           restarts=watch.restarts)
       sleep(poll_seconds)
+
+
+def _body(e) -> str:
+  try:
+    return json.loads(e.body).get("message", e.body)
+  except (TypeError, ValueError, AttributeError):
+    return str(e.body)
 
 
 def _default_api_client():
@@ -224,9 +497,25 @@ class TFJobSettings:
   tolerations: Tuple[Mapping[str, Any], ...] = ()
   resources: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
   timeout_seconds: float = 86400.0
+  max_restarts: int = 3
+  pending_grace_seconds: float = 300.0
+  ttl_seconds: int = 600
+  owner: Optional[Tuple[str, str]] = None
 
 
-def _own_namespace() -> str:
+# Setting suffix -> (TFJobSettings field, parser name); the one list of known names.
+_SETTINGS = {
+    "IMAGE": "image", "NAMESPACE": "namespace", "WORKERS": "worker_replicas",
+    "CHIEF": "chief_replicas", "GPUS": "gpus_per_replica", "NODE_SELECTOR": "node_selector",
+    "TOLERATIONS": "tolerations", "RESOURCES": "resources",
+    "TIMEOUT_SECONDS": "timeout_seconds", "MAX_RESTARTS": "max_restarts",
+    "PENDING_GRACE_SECONDS": "pending_grace_seconds", "TTL_SECONDS": "ttl_seconds",
+}
+
+
+def _own_namespace(environ: Mapping[str, str]) -> str:
+  if environ.get(ENV_KFP_NAMESPACE):
+    return environ[ENV_KFP_NAMESPACE]
   try:
     with open(_NAMESPACE_FILE) as f:
       return f.read().strip() or "default"
@@ -234,13 +523,69 @@ def _own_namespace() -> str:
     return "default"
 
 
+def _check_model(value: Any, model: str, where: str) -> None:
+  """Checks `value` (API JSON, camelCase) against a model of the `kubernetes` client
+  (generated from the Kubernetes OpenAPI spec): field names and types. Raises
+  ValueError naming `where` and the field."""
+  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  if model.startswith("list["):
+    if not isinstance(value, list):
+      raise ValueError(f"{where}: expected a list. Received: {value!r}")
+    for i, item in enumerate(value):
+      _check_model(item, model[5:-1], f"{where}[{i}]")
+    return
+  if model.startswith("dict("):
+    inner = model[5:-1].split(", ", 1)[1]
+    if not isinstance(value, dict):
+      raise ValueError(f"{where}: expected a JSON object. Received: {value!r}")
+    for key, item in value.items():
+      _check_model(item, inner, f"{where}.{key}")
+    return
+  scalars = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
+  if model in scalars:
+    ok = isinstance(value, scalars[model]) and not (model == "int" and isinstance(value, bool))
+    if not ok:
+      raise ValueError(f"{where}: expected {model}. Received: {value!r} "
+                       f"({type(value).__name__})")
+    return
+  cls = getattr(client, model)
+  if not isinstance(value, dict):
+    raise ValueError(f"{where}: expected a JSON object ({model}). Received: {value!r}")
+  by_json = {json_name: attr for attr, json_name in cls.attribute_map.items()}
+  for key, item in value.items():
+    if key not in by_json:
+      near = difflib.get_close_matches(key, list(by_json), n=1)
+      hint = f" Did you mean {near[0]!r}?" if near else ""
+      raise ValueError(f"{where}: unknown field {key!r} for {model} (known: "
+                       f"{sorted(by_json)}).{hint}")
+    _check_model(item, cls.openapi_types[by_json[key]], f"{where}.{key}")
+
+
+def _check_quantities(resources: Mapping[str, Any], where: str) -> None:
+  from kubernetes.utils import parse_quantity  # pylint: disable=g-import-not-at-top
+  for kind in ("requests", "limits"):
+    for resource, quantity in (resources.get(kind) or {}).items():
+      try:
+        parse_quantity(quantity)
+      except ValueError:
+        raise ValueError(f"{where}.{kind}.{resource}: not a Kubernetes quantity. Received: "
+                         f"{quantity!r}") from None
+
+
 def settings_from_env(environ: Mapping[str, str], layout: str,
                       workers: int) -> Optional[TFJobSettings]:
   """TFJob settings when opted in (layout multi_worker and TFX_PARALLEL_TFJOB_IMAGE
-  set), else None. Raises ValueError naming the variable on a bad value."""
+  set), else None. Raises ValueError naming the variable on an unknown name or a bad
+  value (types and field names of JSON settings, Kubernetes quantities)."""
   image = environ.get(ENV_IMAGE, "")
   if layout != "multi_worker" or not image:
     return None
+  for name in sorted(environ):
+    if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX):] not in _SETTINGS:
+      known = [ENV_PREFIX + s for s in _SETTINGS]
+      near = difflib.get_close_matches(name, known, n=1)
+      hint = f" Did you mean {near[0]}?" if near else ""
+      raise ValueError(f"{name}: unknown TFJob setting.{hint} Known: {', '.join(known)}")
 
   def read(suffix, parse, default):
     name = ENV_PREFIX + suffix
@@ -251,28 +596,62 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
     except ValueError as e:
       raise ValueError(f"{name}: cannot parse {environ[name]!r}: {e}") from None
 
-  def json_of(kind):
+  def json_of(model):
     def parse(text):
       value = json.loads(text)
-      if not isinstance(value, kind):
-        raise ValueError(f"expected a JSON {kind.__name__}")
+      _check_model(value, model, "value")
       return value
     return parse
 
+  def count(minimum):
+    def parse(text):
+      value = int(text)
+      if value < minimum:
+        raise ValueError(f"must be >= {minimum}")
+      return value
+    return parse
+
+  def chief(text):
+    if text not in ("0", "1"):
+      raise ValueError("must be 0 or 1 (the webhook allows one Chief)")
+    return int(text)
+
+  def seconds(text):
+    value = float(text)
+    if not value > 0:
+      raise ValueError("must be > 0")
+    return value
+
+  resources = read("RESOURCES", json_of("V1ResourceRequirements"), {})
+  try:
+    _check_quantities(resources, "value")
+  except ValueError as e:
+    raise ValueError(f"{ENV_PREFIX}RESOURCES: {e}") from None
+  namespace = read("NAMESPACE", str, None) or _own_namespace(environ)
+  owner = None
+  if environ.get(ENV_KFP_POD_NAME) and environ.get(ENV_KFP_POD_UID) \
+      and namespace == _own_namespace(environ):
+    # An owner in another namespace counts as absent: the garbage collector would
+    # delete the TFJob at once. So only in the pod's own namespace.
+    owner = (environ[ENV_KFP_POD_NAME], environ[ENV_KFP_POD_UID])
   return TFJobSettings(
       image=image,
-      namespace=read("NAMESPACE", str, None) or _own_namespace(),
-      worker_replicas=read("WORKERS", int, workers),
-      chief_replicas=read("CHIEF", int, 0),
-      gpus_per_replica=read("GPUS", int, 0),
-      node_selector=read("NODE_SELECTOR", json_of(dict), {}),
-      tolerations=tuple(read("TOLERATIONS", json_of(list), [])),
-      resources=read("RESOURCES", json_of(dict), {}),
-      timeout_seconds=read("TIMEOUT_SECONDS", float, 86400.0))
+      namespace=namespace,
+      worker_replicas=read("WORKERS", count(1), workers),
+      chief_replicas=read("CHIEF", chief, 0),
+      gpus_per_replica=read("GPUS", count(0), 0),
+      node_selector=read("NODE_SELECTOR", json_of("dict(str, str)"), {}),
+      tolerations=tuple(read("TOLERATIONS", json_of("list[V1Toleration]"), [])),
+      resources=resources,
+      timeout_seconds=read("TIMEOUT_SECONDS", seconds, 86400.0),
+      max_restarts=read("MAX_RESTARTS", count(0), 3),
+      pending_grace_seconds=read("PENDING_GRACE_SECONDS", seconds, 300.0),
+      ttl_seconds=read("TTL_SECONDS", count(1), 600),
+      owner=owner)
 
 
 def job_name(checkpoint_dir: str, now: float) -> str:
-  """A fresh DNS-1123 name per submission: the checkpoint digest and a timestamp."""
+  """A fresh DNS-1035 name per submission: the checkpoint digest and a timestamp."""
   digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:10]
   return f"tfx-parallel-train-{digest}-{int(now)}"
 
@@ -290,32 +669,65 @@ def spec_for(settings: TFJobSettings, name: str, job_uri: str) -> TFJobSpec:
                    gpus_per_replica=settings.gpus_per_replica,
                    resources=settings.resources, node_selector=settings.node_selector,
                    tolerations=settings.tolerations,
-                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+                   owner=settings.owner,
+                   active_deadline_seconds=max(1, int(settings.timeout_seconds)),
+                   ttl_seconds_after_finished=settings.ttl_seconds)
+
+
+class ExecutorTerminated(RuntimeError):
+  """The executor got SIGTERM (a cancelled KFP run) while its TFJob ran."""
+
+
+@contextlib.contextmanager
+def _raise_on_sigterm() -> Iterator[None]:
+  """SIGTERM raises ExecutorTerminated in the main thread, so that `finally` blocks
+  (the TFJob's delete) run; the previous handler comes back afterwards."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def handler(signum, frame):  # pylint: disable=unused-argument
+    raise ExecutorTerminated(f"received signal {signum} (SIGTERM)")
+
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
-        now: Callable[[], float] = time.time) -> TFJobResult:
+        now: Callable[[], float] = time.time, poll_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic) -> TFJobResult:
   """Writes `job` (a train.Job) beside its checkpoints, submits the TFJob, waits, and
-  deletes it. Raises RuntimeError naming the job and quoting the logs on failure."""
+  deletes it, also on SIGTERM. Raises RuntimeError naming the job and the cause and
+  quoting the logs on failure."""
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   name = job_name(job.checkpoint_dir, now())
   job_dir = os.path.join(os.path.dirname(os.path.dirname(job.checkpoint_dir.rstrip("/"))),
                          "_tfjobs")
   job_uri = os.path.join(job_dir, name + ".json")
+  body = manifest(spec_for(settings, name, job_uri))  # Checks the spec before any I/O.
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
-  body = manifest(spec_for(settings, name, job_uri))
   client = client or TFJobClient()
-  client.create(body)
-  logging.info("Submitted TFJob %s/%s (%d workers, %d GPUs each); job file %s",
-               settings.namespace, name, settings.worker_replicas,
-               settings.gpus_per_replica, job_uri)
-  try:
-    result = client.wait(name, settings.namespace, settings.timeout_seconds)
-  finally:
-    client.delete(name, settings.namespace)
+  with _raise_on_sigterm():
+    try:
+      client.create(body)  # Inside the try: a SIGTERM during the call still deletes.
+      logging.info("Submitted TFJob %s/%s (%d workers, %d GPUs each); job file %s",
+                   settings.namespace, name, settings.worker_replicas,
+                   settings.gpus_per_replica, job_uri)
+      result = client.wait(name, settings.namespace, settings.timeout_seconds,
+                           poll_seconds=poll_seconds, max_restarts=settings.max_restarts,
+                           grace_seconds=settings.pending_grace_seconds, clock=clock)
+    except ExecutorTerminated as e:
+      raise ExecutorTerminated(f"TFJob {settings.namespace}/{name}: the executor {e}; "
+                               f"the TFJob is deleted. Job file: {job_uri}") from None
+    finally:
+      _delete_quietly(client, name, settings.namespace)
   for pod, text in sorted(result.logs.items()):
     logging.info("TFJob pod %s log (last 2000 characters):\n%s", pod, text[-2000:])
   if not result.succeeded:
@@ -324,6 +736,17 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
     raise RuntimeError(f"TFJob {settings.namespace}/{name} ended {result.state}: "
                        f"{result.message}. Job file: {job_uri}. Pod logs:\n{tails}")
   return result
+
+
+def _delete_quietly(client, name: str, namespace: str) -> None:
+  """Deletes the TFJob; a failure to delete is logged, not raised over the job's own
+  outcome (ownerReference, activeDeadlineSeconds and the TTL still bound it)."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  try:
+    client.delete(name, namespace)
+  except Exception as e:  # pylint: disable=broad-except
+    if getattr(e, "status", None) != 404:
+      logging.error("Could not delete TFJob %s/%s: %s", namespace, name, e)
 
 
 # --- Replica side: fetch the job file, then train. -----------------------------------

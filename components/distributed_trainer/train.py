@@ -352,8 +352,9 @@ def main(argv=None) -> int:
   return 0
 
 
-# Exit code of a worker that stopped because a peer failed.
-PEER_FAILED_EXIT_CODE = 3
+# Exit code of a worker that stopped because a peer failed: retryable (>= 128) under a
+# TFJob's restartPolicy ExitCode; the constant and the reason live in tfjob.py.
+from tfx_parallel.components.distributed_trainer.tfjob import PEER_LOST_EXIT_CODE as PEER_FAILED_EXIT_CODE  # noqa: E402,E501  pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 if __name__ == "__main__":

@@ -1,0 +1,524 @@
+"""A fake Kubernetes API server with the Kubeflow training operator and a kubelet
+behind it, for tests/test_kubeflow_tfjob.py. Real HTTP on 127.0.0.1; clients use the
+real `kubernetes` package.
+
+Each rule follows the real source, cited where it is implemented:
+  [pod.go]     kubeflow/training-operator v1.9.0 pkg/controller.v1/common/pod.go
+  [tfjob]      ... pkg/controller.v1/tensorflow/tfjob_controller.go
+  [util.go]    ... pkg/controller.v1/tensorflow/util.go
+  [status.go]  ... pkg/util/status.go
+  [train_util] ... pkg/util/train/train_util.go
+  [core/pod]   ... pkg/core/pod.go
+  [strategy]   kubernetes pkg/registry/core/pod/strategy.go (validateContainer)
+  [kubelet]    kubernetes pkg/kubelet/kubelet_pods.go (validateContainerLogStatus)
+
+The operator reconciles once per GET of the TFJob (the executor polls with GET), after
+the kubelet has moved every pod one step, so that a test is deterministic. What each
+replica's container does is scripted per incarnation (the operator recreates a pod on
+a retryable exit): `Exit(code, reason)` runs one step then terminates; `Stuck(reason,
+message)` waits forever (image pull); `Unschedulable(message)` is never scheduled.
+When the namespace has Istio injection (the default here, as in multi-user Kubeflow),
+a pod without `sidecar.istio.io/inject: "false"` gets a second container,
+`istio-proxy`, that keeps running, so the pod stays in phase Running.
+"""
+import copy
+import datetime
+import dataclasses
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Dict, List, Optional
+from urllib.parse import parse_qs, urlparse
+
+CONTAINER = "tensorflow"  # TFJobDefaultContainerName, tensorflow_types.go:26
+ISTIO_PROXY = "istio-proxy"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+NO_EXIT_CODE = 0xbeef  # "magic number" when the container has not terminated [pod.go:340]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exit:
+  code: int
+  reason: str = ""  # e.g. OOMKilled; else Completed (0) or Error, as the kubelet says.
+
+
+@dataclasses.dataclass(frozen=True)
+class Stuck:
+  reason: str = "ImagePullBackOff"
+  message: str = 'Back-off pulling image "registry.example.com/missing:1"'
+
+
+@dataclasses.dataclass(frozen=True)
+class Unschedulable:
+  message: str = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """Runs the container's command for real (``python`` is this interpreter), with the
+  container's env (and the operator's TF_CONFIG). When `oom_kill_when()` turns true
+  while it runs, the process gets SIGKILL, as from the kernel's OOM killer, and the
+  kubelet reports exit code 137 with reason OOMKilled."""
+  oom_kill_when: Optional[Callable[[], bool]] = None
+
+
+def _free_port() -> int:
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+
+def _retryable(code: int) -> bool:
+  return code >= 128  # IsRetryableExitCode [train_util:24]
+
+
+class FakeCluster:
+  """API server + training operator + kubelet. `script` maps "worker-0" (replica type
+  in lower case, index) to the outcomes of its successive incarnations; the last one
+  repeats. Unscripted replicas exit 0."""
+
+  def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True,
+               local_network=False):
+    self.script = dict(script or {})
+    self.local_network = local_network
+    self.ports: Dict[str, int] = {}
+    self.istio_injection = istio_injection
+    self.requests = []  # (method, path, query, body)
+    self.jobs: Dict[str, dict] = {}
+    self.pods: Dict[str, dict] = {}
+    self.incarnations: Dict[str, int] = {}
+    self.outcomes: Dict[str, object] = {}
+    self.events: List[dict] = []
+    self.procs: Dict[str, subprocess.Popen] = {}
+    self.oom_killed: Dict[str, bool] = {}
+    self._logdir = tempfile.mkdtemp(prefix="fake_kube_")
+    self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    self.deleted_jobs: List[str] = []
+    self.fail_next = 0  # GETs to answer with 503 before answering again.
+    self.on_create = None  # Called in the server thread after a TFJob POST is stored,
+    # before it is answered.
+    self._uids = itertools.count(1)
+    self._lock = threading.Lock()
+    fake = self
+
+    class Handler(BaseHTTPRequestHandler):
+
+      def log_message(self, *args):
+        pass
+
+      def reply(self, code, body, content_type="application/json"):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+      def handle_any(self):
+        url = urlparse(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        query = parse_qs(url.query)
+        fake.requests.append((self.command, url.path, query, body))
+        if fake.fail_next and self.command == "GET":  # An API server having a bad moment.
+          fake.fail_next -= 1
+          return self.reply(*fake.status(503, "ServiceUnavailable", "etcdserver: leader changed"))
+        with fake._lock:  # pylint: disable=protected-access
+          code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
+                                          query, body)
+        if self.command == "POST" and fake.on_create is not None:
+          fake.on_create()  # Stored, not yet answered: the client waits on the reply.
+        self.reply(code, answer, kind)
+
+      do_GET = do_POST = do_DELETE = handle_any
+
+    self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+  # --- HTTP plumbing ------------------------------------------------------------------
+
+  def __enter__(self):
+    self.thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    self.server.shutdown()
+    self.server.server_close()
+
+  @property
+  def host(self):
+    return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+  def api_client(self):
+    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    configuration = client.Configuration()
+    configuration.host = self.host
+    return client.ApiClient(configuration)
+
+  @staticmethod
+  def status(code, reason, message):
+    return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                  "message": message, "reason": reason, "code": code}, "application/json"
+
+  def route(self, method, parts, query, body):
+    if parts[:3] == ["apis", "kubeflow.org", "v1"] and len(parts) >= 6 and parts[5] == "tfjobs":
+      name = parts[6] if len(parts) > 6 else None
+      if method == "POST":
+        return self.create_job(body)
+      if name not in self.jobs:
+        return self.status(404, "NotFound", f'tfjobs.kubeflow.org "{name}" not found')
+      if method == "GET":
+        self.tick(name)
+        return 200, self.jobs[name], "application/json"
+      if method == "DELETE":
+        del self.jobs[name]
+        self.deleted_jobs.append(name)
+        for pod in [p for p, v in self.pods.items()
+                    if v["metadata"]["labels"][JOB_NAME_LABEL] == name]:
+          self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
+        return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
+            "application/json"
+    if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
+      if len(parts) == 5 and method == "GET":
+        selector = (query.get("labelSelector") or [""])[0]
+        key, _, value = selector.partition("=")
+        items = [p for p in self.pods.values() if p["metadata"]["labels"].get(key) == value]
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                     "items": copy.deepcopy(items)}, "application/json"
+      if len(parts) == 7 and parts[6] == "log" and method == "GET":
+        return self.log(parts[5], (query.get("container") or [""])[0])
+    if parts[:2] == ["api", "v1"] and len(parts) == 5 and parts[4] == "events":
+      wanted = dict(term.split("=", 1) for term in
+                    (query.get("fieldSelector") or [""])[0].split(",") if term)
+      items = [e for e in self.events if e["metadata"]["namespace"] == parts[3] and all(
+          e["involvedObject"].get(k.split(".", 1)[1]) == v for k, v in wanted.items())]
+      return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {},
+                   "items": copy.deepcopy(items)}, "application/json"
+    return self.status(404, "NotFound", "the server could not find the requested resource")
+
+  # --- API server: TFJobs and pod logs -----------------------------------------------
+
+  def create_job(self, body):
+    name = body["metadata"]["name"]
+    if name in self.jobs:
+      return self.status(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
+    job = copy.deepcopy(body)
+    job["metadata"]["uid"] = f"job-uid-{next(self._uids)}"
+    # The operator's first reconcile adds Created (tfjob_controller.go onOwnerCreateFunc).
+    job["status"] = {"conditions": [], "replicaStatuses": {}}
+    self.set_condition(job, "Created", "TFJobCreated",
+                       f"TFJob {job['metadata']['namespace']}/{name} is created.")
+    self.jobs[name] = job
+    return 201, job, "application/json"
+
+  def log(self, pod_name, container):
+    pod = self.pods.get(pod_name)
+    if pod is None:
+      return self.status(404, "NotFound", f'pods "{pod_name}" not found')
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    if not container:  # validateContainer [strategy]
+      if len(names) == 1:
+        container = names[0]
+      else:
+        return self.status(400, "BadRequest",
+                           f"a container name must be specified for pod {pod_name}, "
+                           f"choose one of: [{' '.join(names)}]")
+    elif container not in names:
+      return self.status(400, "BadRequest",
+                         f"container {container} is not valid for pod {pod_name}")
+    state = next(s["state"] for s in pod["status"].get("containerStatuses") or [{}]
+                 if s.get("name") == container) if pod["status"].get("containerStatuses") \
+        else {"waiting": {"reason": "Pending"}}
+    if "waiting" in state:  # validateContainerLogStatus [kubelet]
+      return self.status(400, "BadRequest",
+                         f'container "{container}" in pod "{pod_name}" is waiting to '
+                         f'start: {state["waiting"]["reason"]}')
+    lines = pod["metadata"]["annotations"].get("fake/log", "")
+    if pod_name in self.procs:
+      with open(self.procs[pod_name].args_log) as f:
+        lines += f.read()
+    return 200, lines, "text/plain"
+
+  # --- Operator: conditions [status.go] ----------------------------------------------
+
+  @staticmethod
+  def set_condition(job, kind, reason, message):
+    """setCondition + filterOutCondition [status.go:103-149]."""
+    conditions = job["status"]["conditions"]
+    if any(c["type"] == "Failed" and c["status"] == "True" for c in conditions):
+      return  # Do nothing once Failed.
+    current = next((c for c in conditions if c["type"] == kind), None)
+    if current and current["status"] == "True" and current["reason"] == reason:
+      return
+    kept = []
+    for c in conditions:
+      if {kind, c["type"]} == {"Restarting", "Running"} or c["type"] == kind:
+        continue
+      if kind in ("Failed", "Succeeded") and c["type"] == "Running":
+        c = dict(c, status="False")
+      kept.append(c)
+    kept.append({"type": kind, "status": "True", "reason": reason, "message": message})
+    job["status"]["conditions"] = kept
+
+  @staticmethod
+  def finished(job):
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True"
+               for c in job["status"]["conditions"])
+
+  def record_event(self, job, kind, reason, message):
+    """The operator's EventRecorder; identical events are counted, not repeated
+    (client-go tools/record's EventCorrelator)."""
+    stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for event in self.events:
+      if (event["involvedObject"]["name"] == job["metadata"]["name"]
+          and event["reason"] == reason and event["message"] == message):
+        event["count"] += 1
+        event["lastTimestamp"] = stamp
+        return
+    self.events.append({
+        "metadata": {"name": f"{job['metadata']['name']}.{len(self.events)}",
+                     "namespace": job["metadata"]["namespace"]},
+        "involvedObject": {"kind": "TFJob", "apiVersion": "kubeflow.org/v1",
+                           "name": job["metadata"]["name"],
+                           "namespace": job["metadata"]["namespace"],
+                           "uid": job["metadata"]["uid"]},
+        "type": kind, "reason": reason, "message": message, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp,
+        "source": {"component": "tfjob-controller"}})
+
+  # --- One step of kubelet and operator -----------------------------------------------
+
+  def tick(self, name):
+    job = self.jobs[name]
+    if self.finished(job):
+      return  # ReconcileJobs stops at a finished job (cleanPodPolicy None keeps pods).
+    self.now += datetime.timedelta(seconds=10)
+    for pod in self.pods.values():
+      if pod["metadata"]["labels"][JOB_NAME_LABEL] == name:
+        self.kubelet_step(pod)
+    self.reconcile(job)
+
+  def delete_pod(self, pod_name):
+    proc = self.procs.pop(pod_name, None)
+    if proc is not None and proc.poll() is None:
+      proc.kill()  # terminationGracePeriodSeconds elapsed, in short.
+      proc.wait()
+    del self.pods[pod_name]
+
+  def outcome(self, replica, incarnation):
+    outcomes = self.script.get(replica) or [Exit(0)]
+    return outcomes[min(incarnation, len(outcomes) - 1)]
+
+  def kubelet_step(self, pod):
+    status = pod["status"]
+    outcome = self.outcomes[pod["metadata"]["name"]]
+    if isinstance(outcome, Unschedulable):
+      status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                               "reason": "Unschedulable", "message": outcome.message}]
+      return
+    if status["phase"] in ("Succeeded", "Failed"):
+      return
+    tf_status = next(s for s in status["containerStatuses"] if s["name"] == CONTAINER)
+    if isinstance(outcome, Stuck):
+      tf_status["state"] = {"waiting": {"reason": outcome.reason, "message": outcome.message}}
+      return
+    if isinstance(outcome, Run):
+      if not self.run_step(pod, outcome, tf_status):
+        return
+      outcome = Exit(tf_status["state"]["terminated"]["exitCode"],
+                     tf_status["state"]["terminated"]["reason"])
+    elif "waiting" in tf_status["state"]:  # ContainerCreating -> Running
+      status["phase"] = "Running"
+      for s in status["containerStatuses"]:
+        s["state"] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+        s["ready"] = True
+      pod["metadata"]["annotations"]["fake/log"] = (
+          f"[train] {pod['metadata']['name']} (uid {pod['metadata']['uid']}) started\n")
+      return
+    reason = outcome.reason or ("Completed" if outcome.code == 0 else "Error")
+    if "running" in tf_status["state"] or "waiting" in tf_status["state"]:
+      tf_status["state"] = {"terminated": {"exitCode": outcome.code, "reason": reason}}
+      tf_status["ready"] = False
+      pod["metadata"]["annotations"]["fake/log"] += (
+          f"[train] {pod['metadata']['name']} exiting with {outcome.code}\n")
+    if any("running" in s["state"] for s in status["containerStatuses"]):
+      return  # istio-proxy still runs: the pod stays Running.
+    status["phase"] = "Succeeded" if outcome.code == 0 else "Failed"
+
+  def run_step(self, pod, outcome, tf_status):
+    """Starts, watches or OOM-kills the real process; True once it has terminated."""
+    name = pod["metadata"]["name"]
+    status = pod["status"]
+    if name not in self.procs:
+      container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER)
+      argv = list(container["command"]) + list(container.get("args") or [])
+      if argv[0] == "python":
+        argv[0] = sys.executable  # This venv stands for the image's python.
+      env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env") or []})
+      log = os.path.join(self._logdir, f"{name}-{pod['metadata']['uid']}.log")
+      with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+      proc.args_log = log
+      self.procs[name] = proc
+      status["phase"] = "Running"
+      for s in status["containerStatuses"]:
+        s["state"] = {"running": {"startedAt": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+      return False
+    proc = self.procs[name]
+    if proc.poll() is None and outcome.oom_kill_when is not None and outcome.oom_kill_when():
+      proc.send_signal(signal.SIGKILL)
+      proc.wait()
+      self.oom_killed[name] = True
+    if proc.poll() is None:
+      return False
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    reason = "OOMKilled" if self.oom_killed.pop(name, False) else (
+        "Completed" if code == 0 else "Error")
+    tf_status["state"] = {"terminated": {"exitCode": code, "reason": reason}}
+    return True
+
+  def new_pod(self, job, rtype, index):
+    name = job["metadata"]["name"]
+    replica = f"{rtype.lower()}-{index}"
+    pod_name = f"{name}-{replica}"
+    incarnation = self.incarnations.get(pod_name, 0)
+    self.incarnations[pod_name] = incarnation + 1
+    template = copy.deepcopy(job["spec"]["tfReplicaSpecs"][rtype]["template"])
+    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+    spec = template["spec"]
+    spec["restartPolicy"] = "Never"  # ExitCode -> Never [core/pod:81-88]
+    if self.is_distributed(job):  # TF_CONFIG only when distributed [util.go:74]
+      for c in spec["containers"]:
+        if c["name"] == CONTAINER:
+          c.setdefault("env", []).append({"name": "TF_CONFIG",
+                                          "value": self.tf_config(job, rtype, index)})
+    if self.istio_injection and annotations.get("sidecar.istio.io/inject") != "false":
+      spec["containers"].append({"name": ISTIO_PROXY, "image": "docker.io/istio/proxyv2"})
+    outcome = self.outcome(replica, incarnation)
+    self.pods[pod_name] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": job["metadata"]["namespace"],
+                     "uid": f"pod-uid-{next(self._uids)}", "annotations": annotations,
+                     "labels": {JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rtype.lower(),
+                                REPLICA_INDEX_LABEL: str(index)}},
+        "spec": spec,
+        "status": {"phase": "Pending",
+                   "conditions": [{"type": "PodScheduled", "status": "True"}],
+                   "containerStatuses": [
+                       {"name": c["name"], "ready": False, "restartCount": 0,
+                        "image": c["image"], "imageID": "",
+                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+                       for c in spec["containers"]]},
+    }
+    self.outcomes[pod_name] = outcome
+
+  @staticmethod
+  def is_distributed(job):
+    return sum(r.get("replicas", 1) for r in job["spec"]["tfReplicaSpecs"].values()) != 1
+
+  def tf_config(self, job, rtype, index):
+    """genTFConfigJSONStr (tensorflow.go:112): every replica's service address. With
+    `local_network` the services are 127.0.0.1 ports, fixed per job like a Service."""
+    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    cluster = {}
+    for r, spec in job["spec"]["tfReplicaSpecs"].items():
+      hosts = []
+      for i in range(spec.get("replicas", 1)):
+        service = f"{name}-{r.lower()}-{i}"
+        if self.local_network:
+          if service not in self.ports:
+            self.ports[service] = _free_port()
+          hosts.append(f"127.0.0.1:{self.ports[service]}")
+        else:
+          hosts.append(f"{service}.{ns}.svc:2222")  # TFJobDefaultPort
+      cluster[r.lower()] = hosts
+    return json.dumps({"cluster": cluster, "task": {"type": rtype.lower(), "index": index},
+                       "environment": "cloud"})
+
+  def reconcile(self, job):
+    """ReconcilePods [pod.go:300-375] then UpdateJobStatus [tfjob:373-519]."""
+    name = job["metadata"]["name"]
+    statuses = {}
+    for rtype, spec in job["spec"]["tfReplicaSpecs"].items():
+      counts = {"active": 0, "succeeded": 0, "failed": 0}
+      for index in range(spec.get("replicas", 1)):
+        pod_name = f"{name}-{rtype.lower()}-{index}"
+        pod = self.pods.get(pod_name)
+        if pod is None:
+          self.new_pod(job, rtype, index)
+          continue
+        code = NO_EXIT_CODE
+        for s in pod["status"].get("containerStatuses") or []:
+          if s["name"] == CONTAINER and "terminated" in s["state"]:
+            code = s["state"]["terminated"]["exitCode"]
+            self.record_event(job, "Normal", "ExitedWithCode",  # [pod.go:346]
+                              f"Pod: {pod['metadata']['namespace']}.{pod_name} exited "
+                              f"with code {code}")
+        phase = pod["status"]["phase"]
+        if phase == "Failed":
+          if spec.get("restartPolicy") == "ExitCode" and _retryable(code) or \
+              spec.get("restartPolicy") in ("OnFailure", "Always"):
+            self.delete_pod(pod_name)  # Recreated on the next reconcile.
+            message = f"job {name} is restarting because {rtype} replica(s) failed."
+            self.record_event(job, "Warning", "TFJobRestarting", message)
+            self.set_condition(job, "Restarting", "TFJobRestarting", message)
+          elif spec.get("restartPolicy") == "ExitCode":
+            self.set_condition(job, "Failed", "TFJobFailed",
+                               f'job "{name}" is failing because "{rtype}" replica(s) failed.')
+        key = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}.get(phase)
+        if key:  # updateJobReplicaStatuses counts the pod as it was seen.
+          counts[key] += 1
+      statuses[rtype] = counts
+    job["status"]["replicaStatuses"] = {r: {k: v for k, v in c.items() if v}
+                                        for r, c in statuses.items()}
+    self.update_job_status(job, statuses)
+
+  def update_job_status(self, job, statuses):
+    name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    replicas = job["spec"]["tfReplicaSpecs"]
+    restarting = next((c for c in job["status"]["conditions"] if c["type"] == "Restarting"),
+                      None)
+    worker0 = self.pods.get(f"{name}-worker-0")
+    worker0_completed = "Worker" not in replicas or bool(
+        worker0 and worker0["status"]["phase"] == "Succeeded" and any(
+            s["name"] == CONTAINER and s["state"].get("terminated", {}).get("exitCode") == 0
+            for s in worker0["status"]["containerStatuses"]))  # IsWorker0Completed [tfjob:608]
+    has_chief = "Chief" in replicas or "Master" in replicas
+    for rtype in ("Chief", "Eval", "Master", "PS", "Worker"):  # allTypes order [tfjob:419]
+      if rtype not in replicas:
+        continue
+      counts = statuses[rtype]
+      expected = replicas[rtype].get("replicas", 1) - counts["succeeded"]
+      if has_chief:
+        if rtype in ("Chief", "Master"):
+          if counts["active"] > 0:
+            self.set_condition(job, "Running", "TFJobRunning", f"TFJob {ns}/{name} is running.")
+          if expected == 0:
+            self.set_condition(job, "Succeeded", "TFJobSucceeded",
+                               f"TFJob {ns}/{name} successfully completed.")
+      elif rtype == "Worker":
+        if expected == 0 or worker0_completed:
+          self.set_condition(job, "Succeeded", "TFJobSucceeded",
+                             f"TFJob {ns}/{name} successfully completed.")
+        elif counts["active"] > 0:
+          self.set_condition(job, "Running", "TFJobRunning", f"TFJob {ns}/{name} is running.")
+      if counts["failed"] > 0:
+        if restarting is not None:
+          self.set_condition(job, "Restarting", restarting["reason"], restarting["message"])
+        else:
+          self.set_condition(job, "Failed", "TFJobFailed",
+                             f"TFJob {ns}/{name} has failed because {counts['failed']} "
+                             f"{rtype} replica(s) failed.")
