@@ -161,8 +161,8 @@ def collectives(layout: str, device_type: str, logical_per_physical: int = 1) ->
     if not gpu:
       return "reduce_to_cpu"
     return "reduce_to_gpu0" if shared else "nccl_all_reduce"
-  if layout == "multi_worker":
-    return "nccl" if gpu else "ring"
+  if layout == "multi_worker":  # Logical GPUs of one physical GPU: NCCL rejects them.
+    return "nccl" if gpu and not shared else "ring"
   if layout == "mesh":
     if not gpu:
       return "dtensor_cpu"
@@ -255,23 +255,91 @@ def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
       standin_collective=plan_.collective)
 
 
-def worker_gpus(workers: int, gpu_ids: Sequence[str]) -> Tuple[List[str], str]:
+def multi_worker_replicas(workers: int, gpus_per_worker: int, batch_size: int,
+                          where: str = "multi_worker") -> Tuple[int, str]:
+  """GPUs each of ``workers`` processes trains on, fitted so the global batch divides the
+  replicas, and a reason line ("" when nothing changed).
+
+  MultiWorkerMirroredStrategy has workers x GPUs-per-worker replicas (one per GPU, or one
+  per worker on the CPU: ``gpus_per_worker`` 0), and tf.distribute's
+  ``InputContext.get_per_replica_batch_size`` raises at the first ``fit`` when the global
+  batch does not divide them (tensorflow/python/distribute/distribute_lib.py:902-904 in
+  TF 2.16.2) -- after every worker has started. So this shrinks the GPUs per worker to the
+  most that divide (the spare GPUs stay idle, said in the reason), and rejects a run in
+  which even one device per worker does not divide the batch.
+
+  Raises:
+    ConfigError: ``batch_size`` is not divisible by ``workers`` (names every number).
+  """
+  per = max(0, int(gpus_per_worker))
+  fits = [g for g in range(1, per + 1) if batch_size % (workers * g) == 0]
+  if batch_size % workers != 0 or (per and not fits):
+    options = sorted({workers * g for g in range(1, max(per, 1) + 1)})
+    raise ConfigError("batch_size", (
+        f"{where}: {workers} worker(s) x {per or 1} {'GPU(s)' if per else 'CPU device'} per "
+        f"worker = {workers * max(per, 1)} replicas, and the global batch {batch_size} is "
+        f"not divisible by {workers} worker(s), so no device count per worker fits. Use a "
+        f"batch that is a multiple of one of {options} (e.g. "
+        f"{-(-batch_size // (workers * max(per, 1))) * workers * max(per, 1)}). "
+        f"Received: batch_size={batch_size}, workers={workers}, "
+        f"gpus_per_worker={per}"))
+  if not per:
+    return 0, ""
+  got = max(fits)
+  if got == per:
+    return per, ""
+  return got, (f"{where}: {workers} worker(s) x {per} GPU(s) = {workers * per} replicas "
+               f"do not divide the global batch {batch_size}: each worker trains on {got} "
+               f"GPU(s) ({workers * got} replicas, {batch_size // (workers * got)} "
+               f"examples each); {per - got} GPU(s) per worker stay idle")
+
+
+def check_multi_worker_batch(workers: int, gpus_per_worker: int, batch_size: int,
+                             where: str = "multi_worker") -> None:
+  """Rejects ``workers`` x ``gpus_per_worker`` replicas (a fixed count, e.g. a TFJob's
+  replicas and their GPU limit) that do not divide the global batch, naming the numbers.
+
+  Raises:
+    ConfigError: the replicas do not divide ``batch_size``.
+  """
+  replicas = workers * max(1, int(gpus_per_worker))
+  if batch_size % replicas:
+    below, above = batch_size // replicas * replicas, -(-batch_size // replicas) * replicas
+    raise ConfigError("batch_size", (
+        f"{where}: {workers} replica(s) x {max(1, int(gpus_per_worker))} GPU(s) = "
+        f"{replicas} training replicas, and the global batch {batch_size} is not "
+        f"divisible by {replicas}; MultiWorkerMirroredStrategy would fail at the first "
+        f"step on every replica. Use batch_size {below or above} or {above}, or change the "
+        f"replicas or GPUs. Received: batch_size={batch_size}, replicas={workers}, "
+        f"gpus_per_replica={gpus_per_worker}"))
+
+
+def worker_gpus(workers: int, gpu_ids: Sequence[str],
+                batch_size: Optional[int] = None) -> Tuple[List[str], str]:
   """``CUDA_VISIBLE_DEVICES`` of each local multi_worker process, and a reason line.
 
   Each worker gets ``len(gpu_ids) // workers`` GPUs of its own (two processes on one
   GPU would double the replicas and share its memory). With fewer GPUs than workers
-  every worker runs on the CPU ("" hides the GPUs) and the reason says so.
+  every worker runs on the CPU ("" hides the GPUs) and the reason says so. With
+  ``batch_size``, the GPUs per worker are fitted so the replicas divide it
+  (:func:`multi_worker_replicas`, which raises ConfigError when nothing fits).
   """
   per = len(gpu_ids) // workers if workers else 0
+  if batch_size is not None:
+    fitted, why = multi_worker_replicas(workers, per, batch_size)
+  else:
+    fitted, why = per, ""
   if not gpu_ids:
     return [None] * workers, ""
   if per == 0:
     return [""] * workers, (f"multi_worker: {workers} workers but {len(gpu_ids)} GPU(s); "
                             f"each worker needs its own GPU, so the workers run on the CPU")
-  out = [",".join(gpu_ids[i * per:(i + 1) * per]) for i in range(workers)]
+  out = [",".join(gpu_ids[i * per:i * per + fitted]) for i in range(workers)]
   spare = len(gpu_ids) - per * workers
-  reason = (f"multi_worker: {per} GPU(s) per worker; {spare} GPU(s) unused" if spare else "")
-  return out, reason
+  reasons = [why] if why else []
+  if spare:
+    reasons.append(f"multi_worker: {per} GPU(s) per worker; {spare} GPU(s) unused")
+  return out, "; ".join(reasons)
 
 
 def parse_visible(value: Optional[str], physical: int) -> List[str]:
