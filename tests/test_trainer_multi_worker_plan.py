@@ -106,3 +106,10 @@ def test_logical_gpus_with_multi_worker_never_choose_nccl():
                    logical_gpus=4)
   assert p.collective == "ring"
   assert devices.plan("multi_worker", 0, (1, 1), "auto", 2, 64).collective == "nccl"
+
+
+@pytest.mark.parametrize("visible,want", [(None, "0"), ("3,1", "3"), ("GPU-ab12,GPU-cd", "GPU-ab12"),
+                                          ("", "0")])
+def test_logical_gpu_share_reads_the_first_visible_gpu_from_nvidia_smi(visible, want):
+  environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+  assert devices.first_visible_gpu(environ) == want

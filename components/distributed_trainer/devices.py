@@ -414,6 +414,14 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
     tfenv.split_cpu(plan_.cpu_devices)
 
 
+def first_visible_gpu(environ=None) -> str:
+  """nvidia-smi's id (index or UUID) of TensorFlow's GPU:0: the first entry of
+  ``CUDA_VISIBLE_DEVICES`` (nvidia-smi ignores that variable and numbers every GPU)."""
+  environ = os.environ if environ is None else environ
+  ids = parse_visible(environ.get(WORKER_GPUS_ENV), 1)
+  return ids[0] if ids else "0"
+
+
 def _even_share_mb(gpu, parts: int) -> int:
   """An equal share in MiB of ``gpu``'s memory (90 % of it, leaving room for CUDA)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -421,7 +429,8 @@ def _even_share_mb(gpu, parts: int) -> int:
   total = 0
   try:
     import subprocess  # pylint: disable=g-import-not-at-top
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+    out = subprocess.run(["nvidia-smi", f"--id={first_visible_gpu()}",
+                          "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=30, check=False).stdout
     total = int(out.split()[0])
   except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
