@@ -294,16 +294,17 @@ def multi_worker_replicas(workers: int, gpus_per_worker: int, batch_size: int,
                f"examples each); {per - got} GPU(s) per worker stay idle")
 
 
-def check_multi_worker_batch(workers: int, gpus_per_worker: int, batch_size: int,
+def check_multi_worker_batch(workers: int, gpus_per_worker: int, batch_size: Optional[int],
                              where: str = "multi_worker") -> None:
   """Rejects ``workers`` x ``gpus_per_worker`` replicas (a fixed count, e.g. a TFJob's
-  replicas and their GPU limit) that do not divide the global batch, naming the numbers.
+  replicas and their GPU limit) that do not divide the global batch, naming the numbers
+  (``batch_size`` None: a job without a trainer config, nothing to check).
 
   Raises:
     ConfigError: the replicas do not divide ``batch_size``.
   """
   replicas = workers * max(1, int(gpus_per_worker))
-  if batch_size % replicas:
+  if batch_size is not None and batch_size % replicas:
     below, above = batch_size // replicas * replicas, -(-batch_size // replicas) * replicas
     raise ConfigError("batch_size", (
         f"{where}: {workers} replica(s) x {max(1, int(gpus_per_worker))} GPU(s) = "
