@@ -113,3 +113,17 @@ def test_logical_gpus_with_multi_worker_never_choose_nccl():
 def test_logical_gpu_share_reads_the_first_visible_gpu_from_nvidia_smi(visible, want):
   environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
   assert devices.first_visible_gpu(environ) == want
+
+
+SMI_FREE = ("0, GPU-aaaa-0000, 22000\n1, GPU-bbbb-1111, 7000\n"
+            "2, GPU-cccc-2222, 15000\n3, GPU-dddd-3333, [N/A]\n")
+
+
+@pytest.mark.parametrize("visible,want_mib", [
+    (None, 7000), ("0,2", 15000), ("GPU-cccc-2222", 15000), ("1", 7000), ("5", None),
+    ("", None)])
+def test_planner_reads_free_memory_of_the_visible_gpus_from_nvidia_smi(visible, want_mib):
+  """The executor's memory budget comes from nvidia-smi (no CUDA context in the executor),
+  narrowed by CUDA_VISIBLE_DEVICES as TensorFlow narrows its GPUs."""
+  got = devices.smi_free_bytes(SMI_FREE, visible)
+  assert got == (None if want_mib is None else want_mib * 2**20)

@@ -415,6 +415,49 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
     tfenv.split_cpu(plan_.cpu_devices)
 
 
+# nvidia-smi's free memory per GPU, without CUDA: the executor's planner reads it, so the
+# executor never creates a CUDA context (device_lib.list_local_devices would, on every GPU).
+SMI_FREE_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.free",
+                  "--format=csv,noheader,nounits"]
+
+
+def smi_free_bytes(output: str, visible: Optional[str]) -> Optional[int]:
+  """The smallest free memory (bytes) among the GPUs this process may use, from
+  :data:`SMI_FREE_QUERY`'s output; ``visible``: ``CUDA_VISIBLE_DEVICES`` (indices or
+  UUIDs; None: every GPU). None when no such GPU is listed."""
+  rows = [[c.strip() for c in line.split(",")] for line in output.splitlines() if line.strip()]
+  rows = [r for r in rows if len(r) == 3 and r[2].isdigit()]
+  if visible is not None:
+    wanted = parse_visible(visible, 0)
+    rows = [r for r in rows if r[0] in wanted or r[1] in wanted]
+  return min(int(r[2]) for r in rows) * 2**20 if rows else None
+
+
+def gpu_free_bytes(environ=None) -> Optional[int]:
+  """:func:`smi_free_bytes` of this machine (None without nvidia-smi)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  environ = os.environ if environ is None else environ
+  try:
+    out = subprocess.run(SMI_FREE_QUERY, capture_output=True, text=True, timeout=60,
+                         check=False).stdout
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return smi_free_bytes(out, environ.get(WORKER_GPUS_ENV))
+
+
+def keep_off_gpus() -> None:
+  """Hides the GPUs from this process's TensorFlow (the executor's: its data scans, model
+  checks and planner run on the CPU), so it holds no CUDA context, and no GPU memory, on
+  any GPU while its child trainer runs. A no-op once TensorFlow has initialised (e.g.
+  an in-process test) or without GPUs."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    if tf.config.list_physical_devices("GPU"):
+      tf.config.set_visible_devices([], "GPU")
+  except RuntimeError as e:  # Already initialised.
+    print(f"[trainer] devices: this process already initialised its GPUs: {e}", flush=True)
+
+
 def first_visible_gpu(environ=None) -> str:
   """nvidia-smi's id (index or UUID) of TensorFlow's GPU:0: the first entry of
   ``CUDA_VISIBLE_DEVICES`` (nvidia-smi ignores that variable and numbers every GPU)."""
