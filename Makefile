@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup run test test-unit test-e2e bench bench-smoke clean
+.PHONY: setup run test test-unit test-e2e bench bench-smoke clean gpu-check
 
 setup: $(STAMP)
 
@@ -42,6 +42,29 @@ bench: setup
 
 bench-smoke: setup
 	$(PY) benchmarks/run_all.py --smoke
+
+# The GPU check in a trainer-only venv (no TFX: TensorFlow, tf_keras, numpy, absl,
+# matplotlib; Python 3.10-3.12), for a GPU machine: benchmarks/gpu_check.py, then the GPU
+# tests; the report goes to gpu_check.md. Where nvidia-smi lists a GPU it installs
+# tensorflow[and-cuda] and fails when TensorFlow cannot use it; elsewhere it runs the
+# CPU path (--small) and the report says no GPU was used.
+GPU_VENV := .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+HAS_GPU = $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+GPU_CHECK_ARGS ?= $(if $(filter 0,$(HAS_GPU)),--small,)
+GPU_PYTHON ?=
+gpu-check:
+	@PYBIN=$(GPU_PYTHON); for c in python3.10 python3.11 python3.12 $$HOME/.pyenv/versions/3.1[012]*/bin/python3; do \
+	  [ -n "$$PYBIN" ] && break; \
+	  "$$c" -c 'import sys; assert (3, 10) <= sys.version_info[:2] <= (3, 12)' 2>/dev/null && PYBIN=$$c; done; \
+	[ -n "$$PYBIN" ] || { echo "make gpu-check needs Python 3.10-3.12 (or GPU_PYTHON=...)" >&2; exit 1; }; \
+	if [ ! -x $(GPU_PY) ]; then echo "Creating $(GPU_VENV) with $$PYBIN"; $$PYBIN -m venv $(GPU_VENV); fi
+	$(GPU_PY) -m pip install -q --disable-pip-version-check uv==0.13.9
+	$(GPU_VENV)/bin/uv pip install -q --compile-bytecode --python $(GPU_PY) --no-deps -e .
+	$(GPU_VENV)/bin/uv pip install -q --compile-bytecode --python $(GPU_PY) -r requirements-gpu-trainer.txt \
+	  $(if $(filter 0,$(HAS_GPU)),,'tensorflow[and-cuda]==2.16.2')
+	$(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS) --output gpu_check.md
+	$(GPU_PY) -m pytest -p no:cacheprovider -q tests/test_gpu.py
 
 clean:
 	rm -rf runs build *.egg-info .pytest_cache

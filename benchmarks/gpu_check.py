@@ -22,7 +22,13 @@ Every row gives examples/s and memory per device (the trainer's measured trainin
 state per device, and TensorFlow's peak allocation per GPU).
 
 ``--device cpu`` runs the same sections with logical CPU devices standing in for GPUs
-(tests/test_benchmarks_gpu_check.py runs it with ``--small``): no GPU needed.
+(tests/test_benchmarks_gpu_check.py runs it with ``--small``): no GPU needed. So does
+the default ``--device auto`` on a machine where ``nvidia-smi`` lists no GPU; the report
+then says in its first lines that no GPU was used, and why.
+
+It fails (exit 2, before any training) when ``nvidia-smi`` lists GPUs and TensorFlow sees
+none: the very failure it exists to catch. The message names CUDA's own load error
+(gpu_env.probe: "Could not load dynamic library ...; dlerror: ...").
 """
 import argparse
 import json
@@ -176,17 +182,46 @@ def summarize(case: str, h: Dict, reference: Optional[Dict] = None) -> Dict:
   return row
 
 
+class GpusUnused(RuntimeError):
+  """nvidia-smi lists GPUs and TensorFlow sees none."""
+
+
+def gpus_present(device: str):
+  """(GPUs TensorFlow sees, why no GPU is used: "" when one is). Counted in a fresh
+  process (gpu_env.probe), so this one never initialises CUDA.
+
+  Raises:
+    GpusUnused: nvidia-smi lists GPUs and TensorFlow sees none (names the load error).
+  """
+  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  if device == "cpu":
+    return 0, "--device cpu: logical CPU devices stand in for GPUs"
+  if devices.standin_gpus() is not None:  # Test hook TFXP_STANDIN_GPUS.
+    return len(devices.visible_gpus()), ""
+  smi = gpu_env.nvidia_smi_gpus()
+  count, messages = gpu_env.probe()
+  if smi and not count:
+    raise GpusUnused(gpu_env.unused_gpus_message(smi, messages))
+  if count:
+    return count, ""
+  return 0, ("nvidia-smi " + ("is not installed" if smi is None else "lists no GPU")
+             + " and TensorFlow sees no GPU: logical CPU devices stand in for GPUs")
+
+
 def run(device: str = "auto", small: bool = False, work: Optional[str] = None,
         sections=("environment", "layouts", "emulated", "multi_worker")) -> Dict:
-  """Runs the check; returns {section: result}. ``device: cpu`` = logical CPUs stand in."""
-  from tfx_parallel.components.distributed_trainer import devices  # pylint: disable=g-import-not-at-top
-  gpus = 0 if device == "cpu" else len(devices.visible_gpus())
+  """Runs the check; returns {section: result}. ``device: cpu`` = logical CPUs stand in.
+
+  Raises:
+    GpusUnused: nvidia-smi lists GPUs and TensorFlow sees none (before any training).
+  """
+  gpus, no_gpu = gpus_present(device)
   kind = "GPU" if gpus else "CPU"
   train_device = "gpu" if gpus else "cpu"
   sizes = SIZES["small" if small else "full"]
   runner = Runner(work or bu.work_dir("gpu_check", "small" if small else "full"), sizes,
                   train_device)
-  out: Dict = {"device_type": kind, "gpus": gpus, "sizes": sizes}
+  out: Dict = {"device_type": kind, "gpus": gpus, "sizes": sizes, "no_gpu": no_gpu}
   if "environment" in sections:
     out["environment"] = environment(kind, warm_probe=not small)
   if "layouts" in sections:
@@ -225,6 +260,8 @@ def _mib(n) -> str:
 def format_report(result: Dict) -> str:
   lines = [f"# GPU check ({result['device_type']}, {result['gpus']} GPU(s); "
            f"{result['sizes']['steps']} steps of batch {result['sizes']['batch']})", ""]
+  if result.get("no_gpu"):
+    lines += [f"**No GPU was used.** {result['no_gpu']}.", ""]
   env = result.get("environment")
   if env:
     info = env["build_info"]
@@ -271,7 +308,11 @@ def main(argv=None) -> int:
   parser.add_argument("--json", default=None, help="also write the raw result (JSON) here")
   args = parser.parse_args(argv)
   start = time.perf_counter()
-  result = run(args.device, args.small, args.work, tuple(args.sections.split(",")))
+  try:
+    result = run(args.device, args.small, args.work, tuple(args.sections.split(",")))
+  except GpusUnused as e:
+    print(f"gpu_check: FAILED: {e}", file=sys.stderr, flush=True)
+    return 2
   report = format_report(result) + f"\n(check took {time.perf_counter() - start:.0f} s)\n"
   print(report)
   if args.output:

@@ -192,6 +192,9 @@ def cmd_run(args) -> int:
     return 2
   from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
   with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
+    from tfx_parallel.components.distributed_trainer import gpu_env  # pylint: disable=g-import-not-at-top
+    if not gpu_env.preflight(config.trainer):  # nvidia-smi's GPUs unseen by TensorFlow.
+      return 2
     # Checking the inputs reads the data with Beam and TensorFlow, whose imports print
     # C++ registration notes and deprecation warnings: they go to the log file.
     try:

@@ -97,6 +97,17 @@ def test_bad_config_fails_before_any_component_runs(tmp_path):
   assert not os.path.exists(tmp_path / config_lib.METADATA_FILE)
 
 
+def _planned(layout, devices_flag=0, mesh=(1, 1), batch_size=TrainerConfig.batch_size):
+  """What the trainer runs for ``device: auto`` on this machine (devices.plan): logical
+  CPU devices here, the GPUs nvidia-smi lists (narrowed by CUDA_VISIBLE_DEVICES) on a GPU
+  machine, so the expectations hold on both."""
+  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  listed = gpu_env.nvidia_smi_gpus() or []
+  gpus = len([i for i in devices.parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                               len(listed)) if i.isdigit() and int(i) < len(listed)])
+  return devices.plan(layout, devices_flag, mesh, "auto", gpus, batch_size)
+
+
 @pytest.mark.slow
 def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
   """`tfx-parallel run` with single, mirrored, a 2x2 mesh (`make run`'s default) and a 1x1
@@ -131,8 +142,10 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
   assert set(layouts) == {f"cli-{name}" for name in runs}, proc.stdout[-2000:]
   for name, flags in runs.items():
     assert layouts[f"cli-{name}"]["properties"]["layout"] == flags[1]
-  assert layouts["cli-mesh"]["properties"]["mesh_shape"] == "2x2"
-  assert layouts["cli-mirrored"]["properties"]["replicas"] == 2
+  mirrored, mesh = _planned("mirrored", 2), _planned("mesh", 0, (2, 2))  # 2, 2x2 on CPU.
+  mesh_text = f"{mesh.mesh[0]}x{mesh.mesh[1]}"
+  assert layouts["cli-mesh"]["properties"]["mesh_shape"] == mesh_text
+  assert layouts["cli-mirrored"]["properties"]["replicas"] == mirrored.devices
   assert layouts["cli-mirrored"]["properties"]["mesh_shape"] == ""  # not the trainer's 1x1
   # Adam: (param + grad + 2 slots) x (kernel rows per device + bias) x 4 B + the step
   # counter. 2x2: one of the 2 kernel rows per device; 1x1: both.
@@ -145,8 +158,9 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
       capture_output=True, text=True, timeout=300)
   table = proc.stdout.splitlines()
   assert len(table) == 5, proc.stdout  # a header and one row per run
-  assert [line.split()[2:4] for line in table[1:]] == [["single", "1"], ["mirrored", "x2"],
-                                                       ["mesh", "2x2"], ["mesh", "1x1"]], proc.stdout
+  assert [line.split()[2:4] for line in table[1:]] == [
+      ["single", "1"], ["mirrored", f"x{mirrored.devices}"], ["mesh", mesh_text],
+      ["mesh", "1x1"]], proc.stdout
 
 
 def test_cli_rejects_bad_mesh_with_the_key(tmp_path):

@@ -161,8 +161,8 @@ def collectives(layout: str, device_type: str, logical_per_physical: int = 1) ->
     if not gpu:
       return "reduce_to_cpu"
     return "reduce_to_gpu0" if shared else "nccl_all_reduce"
-  if layout == "multi_worker":
-    return "nccl" if gpu else "ring"
+  if layout == "multi_worker":  # Logical GPUs of one physical GPU: NCCL rejects them.
+    return "nccl" if gpu and not shared else "ring"
   if layout == "mesh":
     if not gpu:
       return "dtensor_cpu"
@@ -255,23 +255,92 @@ def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
       standin_collective=plan_.collective)
 
 
-def worker_gpus(workers: int, gpu_ids: Sequence[str]) -> Tuple[List[str], str]:
+def multi_worker_replicas(workers: int, gpus_per_worker: int, batch_size: int,
+                          where: str = "multi_worker") -> Tuple[int, str]:
+  """GPUs each of ``workers`` processes trains on, fitted so the global batch divides the
+  replicas, and a reason line ("" when nothing changed).
+
+  MultiWorkerMirroredStrategy has workers x GPUs-per-worker replicas (one per GPU, or one
+  per worker on the CPU: ``gpus_per_worker`` 0), and tf.distribute's
+  ``InputContext.get_per_replica_batch_size`` raises at the first ``fit`` when the global
+  batch does not divide them (tensorflow/python/distribute/distribute_lib.py:902-904 in
+  TF 2.16.2) -- after every worker has started. So this shrinks the GPUs per worker to the
+  most that divide (the spare GPUs stay idle, said in the reason), and rejects a run in
+  which even one device per worker does not divide the batch.
+
+  Raises:
+    ConfigError: ``batch_size`` is not divisible by ``workers`` (names every number).
+  """
+  per = max(0, int(gpus_per_worker))
+  fits = [g for g in range(1, per + 1) if batch_size % (workers * g) == 0]
+  if batch_size % workers != 0 or (per and not fits):
+    options = sorted({workers * g for g in range(1, max(per, 1) + 1)})
+    raise ConfigError("batch_size", (
+        f"{where}: {workers} worker(s) x {per or 1} {'GPU(s)' if per else 'CPU device'} per "
+        f"worker = {workers * max(per, 1)} replicas, and the global batch {batch_size} is "
+        f"not divisible by {workers} worker(s), so no device count per worker fits. Use a "
+        f"batch that is a multiple of one of {options} (e.g. "
+        f"{-(-batch_size // (workers * max(per, 1))) * workers * max(per, 1)}). "
+        f"Received: batch_size={batch_size}, workers={workers}, "
+        f"gpus_per_worker={per}"))
+  if not per:
+    return 0, ""
+  got = max(fits)
+  if got == per:
+    return per, ""
+  return got, (f"{where}: {workers} worker(s) x {per} GPU(s) = {workers * per} replicas "
+               f"do not divide the global batch {batch_size}: each worker trains on {got} "
+               f"GPU(s) ({workers * got} replicas, {batch_size // (workers * got)} "
+               f"examples each); {per - got} GPU(s) per worker stay idle")
+
+
+def check_multi_worker_batch(workers: int, gpus_per_worker: int, batch_size: Optional[int],
+                             where: str = "multi_worker") -> None:
+  """Rejects ``workers`` x ``gpus_per_worker`` replicas (a fixed count, e.g. a TFJob's
+  replicas and their GPU limit) that do not divide the global batch, naming the numbers
+  (``batch_size`` None: a job without a trainer config, nothing to check).
+
+  Raises:
+    ConfigError: the replicas do not divide ``batch_size``.
+  """
+  replicas = workers * max(1, int(gpus_per_worker))
+  if batch_size is not None and batch_size % replicas:
+    below, above = batch_size // replicas * replicas, -(-batch_size // replicas) * replicas
+    raise ConfigError("batch_size", (
+        f"{where}: {workers} replica(s) x {max(1, int(gpus_per_worker))} GPU(s) = "
+        f"{replicas} training replicas, and the global batch {batch_size} is not "
+        f"divisible by {replicas}; MultiWorkerMirroredStrategy would fail at the first "
+        f"step on every replica. Use batch_size {below or above} or {above}, or change the "
+        f"replicas or GPUs. Received: batch_size={batch_size}, replicas={workers}, "
+        f"gpus_per_replica={gpus_per_worker}"))
+
+
+def worker_gpus(workers: int, gpu_ids: Sequence[str],
+                batch_size: Optional[int] = None) -> Tuple[List[str], str]:
   """``CUDA_VISIBLE_DEVICES`` of each local multi_worker process, and a reason line.
 
   Each worker gets ``len(gpu_ids) // workers`` GPUs of its own (two processes on one
   GPU would double the replicas and share its memory). With fewer GPUs than workers
-  every worker runs on the CPU ("" hides the GPUs) and the reason says so.
+  every worker runs on the CPU ("" hides the GPUs) and the reason says so. With
+  ``batch_size``, the GPUs per worker are fitted so the replicas divide it
+  (:func:`multi_worker_replicas`, which raises ConfigError when nothing fits).
   """
   per = len(gpu_ids) // workers if workers else 0
+  if batch_size is not None:
+    fitted, why = multi_worker_replicas(workers, per, batch_size)
+  else:
+    fitted, why = per, ""
   if not gpu_ids:
     return [None] * workers, ""
   if per == 0:
     return [""] * workers, (f"multi_worker: {workers} workers but {len(gpu_ids)} GPU(s); "
                             f"each worker needs its own GPU, so the workers run on the CPU")
-  out = [",".join(gpu_ids[i * per:(i + 1) * per]) for i in range(workers)]
+  out = [",".join(gpu_ids[i * per:i * per + fitted]) for i in range(workers)]
   spare = len(gpu_ids) - per * workers
-  reason = (f"multi_worker: {per} GPU(s) per worker; {spare} GPU(s) unused" if spare else "")
-  return out, reason
+  reasons = [why] if why else []
+  if spare:
+    reasons.append(f"multi_worker: {per} GPU(s) per worker; {spare} GPU(s) unused")
+  return out, "; ".join(reasons)
 
 
 def parse_visible(value: Optional[str], physical: int) -> List[str]:
@@ -346,6 +415,57 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
     tfenv.split_cpu(plan_.cpu_devices)
 
 
+# nvidia-smi's free memory per GPU, without CUDA: the executor's planner reads it, so the
+# executor never creates a CUDA context (device_lib.list_local_devices would, on every GPU).
+SMI_FREE_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,memory.free",
+                  "--format=csv,noheader,nounits"]
+
+
+def smi_free_bytes(output: str, visible: Optional[str]) -> Optional[int]:
+  """The smallest free memory (bytes) among the GPUs this process may use, from
+  :data:`SMI_FREE_QUERY`'s output; ``visible``: ``CUDA_VISIBLE_DEVICES`` (indices or
+  UUIDs; None: every GPU). None when no such GPU is listed."""
+  rows = [[c.strip() for c in line.split(",")] for line in output.splitlines() if line.strip()]
+  rows = [r for r in rows if len(r) == 3 and r[2].isdigit()]
+  if visible is not None:
+    wanted = parse_visible(visible, 0)
+    rows = [r for r in rows if r[0] in wanted or r[1] in wanted]
+  return min(int(r[2]) for r in rows) * 2**20 if rows else None
+
+
+def gpu_free_bytes(environ=None) -> Optional[int]:
+  """:func:`smi_free_bytes` of this machine (None without nvidia-smi)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  environ = os.environ if environ is None else environ
+  try:
+    out = subprocess.run(SMI_FREE_QUERY, capture_output=True, text=True, timeout=60,
+                         check=False).stdout
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return smi_free_bytes(out, environ.get(WORKER_GPUS_ENV))
+
+
+def keep_off_gpus() -> None:
+  """Hides the GPUs from this process's TensorFlow (the executor's: its data scans, model
+  checks and planner run on the CPU), so it holds no CUDA context, and no GPU memory, on
+  any GPU while its child trainer runs. A no-op once TensorFlow has initialised (e.g.
+  an in-process test) or without GPUs."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    if tf.config.list_physical_devices("GPU"):
+      tf.config.set_visible_devices([], "GPU")
+  except RuntimeError as e:  # Already initialised.
+    print(f"[trainer] devices: this process already initialised its GPUs: {e}", flush=True)
+
+
+def first_visible_gpu(environ=None) -> str:
+  """nvidia-smi's id (index or UUID) of TensorFlow's GPU:0: the first entry of
+  ``CUDA_VISIBLE_DEVICES`` (nvidia-smi ignores that variable and numbers every GPU)."""
+  environ = os.environ if environ is None else environ
+  ids = parse_visible(environ.get(WORKER_GPUS_ENV), 1)
+  return ids[0] if ids else "0"
+
+
 def _even_share_mb(gpu, parts: int) -> int:
   """An equal share in MiB of ``gpu``'s memory (90 % of it, leaving room for CUDA)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -353,7 +473,8 @@ def _even_share_mb(gpu, parts: int) -> int:
   total = 0
   try:
     import subprocess  # pylint: disable=g-import-not-at-top
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+    out = subprocess.run(["nvidia-smi", f"--id={first_visible_gpu()}",
+                          "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=30, check=False).stdout
     total = int(out.split()[0])
   except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):

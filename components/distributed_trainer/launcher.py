@@ -68,13 +68,20 @@ def _wait_all(procs: List[subprocess.Popen], names: List[str]):
     time.sleep(0.2)
 
 
-def worker_environments(workers: int, device: str, environ, gpu_count: int):
+def worker_environments(workers: int, device: str, environ, gpu_count: int,
+                        batch_size: Optional[int] = None, logical_gpus: int = 0):
   """Each local worker's extra environment: its own GPUs (CUDA_VISIBLE_DEVICES, see
-  devices.worker_gpus), none on ``device: cpu``; and the reason line ("" if none)."""
+  devices.worker_gpus, fitted so workers x GPUs divides ``batch_size``), none on
+  ``device: cpu``; and the reason line ("" if none). Raises ConfigError (naming the
+  numbers) when no GPU count per worker divides the batch: before any worker starts."""
   if device == "cpu" or gpu_count == 0:
     return [{} for _ in range(workers)], ""
   ids = devices_lib.parse_visible(environ.get(devices_lib.WORKER_GPUS_ENV), gpu_count)
-  visible, reason = devices_lib.worker_gpus(workers, ids)
+  if logical_gpus > 1 and batch_size is not None:  # Each worker: its first GPU as N.
+    devices_lib.check_multi_worker_batch(workers, logical_gpus, batch_size,
+                                         f"multi_worker with logical_gpus {logical_gpus}")
+    batch_size = None
+  visible, reason = devices_lib.worker_gpus(workers, ids, batch_size)
   return [{devices_lib.WORKER_GPUS_ENV: v} if v is not None else {} for v in visible], reason
 
 
@@ -103,7 +110,9 @@ def launch(job: Job, layout: str, workers: int, device: Optional[str] = None,
       return
     if gpu_count is None:
       gpu_count = len(devices_lib.visible_gpus()) if device != "cpu" else 0
-    extra, reason = worker_environments(workers, device, os.environ, gpu_count)
+    extra, reason = worker_environments(workers, device, os.environ, gpu_count,
+                                        job.config.get("batch_size"),
+                                        int(job.config.get("logical_gpus") or 0))
     if reason:
       logging.info("%s", reason)
       print(f"[trainer] devices: {reason}", flush=True)

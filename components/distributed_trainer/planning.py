@@ -107,20 +107,10 @@ class Budget:
 
 
 def gpu_memory(gpu_names: List[str]) -> Optional[int]:
-  """Free memory of the smallest GPU: TensorFlow's memory limit for it minus what is in
-  use (``tf.config.experimental.get_memory_info``); None when unknown."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.client import device_lib  # pylint: disable=g-import-not-at-top
-  limits = {d.name.split("device:")[-1]: int(d.memory_limit)
-            for d in device_lib.list_local_devices() if d.device_type == "GPU"}
-  free = []
-  for i, _ in enumerate(gpu_names):
-    limit = limits.get(f"GPU:{i}")
-    if not limit:
-      continue
-    used = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("current", 0))
-    free.append(limit - used)
-  return min(free) if free else None
+  """Free memory of the smallest visible GPU, as nvidia-smi reports it (this process
+  never opens CUDA: devices.keep_off_gpus); None when unknown."""
+  from tfx_parallel.components.distributed_trainer import devices  # pylint: disable=g-import-not-at-top
+  return devices.gpu_free_bytes() if gpu_names else None
 
 
 def device_budget(config, gpus: Optional[List[str]] = None) -> Budget:
@@ -259,16 +249,3 @@ def write_properties(artifact, history: Dict, record: Dict[str, str]) -> None:
     value = record.get(name, history.get(name))
     if value is not None:
       artifact.set_string_custom_property(name, str(value))
-
-
-def share_gpus() -> None:
-  """Lets this (the executor's) process take GPU memory only as it needs it, so that its
-  model build for the checks and the planner does not reserve the memory the training
-  process will need. A no-op without GPUs, or once TensorFlow has initialised them."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  for gpu in tf.config.list_physical_devices("GPU"):
-    try:
-      tf.config.experimental.set_memory_growth(gpu, True)
-    except RuntimeError as e:  # Already initialised (e.g. an in-process test).
-      logging.info("planning: GPU memory growth not set: %s", e)
-      return

@@ -705,6 +705,9 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   quoting the logs on failure."""
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import devices  # pylint: disable=g-import-not-at-top
+  devices.check_multi_worker_batch(settings.worker_replicas + settings.chief_replicas,  # Chief trains too.
+                                   settings.gpus_per_replica, job.config.get("batch_size"), "TFJob")
   name = job_name(job.checkpoint_dir, now())
   job_dir = os.path.join(os.path.dirname(os.path.dirname(job.checkpoint_dir.rstrip("/"))),
                          "_tfjobs")

@@ -73,6 +73,8 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   gpus = devices_lib.visible_gpus() if gpu_names is None else gpu_names
   if (config.require_gpu or config.device == "gpu") and not gpus:
     raise gpu_env.NoGpuError(gpu_env.no_gpu_message("training process"))
+  if not gpus and gpu_names is None and not os.environ.get(gpu_env.CHECKED_ENV):
+    gpu_env.preflight(config)  # Warns when nvidia-smi lists GPUs TensorFlow cannot see.
   plan = devices_lib.plan(config.layout, config.devices, config.mesh, config.device,
                           len(gpus), config.batch_size, config.logical_gpus)
   if plan.reason:
