@@ -347,3 +347,33 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   first = copy.deepcopy(launcher.mlmd)
   assert launcher.run() == order and launcher.cached_tasks == order  # Nothing runs again,
   assert launcher.mlmd == first  # the recorded outputs are reused.
+
+
+@pytest.mark.slow
+def test_example_gen_step_runs_with_the_default_configs_beam_args(tmp_path):
+  """The one Beam step with the Beam args kubeflow/default_config.yaml ships (in-pod
+  DirectRunner, multi_processing, a worker per core). With no dependency flag among
+  them TFX first packs itself into an sdist for the workers
+  (tfx/utils/dependency_utils.make_beam_dependency_flags; ~50 s here), which the other
+  tests skip by running without Beam args."""
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  with open(compiler.DEFAULT_CONFIG) as f:
+    default_args = yaml.safe_load(f)["components"]["PartitionedExampleGen"][
+        "beam_pipeline_args"]
+  assert "--direct_running_mode=multi_processing" in default_args
+  data = _small_config()
+  data["pipeline"]["example_gen"] = {"rows": 300, "num_features": 2}
+  data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = default_args
+  spec = compile_mapping(data).pipeline_spec
+  container = spec["deploymentSpec"]["executors"]["PartitionedExampleGen_executor"]["container"]
+  assert container["args"][-len(default_args):] == default_args
+  launcher = Launcher(spec, str(tmp_path), PIPELINE_ROOT)
+  launcher.run_task("PartitionedExampleGen")
+  examples = launcher.mlmd["PartitionedExampleGen"]["examples"]
+  assert sorted(json.loads(examples["custom_properties"]["split_names"])) == ["eval", "train"]
+  for split in ("train", "eval"):
+    assert os.listdir(os.path.join(launcher.object_path(examples["uri"]), f"Split-{split}"))
+  with open(tmp_path / "PartitionedExampleGen.log") as f:
+    log = f.read()
+  assert "Added --extra_package=" in log, log[-3000:]
