@@ -25,7 +25,8 @@ backend generation:
 
 * ``publish_logs`` (default True, ``backend/src/v2/cmd/driver/main.go``:101
   ``flag.String("publish_logs", "true", ...)``; ``argocompiler/container.go``:144
-  ``publishLogsArg`` reads ``PUBLISH_LOGS``, "true" in the install's manifests), from
+  ``publishLogsArg`` reads ``PUBLISH_LOGS``, "true" in ``manifests/kustomize/base/pipeline/
+  ml-pipeline-apiserver-deployment.yaml``:114), from
   2.5.0: the driver adds an output ``executor-logs`` typed ``{schemaTitle:
   system.Artifact}`` (``driver/driver.go``:747-759 ``provisionOutputs``); the launcher
   suffixes its URI with the retry index ``-0`` (``launcher_v2.go``:538-597

@@ -377,3 +377,10 @@ def test_example_gen_step_runs_with_the_default_configs_beam_args(tmp_path):
   with open(tmp_path / "PartitionedExampleGen.log") as f:
     log = f.read()
   assert "Added --extra_package=" in log, log[-3000:]
+
+
+def test_placement_flag_is_consumed_not_passed_to_beam():
+  args, beam_args = entrypoint._parse([  # pylint: disable=protected-access
+      "--executor_class_path", "x.Y", "--json_serialized_invocation_args", "{}",
+      "--placement", '{"accelerator": null}', "--runner=DirectRunner"])
+  assert args.placement == '{"accelerator": null}' and beam_args == ["--runner=DirectRunner"]
