@@ -55,7 +55,9 @@ Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
 container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
 downloaded for it. The bucket is a directory of files keyed by object name.
 Stricter than the real launcher on purpose: an output URI the launcher cannot map to a
-local path fails here (the real one logs a warning and records an unusable URI).
+local path fails here (the real one logs a warning and records an unusable URI), and so
+does a missing executor output file (``getExecutorOutputFile`` at master treats it as an
+empty output: every output would be recorded with its planned URI and no metadata).
 """
 import copy
 import hashlib

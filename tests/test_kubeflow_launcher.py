@@ -33,8 +33,9 @@ def _small_config():
   data["pipeline"]["example_gen"] = {"rows": 2000, "num_features": 4}
   data["pipeline"]["trainer"] = {"layout": "single", "epochs": 3, "learning_rate": 0.1,
                                  "optimizer": "adam", "batch_size": 64}
-  # No Beam args: with any, TFX's Beam executor first builds an sdist of TFX for remote
-  # workers (dependency_utils.make_beam_dependency_flags), which takes minutes here.
+  # No Beam args (but see the whole-DAG test with the default config's): with any, TFX's
+  # Beam executor first builds an sdist of TFX for the workers
+  # (dependency_utils.make_beam_dependency_flags), ~50 s here.
   data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = []
   return data
 
@@ -284,21 +285,41 @@ def test_fingerprint_covers_the_drivers_fields_only():
 
 # --- The whole pipeline. --------------------------------------------------------------
 
+def _default_beam_args():
+  """The Beam args kubeflow/default_config.yaml gives PartitionedExampleGen."""
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  with open(compiler.DEFAULT_CONFIG) as f:
+    return yaml.safe_load(f)["components"]["PartitionedExampleGen"]["beam_pipeline_args"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("publish_logs, output_file", [
-    (True, "task_root"),  # 2.15.0 to master (default install: PUBLISH_LOGS "true").
-    (False, "legacy"),    # 2.1.0 to 2.4.x, or a later one with PUBLISH_LOGS "false".
-], ids=["master", "2.1-2.4"])
+@pytest.mark.parametrize("publish_logs, output_file, beam_args", [
+    # 2.15.0 to master (default install: PUBLISH_LOGS "true"); no Beam args.
+    (True, "task_root", "none"),
+    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"), with the Beam args of
+    # kubeflow/default_config.yaml (in-pod DirectRunner, multi_processing): TFX first packs
+    # itself into an sdist for the workers (tfx/utils/dependency_utils.py
+    # make_beam_dependency_flags; ~50 s here).
+    (False, "legacy", "default"),
+], ids=["master", "2.1-2.4-default-beam-args"])
 def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path, package,
                                                                       publish_logs,
-                                                                      output_file):
+                                                                      output_file, beam_args):
   """Every step runs the package's own command and args in its own "pod"; artifacts
   move only through the object store, by their minio:// URIs. A second run of the same
   DAG is served from the driver's cache."""
+  if beam_args == "default":
+    data = _small_config()
+    data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = _default_beam_args()
+    assert "--direct_running_mode=multi_processing" in _default_beam_args()
+    package = compile_mapping(data).pipeline_spec
   launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT, publish_logs=publish_logs,
                       output_file=output_file)
   order = launcher.run()
   assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
+  with open(tmp_path / "PartitionedExampleGen.log") as f:
+    assert ("Added --extra_package=" in f.read()) == (beam_args == "default")
 
   for task, executor_input in launcher.executor_inputs.items():  # What the steps received.
     assert set(executor_input["inputs"]) == {"parameterValues", "artifacts"}, task
@@ -347,36 +368,6 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   first = copy.deepcopy(launcher.mlmd)
   assert launcher.run() == order and launcher.cached_tasks == order  # Nothing runs again,
   assert launcher.mlmd == first  # the recorded outputs are reused.
-
-
-@pytest.mark.slow
-def test_example_gen_step_runs_with_the_default_configs_beam_args(tmp_path):
-  """The one Beam step with the Beam args kubeflow/default_config.yaml ships (in-pod
-  DirectRunner, multi_processing, a worker per core). With no dependency flag among
-  them TFX first packs itself into an sdist for the workers
-  (tfx/utils/dependency_utils.make_beam_dependency_flags; ~50 s here), which the other
-  tests skip by running without Beam args."""
-  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
-  import yaml  # pylint: disable=g-import-not-at-top
-  with open(compiler.DEFAULT_CONFIG) as f:
-    default_args = yaml.safe_load(f)["components"]["PartitionedExampleGen"][
-        "beam_pipeline_args"]
-  assert "--direct_running_mode=multi_processing" in default_args
-  data = _small_config()
-  data["pipeline"]["example_gen"] = {"rows": 300, "num_features": 2}
-  data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = default_args
-  spec = compile_mapping(data).pipeline_spec
-  container = spec["deploymentSpec"]["executors"]["PartitionedExampleGen_executor"]["container"]
-  assert container["args"][-len(default_args):] == default_args
-  launcher = Launcher(spec, str(tmp_path), PIPELINE_ROOT)
-  launcher.run_task("PartitionedExampleGen")
-  examples = launcher.mlmd["PartitionedExampleGen"]["examples"]
-  assert sorted(json.loads(examples["custom_properties"]["split_names"])) == ["eval", "train"]
-  for split in ("train", "eval"):
-    assert os.listdir(os.path.join(launcher.object_path(examples["uri"]), f"Split-{split}"))
-  with open(tmp_path / "PartitionedExampleGen.log") as f:
-    log = f.read()
-  assert "Added --extra_package=" in log, log[-3000:]
 
 
 def test_placement_flag_is_consumed_not_passed_to_beam():
