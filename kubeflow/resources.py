@@ -3,8 +3,9 @@
 KFP backends before 2.3 read the numeric ``cpuLimit``/``memoryLimit`` (CPUs, GB) and
 ``accelerator.type``/``count``; newer ones read the string ``resourceCpuLimit`` ...
 and ``accelerator.resourceType``/``resourceCount``. We emit both, exactly as the KFP
-SDK (``kfp.compiler``) does for ``set_cpu_limit("4").set_memory_limit("16G")``, so one
-package runs on KFP 2.0 through current. The numeric conversions mirror
+SDK (``kfp.compiler``) does for ``set_cpu_limit("4").set_memory_limit("16G")``, so the
+resources are read by every backend from 2.0 on (the package as a whole needs 2.1.0:
+platform_spec.OLDEST_BACKEND). The numeric conversions mirror
 ``kfp.compiler.compiler_utils._cpu_to_float`` / ``_memory_to_float``.
 """
 import json
