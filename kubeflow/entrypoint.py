@@ -21,6 +21,17 @@ adapting what the open-source KFP v2 driver and launcher hand over
   "directory" objects that break the launcher's download of nested outputs such as a
   Model's ``Format-Serving/`` (kubeflow/pipelines#13476). On Vertex AI ``/gcs/`` is the
   Cloud Storage FUSE mount, so the same paths work there.
+* **Outputs the backend adds.** From backend 2.5.0 the driver runs with
+  ``--publish_logs=true`` by default (``backend/src/v2/cmd/driver/main.go``) and adds an
+  output ``executor-logs`` typed ``{schemaTitle: system.Artifact}`` to every ExecutorInput
+  (``driver/driver.go`` ``provisionOutputs``); the launcher writes that file itself and
+  ignores it in the executor output (``launcher_v2.go`` ``uploadOutputArtifacts``). TFX
+  would try to import ``system.Artifact`` as a class, so every output typed ``system.*``
+  is kept out of what TFX sees (our and TFX's outputs have importable titles).
+* **Placement for the cache.** ``--placement JSON`` (accelerator, node selector, env) is
+  in the args only so that the driver's cache fingerprint, which covers image, command
+  and args but not resources or env (``driver/cache.go`` ``getFingerPrint``), changes
+  with them; it is logged and otherwise unused.
 * **Metadata values the launcher cannot record** (``null``: ``StructValueToMLMDValue``
   rejects it) are left out of the executor output.
 * **Exit.** The process ends with ``os._exit`` once the executor output is written: the
@@ -91,10 +102,25 @@ def _typed(key: str, artifact: Dict[str, Any], declared: Optional[Mapping[str, A
   artifact["type"] = copy.deepcopy(dict(declared))
 
 
+def backend_outputs(executor_input: Mapping[str, Any]) -> List[str]:
+  """Keys of the outputs typed ``system.*`` (added by the backend, e.g. executor-logs)."""
+  return sorted(key for key, artifacts in
+                executor_input.get("outputs", {}).get("artifacts", {}).items()
+                if any(_title(a.get("type")).startswith("system.")
+                       for a in artifacts.get("artifacts", [])))
+
+
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
           mount_root: Optional[str] = "/") -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
-  """The ExecutorInput TFX's entry point can run, and {output key: original URIs}."""
+  """The ExecutorInput TFX's entry point can run, and {output key: original URIs}.
+
+  Outputs typed ``system.*`` (:func:`backend_outputs`) are left out of both.
+  """
   adapted = copy.deepcopy(executor_input)
+  for key in backend_outputs(adapted):
+    logging.info("Output %r is typed system.*; the KFP launcher writes it, TFX does not see it",
+                 key)
+    del adapted["outputs"]["artifacts"][key]
   declared = (inputs_spec or {}).get("artifacts", {})
   for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
     for artifact in artifacts.get("artifacts", []):
@@ -166,12 +192,17 @@ def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   parser.add_argument("--executor_class_path", required=True)
   parser.add_argument("--json_serialized_invocation_args", required=True)
   parser.add_argument("--json_serialized_inputs_spec_args", default=None)
+  parser.add_argument("--placement", default=None,
+                      help="JSON the compiler adds for KFP's cache fingerprint; unused")
   return parser.parse_known_args(argv)
 
 
 def run(argv: List[str], environ: Mapping[str, str]) -> None:
   """Adapts the ExecutorInput, runs TFX's executor entry point, restores the URIs."""
   args, beam_args = _parse(argv)
+  if args.placement:
+    logging.info("Placement: %s", args.placement)
+  del args.placement  # Not a TFX flag.
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
@@ -192,7 +223,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
                                local_to_remote(executor_input, mount_root)),
-                       indent=2, sort_keys=True))
+                       indent=2, sort_keys=True, allow_nan=False))  # protojson rejects NaN.
   logging.info("Executor output written to %s", output_file)
 
 

@@ -97,7 +97,8 @@ def _complete_executor(container: Dict[str, Any], placement: ComponentPlacement,
   if container_resources:
     container["resources"] = container_resources
   container["env"] = resources.container_env(placement)
-  container["args"] = list(container.get("args", [])) + beam_args
+  container["args"] = (list(container.get("args", []))
+                       + ["--placement", resources.cache_placement(placement)] + beam_args)
 
 
 OPEN_SOURCE_SCHEMA_VERSION = "2.1.0"  # The only one the KFP API server accepts.

@@ -8,14 +8,25 @@ The second YAML document of a KFP v2 package, in the schema kfp-kubernetes emits
         deploymentSpec:
           executors:
             DistributedTrainer_executor:
-              pvcMount: [{constant: cuda-jit-cache, mountPath: /var/cache/cuda,
-                          pvcNameParameter: {runtimeValue: {constant: cuda-jit-cache}}}]
+              pvcMount: [{constant: cuda-jit-cache, mountPath: /var/cache/cuda}]
               nodeSelector: {labels: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
               tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+
+Only fields every supported backend (2.1.0 and later, see :data:`OLDEST_BACKEND`) knows
+are written. Through 2.4.0 the driver parses this config strictly
+(``jsonpb.UnmarshalString`` in kubeflow/pipelines ``backend/src/v2/cmd/driver/main.go``)
+against the ``kubernetes_executor_config.proto`` its go.mod pins; from 2.4.1 it discards
+unknown fields (``backend/src/common/util/json.go`` ``UnmarshalString``).
+``tolerations`` exist from 2.1.0's pin (19a24e3) on, so 2.0.x is not supported;
+``pvcNameParameter`` exists only in the proto of 2.5.0 and later, so PVC mounts use the
+deprecated ``constant``, which every driver still reads (``driver/k8s.go``
+``makeVolumeMountPatch``: "Support deprecated fields").
 """
 from typing import Any, Dict, Mapping
 
 from tfx_parallel.kubeflow.config import ComponentPlacement, Toleration
+
+OLDEST_BACKEND = "2.1.0"  # The oldest open-source KFP backend whose driver accepts this.
 
 
 def _toleration(t: Toleration) -> Dict[str, Any]:
@@ -29,11 +40,9 @@ def _toleration(t: Toleration) -> Dict[str, Any]:
 
 
 def _pvc_mount(claim: str, path: str) -> Dict[str, Any]:
-  """A ``PvcMount`` as kfp-kubernetes' ``mount_pvc`` writes it: the claim as
-  ``pvcNameParameter`` (current KFP backends) and as the deprecated ``constant`` (older
-  ones)."""
-  return {"constant": claim, "mountPath": path,
-          "pvcNameParameter": {"runtimeValue": {"constant": claim}}}
+  """A ``PvcMount`` with the claim in the deprecated ``constant``: backends 2.1.0 to 2.4.0
+  reject ``pvcNameParameter`` (kfp-kubernetes' ``mount_pvc`` writes both)."""
+  return {"constant": claim, "mountPath": path}
 
 
 def executor_config(placement: ComponentPlacement) -> Dict[str, Any]:

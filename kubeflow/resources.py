@@ -3,10 +3,12 @@
 KFP backends before 2.3 read the numeric ``cpuLimit``/``memoryLimit`` (CPUs, GB) and
 ``accelerator.type``/``count``; newer ones read the string ``resourceCpuLimit`` ...
 and ``accelerator.resourceType``/``resourceCount``. We emit both, exactly as the KFP
-SDK (``kfp.compiler``) does for ``set_cpu_limit("4").set_memory_limit("16G")``, so one
-package runs on KFP 2.0 through current. The numeric conversions mirror
+SDK (``kfp.compiler``) does for ``set_cpu_limit("4").set_memory_limit("16G")``, so the
+resources are read by every backend from 2.0 on (the package as a whole needs 2.1.0:
+platform_spec.OLDEST_BACKEND). The numeric conversions mirror
 ``kfp.compiler.compiler_utils._cpu_to_float`` / ``_memory_to_float``.
 """
+import json
 from typing import Any, Dict, List
 
 from tfx_parallel.kubeflow.config import ComponentPlacement
@@ -60,3 +62,21 @@ def container_env(placement: ComponentPlacement) -> List[Dict[str, str]]:
   """
   env = {**tfenv.ENV_DEFAULTS, **placement.env, "TF_USE_LEGACY_KERAS": "1"}
   return [{"name": name, "value": env[name]} for name in sorted(env)]
+
+
+def cache_placement(placement: ComponentPlacement) -> str:
+  """JSON of what the pod gets that can change a step's result, for ``--placement``.
+
+  The open-source KFP driver's cache fingerprint covers the image, command and args,
+  parameters and input artifacts, but not resources, env, node selector or tolerations
+  (kubeflow/pipelines ``backend/src/v2/driver/cache.go`` ``getFingerPrint``,
+  ``backend/src/v2/cacheutils/cache.go`` ``GenerateCacheKey``). Carried in the args, the
+  GPU type and count, the node selector (GPU model) and the environment re-run a cached
+  step when they change; CPU and memory sizes, and tolerations, do not.
+  """
+  accelerator = placement.accelerator
+  data = {"accelerator": ({"type": accelerator.type, "count": accelerator.count}
+                          if accelerator is not None else None),
+          "node_selector": dict(sorted(placement.node_selector.items())),
+          "env": {e["name"]: e["value"] for e in container_env(placement)}}
+  return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -21,7 +21,7 @@ imports nothing from tfx_parallel. Checks:
 4. with --compare-with-kfp: for each executor, compiles a one-task KFP pipeline with
    the same resources, env, PVC mounts, node selector and tolerations through the KFP
    SDK and kfp-kubernetes, and requires identical ``resources``, ``env`` and executor
-   config.
+   config (less kfp-kubernetes' ``pvcNameParameter``, see platform_spec.py).
 
 Prints a JSON summary; exits 1 with the first difference on failure.
 """
@@ -70,8 +70,7 @@ def _kfp_reference(container, k8s_config):
     for variable in env:
       task.set_env_variable(variable["name"], variable["value"])
     for mount in pvc_mounts:
-      kubernetes.mount_pvc(task, pvc_name=mount["pvcNameParameter"]["runtimeValue"]["constant"],
-                           mount_path=mount["mountPath"])
+      kubernetes.mount_pvc(task, pvc_name=mount["constant"], mount_path=mount["mountPath"])
     for key, value in selector.items():
       kubernetes.add_node_selector(task, label_key=key, label_value=value)
     for t in tolerations:
@@ -90,6 +89,10 @@ def _kfp_reference(container, k8s_config):
   if len(docs) > 1:
     ref_k8s = next(iter(docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
                         .values()))
+  for mount in ref_k8s.get("pvcMount", []):
+    # kfp-kubernetes also writes pvcNameParameter, which backends 2.1.0-2.4.0 reject
+    # (strict parse, their pinned proto has no such field); ours has only `constant`.
+    mount.pop("pvcNameParameter", None)
   return ref_container.get("resources", {}), ref_container.get("env", []), ref_k8s
 
 

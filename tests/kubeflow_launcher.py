@@ -20,23 +20,68 @@ What each part does is copied from kubeflow/pipelines ``backend/src/v2`` (KFP 2.
   (``StructValueToMLMDValue``: null is rejected, bool becomes int, a list becomes
   ``{"list": ...}``, a struct ``{"struct": ...}``).
 
+Tags named below are kubeflow/pipelines tags; "master" is 7b70c7b. Options pick the
+backend generation:
+
+* ``publish_logs`` (default True, ``backend/src/v2/cmd/driver/main.go``:101
+  ``flag.String("publish_logs", "true", ...)``; ``argocompiler/container.go``:144
+  ``publishLogsArg`` reads ``PUBLISH_LOGS``, "true" in ``manifests/kustomize/base/pipeline/
+  ml-pipeline-apiserver-deployment.yaml``:114), from
+  2.5.0: the driver adds an output ``executor-logs`` typed ``{schemaTitle:
+  system.Artifact}`` (``driver/driver.go``:747-759 ``provisionOutputs``); the launcher
+  suffixes its URI with the retry index ``-0`` (``launcher_v2.go``:538-597
+  ``qualifyExecutorLogsURI``), tees the step's stdout and stderr into its local path
+  (``launcher_v2.go``:632-653 ``getLogWriter``), never merges the executor's entry for
+  it (``launcher_v2.go``:802-808), uploads and records it;
+* ``output_file``: ``"task_root"`` (2.15.0 and later, ``driver/driver.go``:791-799:
+  ``LocalPathForURI(<root>/<task>/<salt>)/output_metadata.json``) or ``"legacy"``
+  (through 2.14.x: ``component.OutputMetadataFilepath`` =
+  ``/tmp/kfp_outputs/output_metadata.json``, ``launcher_v2.go``:526).
+
+Also followed: the executor output is parsed with ``protojson.Unmarshal``
+(``launcher_v2.go``:1208-1235 ``getExecutorOutputFile``): unknown fields, duplicate
+keys and NaN/Infinity (not JSON) are errors. Each output is recorded with the custom
+properties ``display_name`` (the output key) and ``store_session_info`` (the bucket's
+session, JSON) unless the executor set them (``metadata/client.go``:1234-1249
+``RecordArtifact``; the default MinIO session is ``config/env.go``:177-193), and so they
+come back in the metadata of downstream input artifacts (``metadata/converter.go``:181
+``toRuntimeArtifact`` copies every custom property). :func:`fingerprint` is the
+driver's cache key (``driver/cache.go``:87-129 ``getFingerPrint``,
+``cacheutils/cache.go``:151-229 ``GenerateCacheKey`` and ``GenerateFingerPrint``); a task
+whose fingerprint is in :attr:`Launcher.cache` is not run, its recorded outputs are
+reused.
+
 Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
 container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
 downloaded for it. The bucket is a directory of files keyed by object name.
 Stricter than the real launcher on purpose: an output URI the launcher cannot map to a
-local path fails here (the real one logs a warning and records an unusable URI).
+local path fails here (the real one logs a warning and records an unusable URI), and so
+does a missing executor output file (``getExecutorOutputFile`` at master treats it as an
+empty output: every output would be recorded with its planned URI and no metadata).
 """
 import copy
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
 
 # LocalPathForURI, launcher_v2.go.
 _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
+EXECUTOR_LOGS = "executor-logs"  # driver/driver.go:753
+LEGACY_OUTPUT_FILE = "/tmp/kfp_outputs/output_metadata.json"  # launcher_v2.go:526
+OUTPUT_FILES = ("task_root", "legacy")
+# config/env.go:177-193 getDefaultMinioSessionInfo, as json.Marshal writes it (sorted keys).
+MINIO_SESSION_INFO = json.dumps({"Provider": "minio", "Params": {
+    "accessKeyKey": "accesskey", "disableSSL": "true", "endpoint": "seaweedfs.kubeflow:9000",
+    "fromEnv": "false", "maxRetries": "5", "region": "minio", "secretKeyKey": "secretkey",
+    "secretName": "mlpipeline-minio-artifact"}}, separators=(",", ":"), sort_keys=True)
 
 
 class LauncherError(RuntimeError):
@@ -117,11 +162,83 @@ def to_mlmd_value(key: str, value: Any) -> Any:
   return value
 
 
+def _reject_constant(name: str):
+  raise LauncherError(f"invalid JSON token {name!r} (protojson accepts no NaN or Infinity)")
+
+
+def parse_executor_output(text: str, path: str) -> Dict[str, Any]:
+  """``getExecutorOutputFile``: ``protojson.Unmarshal`` into ExecutorOutput, strictly."""
+  try:
+    json.loads(text, parse_constant=_reject_constant)
+    message = json_format.Parse(text, pipeline_spec_pb2.ExecutorOutput(),
+                                ignore_unknown_fields=False)
+  except (LauncherError, json_format.ParseError, ValueError) as e:
+    raise LauncherError(f"failed to unmarshall ExecutorOutput in file {path!r}: {e}") from e
+  return json_format.MessageToDict(message)
+
+
+def _go_json(value: Any) -> str:
+  """Go's ``json.Marshal`` of decoded JSON: sorted keys, compact, HTML characters escaped."""
+  text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+  for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                        ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    text = text.replace(char, escaped)
+  return text
+
+
+def fingerprint(executor_input: Mapping[str, Any], container: Mapping[str, Any],
+                pvc_names: Sequence[str] = ()) -> str:
+  """The driver's cache fingerprint of a task (``driver/cache.go``:87-129).
+
+  ``GenerateCacheKey`` (``cacheutils/cache.go``:173-229): input artifact names (their
+  ML Metadata ids), input parameter values, each output artifact without its URI, output
+  parameter types, and ``ContainerSpec{image, cmdArgs: command + args as in the package,
+  pvcNames: sorted, deduplicated}``; then ``GenerateFingerPrint`` (:151-171): sha256 of
+  the protojson of that CacheKey, re-marshalled by encoding/json. Env, resources, node
+  selector and tolerations are not part of it. Computed from the same fields; that the
+  hex digest equals Go's byte for byte is not checked here (no Go toolchain).
+  """
+  inputs, outputs = executor_input["inputs"], executor_input["outputs"]
+  key: Dict[str, Any] = {}
+  names = {k: {"artifactNames": [a["name"] for a in v["artifacts"]]}
+           for k, v in inputs.get("artifacts", {}).items()}
+  if names:
+    key["inputArtifactNames"] = names
+  specs = {}
+  for name, artifacts in outputs.get("artifacts", {}).items():
+    if artifacts["artifacts"]:
+      artifact = artifacts["artifacts"][0]
+      specs[name] = {k: artifact[k] for k in ("name", "type", "metadata") if artifact.get(k)}
+  if specs:
+    key["outputArtifactsSpec"] = specs
+  if outputs.get("parameters"):
+    raise LauncherError("output parameters are not emulated (the package has none)")
+  container_spec = {"image": container["image"],
+                    "cmdArgs": list(container["command"]) + list(container.get("args", []))}
+  if pvc_names:
+    container_spec["pvcNames"] = sorted(set(pvc_names))
+  key["containerSpec"] = container_spec
+  if inputs.get("parameterValues"):
+    key["inputParameterValues"] = inputs["parameterValues"]
+  return hashlib.sha256(_go_json(key).encode("utf-8")).hexdigest()
+
+
 class Launcher:
   """Runs a compiled package's tasks in dependency order, as KFP's pods would."""
 
   def __init__(self, package: Mapping[str, Any], workdir: str, pipeline_root: str,
-               run_id: str = "run-1", timeout: int = 900):
+               run_id: str = "run-1", timeout: int = 900, publish_logs: bool = True,
+               output_file: str = "task_root",
+               platform_spec: Optional[Mapping[str, Any]] = None):
+    if output_file not in OUTPUT_FILES:
+      raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
+    self.publish_logs = publish_logs
+    self.output_file = output_file
+    self.k8s = ((platform_spec or {}).get("platforms", {}).get("kubernetes", {})
+                .get("deploymentSpec", {}).get("executors", {}))
+    self.cache: Dict[str, Dict[str, Dict[str, Any]]] = {}  # fingerprint -> recorded outputs
+    self.fingerprints: Dict[str, str] = {}
+    self.cached_tasks: List[str] = []
     self.spec = package
     self.workdir = workdir
     self.root = f"{pipeline_root.rstrip('/')}/{package['pipelineInfo']['name']}/{run_id}"
@@ -185,16 +302,29 @@ class Launcher:
       raise LauncherError(f"{task_name}: only container executors are run in this test, got "
                           f"{sorted(executor)}")
     task_root = f"{self.root}/{task_name}/salt-{task_name.lower()}"
+    declared = dict(component.get("outputDefinitions", {}).get("artifacts", {}))
+    if self.publish_logs:  # driver.go:747-759.
+      declared[EXECUTOR_LOGS] = {"artifactType": {"schemaTitle": "system.Artifact"}}
     outputs = {
         key: {"artifacts": [{"name": key, "uri": f"{task_root}/{key}",
                              "type": copy.deepcopy(spec["artifactType"])}]}
-        for key, spec in component.get("outputDefinitions", {}).get("artifacts", {}).items()}
+        for key, spec in declared.items()}
+    if self.output_file == "legacy":
+      output_file = LEGACY_OUTPUT_FILE
+    else:
+      output_file = "/" + os.path.join(local_path_for_uri(task_root), "output_metadata.json")
     return {
         "inputs": {"parameterValues": resolve_parameters(task_name, task, component),
                    "artifacts": self._input_artifacts(task_name, task)},
-        "outputs": {"artifacts": outputs,
-                    "outputFile": "/" + os.path.join(local_path_for_uri(task_root),
-                                                     "output_metadata.json")}}
+        "outputs": {"artifacts": outputs, "outputFile": output_file}}
+
+  def pvc_names(self, executor_label: str) -> List[str]:
+    """Claim names of the executor's PVC mounts (driver/container.go:150-173)."""
+    names = []
+    for mount in self.k8s.get(executor_label, {}).get("pvcMount", []):
+      name = mount.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")
+      names.append(name or mount["constant"])
+    return names
 
   # The launcher.
   def run_task(self, task_name: str) -> Dict[str, Any]:
@@ -205,6 +335,16 @@ class Launcher:
         "container"]
     executor_input = self.executor_input(task_name)
     self.executor_inputs[task_name] = executor_input
+    key_of_task = fingerprint(executor_input, container,
+                              self.pvc_names(component["executorLabel"]))
+    self.fingerprints[task_name] = key_of_task
+    if key_of_task in self.cache:  # driver/container.go: a hit reuses the recorded outputs.
+      self.mlmd[task_name] = copy.deepcopy(self.cache[key_of_task])
+      self.cached_tasks.append(task_name)
+      return {}
+    if self.publish_logs:  # launcher_v2.go:538-597, retry index 0.
+      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
+      logs["uri"] += "-0"
     pod = os.path.join(self.workdir, "pods", task_name)  # Stands for the pod's "/".
     os.makedirs(os.path.join(pod, "home"))
     for artifacts in executor_input["inputs"]["artifacts"].values():
@@ -234,6 +374,9 @@ class Launcher:
                             stdout=log, stderr=subprocess.STDOUT, timeout=self.timeout)
     with open(log_path) as f:
       log_text = f.read()
+    if self.publish_logs:  # getLogWriter: stdout and stderr also go to the log artifact.
+      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
+      shutil.copy2(log_path, os.path.join(pod, local_path_for_uri(logs["uri"])))
     if proc.returncode != 0:
       raise LauncherError(f"{task_name}: the step exited with {proc.returncode}:\n"
                           f"{log_text[-6000:]}")
@@ -242,22 +385,25 @@ class Launcher:
       raise LauncherError(f"{task_name}: no executor output at {output_file}:\n"
                           f"{log_text[-3000:]}")
     with open(output_file) as f:
-      executor_output = json.load(f)
+      executor_output = parse_executor_output(f.read(), output_file)
     self.mlmd[task_name] = {}
     for key, artifacts in executor_input["outputs"]["artifacts"].items():
       artifact = copy.deepcopy(artifacts["artifacts"][0])
       produced = executor_output.get("artifacts", {}).get(key, {}).get("artifacts", [])
-      if produced:  # mergeRuntimeArtifacts.
+      if produced and key != EXECUTOR_LOGS:  # mergeRuntimeArtifacts, launcher_v2.go:802.
         if produced[0].get("uri"):
           artifact["uri"] = produced[0]["uri"]
         artifact.setdefault("metadata", {}).update(produced[0].get("metadata", {}))
       local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
       self.upload(local, artifact["uri"])
+      properties = {k: to_mlmd_value(k, v) for k, v in artifact.get("metadata", {}).items()}
+      properties.setdefault("display_name", key)  # metadata/client.go:1234-1249.
+      properties.setdefault("store_session_info", MINIO_SESSION_INFO)
       self.mlmd[task_name][key] = {
           "id": self._next_id, "uri": artifact["uri"], "type": artifact["type"],
-          "custom_properties": {k: to_mlmd_value(k, v)
-                                for k, v in artifact.get("metadata", {}).items()}}
+          "custom_properties": properties}
       self._next_id += 1
+    self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output
 
   def run(self) -> List[str]:

@@ -165,9 +165,9 @@ def test_trainer_has_gpus_pvc_mount_node_selector_and_tolerations(documents):
   assert container["image"] == "registry.example.com/tfx-parallel-gpu:fixture"
   assert {"name": "NCCL_DEBUG", "value": "WARN"} in container["env"]
   assert platform_executors(documents) == {TRAINER: {
-      # As kfp-kubernetes' mount_pvc writes it (tests/test_kubeflow_kfp.py compares).
-      "pvcMount": [{"constant": "cuda-jit-cache", "mountPath": "/var/cache/cuda",
-                    "pvcNameParameter": {"runtimeValue": {"constant": "cuda-jit-cache"}}}],
+      # The deprecated `constant` only: backends 2.1.0-2.4.0 reject pvcNameParameter
+      # (tests/test_kubeflow_kfp.py parses it with each backend's pinned proto).
+      "pvcMount": [{"constant": "cuda-jit-cache", "mountPath": "/var/cache/cuda"}],
       "nodeSelector": {"labels": {"cloud.google.com/gke-accelerator": "nvidia-tesla-t4",
                                   "pool": "gpu"}},
       "tolerations": [
@@ -206,6 +206,13 @@ def test_every_step_runs_our_entry_point_with_its_inputs_spec(documents):
     args = container["args"]
     inputs_spec = json.loads(args[args.index("--json_serialized_inputs_spec_args") + 1])
     assert inputs_spec == component["inputDefinitions"]
+    placement = json.loads(args[args.index("--placement") + 1])  # For KFP's cache key.
+    assert set(placement) == {"accelerator", "node_selector", "env"}
+    assert placement["env"]["TF_USE_LEGACY_KERAS"] == "1"
+  trainer = json.loads(executors(documents)[TRAINER]["container"]["args"][
+      executors(documents)[TRAINER]["container"]["args"].index("--placement") + 1])
+  assert trainer["accelerator"] == {"type": "nvidia.com/gpu", "count": 2}
+  assert trainer["env"]["NCCL_DEBUG"] == "WARN"
 
 
 def test_custom_artifact_types_are_importable_and_untouched(documents):

@@ -56,9 +56,7 @@ def test_gpu_config_compiles_to_a_package(tmp_path):
   # CUDA's JIT cache (Hopper) on a volume, where the image keeps it (CUDA_CACHE_PATH).
   with open(os.path.join(REPO, "kubeflow", "Dockerfile")) as f:
     cache_path = re.search(r"CUDA_CACHE_PATH=(\S+)", f.read()).group(1)
-  assert platform["pvcMount"] == [{
-      "constant": "cuda-jit-cache", "mountPath": cache_path,
-      "pvcNameParameter": {"runtimeValue": {"constant": "cuda-jit-cache"}}}]
+  assert platform["pvcMount"] == [{"constant": "cuda-jit-cache", "mountPath": cache_path}]
   assert cache_path == "/var/cache/cuda"
   config = config_lib.load(GPU_CONFIG)
   assert (config.pipeline.trainer.layout, config.pipeline.trainer.devices) == ("mirrored", 0)

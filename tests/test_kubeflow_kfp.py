@@ -8,10 +8,18 @@ kubeflow/validate_package.py there: strict proto parsing of both documents,
 and kfp-kubernetes emit for the same resources, node selector and tolerations.
 Delete .venv-kfp to pick up newer KFP releases; set TFX_PARALLEL_KFP_PYTHON to choose
 the interpreter.
+
+The backends the docs claim (open-source KFP 2.1.0 and later) are each checked too: the
+drivers through 2.4.0 parse the Kubernetes executor config strictly, against the
+``kubernetes_executor_config.proto`` their go.mod pins. Those protos are vendored in
+tests/kfp_backend_protos/<commit>/ and compiled with protoc in a second cached venv
+(.venv-kfp-protoc, ``grpcio-tools``). No kfp-kubernetes release carries 2.1.0's pin
+(1.1.0 has no ``tolerations``, 1.2.0 has fields 19a24e3 lacks), hence the pinned files.
 """
 import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -19,7 +27,7 @@ import sys
 
 import pytest
 
-from kubeflow_util import FIXTURE_CONFIG, REPO
+from kubeflow_util import FIXTURE_CONFIG, REPO, platform_executors
 
 KFP_VENV = os.path.join(REPO, ".venv-kfp")
 KFP_REQUIREMENTS = ("kfp>=2.7", "kfp-kubernetes")
@@ -51,30 +59,35 @@ def find_python():
 
 def kfp_python():
   """The cached venv's python, creating the venv on first use (~1 min with PyPI)."""
-  python = os.path.join(KFP_VENV, "bin", "python")
-  stamp = os.path.join(KFP_VENV, ".installed")
-  wanted = "\n".join(KFP_REQUIREMENTS)
+  return isolated_python(KFP_VENV, KFP_REQUIREMENTS)
+
+
+def isolated_python(venv_dir, requirements):
+  """The python of a cached venv at `venv_dir` with `requirements`, made on first use."""
+  python = os.path.join(venv_dir, "bin", "python")
+  stamp = os.path.join(venv_dir, ".installed")
+  wanted = "\n".join(requirements)
   if os.path.exists(stamp) and open(stamp).read() == wanted:
     return python
   base = find_python()
   if base is None:
     pytest.skip("no python3.10-3.13 with venv found for the KFP validation venv "
                 "(set TFX_PARALLEL_KFP_PYTHON)")
-  building = f"{KFP_VENV}.building-{os.getpid()}"
+  building = f"{venv_dir}.building-{os.getpid()}"
   shutil.rmtree(building, ignore_errors=True)
   subprocess.run([base, "-m", "venv", building], check=True, timeout=300)
   install = subprocess.run(
       [os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q",
-       "--disable-pip-version-check", *KFP_REQUIREMENTS],
+       "--disable-pip-version-check", *requirements],
       capture_output=True, text=True, timeout=900)
   if install.returncode != 0:
     shutil.rmtree(building, ignore_errors=True)
-    pytest.fail(f"pip install {' '.join(KFP_REQUIREMENTS)} failed (PyPI reachable?):\n"
+    pytest.fail(f"pip install {' '.join(requirements)} failed (PyPI reachable?):\n"
                 f"{install.stderr[-3000:]}")
   with open(os.path.join(building, ".installed"), "w") as f:
     f.write(wanted)
-  shutil.rmtree(KFP_VENV, ignore_errors=True)
-  os.rename(building, KFP_VENV)  # A venv's bin/python works after a move.
+  shutil.rmtree(venv_dir, ignore_errors=True)
+  os.rename(building, venv_dir)  # A venv's bin/python works after a move.
   return python
 
 
@@ -130,6 +143,52 @@ def test_validator_rejects_unknown_fields_and_what_the_api_server_rejects(tmp_pa
     result = subprocess.run([python, VALIDATOR, str(bad)], capture_output=True, text=True,
                             timeout=300, cwd=str(tmp_path))
     assert result.returncode == 1 and needle in result.stderr, (needle, result.stderr)
+
+
+PROTOC_VENV = os.path.join(REPO, ".venv-kfp-protoc")
+PROTOS = os.path.join(REPO, "tests", "kfp_backend_protos")
+# Open-source KFP backend tags -> the kubernetes_platform commit their go.mod pins
+# (kubeflow/pipelines go.mod at each tag; from 2.5.0 a `replace` to the tree's own copy).
+STRICT_BACKENDS = {"2.1.0": "19a24e3e99db", "2.2.0": "8b2a099e8c9f",
+                   "2.3.0 to 2.4.0": "d911c8b73b49"}
+UNSUPPORTED_BACKENDS = {"2.0.0 to 2.0.5": "bd9f74e34de6"}  # No `tolerations` field.
+
+
+@pytest.mark.slow
+def test_kubernetes_config_parses_strictly_on_every_claimed_backend(tmp_path):
+  """Each claimed backend that parses the config strictly accepts every executor config
+  of the fixture and of kubeflow/gpu.yaml (PVC mount, node selector, tolerations); 2.0.x,
+  not claimed, rejects `tolerations` (the check is real)."""
+  from tfx_parallel.kubeflow import compiler, platform_spec  # pylint: disable=g-import-not-at-top
+  from kubeflow_util import compile_mapping  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  assert platform_spec.OLDEST_BACKEND == "2.1.0" == min(STRICT_BACKENDS)
+  configs = {}
+  for name, path in (("fixture", FIXTURE_CONFIG),
+                     ("gpu", os.path.join(REPO, "kubeflow", "gpu.yaml")),
+                     ("default", compiler.DEFAULT_CONFIG)):
+    with open(path) as f:
+      documents = compile_mapping(yaml.safe_load(f)).documents()
+    for label, config in platform_executors(documents).items():
+      configs[f"{name}/{label}"] = config
+  assert any("pvcMount" in c and "tolerations" in c for c in configs.values()), configs
+  configs_path = tmp_path / "configs.json"
+  configs_path.write_text(json.dumps(configs))
+  python = isolated_python(PROTOC_VENV, ("grpcio-tools",))
+
+  def parse(commit):
+    result = subprocess.run([python, os.path.join(PROTOS, "strict_parse.py"),
+                             os.path.join(PROTOS, commit), str(configs_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+  for backend, commit in STRICT_BACKENDS.items():
+    assert parse(commit) == {label: "ok" for label in configs}, backend
+  for backend, commit in UNSUPPORTED_BACKENDS.items():
+    errors = parse(commit)
+    assert all('no field named "tolerations"' in errors[label]
+               for label, config in configs.items() if "tolerations" in config), errors
 
 
 if __name__ == "__main__":

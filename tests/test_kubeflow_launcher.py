@@ -15,8 +15,10 @@ import sys
 
 import pytest
 
-from kubeflow_launcher import (Launcher, LauncherError, local_path_for_uri, resolve_parameters,
-                               to_mlmd_value, topological_order)
+from kubeflow_launcher import (EXECUTOR_LOGS, LEGACY_OUTPUT_FILE, MINIO_SESSION_INFO, Launcher,
+                               LauncherError, fingerprint, local_path_for_uri,
+                               parse_executor_output, resolve_parameters, to_mlmd_value,
+                               topological_order)
 from kubeflow_util import compile_mapping, fixture_mapping
 from tfx_parallel.kubeflow import entrypoint
 
@@ -31,8 +33,9 @@ def _small_config():
   data["pipeline"]["example_gen"] = {"rows": 2000, "num_features": 4}
   data["pipeline"]["trainer"] = {"layout": "single", "epochs": 3, "learning_rate": 0.1,
                                  "optimizer": "adam", "batch_size": 64}
-  # No Beam args: with any, TFX's Beam executor first builds an sdist of TFX for remote
-  # workers (dependency_utils.make_beam_dependency_flags), which takes minutes here.
+  # No Beam args (but see the whole-DAG test with the default config's): with any, TFX's
+  # Beam executor first builds an sdist of TFX for the workers
+  # (dependency_utils.make_beam_dependency_flags), ~50 s here.
   data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = []
   return data
 
@@ -46,23 +49,34 @@ def test_local_path_is_the_launchers():
   assert entrypoint.local_path("/already/local") == "/already/local"
 
 
-def _executor_input(input_type):
+def _executor_input(input_type, publish_logs=False):
+  outputs = {"model": {"artifacts": [
+      {"name": "model", "uri": "minio://b/run/Train/s/model",
+       "type": {"instanceSchema": "title: tfx.Model\ntype: object\n"}}]}}
+  if publish_logs:  # As the driver adds it from 2.5.0 (driver/driver.go provisionOutputs).
+    outputs[EXECUTOR_LOGS] = {"artifacts": [
+        {"name": EXECUTOR_LOGS, "uri": "minio://b/run/Train/s/executor-logs",
+         "type": {"schemaTitle": "system.Artifact"}}]}
   return {
       "inputs": {"parameterValues": {"config": "{}"},
                  "artifacts": {"examples": {"artifacts": [
                      {"name": "7", "uri": "minio://b/run/Gen/s/examples", "type": input_type,
-                      "metadata": {"split_names": '["train"]'}}]}}},
-      "outputs": {"artifacts": {"model": {"artifacts": [
-          {"name": "model", "uri": "minio://b/run/Train/s/model",
-           "type": {"instanceSchema": "title: tfx.Model\ntype: object\n"}}]}},
+                      "metadata": {"split_names": '["train"]', "display_name": "examples",
+                                   "store_session_info": MINIO_SESSION_INFO}}]}}},
+      "outputs": {"artifacts": outputs,
                   "outputFile": "/minio/b/run/Train/s/output_metadata.json"}}
 
 
+@pytest.mark.parametrize("publish_logs", [True, False])
 @pytest.mark.parametrize("input_type", [{"instanceSchema": ""}, {"schemaTitle": "system.Dataset"},
                                         None])
-def test_adapt_types_inputs_from_the_inputs_spec_and_maps_uris(input_type):
+def test_adapt_types_inputs_from_the_inputs_spec_and_maps_uris(input_type, publish_logs):
+  """With and without the driver's executor-logs output: TFX never sees it."""
   spec = {"artifacts": {"examples": {"artifactType": {"instanceSchema": EXAMPLES_TITLE}}}}
-  adapted, remote = entrypoint.adapt(_executor_input(input_type), spec, "/pod")
+  executor_input = _executor_input(input_type, publish_logs)
+  assert entrypoint.backend_outputs(executor_input) == ([EXECUTOR_LOGS] if publish_logs else [])
+  adapted, remote = entrypoint.adapt(executor_input, spec, "/pod")
+  assert set(adapted["outputs"]["artifacts"]) == {"model"}
   examples = adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]
   assert examples["type"] == {"instanceSchema": EXAMPLES_TITLE}
   assert examples["uri"] == "/pod/minio/b/run/Gen/s/examples"
@@ -104,6 +118,25 @@ def test_restore_puts_back_remote_uris_in_artifacts_and_metadata():
   blessing = restored["artifacts"]["blessing"]["artifacts"][0]
   assert blessing["uri"] == "minio://b/run/Eval/s/blessing"
   assert blessing["metadata"] == {"current_model": "minio://b/run/Train/s/model", "blessed": 1}
+
+
+def test_executor_output_is_parsed_as_strictly_as_protojson(tmp_path):
+  """launcher_v2.go getExecutorOutputFile: protojson.Unmarshal into ExecutorOutput."""
+  good = {"artifacts": {"model": {"artifacts": [{"uri": "minio://b/m",
+                                                 "metadata": {"blessed": 1}}]}}}
+  assert parse_executor_output(json.dumps(good), "f")["artifacts"]["model"]["artifacts"][0][
+      "metadata"] == {"blessed": 1.0}
+  for text, needle in (
+      (json.dumps({"artifact": {}}), "artifact"),
+      (json.dumps({"artifacts": {"m": {"artifacts": [{"url": "x"}]}}}), "url"),
+      ('{"artifacts": {"m": {"artifacts": [{"metadata": {"loss": NaN}}]}}}', "NaN"),
+      ('{"parameterValues": {"x": Infinity}}', "Infinity"),
+      ('{"artifacts": {}, "artifacts": {}}', "artifacts")):
+    with pytest.raises(LauncherError, match=needle):
+      parse_executor_output(text, "output_metadata.json")
+  # The entry point writes what it parses (no NaN: json.dumps(allow_nan=False)).
+  with pytest.raises(ValueError, match="not JSON compliant"):
+    json.dumps({"x": float("nan")}, allow_nan=False)
 
 
 @pytest.mark.slow
@@ -164,18 +197,138 @@ def test_tasks_run_after_their_producers(package):
     topological_order(cyclic)
 
 
+# --- The driver's cache. ---------------------------------------------------------------
+
+def _fingerprints(data):
+  """{task: the driver's fingerprint} for config `data`, upstream outputs given fixed ids."""
+  package = compile_mapping(data)
+  launcher = Launcher(package.pipeline_spec, "/nonexistent", PIPELINE_ROOT,
+                      platform_spec=package.platform_spec)
+  tasks = package.pipeline_spec["root"]["dag"]["tasks"]
+  result = {}
+  for i, name in enumerate(topological_order(tasks)):
+    task = tasks[name]
+    component = package.pipeline_spec["components"][task["componentRef"]["name"]]
+    container = package.pipeline_spec["deploymentSpec"]["executors"][
+        component["executorLabel"]]["container"]
+    result[name] = fingerprint(launcher.executor_input(name), container,
+                               launcher.pvc_names(component["executorLabel"]))
+    launcher.mlmd[name] = {key: {"id": 10 * i + j, "uri": f"minio://b/{name}/{key}",
+                                 "custom_properties": {}}
+                           for j, key in enumerate(sorted(component["outputDefinitions"]["artifacts"]))}
+  return result
+
+
+def _changed(path, value):
+  data = _small_config()
+  data["components"].setdefault("DistributedTrainer", {})
+  node = data
+  for key in path[:-1]:
+    node = node.setdefault(key, {})
+  node[path[-1]] = value
+  return data
+
+
+_GPUS = {"type": "nvidia.com/gpu", "count": 1}
+
+
+@pytest.mark.parametrize("path, value, rerun", [
+    (("components", "default", "image"), "registry.example.com/tfx-parallel:other",
+     {"PartitionedExampleGen", "ConvergenceEvaluator"}),  # The trainer has its own image.
+    (("components", "DistributedTrainer", "image"), "registry.example.com/gpu:other",
+     {"DistributedTrainer"}),
+    (("pipeline", "trainer", "epochs"), 4, {"DistributedTrainer"}),
+    (("components", "DistributedTrainer", "accelerator"), dict(_GPUS, count=2),
+     {"DistributedTrainer"}),
+    (("components", "DistributedTrainer", "env"), {"NCCL_DEBUG": "INFO"},
+     {"DistributedTrainer"}),
+    (("components", "DistributedTrainer", "node_selector"),
+     {"cloud.google.com/gke-accelerator": "nvidia-l4"}, {"DistributedTrainer"}),
+    (("components", "DistributedTrainer", "pvc_mounts"), {"other-cache": "/var/cache/cuda"},
+     {"DistributedTrainer"}),
+    # Served from cache: they do not change what a step computes.
+    (("components", "DistributedTrainer", "memory_limit"), "64G", set()),
+    (("components", "DistributedTrainer", "tolerations"),
+     [{"key": "spot", "operator": "Exists"}], set()),
+])
+def test_cache_fingerprint_changes_with_image_config_gpus_and_env(path, value, rerun):
+  """Which config changes re-run a task on a KFP backend with caching on, and which are
+  served from cache (driver/cache.go getFingerPrint); upstream outputs held fixed."""
+  base = _changed(("components", "DistributedTrainer", "accelerator"), _GPUS)
+  base["components"]["DistributedTrainer"]["pvc_mounts"] = {"cuda-jit-cache": "/var/cache/cuda"}
+  changed = copy.deepcopy(base)
+  node = changed
+  for key in path[:-1]:
+    node = node.setdefault(key, {})
+  node[path[-1]] = value
+  before, after = _fingerprints(base), _fingerprints(changed)
+  assert {task for task in before if before[task] != after[task]} == rerun
+
+
+def test_fingerprint_covers_the_drivers_fields_only():
+  executor_input = _executor_input({"instanceSchema": ""}, publish_logs=True)
+  container = {"image": "i", "command": ["python"], "args": ["{{$}}"],
+               "env": [{"name": "A", "value": "1"}], "resources": {"cpuLimit": 1}}
+  key = fingerprint(executor_input, container, ["b", "a"])
+  assert key == fingerprint(executor_input, dict(container, env=[], resources={}), ["a", "b"])
+  other_uri = copy.deepcopy(executor_input)  # Output URIs are wiped from the key.
+  other_uri["outputs"]["artifacts"]["model"]["artifacts"][0]["uri"] = "minio://elsewhere"
+  assert fingerprint(other_uri, container, ["a", "b"]) == key
+  other_input = copy.deepcopy(executor_input)  # Input artifacts count by their MLMD id.
+  other_input["inputs"]["artifacts"]["examples"]["artifacts"][0]["name"] = "8"
+  for changed in (fingerprint(other_input, container, ["a", "b"]),
+                  fingerprint(executor_input, dict(container, image="j"), ["a", "b"]),
+                  fingerprint(executor_input, container, ["a"]),
+                  fingerprint(_executor_input({"instanceSchema": ""}), container, ["a", "b"])):
+    assert changed != key
+
+
 # --- The whole pipeline. --------------------------------------------------------------
 
+def _default_beam_args():
+  """The Beam args kubeflow/default_config.yaml gives PartitionedExampleGen."""
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  with open(compiler.DEFAULT_CONFIG) as f:
+    return yaml.safe_load(f)["components"]["PartitionedExampleGen"]["beam_pipeline_args"]
+
+
 @pytest.mark.slow
-def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path, package):
+@pytest.mark.parametrize("publish_logs, output_file, beam_args", [
+    # 2.15.0 to master (default install: PUBLISH_LOGS "true"); no Beam args.
+    (True, "task_root", "none"),
+    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"), with the Beam args of
+    # kubeflow/default_config.yaml (in-pod DirectRunner, multi_processing): TFX first packs
+    # itself into an sdist for the workers (tfx/utils/dependency_utils.py
+    # make_beam_dependency_flags; ~50 s here).
+    (False, "legacy", "default"),
+], ids=["master", "2.1-2.4-default-beam-args"])
+def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path, package,
+                                                                      publish_logs,
+                                                                      output_file, beam_args):
   """Every step runs the package's own command and args in its own "pod"; artifacts
-  move only through the object store, by their minio:// URIs."""
-  launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT)
+  move only through the object store, by their minio:// URIs. A second run of the same
+  DAG is served from the driver's cache."""
+  if beam_args == "default":
+    data = _small_config()
+    data["components"]["PartitionedExampleGen"]["beam_pipeline_args"] = _default_beam_args()
+    assert "--direct_running_mode=multi_processing" in _default_beam_args()
+    package = compile_mapping(data).pipeline_spec
+  launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT, publish_logs=publish_logs,
+                      output_file=output_file)
   order = launcher.run()
   assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
+  with open(tmp_path / "PartitionedExampleGen.log") as f:
+    assert ("Added --extra_package=" in f.read()) == (beam_args == "default")
 
   for task, executor_input in launcher.executor_inputs.items():  # What the steps received.
     assert set(executor_input["inputs"]) == {"parameterValues", "artifacts"}, task
+    assert (EXECUTOR_LOGS in executor_input["outputs"]["artifacts"]) == publish_logs, task
+    assert (executor_input["outputs"]["outputFile"] == LEGACY_OUTPUT_FILE) == (
+        output_file == "legacy"), task
+    for key, artifacts in executor_input["inputs"]["artifacts"].items():  # From MLMD.
+      metadata = artifacts["artifacts"][0]["metadata"]
+      assert metadata["display_name"] == key and metadata["store_session_info"], (task, key)
   recorded = {(task, key): a for task, outputs in launcher.mlmd.items()
               for key, a in outputs.items()}
   for (task, key), artifact in recorded.items():
@@ -203,3 +356,22 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   assert int(blessing["custom_properties"]["blessed"]) == 1
   assert blessing["custom_properties"]["current_model"] == model["uri"]
   assert os.path.isfile(os.path.join(launcher.object_path(blessing["uri"]), "BLESSED"))
+
+  for task in order:  # The launcher's log artifact, recorded beside TFX's outputs.
+    logs = recorded.get((task, EXECUTOR_LOGS))
+    assert (logs is not None) == publish_logs, task
+    if logs:
+      assert logs["uri"].endswith("/executor-logs-0")
+      with open(launcher.object_path(logs["uri"])) as f:
+        assert "Executor output written to" in f.read(), task
+
+  first = copy.deepcopy(launcher.mlmd)
+  assert launcher.run() == order and launcher.cached_tasks == order  # Nothing runs again,
+  assert launcher.mlmd == first  # the recorded outputs are reused.
+
+
+def test_placement_flag_is_consumed_not_passed_to_beam():
+  args, beam_args = entrypoint._parse([  # pylint: disable=protected-access
+      "--executor_class_path", "x.Y", "--json_serialized_invocation_args", "{}",
+      "--placement", '{"accelerator": null}', "--runner=DirectRunner"])
+  assert args.placement == '{"accelerator": null}' and beam_args == ["--runner=DirectRunner"]
