@@ -95,6 +95,41 @@ def make_csv(path: str, rows: int, features: int, seed: int = 0) -> str:
   return path
 
 
+MIXED_FLOATS = 6
+MIXED_EMPTY_SHARE = 0.05  # Share of empty cells in each float column and in s1.
+MIXED_CATEGORIES = ("Cash", "Credit Card", "No Charge", "Dispute", "Unknown", "Mobile")
+
+
+def make_mixed_csv(path: str, rows: int, seed: int = 0) -> str:
+  """Writes a mixed-type CSV unless it already exists: f0..f5 floats (5% empty cells),
+  n0 an int, s0 a category (6 values), s1 a free text id (5% empty), y a float label.
+  About 80 bytes a row; written in blocks of 100,000 rows."""
+  if os.path.exists(path):
+    return path
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  rng = np.random.default_rng(seed)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    for start in range(0, rows, 100_000):
+      n = min(100_000, rows - start)
+      x = rng.normal(size=(n, MIXED_FLOATS)).round(5)
+      frame = pd.DataFrame({f"f{i}": x[:, i] for i in range(MIXED_FLOATS)})
+      for i in range(MIXED_FLOATS):
+        frame.loc[rng.random(n) < MIXED_EMPTY_SHARE, f"f{i}"] = np.nan
+      frame["n0"] = rng.integers(0, 1000, n)
+      frame["s0"] = np.asarray(MIXED_CATEGORIES, dtype=object)[
+          rng.integers(0, len(MIXED_CATEGORIES), n)]
+      ids = pd.Series(rng.integers(0, 10**9, n)).map("id-{:09d}".format)
+      ids[rng.random(n) < MIXED_EMPTY_SHARE] = None
+      frame["s1"] = ids.values
+      frame["y"] = (np.nan_to_num(x[:, 0]) * 2 + (frame["n0"].values % 7) * 0.1).round(5)
+      frame.to_csv(f, header=start == 0, index=False, na_rep="", float_format="%.5f")
+  os.replace(tmp, path)
+  return path
+
+
 # ----------------------------------------------------------------------------- children
 
 
@@ -288,6 +323,24 @@ def _child_scale(rows: int, mode: str, features: int) -> Dict:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _child_scale_csv(csv_path: str, mode: str) -> Dict:
+  """One ingest of a CSV file (``ingest.run``, label "y", split 4:1, no TensorFlow or TFX
+  import); returns seconds and rows written."""
+  import apache_beam as beam  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen import ingest, sources  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  work = tempfile.mkdtemp(prefix="bench_scale_csv_")
+  try:
+    config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS)).validate()
+    start = time.perf_counter()
+    summary = ingest.run(beam.Pipeline(argv=list(MODES[mode])), config,
+                         sources.plan_source(config), work)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows_written": summary.total_rows}
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def _run_child(args: Sequence[str], timeout: Optional[float] = None) -> Dict:
   """Runs this script as a child under the RSS launcher; merges both JSON results."""
   cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, os.path.abspath(__file__), *args]
@@ -440,7 +493,8 @@ def main(argv=None):
   parser.add_argument("--json", default=None, help="also write the results to this file")
   parser.add_argument("--dask-baseline", action="store_true",
                       help="also run stock CsvExampleGen on Dask (it writes no files)")
-  parser.add_argument("--_child", choices=["compare", "scale"], help=argparse.SUPPRESS)
+  parser.add_argument("--_child", choices=["compare", "scale", "scale_csv"],
+                      help=argparse.SUPPRESS)
   parser.add_argument("--csv", help=argparse.SUPPRESS)
   parser.add_argument("--mode", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -449,6 +503,9 @@ def main(argv=None):
     print(RESULT_PREFIX + json.dumps(_child_compare(
         args.csv, args.mode, args.repeats, args.rows,
         run_baseline=args.mode != "dask" or args.dask_baseline)), flush=True)
+    return
+  if args._child == "scale_csv":  # pylint: disable=protected-access
+    print(RESULT_PREFIX + json.dumps(_child_scale_csv(args.csv, args.mode)), flush=True)
     return
   if args._child == "scale":  # pylint: disable=protected-access
     print(RESULT_PREFIX + json.dumps(_child_scale(args.rows, args.mode, args.features)),
