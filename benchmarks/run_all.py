@@ -69,7 +69,7 @@ SAME_INPUT_TARGETS = (
      "mixed-type CSV (floats with empty cells, int, 2 strings), same file"),
     ("user_model.json", ["ratio", "auto"], 0.9,
      "single layout within 10% of plain Keras",
-     "single vs plain fit, same cached input (bench_user_model)"),
+     "single vs plain fit, same cached input"),
 )
 # The trainer's input modes that read the same files as benchmarks/keras_baseline.py.
 STREAMED_INPUT = ("none", "n/a (streamed)")
