@@ -161,8 +161,12 @@ def fresh_import_seconds(module: str) -> float:
                        timeout=300)["seconds"]
 
 
-def overhead(rows: int, steps: int) -> str:
-  """One run of each pipeline and one profiled run of ours; returns the section text."""
+OVERHEAD_JSON = os.path.join(bu.BENCH_DIR, "e2e_overhead.json")
+
+
+def overhead(rows: int, steps: int) -> dict:
+  """One run of each pipeline and one profiled run of ours; returns what overhead_section
+  renders (also written to OVERHEAD_JSON, the profile to _work/e2e_runs/ours.prof)."""
   import datetime  # pylint: disable=g-import-not-at-top
   load_before, when = bu.load_average(), datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
   csv = bu.write_csv(os.path.join(bu.work_dir(f"e2e_data_{rows}"), "data.csv"), rows)
@@ -176,21 +180,40 @@ def overhead(rows: int, steps: int) -> str:
                         + (["--profile", profile] if profile else []), timeout=1200)
     r = bu.last_json_line(out["stdout"])
     r["process_seconds"] = out["seconds"]
-    r["fixed_seconds"] = out["seconds"] - sum(r["components"].values())
     runs[which] = r
     print(f"[bench_e2e] {which}: {r}", flush=True)
     shutil.rmtree(home, ignore_errors=True)
   imports = {m: fresh_import_seconds(m) for m in (
       "tensorflow", "tfx.v1", "tfx_parallel.components.distributed_trainer.train")}
-  ours, stock = runs["ours"], runs["stock"]
+  data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
+          "load_after": bu.load_average(), "runs": runs, "imports": imports,
+          "top": profile_top(prof), "profile_imports_s": profile_seconds(prof, "_find_and_load"),
+          "profile_total_s": profile_seconds(prof, "run")}
+  with open(OVERHEAD_JSON, "w") as f:
+    json.dump(data, f, indent=1)
+  return data
+
+
+def profile_seconds(path: str, name: str) -> float:
+  """The largest cumulative seconds of a function called ``name`` in a cProfile dump."""
+  import pstats  # pylint: disable=g-import-not-at-top
+  return max((v[3] for (_, _, n), v in pstats.Stats(path).stats.items() if n == name),
+             default=0.0)
+
+
+def overhead_section(data: dict) -> str:
+  ours, stock = data["runs"]["ours"], data["runs"]["stock"]
+  for r in (ours, stock):
+    r["fixed_seconds"] = r["process_seconds"] - sum(r["components"].values())
   ratio = ours["process_seconds"] / stock["process_seconds"]
+  rows, steps = data["rows"], data["steps"]
   lines = [
       "## End to end: fixed overhead (`benchmarks/bench_e2e.py --overhead`)", "",
-      f"Command: `{os.path.relpath(sys.executable, bu.REPO)} benchmarks/bench_e2e.py --overhead "
-      f"--rows {rows} --steps {steps}`; run {when}; load average before: {load_before}; "
-      f"after: {bu.load_average()}. One run of each pipeline (the `bench_e2e` workload: "
+      f"Command: `.venv/bin/python benchmarks/bench_e2e.py --overhead --rows {rows} --steps "
+      f"{steps}`; run {data['when']}; load average before: {data['load_before']}; after: "
+      f"{data['load_after']}. One run of each pipeline (the `bench_e2e` pipelines: "
       f"{rows:,} rows, {steps} steps of batch {BATCH}, linear model), then one run of ours "
-      "under cProfile (its wall time is inflated by the profiler; only its shares are read). "
+      "under cProfile (its wall time is inflated by the profiler; read its shares). "
       "Fixed overhead = process wall time minus the three components' ML Metadata execution "
       "times: interpreter start, imports, pipeline compilation, ML Metadata set-up and the "
       "orchestration between components.", "",
@@ -201,14 +224,26 @@ def overhead(rows: int, steps: int) -> str:
     lines.append(f"| {name} | {r['process_seconds']:.1f} | {c.get('ExampleGen', 0):.1f} | "
                  f"{c.get('Trainer', 0):.1f} | {c.get('Evaluator', 0):.1f} | "
                  f"{r['fixed_seconds']:.1f} |")
-  lines += ["", f"Ratio ours/stock (process wall): **{ratio:.2f}** (target <= 0.25).", "",
+  share = data["profile_imports_s"] / data["profile_total_s"] if data["profile_total_s"] else 0
+  floor = ours["fixed_seconds"] / stock["process_seconds"]
+  lines += ["", f"Ratio ours/stock (process wall): **{ratio:.2f}** (target <= 0.25: "
+            f"{'met' if ratio <= 0.25 else '**not met**'}).", "",
             "Fresh-process import times (interpreter start included): " + ", ".join(
-                f"`{m}` {s:.1f} s" for m, s in imports.items()) + ".", "",
+                f"`{m}` {s:.1f} s" for m, s in data["imports"].items()) + ".", "",
+            f"What remains: our fixed overhead alone is {floor:.2f} of the stock pipeline's "
+            f"whole wall time, so no speed-up of the components can bring the ratio under "
+            f"{floor:.2f}. In the profile, imports take {share:.0%} of our pipeline process "
+            "(almost all of it `tfx.v1`, which LocalDagRunner and ML Metadata need, and the "
+            "TensorFlow it imports); the trainer runs in its own process, which imports "
+            "TensorFlow again inside the Trainer's time. Both pipelines pay the same fixed "
+            "cost; taking it out needs a launcher that does not import TFX in the "
+            "pipeline process and a trainer process started (and its TensorFlow imported) "
+            "while the ingest runs, which this change does not do.", "",
             "Top items of the profile of our pipeline process (cumulative seconds, profiled "
             "run; the trainer and the Beam workers run in their own processes and show "
             "here as waits):", "",
             "| cumulative s | calls | function |", "|---|---|---|"]
-  lines += [f"| {cum:.1f} | {calls} | `{where}` |" for cum, calls, where in profile_top(prof)]
+  lines += [f"| {cum:.1f} | {calls} | `{where}` |" for cum, calls, where in data["top"]]
   lines += ["", "![e2e.png](plots/e2e.png)", ""]
   return "\n".join(lines)
 
@@ -302,13 +337,20 @@ def main() -> int:
   p.add_argument("--overhead", action="store_true",
                  help="one run each and a profiled run of ours; writes "
                       "benchmarks/results/e2e_overhead.md")
+  p.add_argument("--render-overhead", action="store_true",
+                 help="rewrite the --overhead section from benchmarks/e2e_overhead.json")
   p.add_argument("--rows", type=int, default=sizes(False)["rows"])
   a = p.parse_args()
   if a.child:
     print(json.dumps(child(a.child, a.csv, a.home, a.steps, a.profile)))
     return 0
-  if a.overhead:
-    text = overhead(a.rows, a.steps or sizes(False)["steps"])
+  if a.overhead or a.render_overhead:
+    if a.render_overhead:
+      with open(OVERHEAD_JSON) as f:
+        data = json.load(f)
+    else:
+      data = overhead(a.rows, a.steps or sizes(False)["steps"])
+    text = overhead_section(data)
     os.makedirs(os.path.dirname(OVERHEAD_SECTION), exist_ok=True)
     with open(OVERHEAD_SECTION, "w") as f:
       f.write(text)
