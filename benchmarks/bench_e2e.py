@@ -105,12 +105,147 @@ def run_stock(csv: str, home: str, steps: int) -> str:
   return metadata_path
 
 
-def child(which: str, csv: str, home: str, steps: int) -> dict:
+def child(which: str, csv: str, home: str, steps: int, profile: str = "") -> dict:
+  """One pipeline run; ``profile``: also write a cProfile of this process there."""
   import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  profiler = None
+  if profile:
+    import cProfile  # pylint: disable=g-import-not-at-top
+    profiler = cProfile.Profile()
+    profiler.enable()
   start = time.perf_counter()
   metadata = (run_ours if which == "ours" else run_stock)(csv, home, steps)
-  return {"pipeline_seconds": time.perf_counter() - start,
-          "components": component_seconds(metadata)}
+  seconds = time.perf_counter() - start
+  if profiler is not None:
+    profiler.disable()
+    profiler.dump_stats(profile)
+  return {"pipeline_seconds": seconds, "components": component_seconds(metadata)}
+
+
+# ----------------------------------------------------------------------------- overhead
+
+OVERHEAD_SECTION = os.path.join(bu.BENCH_DIR, "results", "e2e_overhead.md")
+# Frames that only wrap others (the profile's top items are the ones below them).
+_WRAPPERS = ("<built-in method builtins.exec>", "bench_e2e.py", "<string>:1(<module>)")
+
+
+def profile_top(path: str, n: int = 12) -> List[tuple]:
+  """(cumulative seconds, calls, function) of the ``n`` frames with the most cumulative
+  time in a cProfile dump, without pure wrappers: a frame within 3% of the cumulative
+  time of one already listed is taken as a pass-through of it and left out."""
+  import pstats  # pylint: disable=g-import-not-at-top
+  stats = pstats.Stats(path).stats
+  rows = []
+  for (filename, line, name), (_, calls, _, cumulative, _) in stats.items():
+    short = (filename.split("site-packages/")[-1] if "site-packages/" in filename else
+             os.path.relpath(filename, bu.REPO) if filename.startswith(bu.REPO) else filename)
+    where = f"{short}:{line}({name})"
+    if filename == "~":
+      where = name
+    if any(w in where for w in _WRAPPERS):
+      continue
+    rows.append((cumulative, calls, where))
+  kept = []
+  for row in sorted(rows, reverse=True):
+    if all(abs(row[0] - k[0]) > 0.03 * k[0] for k in kept):
+      kept.append(row)
+    if len(kept) == n:
+      break
+  return kept
+
+
+def fresh_import_seconds(module: str) -> float:
+  """Wall seconds of ``python -c 'import MODULE'`` in a fresh process (interpreter start
+  included): what every process that needs the module pays before its first line."""
+  return bu.run_python(["-c", f"import tfx_parallel.pipeline.tfenv; import {module}"],
+                       timeout=300)["seconds"]
+
+
+OVERHEAD_JSON = os.path.join(bu.BENCH_DIR, "e2e_overhead.json")
+
+
+def overhead(rows: int, steps: int) -> dict:
+  """One run of each pipeline and one profiled run of ours; returns what overhead_section
+  renders (also written to OVERHEAD_JSON, the profile to _work/e2e_runs/ours.prof)."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  load_before, when = bu.load_average(), datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+  csv = bu.write_csv(os.path.join(bu.work_dir(f"e2e_data_{rows}"), "data.csv"), rows)
+  runs = {}
+  prof = os.path.join(bu.work_dir("e2e_runs"), "ours.prof")
+  for which, profile in (("ours", ""), ("stock", ""), ("ours-profiled", prof)):
+    home = os.path.join(bu.work_dir("e2e_runs"), f"overhead-{which}")
+    shutil.rmtree(home, ignore_errors=True)
+    out = bu.run_python([os.path.abspath(__file__), "--child", which.split("-")[0], "--csv",
+                         csv, "--home", home, "--steps", str(steps)]
+                        + (["--profile", profile] if profile else []), timeout=1200)
+    r = bu.last_json_line(out["stdout"])
+    r["process_seconds"] = out["seconds"]
+    runs[which] = r
+    print(f"[bench_e2e] {which}: {r}", flush=True)
+    shutil.rmtree(home, ignore_errors=True)
+  imports = {m: fresh_import_seconds(m) for m in (
+      "tensorflow", "tfx.v1", "tfx_parallel.components.distributed_trainer.train")}
+  data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
+          "load_after": bu.load_average(), "runs": runs, "imports": imports,
+          "top": profile_top(prof), "profile_imports_s": profile_seconds(prof, "_find_and_load"),
+          "profile_total_s": profile_seconds(prof, "run")}
+  with open(OVERHEAD_JSON, "w") as f:
+    json.dump(data, f, indent=1)
+  return data
+
+
+def profile_seconds(path: str, name: str) -> float:
+  """The largest cumulative seconds of a function called ``name`` in a cProfile dump."""
+  import pstats  # pylint: disable=g-import-not-at-top
+  return max((v[3] for (_, _, n), v in pstats.Stats(path).stats.items() if n == name),
+             default=0.0)
+
+
+def overhead_section(data: dict) -> str:
+  ours, stock = data["runs"]["ours"], data["runs"]["stock"]
+  for r in (ours, stock):
+    r["fixed_seconds"] = r["process_seconds"] - sum(r["components"].values())
+  ratio = ours["process_seconds"] / stock["process_seconds"]
+  rows, steps = data["rows"], data["steps"]
+  lines = [
+      "## End to end: fixed overhead (`benchmarks/bench_e2e.py --overhead`)", "",
+      f"Command: `.venv/bin/python benchmarks/bench_e2e.py --overhead --rows {rows} --steps "
+      f"{steps}`; run {data['when']}; load average before: {data['load_before']}; after: "
+      f"{data['load_after']}. One run of each pipeline (the `bench_e2e` pipelines: "
+      f"{rows:,} rows, {steps} steps of batch {BATCH}, linear model), then one run of ours "
+      "under cProfile (its wall time is inflated by the profiler; read its shares). "
+      "Fixed overhead = process wall time minus the three components' ML Metadata execution "
+      "times: interpreter start, imports, pipeline compilation, ML Metadata set-up and the "
+      "orchestration between components.", "",
+      "| pipeline | process wall s | ExampleGen s | Trainer s | Evaluator s | fixed overhead s |",
+      "|---|---|---|---|---|---|"]
+  for name, r in (("ours", ours), ("stock", stock)):
+    c = r["components"]
+    lines.append(f"| {name} | {r['process_seconds']:.1f} | {c.get('ExampleGen', 0):.1f} | "
+                 f"{c.get('Trainer', 0):.1f} | {c.get('Evaluator', 0):.1f} | "
+                 f"{r['fixed_seconds']:.1f} |")
+  share = data["profile_imports_s"] / data["profile_total_s"] if data["profile_total_s"] else 0
+  floor = ours["fixed_seconds"] / stock["process_seconds"]
+  lines += ["", f"Ratio ours/stock (process wall): **{ratio:.2f}** (target <= 0.25: "
+            f"{'met' if ratio <= 0.25 else '**not met**'}).", "",
+            "Fresh-process import times (interpreter start included): " + ", ".join(
+                f"`{m}` {s:.1f} s" for m, s in data["imports"].items()) + ".", "",
+            f"What remains: our fixed overhead alone is {floor:.2f} of the stock pipeline's "
+            f"whole wall time, so no speed-up of the components can bring the ratio under "
+            f"{floor:.2f}. In the profile, imports take {share:.0%} of our pipeline process "
+            "(almost all of it `tfx.v1`, which LocalDagRunner and ML Metadata need, and the "
+            "TensorFlow it imports); the trainer runs in its own process, which imports "
+            "TensorFlow again inside the Trainer's time. Both pipelines pay the same fixed "
+            "cost; taking it out needs a launcher that does not import TFX in the "
+            "pipeline process and a trainer process started (and its TensorFlow imported) "
+            "while the ingest runs, which this change does not do.", "",
+            "Top items of the profile of our pipeline process (cumulative seconds, profiled "
+            "run; the trainer and the Beam workers run in their own processes and show "
+            "here as waits):", "",
+            "| cumulative s | calls | function |", "|---|---|---|"]
+  lines += [f"| {cum:.1f} | {calls} | `{where}` |" for cum, calls, where in data["top"]]
+  lines += ["", "![e2e.png](plots/e2e.png)", ""]
+  return "\n".join(lines)
 
 
 def run(smoke: bool) -> List[dict]:
@@ -198,9 +333,28 @@ def main() -> int:
   p.add_argument("--home")
   p.add_argument("--steps", type=int)
   p.add_argument("--smoke", action="store_true")
+  p.add_argument("--profile", default="", help="child: write a cProfile dump here")
+  p.add_argument("--overhead", action="store_true",
+                 help="one run each and a profiled run of ours; writes "
+                      "benchmarks/results/e2e_overhead.md")
+  p.add_argument("--render-overhead", action="store_true",
+                 help="rewrite the --overhead section from benchmarks/e2e_overhead.json")
+  p.add_argument("--rows", type=int, default=sizes(False)["rows"])
   a = p.parse_args()
   if a.child:
-    print(json.dumps(child(a.child, a.csv, a.home, a.steps)))
+    print(json.dumps(child(a.child, a.csv, a.home, a.steps, a.profile)))
+    return 0
+  if a.overhead or a.render_overhead:
+    if a.render_overhead:
+      with open(OVERHEAD_JSON) as f:
+        data = json.load(f)
+    else:
+      data = overhead(a.rows, a.steps or sizes(False)["steps"])
+    text = overhead_section(data)
+    os.makedirs(os.path.dirname(OVERHEAD_SECTION), exist_ok=True)
+    with open(OVERHEAD_SECTION, "w") as f:
+      f.write(text)
+    print(text)
     return 0
   for r in run(a.smoke):
     print(json.dumps(r))

@@ -15,6 +15,15 @@ in a fresh subprocess; reports ingest seconds, process wall time, and the peak R
 process tree (``resource.getrusage(RUSAGE_CHILDREN)`` in a launcher process that only waits for
 the measured child), and plots both against rows to ``benchmarks/ingest_scaling.png``.
 
+Mixed-type scaling (``--mixed-scaling``, issue 30): a mixed-type CSV (make_mixed_csv: 6
+floats with 5% empty cells, an int, 2 string columns, a float label) at 1M, 4M and 10M rows
+through ours (``ingest.run`` in a fresh process each), stock CsvExampleGen's
+``Executor.Do`` at the first size only (alone in its process), and a numeric-only CSV of
+the same column count at the first size; rows/s and peak RSS of each process, a plot of
+both against rows (``benchmarks/plots/ingest_mixed_rss.png``), the section
+``benchmarks/results/ingest_mixed.md`` (RESULTS.md shows it) and
+``benchmarks/ingest_mixed.json`` (run_all.py's Targets table reads the mixed-type ratio).
+
 Runner modes: DirectRunner in-memory, DirectRunner multi-processing with 2 workers, and
 Beam's DaskRunner on a local `dask scheduler` with 2 single-threaded `dask worker`
 processes (started and stopped by the child). Peak memory: ``peak_rss_mb_both`` is the
@@ -28,6 +37,7 @@ Usage:
   .venv/bin/python benchmarks/bench_ingest.py --rows 100000 --repeats 1
   .venv/bin/python benchmarks/bench_ingest.py --scaling         # scaling only
   .venv/bin/python benchmarks/bench_ingest.py --smoke           # tiny sizes, < 1 minute
+  .venv/bin/python benchmarks/bench_ingest.py --mixed-scaling   # 1M/4M/10M mixed (~1 h loaded)
 A benchmark driver calls ``run(smoke)``, which returns the result rows as dicts.
 """
 import argparse
@@ -95,13 +105,49 @@ def make_csv(path: str, rows: int, features: int, seed: int = 0) -> str:
   return path
 
 
+MIXED_FLOATS = 6
+MIXED_EMPTY_SHARE = 0.05  # Share of empty cells in each float column and in s1.
+MIXED_CATEGORIES = ("Cash", "Credit Card", "No Charge", "Dispute", "Unknown", "Mobile")
+
+
+def make_mixed_csv(path: str, rows: int, seed: int = 0) -> str:
+  """Writes a mixed-type CSV unless it already exists: f0..f5 floats (5% empty cells),
+  n0 an int, s0 a category (6 values), s1 a free text id (5% empty), y a float label.
+  About 80 bytes a row; written in blocks of 100,000 rows."""
+  if os.path.exists(path):
+    return path
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  rng = np.random.default_rng(seed)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    for start in range(0, rows, 100_000):
+      n = min(100_000, rows - start)
+      x = rng.normal(size=(n, MIXED_FLOATS)).round(5)
+      frame = pd.DataFrame({f"f{i}": x[:, i] for i in range(MIXED_FLOATS)})
+      for i in range(MIXED_FLOATS):
+        frame.loc[rng.random(n) < MIXED_EMPTY_SHARE, f"f{i}"] = np.nan
+      frame["n0"] = rng.integers(0, 1000, n)
+      frame["s0"] = np.asarray(MIXED_CATEGORIES, dtype=object)[
+          rng.integers(0, len(MIXED_CATEGORIES), n)]
+      ids = pd.Series(rng.integers(0, 10**9, n)).map("id-{:09d}".format)
+      ids[rng.random(n) < MIXED_EMPTY_SHARE] = None
+      frame["s1"] = ids.values
+      frame["y"] = (np.nan_to_num(x[:, 0]) * 2 + (frame["n0"].values % 7) * 0.1).round(5)
+      frame.to_csv(f, header=start == 0, index=False, na_rep="", float_format="%.5f")
+  os.replace(tmp, path)
+  return path
+
+
 # ----------------------------------------------------------------------------- children
 
 
 def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
-                   run_baseline: bool = True) -> Dict:
+                   run_baseline: bool = True, sides=("baseline", "ours")) -> Dict:
   """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each.
-  ``run_baseline`` False (Dask without --dask-baseline) skips the stock executor."""
+  ``run_baseline`` False (Dask without --dask-baseline) skips the stock executor;
+  ``sides`` names the executors run."""
   import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.components.example_gen.csv_example_gen import executor as csv_executor  # pylint: disable=g-import-not-at-top
@@ -174,7 +220,7 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
            "baseline_error": None if run_baseline else DASK_BASELINE_SKIPPED}
   try:
     for r in range(repeats):
-      order = [("baseline", baseline), ("ours", ours)]
+      order = [(n, p) for n, p in (("baseline", baseline), ("ours", ours)) if n in sides]
       for name, prepare in (order if r % 2 == 0 else order[::-1]):
         if name == "baseline" and times["baseline_error"]:
           continue
@@ -288,6 +334,33 @@ def _child_scale(rows: int, mode: str, features: int) -> Dict:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _child_stock_csv(csv_path: str, mode: str, rows: int) -> Dict:
+  """One stock CsvExampleGen ``Executor.Do`` on the CSV, alone in its process (so the
+  launcher's peak RSS is stock's, TensorFlow and TFX imports included)."""
+  times = _child_compare(csv_path, mode, 1, rows, sides=("baseline",))
+  if times["baseline_error"]:
+    raise RuntimeError(times["baseline_error"])
+  return {"seconds": times["baseline"][0], "rows_written": rows}
+
+
+def _child_scale_csv(csv_path: str, mode: str) -> Dict:
+  """One ingest of a CSV file (``ingest.run``, label "y", split 4:1, no TensorFlow or TFX
+  import); returns seconds and rows written."""
+  import apache_beam as beam  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen import ingest, sources  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  work = tempfile.mkdtemp(prefix="bench_scale_csv_")
+  try:
+    config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS)).validate()
+    start = time.perf_counter()
+    summary = ingest.run(beam.Pipeline(argv=list(MODES[mode])), config,
+                         sources.plan_source(config), work)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows_written": summary.total_rows}
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def _run_child(args: Sequence[str], timeout: Optional[float] = None) -> Dict:
   """Runs this script as a child under the RSS launcher; merges both JSON results."""
   cmd = [sys.executable, "-c", _LAUNCHER, sys.executable, os.path.abspath(__file__), *args]
@@ -369,6 +442,123 @@ def scaling(sizes: Sequence[int], features: int, mode: str, plot_path: Optional[
   return results
 
 
+MIXED_SIZES = (1_000_000, 4_000_000, 10_000_000)
+MIXED_PLOT = os.path.join(HERE, "plots", "ingest_mixed_rss.png")
+MIXED_SECTION = os.path.join(HERE, "results", "ingest_mixed.md")
+
+
+def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
+                  plot_path: Optional[str]) -> List[Dict]:
+  """The mixed-type CSV (make_mixed_csv) at each size through ours (``ingest.run``), and
+  through stock CsvExampleGen at ``stock_rows`` only; plus a numeric-only CSV of the
+  same column count at the smallest size through ours. One process per run, each under
+  the RSS launcher; in-memory DirectRunner."""
+  results = []
+
+  def record(kind, side, rows, csv_path, child):
+    results.append({
+        "benchmark": "ingest_mixed_scaling", "data": kind, "side": side, "rows": rows,
+        "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(child["seconds"], 1),
+        "rows_per_s": round(rows / child["seconds"]),
+        "process_wall_seconds": round(child["wall_seconds"], 1),
+        "peak_rss_mb": round(child["peak_rss_kb"] / 1024),
+        "rows_written": child["rows_written"]})
+    print(f"[bench_ingest] {kind} {side} {rows:,} rows: {results[-1]}", flush=True)
+
+  paths = {rows: make_mixed_csv(os.path.join(data_dir, f"mixed_{rows}", "data.csv"), rows)
+           for rows in sizes}
+  for rows in sizes:
+    record("mixed", "ours", rows, paths[rows],
+           _run_child(["--_child", "scale_csv", "--csv", paths[rows], "--mode", "in_memory"]))
+  rows = min(sizes)
+  path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{MIXED_FLOATS + 3}", "data.csv"),
+                  rows, MIXED_FLOATS + 3)
+  record("numeric", "ours", rows, path,
+         _run_child(["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"]))
+  if stock_rows in paths:  # Last: the longest run (about 20x ours).
+    record("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
+           _run_child(["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode",
+                       "in_memory", "--rows", str(stock_rows)]))
+  if plot_path:
+    _plot_mixed(results, plot_path)
+  return results
+
+
+def _plot_mixed(results: List[Dict], path: str):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+  for side, style in (("ours", "o-"), ("stock CsvExampleGen", "s")):
+    rs = [r for r in results if r["data"] == "mixed" and r["side"] == side]
+    if not rs:
+      continue
+    label = "PartitionedExampleGen" if side == "ours" else side
+    ax1.plot([r["rows"] / 1e6 for r in rs], [r["peak_rss_mb"] for r in rs], style,
+             label=label, markersize=8)
+    ax2.plot([r["rows"] / 1e6 for r in rs], [r["rows_per_s"] / 1e3 for r in rs], style,
+             label=label, markersize=8)
+  ax1.set_xlabel("rows of the mixed-type CSV (millions)")
+  ax1.set_ylabel("peak RSS of the process (MB)")
+  ax1.set_ylim(bottom=0)
+  ax2.set_xlabel("rows of the mixed-type CSV (millions)")
+  ax2.set_ylabel("thousand rows/s")
+  ax2.set_ylim(bottom=0)
+  for ax in (ax1, ax2):
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+  fig.suptitle("Ingest of a mixed-type CSV (6 floats with empty cells, an int, 2 strings), "
+               "in-memory DirectRunner")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def mixed_section(results: List[Dict], command: str, load_before: str, load_after: str,
+                  when: str) -> str:
+  """The RESULTS.md section (benchmarks/results/ingest_mixed.md) of a mixed_scaling run."""
+  mixed = [r for r in results if r["data"] == "mixed" and r["side"] == "ours"]
+  stock = [r for r in results if r["side"] != "ours"]
+  numeric = [r for r in results if r["data"] == "numeric"]
+  lines = ["## Ingest scaling: mixed-type CSV, rows/s and peak RSS (`benchmarks/bench_ingest.py "
+           "--mixed-scaling`)", "",
+           f"Command: `{command}`; run {when}; load average before: {load_before}; after: "
+           f"{load_after}. Data: `make_mixed_csv` (6 float columns with 5% empty cells, an int, "
+           "a 6-value category, a free-text id with 5% empty cells, a float label), split 4:1. "
+           "Ours: `ingest.run` (Do without the artifact bookkeeping, no TensorFlow import); "
+           "stock: `CsvExampleGen` `Executor.Do` (its process imports TensorFlow and TFX, "
+           "which its RSS includes). Each run alone in a fresh process, one run each; peak RSS "
+           "from `getrusage(RUSAGE_CHILDREN)` of a launcher that only waits for it.", "",
+           "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB |",
+           "|---|---|---|---|---|---|---|"]
+  for r in results:
+    lines.append(f"| {r['data']} | {r['side']} | {r['rows']:,} | {r['csv_mb']} | "
+                 f"{r['seconds']} | {r['rows_per_s']:,} | {r['peak_rss_mb']} |")
+  lines.append("")
+  if mixed:
+    lo, hi = min(r["peak_rss_mb"] for r in mixed), max(r["peak_rss_mb"] for r in mixed)
+    lines.append(f"- Peak RSS from {mixed[0]['rows']:,} to {mixed[-1]['rows']:,} rows: "
+                 f"{lo} to {hi} MB ({hi / lo:.2f}x for {mixed[-1]['rows'] / mixed[0]['rows']:.0f}x "
+                 "the rows). The read ranges (8 MB of the file each) are redistributed, not "
+                 "the lines, so no stage holds the input.")
+  for s in stock:
+    ours = next((r for r in mixed if r["rows"] == s["rows"]), None)
+    if ours:
+      lines.append(f"- Mixed-type rows/s at {s['rows']:,} rows: ours {ours['rows_per_s']:,}, "
+                   f"stock {s['rows_per_s']:,}: **{ours['rows_per_s'] / s['rows_per_s']:.1f}x** "
+                   f"(target >= 10x). Peak RSS ours {ours['peak_rss_mb']} MB, stock "
+                   f"{s['peak_rss_mb']} MB.")
+  for n in numeric:
+    ours = next((r for r in mixed if r["rows"] == n["rows"]), None)
+    if ours:
+      lines.append(f"- Mixed vs numeric-only (same rows, same 10 columns): "
+                   f"{ours['rows_per_s']:,} vs {n['rows_per_s']:,} rows/s, "
+                   f"{ours['rows_per_s'] / n['rows_per_s']:.2f}x (target >= 0.7x).")
+  lines += ["", f"![ingest_mixed_rss.png](plots/{os.path.basename(MIXED_PLOT)})", ""]
+  return "\n".join(lines)
+
+
 def _plot(results: List[Dict], path: str):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -440,7 +630,13 @@ def main(argv=None):
   parser.add_argument("--json", default=None, help="also write the results to this file")
   parser.add_argument("--dask-baseline", action="store_true",
                       help="also run stock CsvExampleGen on Dask (it writes no files)")
-  parser.add_argument("--_child", choices=["compare", "scale"], help=argparse.SUPPRESS)
+  parser.add_argument("--mixed-scaling", action="store_true",
+                      help="only the mixed-type CSV scaling run (rows/s and peak RSS, ours at "
+                           "--mixed-rows, stock at the first size); writes "
+                           "benchmarks/results/ingest_mixed.md and its plot")
+  parser.add_argument("--mixed-rows", default=",".join(str(n) for n in MIXED_SIZES))
+  parser.add_argument("--_child", choices=["compare", "scale", "scale_csv", "stock_csv"],
+                      help=argparse.SUPPRESS)
   parser.add_argument("--csv", help=argparse.SUPPRESS)
   parser.add_argument("--mode", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -449,6 +645,32 @@ def main(argv=None):
     print(RESULT_PREFIX + json.dumps(_child_compare(
         args.csv, args.mode, args.repeats, args.rows,
         run_baseline=args.mode != "dask" or args.dask_baseline)), flush=True)
+    return
+  if args._child == "stock_csv":  # pylint: disable=protected-access
+    print(RESULT_PREFIX + json.dumps(_child_stock_csv(args.csv, args.mode, args.rows)),
+          flush=True)
+    return
+  if args.mixed_scaling:
+    import datetime  # pylint: disable=g-import-not-at-top
+    sys.path.insert(0, HERE)
+    import benchutil  # pylint: disable=g-import-not-at-top
+    sizes = [int(float(n)) for n in args.mixed_rows.split(",")]
+    load_before = benchutil.load_average()
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    results = mixed_scaling(sizes, args.data_dir or os.path.join(
+        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], MIXED_PLOT)
+    command = (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py --mixed-scaling "
+               f"--mixed-rows {args.mixed_rows}")
+    text = mixed_section(results, command, load_before, benchutil.load_average(), when)
+    os.makedirs(os.path.dirname(MIXED_SECTION), exist_ok=True)
+    with open(MIXED_SECTION, "w") as f:
+      f.write(text)
+    with open(os.path.join(HERE, "ingest_mixed.json"), "w") as f:
+      json.dump(results, f, indent=1)
+    print(text)
+    return
+  if args._child == "scale_csv":  # pylint: disable=protected-access
+    print(RESULT_PREFIX + json.dumps(_child_scale_csv(args.csv, args.mode)), flush=True)
     return
   if args._child == "scale":  # pylint: disable=protected-access
     print(RESULT_PREFIX + json.dumps(_child_scale(args.rows, args.mode, args.features)),

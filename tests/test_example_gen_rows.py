@@ -5,6 +5,7 @@ import pytest
 import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import tensorflow as tf
 
+from tfx_parallel.components.partitioned_example_gen import rows
 from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
 from tfx_parallel.components.partitioned_example_gen.rows import varint
@@ -130,3 +131,26 @@ def test_take_selects_rows_of_every_column():
   assert sub.strings["s"] == [b"2", b"0"]
   assert sub.keys == [b"k2", b"k0"]
   assert sub.num_rows == 2
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_string_matrix_path_writes_the_bytes_of_the_row_by_row_path(monkeypatch, missing):
+  rng = np.random.default_rng(3)
+  n = 200
+  numeric = {"f": rng.normal(size=n), "i": rng.integers(-2**40, 2**40, n).astype(float),
+             "y": rng.normal(size=n)}
+  strings = {"s": [("é" * int(k)).encode() for k in rng.integers(0, 300, n)],
+             "t": [b"cat%d" % k for k in rng.integers(0, 5, n)]}
+  if missing:
+    numeric["f"][::3] = np.nan
+    numeric["i"][1::4] = np.nan
+    strings["s"] = [None if k % 5 == 0 else v for k, v in enumerate(strings["s"])]
+  batch = RowBatch(("f", 1), numeric, strings, [b""] * n)
+  encoder = ExampleEncoder(["f", "i", "y"], ["s", "t"], int_keys=["i"])
+  vectorised = encoder.encode(batch)
+  monkeypatch.setattr(rows, "MAX_STRING_MATRIX_BYTES", 0)  # Forces the row-by-row path.
+  by_row = encoder.encode(batch)
+  assert vectorised.data == by_row.data
+  assert vectorised.ends.tolist() == by_row.ends.tolist()
+  assert _decode(vectorised) == [_expected(numeric, strings, i, int_keys=["i"])
+                                 for i in range(n)]

@@ -20,7 +20,11 @@ tests/test_example_gen_rows.py:
 * no string columns, but ints (varints: 1 to 10 bytes) or missing values: each feature
   gets a slot of its widest encoding in an [rows, width] byte matrix with a mask of the
   bytes each row uses; the masked bytes in row-major order are the records, back to back;
-* string columns: each row is assembled with ``bytes.join`` from precomputed prefixes.
+* string columns: the same byte matrix, a string column adding two slots: its map-entry
+  prefix (which depends only on the value's length) and its value bytes, as a [rows,
+  longest value] matrix. A batch whose matrix would exceed MAX_STRING_MATRIX_BYTES (very
+  long cells) is assembled row by row with ``bytes.join`` instead; both give the same
+  bytes.
 """
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -122,7 +126,7 @@ MAX_EXACT_INT = 2**53  # Largest |int| a float64 holds exactly.
 ENCODING_VERSION = 2
 
 
-def _float_entry_prefix(key: str) -> bytes:
+def float_entry_prefix(key: str) -> bytes:
   """Map entry of Features.feature for a one-float feature, minus the 4 float bytes."""
   key_field = _field(_TAG_1, key.encode("utf-8"))
   entry_len = len(key_field) + 2 + len(_FLOAT_FEATURE_HEAD) + 4
@@ -130,7 +134,7 @@ def _float_entry_prefix(key: str) -> bytes:
           bytes([_TAG_2, len(_FLOAT_FEATURE_HEAD) + 4]) + _FLOAT_FEATURE_HEAD)
 
 
-def _int_entry_prefix(key: str, length: int) -> bytes:
+def int_entry_prefix(key: str, length: int) -> bytes:
   """Map entry of Features.feature for a one-int64 feature whose varint has ``length``
   bytes, minus those bytes: Feature{int64_list(3): Int64List{value(1), packed}}."""
   key_field = _field(_TAG_1, key.encode("utf-8"))
@@ -140,7 +144,7 @@ def _int_entry_prefix(key: str, length: int) -> bytes:
           varint(feature_len) + bytes([_TAG_3, 2 + length, _TAG_1, length]))
 
 
-class _Slots:
+class Slots:
   """The map entries of a batch as an [n, width] byte matrix and the mask of the bytes
   each row uses (see the module docstring): slots are appended left to right."""
 
@@ -184,6 +188,48 @@ def _bytes_entry(key_field: bytes, value: bytes) -> bytes:
   return _field(_TAG_1, key_field + _field(_TAG_2, feature))
 
 
+# Largest [rows, longest value] byte matrix a string column is laid out in; a batch with
+# longer values takes the row-by-row path.
+MAX_STRING_MATRIX_BYTES = 32 << 20
+
+
+class PrefixTable:
+  """Map-entry prefixes chosen per row: row k of ``table`` holds prefix k (zero-padded)
+  and ``widths[k]`` its length; ``pick(index)`` lays out a [n, width] slot."""
+
+  def __init__(self, prefixes: Sequence[bytes]):
+    self.table, self.widths = _table(list(prefixes) or [b""])
+
+  def pick(self, index: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    return self.table[index], self.widths[index]
+
+
+def string_bytes(values: Sequence[Optional[bytes]]
+                 ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  """(value bytes [n, longest] uint8, lengths, present) of a string column, or None if
+  that matrix would exceed MAX_STRING_MATRIX_BYTES. Missing values have length 0."""
+  n = len(values)
+  present = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+  filled = values if present.all() else [b"" if v is None else v for v in values]
+  lengths = np.fromiter(map(len, filled), dtype=np.int64, count=n)
+  width = int(lengths.max()) if n else 0
+  if n * width > MAX_STRING_MATRIX_BYTES:
+    return None
+  matrix = np.zeros((n, width), dtype=np.uint8)
+  matrix[np.arange(width)[None, :] < lengths[:, None]] = np.frombuffer(
+      b"".join(filled), dtype=np.uint8)  # Row-major: each row's bytes, in order.
+  return matrix, lengths, present
+
+
+def string_entry_prefixes(key_field: bytes, lengths: np.ndarray
+                          ) -> Tuple[List[bytes], np.ndarray]:
+  """The bytes_list map entries of values of each distinct length in ``lengths`` (each
+  entry minus the value's bytes), and each row's index into that list."""
+  distinct, index = np.unique(lengths, return_inverse=True)
+  prefixes = [_bytes_entry(key_field, b"\0" * m)[:-m or None] for m in distinct.tolist()]
+  return prefixes, index
+
+
 class ExampleEncoder:
   """Serializes RowBatches to tf.train.Example bytes (see the module docstring)."""
 
@@ -198,10 +244,10 @@ class ExampleEncoder:
       raise ValueError(f"int_keys {unknown} are not numeric keys {list(self.numeric_keys)}")
     self.float_keys = tuple(k for k in self.numeric_keys if k not in self.int_keys)
     # int key -> [prefix for a varint of 0..10 bytes] (index 0 unused).
-    self._int_prefixes = {k: [b""] + [_int_entry_prefix(k, n) for n in range(1, 11)]
+    self._int_prefixes = {k: [b""] + [int_entry_prefix(k, n) for n in range(1, 11)]
                           for k in self.int_keys}
     self._int_tables = {k: _table(p) for k, p in self._int_prefixes.items()}
-    self._prefixes = [_float_entry_prefix(k) for k in self.float_keys]
+    self._prefixes = [float_entry_prefix(k) for k in self.float_keys]
     self._string_key_fields = [_field(_TAG_1, k.encode("utf-8")) for k in self.string_keys]
     # Fixed layout of a row with every numeric feature present.
     features_len = sum(len(p) + 4 for p in self._prefixes)
@@ -233,6 +279,13 @@ class ExampleEncoder:
     ints = [np.asarray(batch.numeric[k], dtype=np.float64) for k in self.int_keys]
     if not self.string_keys and n:
       return self._encode_slots(batch.sort_key, values, floats, ints)
+    if n:
+      strings = [string_bytes(batch.strings[k]) for k in self.string_keys]
+      if all(s is not None for s in strings):
+        # Floats, ints, then strings: the order _encode_rows writes them in.
+        order = self.float_keys + self.int_keys
+        return self._encode_slots(batch.sort_key, values, floats, ints, order=order,
+                                  strings=strings)
     return self._encode_rows(batch, floats, present_values=values, ints=ints)
 
   def _int_column(self, key: str, values: np.ndarray):
@@ -244,10 +297,13 @@ class ExampleEncoder:
     data, lengths = varints(np.where(present, values, 0).astype(np.int64))
     return data, lengths, present
 
-  def _encode_slots(self, sort_key, values, floats, ints) -> EncodedBatch:
-    n = len(floats[0]) if floats else len(ints[0])
-    body = _Slots(n)
-    for key in self.numeric_keys:  # The keys' order, as the other paths write them.
+  def _encode_slots(self, sort_key, values, floats, ints, order=None,
+                    strings=()) -> EncodedBatch:
+    """``order``: the numeric keys' order (default numeric_keys); ``strings``: each string
+    column's string_bytes, written after the numeric ones."""
+    n = (len(floats[0]) if floats else len(ints[0]) if ints else len(strings[0][1]))
+    body = Slots(n)
+    for key in order or self.numeric_keys:
       if key in self._int_prefixes:
         data, lengths, present = self._int_column(key, ints[self.int_keys.index(key)])
         table, widths = self._int_tables[key]
@@ -260,6 +316,11 @@ class ExampleEncoder:
         block[:, :len(prefix)] = prefix
         block[:, len(prefix):] = floats[j].view(np.uint8).reshape(n, 4)
         body.add(block, np.where(np.isnan(values[j]), 0, len(prefix) + 4))
+    for key_field, (matrix, lengths, present) in zip(self._string_key_fields, strings):
+      prefixes, index = string_entry_prefixes(key_field, lengths)
+      table, widths = PrefixTable(prefixes).pick(index)
+      body.add(table, np.where(present, widths, 0))
+      body.add(matrix, np.where(present, lengths, 0))
     data, ends = body.records()
     return EncodedBatch(sort_key, data, ends)
 

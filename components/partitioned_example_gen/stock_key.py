@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
+from tfx_parallel.components.partitioned_example_gen import rows as rows_lib
 from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 from tfx_parallel.components.partitioned_example_gen.rows import varint
 
@@ -85,6 +86,10 @@ class StockKeyEncoder:
         data = self._float_encoder._encode_full(  # pylint: disable=protected-access
             [v.astype("<f4") for v in values], n)
         return [data[i * width:(i + 1) * width] for i in range(n)]
+    if n:
+      keys = self._example_keys_slots(numeric, strings, n)
+      if keys is not None:
+        return keys
     columns = []
     for name, typ in self.types.items():
       features = feature_column(typ, strings[name] if typ == "string" else numeric[name], n)
@@ -97,6 +102,44 @@ class StockKeyEncoder:
     if not columns:
       out = [b""] * n
     return out
+
+  def _example_keys_slots(self, numeric, strings, n: int) -> Optional[List[bytes]]:
+    """example_keys laid out column by column in a byte matrix (rows.Slots), as our own
+    Examples are: a present cell's map entry is exactly our encoder's (same key field,
+    same Feature), an empty cell's is the constant entry of an empty list. None when a
+    string column's values are too long for the matrix (rows.string_bytes)."""
+    body = rows_lib.Slots(n)
+    for name, typ in self.types.items():
+      key_field = self._key_fields[name]
+      empty = _ld(0x0A, key_field + _ld(0x12, _EMPTY[typ]))
+      if typ == "string":
+        laid_out = rows_lib.string_bytes(strings[name])
+        if laid_out is None:
+          return None
+        matrix, lengths, present = laid_out
+        prefixes, index = rows_lib.string_entry_prefixes(key_field, lengths)
+        table = rows_lib.PrefixTable(prefixes + [empty])
+        head, widths = table.pick(np.where(present, index, len(prefixes)))
+        body.add(head, widths)
+        body.add(matrix, np.where(present, lengths, 0))
+        continue
+      values = np.asarray(numeric[name], dtype=np.float64)
+      present = ~np.isnan(values)
+      if typ == "float":
+        head, widths = rows_lib.PrefixTable(
+            [rows_lib.float_entry_prefix(name), empty]).pick((~present).astype(np.int64))
+        body.add(head, widths)
+        body.add(values.astype("<f4").view(np.uint8).reshape(n, 4), present * 4)
+      else:  # int: the prefix depends on the varint's length (1..10); 0 is the empty one.
+        data, lengths = rows_lib.varints(np.where(present, values, 0).astype(np.int64))
+        head, widths = rows_lib.PrefixTable(
+            [empty] + [rows_lib.int_entry_prefix(name, m) for m in range(1, 11)]
+        ).pick(np.where(present, lengths, 0))
+        body.add(head, widths)
+        body.add(data, np.where(present, lengths, 0))
+    data, ends = body.records()
+    starts = [0] + ends[:-1].tolist()
+    return [data[a:b] for a, b in zip(starts, ends.tolist())]
 
   def feature_keys(self, name: str, numeric: Dict[str, np.ndarray],
                    strings: Dict[str, List[Optional[bytes]]], n: int) -> List[bytes]:
