@@ -2,13 +2,16 @@
 
 The same :class:`Preprocessor` runs in the tf.data input pipeline (after ``batch``: one
 ``parse_example`` per batch) and in the exported serving signature, so training and
-serving see identical inputs:
+serving see identical inputs. Every feature is parsed ragged: a value that is absent or
+an empty list (stock CsvExampleGen's empty cell) becomes the feature's documented fill
+(``FeatureSpec.fill``; missing.py), so a serving example may leave out any feature; one
+with several values in a feature is read by its first.
 
-* float32 features: [B, 1], a missing value is 0.0; when config ``normalize`` is on,
+* float32 features: [B, 1], a missing value is the train mean; when config ``normalize`` is on,
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
   standard deviations (a corrupt value far outside the training range, like the taxi
   data's 20-hour trips, otherwise makes the model extrapolate without bound);
-* int64 features: [B, 1], missing is 0; with ``normalize`` they are parsed as int64,
+* int64 features: [B, 1], missing is the rounded train mean; with ``normalize`` they are parsed as int64,
   cast to float32 and standardised like the floats (their spec dtype is then float32,
   raw_dtype int64), else passed as int64;
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
@@ -29,6 +32,21 @@ def _table(vocabulary, first_id: int, default: int) -> tf.lookup.StaticHashTable
   keys = tf.constant(list(vocabulary), tf.string)
   ids = tf.range(first_id, first_id + len(vocabulary), dtype=tf.int64)
   return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default)
+
+
+def _dense(f: ms.FeatureSpec, x) -> tf.Tensor:
+  """A parsed (ragged) feature as [B, 1]: no value -> ``f.fill``; a dense column (the
+  transform graph's output) passes unchanged."""
+  if not isinstance(x, tf.RaggedTensor):
+    return x
+  if f.is_string:
+    fill = "" if f.fill is None else str(f.fill)
+  elif f.dtype == ms.FLOAT32:
+    x = tf.cast(x, tf.float32)  # An int64 feature standardised: its fill is a float mean.
+    fill = float(f.fill or 0.0)
+  else:
+    fill = int(f.fill or 0)
+  return x.to_tensor(default_value=fill, shape=[None] + list(f.shape))
 
 
 class Preprocessor:
@@ -54,18 +72,15 @@ class Preprocessor:
       self.std = tf.constant(normalization["std"], tf.float32)
       self.clip = float(normalization.get("clip") or 0.0)
 
-  def feature_spec(self, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
-    out = {}
-    for f in self.spec.features:
-      default = "" if f.is_string else 0
-      out[f.name] = tf.io.FixedLenFeature(list(f.shape), _DTYPES[f.example_dtype],
-                                          default_value=default)
+  def feature_spec(self, with_label: bool) -> Dict[str, object]:
+    out = {f.name: tf.io.RaggedFeature(_DTYPES[f.example_dtype]) for f in self.spec.features}
     if with_label:
       out[self.spec.label_key] = tf.io.FixedLenFeature([1], _DTYPES[self.spec.label_dtype])
     return out
 
   def inputs(self, parsed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The model's input dict from parsed raw features."""
+    parsed = {f.name: _dense(f, parsed[f.name]) for f in self.spec.features}
     out = {}
     for i, f in enumerate(self.spec.numeric_features):  # Normalisation: one per numeric.
       if f.dtype != ms.FLOAT32:
