@@ -5,13 +5,13 @@ leaves an empty CSV cell out) or present with no values (stock CsvExampleGen wri
 empty cell as an empty list). Both are read the same way, with or without a schema, in
 training, evaluation and the exported serving signature (preprocess.Preprocessor):
 
-=================  ===========================================  =======================
-feature            a missing value becomes                      the model sees
-=================  ===========================================  =======================
-float              the train split's mean of the present values  0.0 after ``normalize``
-int                that mean (rounded when not standardised)     0.0 after ``normalize``
-string             "" (``fill``)                                 id 0 (shared with OOV)
-=================  ===========================================  =======================
+=======  ================================================  ==============================
+type     a missing value becomes (``fill``)                  the model sees
+=======  ================================================  ==============================
+float    the mean of the train split's present values        0.0 after ``normalize``
+int      that mean rounded to an int (a value it can hold)   ~0 after ``normalize``
+string   "" (empty)                                          id 0, shared with OOV
+=======  ================================================  ==============================
 
 The fill values are in the model spec (``FeatureSpec.fill``) and, with the counts, in
 history.json's ``missing_values``.
@@ -73,10 +73,10 @@ def check_required(missing: Mapping[str, Mapping[str, Mapping[str, int]]],
               f"policy")
 
 
-def fill_value(dtype: str, mean: float, standardised: bool) -> Any:
-  """The documented fill of a numeric feature: the mean of its present train values;
-  an int64 model input takes it rounded."""
-  if dtype == "int64" and not standardised:
+def fill_value(dtype: str, mean: float) -> Any:
+  """The documented fill of a numeric feature: the mean of its present train values,
+  rounded for an int feature (so a tf.Example can carry the same value)."""
+  if dtype == "int64":
     return int(round(mean))
   return float(mean)
 

@@ -7,13 +7,13 @@ an empty list (stock CsvExampleGen's empty cell) becomes the feature's documente
 (``FeatureSpec.fill``; missing.py), so a serving example may leave out any feature; one
 with several values in a feature is read by its first.
 
-* float32 features: [B, 1], a missing value is the train mean; when config ``normalize`` is on,
+* float32 features: [B, 1], a missing value is the train mean; with config ``normalize``
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
   standard deviations (a corrupt value far outside the training range, like the taxi
   data's 20-hour trips, otherwise makes the model extrapolate without bound);
-* int64 features: [B, 1], missing is the rounded train mean; with ``normalize`` they are parsed as int64,
-  cast to float32 and standardised like the floats (their spec dtype is then float32,
-  raw_dtype int64), else passed as int64;
+* int64 features: [B, 1], missing is the train mean rounded; with ``normalize`` they
+  are parsed as int64, cast to float32 and standardised like the floats (their spec
+  dtype is then float32, raw_dtype int64), else passed as int64;
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
@@ -42,7 +42,7 @@ def _dense(f: ms.FeatureSpec, x) -> tf.Tensor:
   if f.is_string:
     fill = "" if f.fill is None else str(f.fill)
   elif f.dtype == ms.FLOAT32:
-    x = tf.cast(x, tf.float32)  # An int64 feature standardised: its fill is a float mean.
+    x = tf.cast(x, tf.float32)  # An int64 feature standardised (its fill is a whole number).
     fill = float(f.fill or 0.0)
   else:
     fill = int(f.fill or 0)

@@ -185,14 +185,13 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                        result.label, task=task, max_vocabulary=max_vocabulary,
                        hash_buckets=hash_buckets, hparams=hparams)
   norm = None
-  standardised = bool(normalize and numeric)
-  if standardised:
+  if normalize and numeric:
     norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist(),
             "clip": float(normalize_clip)}
     spec = dataclasses.replace(spec, features=tuple(
         dataclasses.replace(f, dtype=ms.FLOAT32, raw_dtype=ms.INT64)
         if f.dtype == ms.INT64 else f for f in spec.features))
-  fills = {name: missing_lib.fill_value(dtype, float(result.numeric_mean[i]), standardised)
+  fills = {name: missing_lib.fill_value(dtype, float(result.numeric_mean[i]))
            for i, (name, dtype) in enumerate(numeric)}
   fills.update({name: "" for name in string_feature_keys})
   spec = dataclasses.replace(spec, features=tuple(
