@@ -50,15 +50,18 @@ def _write(root, split, records):
 
 # Train split: x (float) 1, 3, -, [] -> mean 2; n (int) 4, [], 7, - -> mean 5.5 -> 6;
 # s (string) "a", -, [], "b".
-TRAIN = [_example(x=1.0, n=4, s="a", y=1.0), _example(x=3.0, n=[], s=ABSENT, y=0.0),
-         _example(x=ABSENT, n=7, s=[], y=1.0), _example(x=[], n=ABSENT, s="b", y=0.0)]
-EVAL = [_example(x=[], n=5, s="a", y=1.0), _example(x=2.0, n=5, s="b", y=0.0)]
+# c (float) is never missing: the training input parses it dense.
+TRAIN = [_example(x=1.0, n=4, s="a", c=0.5, y=1.0),
+         _example(x=3.0, n=[], s=ABSENT, c=1.5, y=0.0),
+         _example(x=ABSENT, n=7, s=[], c=2.5, y=1.0),
+         _example(x=[], n=ABSENT, s="b", c=3.5, y=0.0)]
+EVAL = [_example(x=[], n=5, s="a", c=1.0, y=1.0), _example(x=2.0, n=5, s="b", c=2.0, y=0.0)]
 
 
 def _prepare(root, **kwargs):
   files = {"train": [_write(root, "train", kwargs.pop("train", TRAIN))],
            "eval": [_write(root, "eval", kwargs.pop("eval", EVAL))]}
-  return stats.prepare_all(str(root), ["x", "n"], ["s"], "y", task=None, max_vocabulary=10,
+  return stats.prepare_all(str(root), ["x", "n", "c"], ["s"], "y", task=None, max_vocabulary=10,
                            hash_buckets=0, hparams={}, skip_missing_labels=False,
                            dtypes={"x": "float32", "n": "int64"}, files=files,
                            **dict(dict(normalize=False), **kwargs)), files
@@ -67,7 +70,8 @@ def _prepare(root, **kwargs):
 def test_the_fills_are_the_train_means_of_present_values_and_empty_for_strings(tmp_path):
   prepared, _ = _prepare(tmp_path)
   fills = {f.name: f.fill for f in prepared.spec.features}
-  assert fills == {"x": 2.0, "n": 6, "s": ""}  # n: mean 5.5 rounded (Python rounds half even).
+  assert fills == {"x": 2.0, "n": 6, "c": 2.0, "s": ""}  # n: 5.5 rounded (half to even).
+  assert {f.name: f.missing for f in prepared.spec.features} == {"x": 3, "n": 2, "c": 0, "s": 2}
   assert prepared.missing_values == {
       "n": {"train": 2, "eval": 0, "fill": 6}, "s": {"train": 2, "eval": 0, "fill": ""},
       "x": {"train": 2, "eval": 1, "fill": 2.0}}
@@ -80,8 +84,9 @@ def test_the_fills_are_the_train_means_of_present_values_and_empty_for_strings(t
 def test_absent_and_empty_parse_alike_to_the_fill(tmp_path, normalize):
   prepared, _ = _prepare(tmp_path, normalize=normalize)
   pre = Preprocessor(prepared.spec, prepared.normalization)
-  rows = [_example(x=ABSENT, n=ABSENT, s=ABSENT), _example(x=[], n=[], s=[]),
-          _example(x=2.0, n=6, s="")]  # The documented fills, written out.
+  rows = [_example(x=ABSENT, n=ABSENT, s=ABSENT, c=ABSENT),
+          _example(x=[], n=[], s=[], c=[]),
+          _example(x=2.0, n=6, s="", c=2.0)]  # The documented fills, written out.
   got = {k: v.numpy() for k, v in pre.serving_inputs(tf.constant(rows)).items()}
   for name, column in got.items():
     assert column.shape == (3, 1)
@@ -104,6 +109,11 @@ def test_training_batches_fill_alike(tmp_path):
   np.testing.assert_array_equal(x["x"].numpy()[2:, 0], [0.0, 0.0])  # absent, []
   np.testing.assert_array_equal(x["s"].numpy()[1:3, 0], [0, 0])
   np.testing.assert_array_equal(y.numpy()[:, 0], [1.0, 0.0, 1.0, 0.0])
+  # The training parse ('c' dense, the others ragged) equals serving's (all ragged).
+  assert isinstance(pre.feature_spec(with_label=True)["c"], tf.io.FixedLenFeature)
+  served = pre.serving_inputs(tf.constant(TRAIN))
+  for name, column in x.items():
+    np.testing.assert_array_equal(column.numpy(), served[name].numpy(), err_msg=name)
 
 
 def test_a_required_feature_that_is_missing_fails_naming_file_and_feature(tmp_path):

@@ -54,6 +54,8 @@ class FeatureSpec:
       (None: the same).
     fill: what a missing value becomes, in the Examples' units (missing.py): the train
       mean of a numeric feature, "" (id 0) for a string; None: 0.
+    missing: examples of the scanned splits without a value (0: the training input
+      may parse the feature as a dense column; serving always accepts a missing one).
   """
   name: str
   dtype: str
@@ -63,6 +65,7 @@ class FeatureSpec:
   hash_buckets: int = 0
   raw_dtype: Optional[str] = None
   fill: Any = None
+  missing: int = 0
 
   @property
   def is_string(self) -> bool:

@@ -2,10 +2,12 @@
 
 The same :class:`Preprocessor` runs in the tf.data input pipeline (after ``batch``: one
 ``parse_example`` per batch) and in the exported serving signature, so training and
-serving see identical inputs. Every feature is parsed ragged: a value that is absent or
-an empty list (stock CsvExampleGen's empty cell) becomes the feature's documented fill
-(``FeatureSpec.fill``; missing.py), so a serving example may leave out any feature; one
-with several values in a feature is read by its first.
+serving see identical inputs. Serving parses every feature ragged: a value that is
+absent or an empty list (stock CsvExampleGen's empty cell) becomes the feature's
+documented fill (``FeatureSpec.fill``; missing.py), so a serving example may leave out
+any feature; one with several values in a feature is read by its first. The training
+input parses ragged only the features the scan found missing somewhere
+(``FeatureSpec.missing``), the others dense (faster, the same values).
 
 * float32 features: [B, 1], a missing value is the train mean; with config ``normalize``
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
@@ -34,19 +36,21 @@ def _table(vocabulary, first_id: int, default: int) -> tf.lookup.StaticHashTable
   return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default)
 
 
+def _fill(f: ms.FeatureSpec):
+  """``f.fill`` in the parsed column's dtype (0 or "" when the spec has none)."""
+  if f.is_string:
+    return "" if f.fill is None else str(f.fill)
+  if f.example_dtype == ms.INT64:
+    return int(f.fill or 0)
+  return float(f.fill or 0.0)
+
+
 def _dense(f: ms.FeatureSpec, x) -> tf.Tensor:
-  """A parsed (ragged) feature as [B, 1]: no value -> ``f.fill``; a dense column (the
-  transform graph's output) passes unchanged."""
+  """A parsed (ragged) feature as [B, 1]: no value -> ``f.fill``; a dense column (a
+  FixedLenFeature, or the transform graph's output) passes unchanged."""
   if not isinstance(x, tf.RaggedTensor):
     return x
-  if f.is_string:
-    fill = "" if f.fill is None else str(f.fill)
-  elif f.dtype == ms.FLOAT32:
-    x = tf.cast(x, tf.float32)  # An int64 feature standardised (its fill is a whole number).
-    fill = float(f.fill or 0.0)
-  else:
-    fill = int(f.fill or 0)
-  return x.to_tensor(default_value=fill, shape=[None] + list(f.shape))
+  return x.to_tensor(default_value=_fill(f), shape=[None] + list(f.shape))
 
 
 class Preprocessor:
@@ -73,7 +77,15 @@ class Preprocessor:
       self.clip = float(normalization.get("clip") or 0.0)
 
   def feature_spec(self, with_label: bool) -> Dict[str, object]:
-    out = {f.name: tf.io.RaggedFeature(_DTYPES[f.example_dtype]) for f in self.spec.features}
+    out = {}
+    for f in self.spec.features:
+      dtype = _DTYPES[f.example_dtype]
+      if with_label and not f.missing:
+        # Training input: no scanned example lacks it, so a dense parse reads the same
+        # values, faster (benchmarks/results/missing_parse.md).
+        out[f.name] = tf.io.FixedLenFeature(list(f.shape), dtype, default_value=_fill(f))
+      else:
+        out[f.name] = tf.io.RaggedFeature(dtype)
     if with_label:
       out[self.spec.label_key] = tf.io.FixedLenFeature([1], _DTYPES[self.spec.label_dtype])
     return out

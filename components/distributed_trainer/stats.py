@@ -194,8 +194,10 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   fills = {name: missing_lib.fill_value(dtype, float(result.numeric_mean[i]))
            for i, (name, dtype) in enumerate(numeric)}
   fills.update({name: "" for name in string_feature_keys})
+  holes = missing_lib.counts(result.missing_values)
   spec = dataclasses.replace(spec, features=tuple(
-      dataclasses.replace(f, fill=fills[f.name]) for f in spec.features))
+      dataclasses.replace(f, fill=fills[f.name], missing=sum(holes.get(f.name, {}).values()))
+      for f in spec.features))
   return Prepared(spec, norm, skipped, dict(result.rows),
                   missing_lib.record(result.missing_values, fills))
 
