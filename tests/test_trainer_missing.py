@@ -62,9 +62,9 @@ def _prepare(root, **kwargs):
   files = {"train": [_write(root, "train", kwargs.pop("train", TRAIN))],
            "eval": [_write(root, "eval", kwargs.pop("eval", EVAL))]}
   return stats.prepare_all(str(root), ["x", "n", "c"], ["s"], "y", task=None, max_vocabulary=10,
-                           hash_buckets=0, hparams={}, skip_missing_labels=False,
-                           dtypes={"x": "float32", "n": "int64"}, files=files,
-                           **dict(dict(normalize=False), **kwargs)), files
+                           hash_buckets=0, hparams={}, dtypes={"x": "float32", "n": "int64"},
+                           files=files, **dict(dict(normalize=False, skip_missing_labels=False),
+                                               **kwargs)), files
 
 
 def test_the_fills_are_the_train_means_of_present_values_and_empty_for_strings(tmp_path):
@@ -171,3 +171,14 @@ def test_the_schema_decides_required_optional_and_multi_valued(tmp_path, extra, 
                      match=rf"feature\(s\) '{multi}' hold more than one value per example "
                            rf"\(schema .*schema\.pbtxt\); .*TFX Transform .*transform_graph="):
     inputs.describe(examples, label_key="y", schema_uri=str(schema_dir))
+
+
+def test_a_label_hole_follows_skip_missing_labels_naming_split_and_file(tmp_path):
+  """Stock CsvExampleGen's empty label cell (an empty list) is a missing label, never 0."""
+  holes = [_example(x=1.0, n=1, s="a", c=1.0, y=[]), _example(x=2.0, n=2, s="b", c=2.0)]
+  with pytest.raises(stats.MissingLabelError,
+                     match=r"2 example\(s\) in split 'eval' file .*Split-eval/data\.gz have "
+                           r"no value .* for the label 'y'; 2 in all.*skip_missing_labels"):
+    _prepare(tmp_path, eval=EVAL + holes)
+  prepared, _ = _prepare(tmp_path, eval=EVAL + holes, skip_missing_labels=True)
+  assert prepared.skipped == 2
