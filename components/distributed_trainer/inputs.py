@@ -62,7 +62,7 @@ class InputDescription:
   num_shards: int = 0                            # files per split hint (0: unknown)
   vocabularies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   source: str = "data"  # "transform graph" | "schema" | "custom properties" | "data"
-  required: Tuple[str, ...] = ()  # features the schema requires (presence 1); none without
+  required: Tuple[str, ...] = ()  # the schema requires them (presence 1 + shape); else none
 
   @property
   def feature_keys(self) -> List[str]:
@@ -137,7 +137,7 @@ class SchemaFeature:
   name: str
   dtype: str                                   # "float32" | "int64" | "string"
   vocabulary: Optional[Tuple[str, ...]] = None  # a string domain's values
-  required: bool = False      # presence.min_fraction 1: every example has it
+  required: bool = False      # presence.min_fraction 1 and a shape: in every example
   multi_valued: bool = False  # shape or value_count allow more than one value
 
 
