@@ -1,6 +1,6 @@
 """Drop-in use in a stock TFX pipeline (issue #14), under LocalDagRunner with SQLite MLMD,
 on the taxi CSV from the tfx wheel (string and int columns included, a binary label
-derived here):
+derived here; the main run keeps the taxi data's empty cells, issue #28):
 
   CsvExampleGen -> StatisticsGen -> SchemaGen -> DistributedTrainer (mesh 2x2, user
   module, schema input) -> ConvergenceEvaluator -> stock Evaluator (TFMA) -> Pusher
@@ -9,6 +9,7 @@ derived here):
 One pipeline run is shared by the tests of this module.
 """
 import csv
+import pathlib
 import os
 import textwrap
 
@@ -36,6 +37,11 @@ ROWS = 2000
 LABEL = "big_tipper"
 COLUMNS = ["trip_start_hour", "trip_start_day", "trip_miles", "trip_seconds", "fare",
            "payment_type", "company"]
+# Columns with empty cells as the taxi data ships them (float, int; 'company', a string,
+# has them too), kept in the main run's CSV (write_taxi_csv(holes=True)).
+HOLED = ["dropoff_latitude", "dropoff_community_area"]
+BLANK_EVERY = 13  # ... where 'payment_type' is also blanked in every 13th row.
+REQUIRED = ["trip_start_hour", "trip_start_day", "trip_miles", "trip_seconds", "fare"]
 TRAINER_CONFIG = dict(layout="mesh", mesh=(2, 2), label_key=LABEL, steps=60, batch_size=64,
                       learning_rate=0.01, optimizer="adam", log_every=10, checkpoint_every=0)
 
@@ -123,29 +129,36 @@ PREPROCESSING_MODULE = textwrap.dedent('''
 ''')
 
 
-def write_taxi_csv(path: str, rows: int = ROWS):
-  """The first ``rows`` complete rows of the taxi CSV, label = tips > 0.2 * fare."""
+def write_taxi_csv(path: str, rows: int = ROWS, holes: bool = False):
+  """The first ``rows`` rows of the taxi CSV with a fare and tips, label = tips > 0.2 *
+  fare. ``holes``: the HOLED columns too, and rows with empty cells are kept
+  (payment_type blanked in every BLANK_EVERY-th row); else only complete rows."""
   source = os.path.join(os.path.dirname(tfx.__file__), "..", "examples",
                         "chicago_taxi_pipeline", "data", "simple", "data.csv")
+  columns = COLUMNS + (HOLED if holes else [])
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(source) as f, open(path, "w", newline="") as out:
     writer = csv.writer(out)
-    writer.writerow(COLUMNS + [LABEL])
+    writer.writerow(columns + [LABEL])
     n = 0
     for row in csv.DictReader(f):
-      if any(row[c] == "" for c in COLUMNS + ["tips"]) or float(row["fare"]) <= 0:
+      if row["fare"] == "" or row["tips"] == "" or float(row["fare"]) <= 0:
         continue
-      writer.writerow([row[c] for c in COLUMNS] +
-                      [int(float(row["tips"]) > 0.2 * float(row["fare"]))])
+      if not holes and any(row[c] == "" for c in columns):
+        continue
+      cells = [row[c] for c in columns]
+      if holes and n % BLANK_EVERY == 0:
+        cells[columns.index("payment_type")] = ""
+      writer.writerow(cells + [int(float(row["tips"]) > 0.2 * float(row["fare"]))])
       n += 1
       if n == rows:
         break
 
 
-def _front(root):
+def _front(root, holes=False):
   """The taxi CSV and the user module under ``root``; CsvExampleGen, StatisticsGen and
   SchemaGen over it. Returns (user module path, example_gen, statistics, schema)."""
-  write_taxi_csv(str(root / "data" / "data.csv"))
+  write_taxi_csv(str(root / "data" / "data.csv"), holes=holes)
   user_module = root / "model_module.py"
   user_module.write_text(USER_MODULE)
   example_gen = tfx.components.CsvExampleGen(input_base=str(root / "data"))
@@ -185,7 +198,7 @@ def _run_pipeline(root, name, components):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   root = tmp_path_factory.mktemp("stock_pipeline")
-  user_module, example_gen, statistics, schema = _front(root)
+  user_module, example_gen, statistics, schema = _front(root, holes=True)
   run_fn_module = root / "run_fn_module.py"
   run_fn_module.write_text(RUN_FN_MODULE)
   trainer = DistributedTrainer(
@@ -286,7 +299,7 @@ def test_the_trainer_took_types_and_label_from_the_schema_and_config(run):
   with tf.io.gfile.GFile(os.path.join(history.uri, "history.json")) as f:
     record = json.load(f)
   assert record["label_key"] == LABEL
-  assert sorted(record["feature_keys"]) == sorted(COLUMNS)
+  assert sorted(record["feature_keys"]) == sorted(COLUMNS + HOLED)
 
 
 @pytest.mark.slow
@@ -352,3 +365,170 @@ def test_a_transform_graph_missing_the_label_fails_naming_it(run_tft):
   with pytest.raises(inputs.InputError, match=r"^the transform graph at .* is missing the "
                                               r"label 'tips' \(config label_key\)"):
     inputs.describe(examples, label_key="tips", transform_graph_uri=graph.uri)
+
+
+# ------------------------------------------------------------- missing values (issue #28)
+
+
+def _history_record(store):
+  import json  # pylint: disable=g-import-not-at-top
+  [history] = _artifacts(store, "TrainingHistory")
+  with tf.io.gfile.GFile(os.path.join(history.uri, "history.json")) as f:
+    return history, json.load(f)
+
+
+def _stock_artifacts(store):
+  """The stock CsvExampleGen Examples and SchemaGen Schema of a run, as TFX artifacts."""
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  [stored] = [a for a in _artifacts(store, "Examples") if "/CsvExampleGen/" in a.uri]
+  examples = standard_artifacts.Examples()
+  examples.uri = stored.uri
+  examples.split_names = stored.properties["split_names"].string_value
+  [schema] = _artifacts(store, "Schema")
+  return examples, schema.uri
+
+
+def _trainer_job(store, root, schema_uri=None):
+  """The Job the trainer's executor prepares for the run's stock Examples (its spec,
+  fills and normalisation), built as the executor builds it; schema_uri overrides."""
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  examples, stock_schema = _stock_artifacts(store)
+  schema = tfx.types.standard_artifacts.Schema()
+  schema.uri = schema_uri or stock_schema
+  config = TrainerConfig(**TRAINER_CONFIG, normalize=True,
+                         module_file=str(root / "model_module.py")).validate()
+  out = root / "job"
+  job = executor.job_from_artifacts(config, examples, str(out / "model"), str(out / "run"),
+                                    str(out / "history"), schema)
+  return executor.prepare(job, config)
+
+
+def _records(files):
+  return [r.numpy() for r in tf.data.TFRecordDataset(sorted(files), compression_type="GZIP")]
+
+
+def _row_key(serialized):
+  """A row's raw CSV values (None where the cell was empty), whatever wrote it."""
+  feature = tf.train.Example.FromString(serialized).features.feature
+  key = []
+  for name in COLUMNS + HOLED + [LABEL]:
+    kind = feature[name].WhichOneof("kind") if name in feature else None
+    values = list(getattr(feature[name], kind).value) if kind else []
+    key.append(values[0] if values else None)
+  return tuple(key)
+
+
+@pytest.mark.slow
+def test_missing_values_are_counted_filled_and_recorded(run):
+  store, _ = run
+  history, record = _history_record(store)
+  counts = record["missing_values"]
+  assert sorted(counts) == sorted(HOLED + ["company", "payment_type"]), counts
+  for name, entry in counts.items():
+    assert entry["train"] > 0 and entry["eval"] >= 0, (name, entry)
+  assert counts["payment_type"]["train"] + counts["payment_type"]["eval"] >= ROWS // BLANK_EVERY
+  assert counts["company"]["fill"] == "" and counts["payment_type"]["fill"] == ""
+  assert isinstance(counts["dropoff_community_area"]["fill"], int)
+  assert 41.0 < counts["dropoff_latitude"]["fill"] < 43.0  # Chicago's latitude.
+  import json  # pylint: disable=g-import-not-at-top
+  assert json.loads(history.custom_properties["missing_values"].string_value) == counts
+
+
+@pytest.mark.slow
+def test_an_example_without_its_optional_features_is_served_as_with_the_fills(run):
+  store, push_dir = run
+  _, record = _history_record(store)
+  fills = {name: entry["fill"] for name, entry in record["missing_values"].items()}
+  required = {"trip_start_hour": 9, "trip_start_day": 3, "trip_miles": 2.5,
+              "trip_seconds": 600, "fare": 12.0}
+  assert sorted(required) == sorted(REQUIRED)
+  without = _served_probability(push_dir, required)
+  with_fills = _served_probability(push_dir, dict(required, **fills))
+  assert without == with_fills
+  # Other values of the optional features do move the prediction (the test can fail).
+  moved = _served_probability(push_dir, dict(required, dropoff_latitude=fills[
+      "dropoff_latitude"] + 0.3, company="Flash Cab", payment_type="Cash",
+      dropoff_community_area=fills["dropoff_community_area"] + 30))
+  assert moved != without
+
+
+@pytest.mark.slow
+def test_stock_and_partitioned_example_gen_rows_parse_and_predict_identically(
+    run, tmp_path):
+  """The same CSV through stock CsvExampleGen (an empty cell: an empty list) and through
+  PartitionedExampleGen (an empty cell: no feature): row by row, the same model inputs
+  and the same prediction of the pushed model."""
+  import collections  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.components.base import base_beam_executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import config_util, keys  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.executor import Executor  # pylint: disable=g-import-not-at-top
+  store, push_dir = run
+  root = os.path.dirname(push_dir)
+  ours = tfx.types.standard_artifacts.Examples()
+  ours.uri = str(tmp_path / "ours")
+  os.makedirs(ours.uri)
+  Executor(base_beam_executor.BaseBeamExecutor.Context(tmp_dir=str(tmp_path / "tmp"))).Do(
+      {}, {keys.EXAMPLES_KEY: [ours]}, {keys.CONFIG_KEY: config_util.to_json(ExampleGenConfig(
+          source=os.path.join(root, "data", "data.csv"), label=LABEL, shards_per_worker=1))})
+  stock, _ = _stock_artifacts(store)
+  records = {name: _records(tf.io.gfile.glob(os.path.join(a.uri, "Split-*", "*")))
+             for name, a in (("stock", stock), ("ours", ours))}
+  assert len(records["stock"]) == len(records["ours"]) == ROWS
+  # The two ways of writing an empty cell really are different.
+  kinds = {name: collections.Counter() for name in records}
+  for name, rows in records.items():
+    for r in rows:
+      feature = tf.train.Example.FromString(r).features.feature
+      for column in HOLED + ["company", "payment_type"]:
+        value = _row_key(r)[(COLUMNS + HOLED).index(column)]
+        kinds[name]["absent" if column not in feature else
+                    "empty" if value is None else "value"] += 1
+  assert kinds["stock"]["empty"] > 0 and kinds["stock"]["absent"] == 0, kinds
+  assert kinds["ours"]["absent"] == kinds["stock"]["empty"] and kinds["ours"]["empty"] == 0
+
+  job = _trainer_job(store, pathlib.Path(root))
+  pre = Preprocessor(ms.ModelSpec.from_dict(job.model_spec), job.normalization)
+  [version] = tf.io.gfile.listdir(push_dir)
+  serve = tf.saved_model.load(os.path.join(push_dir, version)).signatures["serving_default"]
+  by_key = {}
+  for name, rows in records.items():
+    inputs = {k: v.numpy() for k, v in pre.serving_inputs(tf.constant(rows)).items()}
+    probabilities = serve(examples=tf.constant(rows))["probabilities"].numpy()
+    keyed = collections.defaultdict(set)
+    for i, r in enumerate(rows):
+      parsed = tuple((k, v[i].tobytes()) for k, v in sorted(inputs.items()))
+      keyed[_row_key(r)].add((parsed, probabilities[i].tobytes()))
+    by_key[name] = keyed
+  assert collections.Counter(map(_row_key, records["stock"])) == collections.Counter(
+      map(_row_key, records["ours"]))
+  holed = [k for k in by_key["stock"] if None in k]
+  assert len(holed) > 100, len(holed)
+  for key, parsed in by_key["stock"].items():
+    assert len(parsed) == 1 and parsed == by_key["ours"][key], key
+
+
+@pytest.mark.slow
+def test_a_required_feature_that_is_missing_fails_before_training(run, tmp_path):
+  """The stock schema with a shape on 'dropoff_latitude' (required: in every example)."""
+  from tensorflow_metadata.proto.v0 import schema_pb2  # pylint: disable=g-import-not-at-top
+  from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import inputs, missing  # pylint: disable=g-import-not-at-top
+  store, push_dir = run
+  _, schema_uri = _stock_artifacts(store)
+  schema = io_utils.parse_pbtxt_file(os.path.join(schema_uri, inputs.SCHEMA_FILE),
+                                     schema_pb2.Schema())
+  by_name = {f.name: f for f in schema.feature}
+  for name in HOLED:  # Stock SchemaGen: present in every example, but no shape.
+    assert by_name[name].presence.min_fraction == 1.0 and not by_name[name].HasField("shape")
+  for name in REQUIRED:
+    assert by_name[name].HasField("shape")
+  by_name["dropoff_latitude"].shape.dim.add(size=1)
+  io_utils.write_pbtxt_file(str(tmp_path / inputs.SCHEMA_FILE), schema)
+  with pytest.raises(missing.RequiredFeatureError,
+                     match=r"feature 'dropoff_latitude' is required by the schema .* "
+                           r"example\(s\) in split 'train' file .*/CsvExampleGen/examples/.*"
+                           r"Split-train/.* have no value for it"):
+    _trainer_job(store, pathlib.Path(os.path.dirname(push_dir)), str(tmp_path))

@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, planning, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -56,7 +56,8 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              eval_files=list(described.files[config.eval_split]),
              feature_dtypes=described.dtypes,
              vocabularies={k: list(v) for k, v in described.vocabularies.items()},
-             transform_graph_uri=transform_graph.uri if transform_graph is not None else None)
+             transform_graph_uri=transform_graph.uri if transform_graph is not None else None,
+             required_features=list(described.required))
 
 
 def prepare(job: Job, config: TrainerConfig) -> Job:
@@ -70,18 +71,20 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={config.train_split: job.files("train"), config.eval_split: job.files("eval")},
-      splits=(config.train_split, config.eval_split))
+      splits=(config.train_split, config.eval_split), required=job.required_features)
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
+  print(f"[trainer] {missing.summary(prepared.missing_values, prepared.rows)}", flush=True)
   if skipped:
     logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
   module = user_module.load(config.module_file, config.module_path, config.model)
   user_module.check(module, spec)
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
-                             skipped_examples=skipped, train_rows=train_rows)
+                             skipped_examples=skipped, train_rows=train_rows,
+                             missing_values=prepared.missing_values)
 
 
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
@@ -116,10 +119,12 @@ class Executor(base_executor.BaseExecutor):
       launcher.launch(job, config.layout, config.workers)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
+    record[missing.RECORD_KEY] = job.missing_values  # Counts and fills, per feature.
     if planned:  # The choice goes into history.json too (the evaluator reads it).
       record = planning.record_in_history(record, planned)
-      with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
-        json.dump(record, f, indent=1)
+    with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
+      json.dump(record, f, indent=1)
+    history.set_string_custom_property(missing.RECORD_KEY, json.dumps(job.missing_values))
     planning.write_properties(history, record, planned)
     for name in ("layout", "model", "optimizer"):
       history.set_string_custom_property(name, str(record[name]))

@@ -15,7 +15,12 @@ are hints, used when present:
   domains as vocabularies; else the ``feature_keys`` hints; else the list kind of each
   feature in the first examples of the train split (float_list -> float32, int64_list
   -> int64, bytes_list -> string). The data's kinds are checked against the schema before
-  training: a disagreement is a :class:`InputError` naming the feature;
+  training: a disagreement is a :class:`InputError` naming the feature. The schema is
+  read, not just accepted (missing.py): a feature the schema promises in every example
+  (``presence.min_fraction`` 1 and a ``shape``) is required (an example without it
+  fails before training), any other is optional (filled); a feature the schema gives
+  more than one value per example (``shape``, ``value_count``) is rejected here, naming
+  it and the way out;
 * **rows**: the ``row_counts`` hint, else counted by the trainer's one scan (stats.py).
 
 With a ``transform_graph`` input (TFX Transform) the Examples are the transformed ones
@@ -32,6 +37,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.common.splits import artifact_split_files
+from tfx_parallel.components.distributed_trainer import missing
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 KIND_DTYPE = {"float_list": ms.FLOAT32, "int64_list": ms.INT64, "bytes_list": ms.STRING}
@@ -56,6 +62,7 @@ class InputDescription:
   num_shards: int = 0                            # files per split hint (0: unknown)
   vocabularies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   source: str = "data"  # "transform graph" | "schema" | "custom properties" | "data"
+  required: Tuple[str, ...] = ()  # the schema requires them (presence 1 + shape); else none
 
   @property
   def feature_keys(self) -> List[str]:
@@ -130,6 +137,38 @@ class SchemaFeature:
   name: str
   dtype: str                                   # "float32" | "int64" | "string"
   vocabulary: Optional[Tuple[str, ...]] = None  # a string domain's values
+  required: bool = False      # presence.min_fraction 1 and a shape: in every example
+  multi_valued: bool = False  # shape or value_count allow more than one value
+
+
+def _presence_and_values(f) -> Tuple[bool, bool]:
+  """(required, multi_valued) of a tensorflow_metadata Feature.
+
+  Required: the schema promises a value in every example -- ``presence.min_fraction``
+  1 and a ``shape`` (or ``value_count.min`` >= 1). This is how TF Transform's
+  ``schema_as_feature_spec`` reads it (a FixedLenFeature without default only for shape
+  + min_fraction 1: tensorflow_transform/tf_metadata/schema_utils_test_cases.py cases
+  'fixed_len_vector', 'var_len', 'feature_has_shape_but_not_always_present'). Stock
+  SchemaGen writes presence 1 without a shape for a CSV column with empty cells (an
+  empty list counts as present): optional. Multi-valued: a shape of more than one
+  element, a ``value_count`` whose max is unset (unbounded) or above 1, or
+  ``value_counts`` (nested lists)."""
+  always = f.HasField("presence") and f.presence.min_fraction >= 1.0
+  multi = False
+  one_or_more = False
+  if f.HasField("shape"):
+    size = 1
+    for d in f.shape.dim:
+      size *= d.size
+    multi = size != 1
+    one_or_more = True
+  elif f.HasField("value_count"):
+    count = f.value_count
+    multi = not count.HasField("max") or count.max > 1 or count.min > 1
+    one_or_more = count.min >= 1
+  elif f.HasField("value_counts"):
+    multi = True
+  return always and one_or_more and not multi, multi
 
 
 def read_schema(schema_uri: str) -> Dict[str, SchemaFeature]:
@@ -151,7 +190,8 @@ def read_schema(schema_uri: str) -> Dict[str, SchemaFeature]:
       vocab = tuple(f.string_domain.value)
     elif f.HasField("domain") and f.domain in domains:
       vocab = domains[f.domain]
-    out[f.name] = SchemaFeature(f.name, types[f.type], vocab)
+    required, multi = _presence_and_values(f)
+    out[f.name] = SchemaFeature(f.name, types[f.type], vocab, required, multi)
   return out
 
 
@@ -237,13 +277,19 @@ def describe(examples, train_split: str = "train", eval_split: str = "eval",
     schema = read_schema(schema_uri)
     check_against_schema(schema, kinds, label, f"split {train_split!r}, "
                          f"{files[train_split][0]}")
+    multi = [f.name for f in schema.values() if f.multi_valued and f.name != label]
+    if multi:
+      raise missing.MultiValuedError(missing.multi_valued_message(
+          multi, f"schema {os.path.join(schema_uri, SCHEMA_FILE)}"))
     numeric = tuple((f.name, f.dtype) for f in schema.values()
                     if f.name != label and f.dtype != ms.STRING)
     strings = tuple(f.name for f in schema.values() if f.name != label and f.dtype == ms.STRING)
     vocabularies = {f.name: f.vocabulary for f in schema.values()
                     if f.name in strings and f.vocabulary is not None}
     return InputDescription(numeric=numeric, string_keys=strings, vocabularies=vocabularies,
-                            source="schema", **common)
+                            source="schema", required=tuple(
+                                f.name for f in schema.values()
+                                if f.required and f.name != label), **common)
   hinted = _hint(examples, keys.FEATURE_KEYS)
   if hinted is not None:
     names = json.loads(hinted)

@@ -52,6 +52,10 @@ class FeatureSpec:
     hash_buckets: string features hashed into ids 1..hash_buckets (0: vocabulary).
     raw_dtype: the feature's type in the tf.Examples when it differs from ``dtype``
       (None: the same).
+    fill: what a missing value becomes, in the Examples' units (missing.py): the train
+      mean of a numeric feature, "" (id 0) for a string; None: 0.
+    missing: examples of the scanned splits without a value (0: the training input
+      may parse the feature as a dense column; serving always accepts a missing one).
   """
   name: str
   dtype: str
@@ -60,6 +64,8 @@ class FeatureSpec:
   num_ids: int = 0
   hash_buckets: int = 0
   raw_dtype: Optional[str] = None
+  fill: Any = None
+  missing: int = 0
 
   @property
   def is_string(self) -> bool:

@@ -2,15 +2,20 @@
 
 The same :class:`Preprocessor` runs in the tf.data input pipeline (after ``batch``: one
 ``parse_example`` per batch) and in the exported serving signature, so training and
-serving see identical inputs:
+serving see identical inputs. Serving parses every feature ragged: a value that is
+absent or an empty list (stock CsvExampleGen's empty cell) becomes the feature's
+documented fill (``FeatureSpec.fill``; missing.py), so a serving example may leave out
+any feature; one with several values in a feature is read by its first. The training
+input parses ragged only the features the scan found missing somewhere
+(``FeatureSpec.missing``), the others dense (faster, the same values).
 
-* float32 features: [B, 1], a missing value is 0.0; when config ``normalize`` is on,
+* float32 features: [B, 1], a missing value is the train mean; with config ``normalize``
   standardised with the train split's mean/std and clipped to +-``normalize_clip``
   standard deviations (a corrupt value far outside the training range, like the taxi
   data's 20-hour trips, otherwise makes the model extrapolate without bound);
-* int64 features: [B, 1], missing is 0; with ``normalize`` they are parsed as int64,
-  cast to float32 and standardised like the floats (their spec dtype is then float32,
-  raw_dtype int64), else passed as int64;
+* int64 features: [B, 1], missing is the train mean rounded; with ``normalize`` they
+  are parsed as int64, cast to float32 and standardised like the floats (their spec
+  dtype is then float32, raw_dtype int64), else passed as int64;
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
@@ -29,6 +34,23 @@ def _table(vocabulary, first_id: int, default: int) -> tf.lookup.StaticHashTable
   keys = tf.constant(list(vocabulary), tf.string)
   ids = tf.range(first_id, first_id + len(vocabulary), dtype=tf.int64)
   return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default)
+
+
+def _fill(f: ms.FeatureSpec):
+  """``f.fill`` in the parsed column's dtype (0 or "" when the spec has none)."""
+  if f.is_string:
+    return "" if f.fill is None else str(f.fill)
+  if f.example_dtype == ms.INT64:
+    return int(f.fill or 0)
+  return float(f.fill or 0.0)
+
+
+def _dense(f: ms.FeatureSpec, x) -> tf.Tensor:
+  """A parsed (ragged) feature as [B, 1]: no value -> ``f.fill``; a dense column (a
+  FixedLenFeature, or the transform graph's output) passes unchanged."""
+  if not isinstance(x, tf.RaggedTensor):
+    return x
+  return x.to_tensor(default_value=_fill(f), shape=[None] + list(f.shape))
 
 
 class Preprocessor:
@@ -54,18 +76,23 @@ class Preprocessor:
       self.std = tf.constant(normalization["std"], tf.float32)
       self.clip = float(normalization.get("clip") or 0.0)
 
-  def feature_spec(self, with_label: bool) -> Dict[str, tf.io.FixedLenFeature]:
+  def feature_spec(self, with_label: bool) -> Dict[str, object]:
     out = {}
     for f in self.spec.features:
-      default = "" if f.is_string else 0
-      out[f.name] = tf.io.FixedLenFeature(list(f.shape), _DTYPES[f.example_dtype],
-                                          default_value=default)
+      dtype = _DTYPES[f.example_dtype]
+      if with_label and not f.missing:
+        # Training input: no scanned example lacks it, so a dense parse reads the same
+        # values, faster (benchmarks/results/missing_parse.md).
+        out[f.name] = tf.io.FixedLenFeature(list(f.shape), dtype, default_value=_fill(f))
+      else:
+        out[f.name] = tf.io.RaggedFeature(dtype)
     if with_label:
       out[self.spec.label_key] = tf.io.FixedLenFeature([1], _DTYPES[self.spec.label_dtype])
     return out
 
   def inputs(self, parsed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The model's input dict from parsed raw features."""
+    parsed = {f.name: _dense(f, parsed[f.name]) for f in self.spec.features}
     out = {}
     for i, f in enumerate(self.spec.numeric_features):  # Normalisation: one per numeric.
       if f.dtype != ms.FLOAT32:

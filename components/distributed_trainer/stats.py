@@ -1,10 +1,13 @@
 """One scan of the train and eval splits, before training: the model spec's facts.
 
-Per file it counts examples whose label is missing (or has more than one value); over
-the train split it counts the values of each string feature (vocabularies) and sums the
-numeric features (normalisation); over both splits it collects the label's distinct
-values (task inference, label vocabulary). The scan reads serialized batches and parses
-them with one ``parse_example`` per batch (ragged for the label and strings).
+Per file it counts examples whose label is missing (or has more than one value) and,
+per feature, examples without a value (missing.py: absent or an empty list); over the
+train split it counts the values of each string feature (vocabularies) and sums the
+present values of the numeric features (normalisation and fill values); over both splits
+it collects the label's distinct values (task inference, label vocabulary). A feature
+with more than one value in an example stops the scan (missing.MultiValuedError). The
+scan reads serialized batches and parses them with one ``parse_example`` per batch,
+every feature ragged.
 """
 import collections
 import dataclasses
@@ -14,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.distributed_trainer import missing as missing_lib
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 SCAN_BATCH = 4096
@@ -28,10 +32,13 @@ class MissingLabelError(ValueError):
 class ScanResult:
   label: ms.LabelStats
   string_counts: Dict[str, collections.Counter]
-  numeric_mean: np.ndarray          # per numeric feature (missing counts as 0)
+  numeric_mean: np.ndarray          # per numeric feature, of its present train values
   numeric_std: np.ndarray
   missing_labels: Dict[str, Dict[str, int]]  # split -> file -> examples without one label
   rows: Dict[str, int]
+  # feature -> split -> file -> examples without a value (absent or an empty list).
+  missing_values: Dict[str, Dict[str, Dict[str, int]]] = dataclasses.field(
+      default_factory=dict)
 
 
 def label_kind(files: Sequence[str], label_key: str) -> str:
@@ -62,13 +69,16 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
   for name in string_keys:
     spec[name] = tf.io.RaggedFeature(tf.string)
   for name, dtype in numeric:
-    spec[name] = tf.io.FixedLenFeature([], tf.as_dtype(dtype), default_value=0)
+    spec[name] = tf.io.RaggedFeature(tf.as_dtype(dtype))
   parse = tf.function(lambda s: tf.io.parse_example(s, spec))
   counts = {name: collections.Counter() for name in string_keys}
   n_num = len(numeric)
   total = np.zeros(n_num, np.float64)
   total_sq = np.zeros(n_num, np.float64)
+  present = np.zeros(n_num, np.int64)
   missing: Dict[str, Dict[str, int]] = {}
+  holes: Dict[str, Dict[str, Dict[str, int]]] = {
+      name: {} for name in [n for n, _ in numeric] + list(string_keys)}
   rows: Dict[str, int] = {}
   for split in splits:
     missing[split] = {}
@@ -76,6 +86,7 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
     train = split == splits[0]
     for path in files[split]:
       bad = 0
+      empty = collections.Counter()
       ds = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(SCAN_BATCH)
       for batch in ds.map(parse).prefetch(2):
         lab = batch[label_key]
@@ -85,6 +96,15 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
         values = np.unique(lab.flat_values.numpy())
         label.add(v.decode("utf-8", "replace") if kind == "bytes" else float(v)
                   for v in values.tolist())
+        multi = []
+        for name in holes:
+          per_row = batch[name].row_lengths().numpy()
+          empty[name] += int(np.sum(per_row == 0))
+          if np.any(per_row > 1):
+            multi.append(name)
+        if multi:
+          raise missing_lib.MultiValuedError(missing_lib.multi_valued_message(
+              multi, f"split {split!r}, file {path}"))
         if not train:
           continue
         for name in string_keys:
@@ -93,19 +113,22 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
             uniq, cnt = np.unique(flat, return_counts=True)
             counts[name].update({u.decode("utf-8", "replace"): int(c)
                                  for u, c in zip(uniq.tolist(), cnt.tolist())})
-        if n_num:
-          x = np.stack([batch[name].numpy().astype(np.float64) for name, _ in numeric], 1)
-          total += x.sum(0)
-          total_sq += np.square(x).sum(0)
+        for i, (name, _) in enumerate(numeric):
+          x = batch[name].flat_values.numpy().astype(np.float64)  # Present values only.
+          total[i] += x.sum()
+          total_sq[i] += np.square(x).sum()
+          present[i] += x.size
       if bad:
         missing[split][path] = bad
-  n = max(rows[splits[0]], 1)
+      for name in holes:
+        holes[name].setdefault(split, {})[path] = empty[name]
+  n = np.maximum(present, 1)
   mean = total / n
   std = np.sqrt(np.maximum(total_sq / n - np.square(mean), 0.0))
   return ScanResult(label=label, string_counts=counts,
                     numeric_mean=mean.astype(np.float32),
                     numeric_std=np.maximum(std, 1e-6).astype(np.float32),
-                    missing_labels=missing, rows=rows)
+                    missing_labels=missing, rows=rows, missing_values=holes)
 
 
 def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
@@ -123,11 +146,13 @@ def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
 
 @dataclasses.dataclass
 class Prepared:
-  """What :func:`prepare_all` finds: the spec, normalisation, skipped and counted rows."""
+  """What :func:`prepare_all` finds: the spec, normalisation, skipped and counted rows,
+  and the missing values (missing.record: feature -> {split: count, "fill": value})."""
   spec: ms.ModelSpec
   normalization: Optional[Dict[str, List[float]]]
   skipped: int
   rows: Dict[str, int]
+  missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def prepare_all(examples_uri: str, feature_keys: Sequence[str],
@@ -137,17 +162,21 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                 dtypes: Optional[Mapping[str, str]] = None,
                 files: Optional[Mapping[str, Sequence[str]]] = None,
                 splits: Sequence[str] = ("train", "eval"),
-                vocabularies: Optional[Mapping[str, Sequence[str]]] = None) -> Prepared:
+                vocabularies: Optional[Mapping[str, Sequence[str]]] = None,
+                required: Sequence[str] = ()) -> Prepared:
   """The scan and the spec. ``dtypes``: numeric feature -> "float32" | "int64" (default
   float32); ``vocabularies``: string feature -> fixed vocabulary (a schema's string
   domain) instead of the counted one. With ``normalize`` every numeric feature is
   standardised, int64 ones too: the spec then lists them as float32 inputs (raw_dtype
   int64), so a model never declares an int64 Input for a standardised value. Without
-  it, int64 features reach the model as ints."""
+  it, int64 features reach the model as ints. ``required``: features an example must
+  have (a schema's presence); one missing is a missing.RequiredFeatureError. Every other
+  missing value is filled (missing.py; ``FeatureSpec.fill``)."""
   dtypes = dict(dtypes or {})
   numeric = [(k, dtypes.get(k, ms.FLOAT32)) for k in feature_keys]
   result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files)
   skipped = check_labels(result, label_key, skip_missing_labels)
+  missing_lib.check_required(result.missing_values, required, label_key)
   counts = dict(result.string_counts)
   for name, vocab in (vocabularies or {}).items():
     # A fixed vocabulary keeps its order: rank by position (most "frequent" first).
@@ -162,7 +191,15 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
     spec = dataclasses.replace(spec, features=tuple(
         dataclasses.replace(f, dtype=ms.FLOAT32, raw_dtype=ms.INT64)
         if f.dtype == ms.INT64 else f for f in spec.features))
-  return Prepared(spec, norm, skipped, dict(result.rows))
+  fills = {name: missing_lib.fill_value(dtype, float(result.numeric_mean[i]))
+           for i, (name, dtype) in enumerate(numeric)}
+  fills.update({name: "" for name in string_feature_keys})
+  holes = missing_lib.counts(result.missing_values)
+  spec = dataclasses.replace(spec, features=tuple(
+      dataclasses.replace(f, fill=fills[f.name], missing=sum(holes.get(f.name, {}).values()))
+      for f in spec.features))
+  return Prepared(spec, norm, skipped, dict(result.rows),
+                  missing_lib.record(result.missing_values, fills))
 
 
 def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],

@@ -49,6 +49,8 @@ class Job:
   vocabularies: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
   # TFX Transform graph: the examples are transformed; the export serves raw examples.
   transform_graph_uri: Optional[str] = None
+  required_features: List[str] = dataclasses.field(default_factory=list)  # missing.py
+  missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
