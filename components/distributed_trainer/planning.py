@@ -102,8 +102,9 @@ def slots_per_param(optimizer, model) -> int:
 @dataclasses.dataclass(frozen=True)
 class Budget:
   num_devices: int
-  memory_per_device: Optional[int]   # None: unknown (CPU without device_memory).
+  memory_per_device: Optional[int]   # None: unknown (CPU, no device_memory, no MemAvailable).
   source: str                        # where the numbers came from, for messages.
+  host_memory: Optional[int] = None  # the available host memory shared, when planned with it.
 
 
 def gpu_memory(gpu_names: List[str]) -> Optional[int]:
@@ -146,9 +147,8 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   available = host_memory()
   if not available:
     return Budget(n, None, f"{n} logical CPU device(s)")
-  return Budget(n, available // n,
-                f"{n} logical CPU device(s) sharing {planner.human_bytes(available)} of "
-                f"available host memory")
+  # The reason line of choose() says which memory this is.
+  return Budget(n, available // n, f"{n} logical CPU device(s)", host_memory=available)
 
 
 def _concrete(config, plan: planner.Plan):
@@ -185,8 +185,13 @@ def choose(config, variables, budget: Budget, slots: int):
                       "'512MiB'; CLI --device-memory). Received: None")
   plan = planner.plan(variables, budget.num_devices, budget.memory_per_device,
                       config.batch_size, slots)
+  reason = plan.reason
+  if budget.host_memory is not None:  # Say what memory it planned with (no device_memory).
+    reason += (f"; planned with {planner.human_bytes(budget.memory_per_device)} per device: "
+               f"the {planner.human_bytes(budget.host_memory)} of available host memory "
+               f"shared by {budget.num_devices} logical CPU device(s)")
   return _concrete(config, plan), {keys.LAYOUT_CHOSEN: plan.describe(),
-                                   keys.LAYOUT_REASON: plan.reason}
+                                   keys.LAYOUT_REASON: reason}
 
 
 def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[str]:

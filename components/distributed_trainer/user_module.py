@@ -44,7 +44,7 @@ class ModuleError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class UserModule:
-  name: str                       # The file path, module path or built-in name.
+  name: str                       # The file path, module path or "mlp (built-in)".
   build_model: Callable
   loss: Optional[Callable] = None
   optimizer: Optional[Callable] = None
@@ -73,9 +73,11 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
     except Exception as e:  # pylint: disable=broad-except
       raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
   else:
-    name = module_path or f"{BUILTIN_PACKAGE}.{builtin}"
+    import_name = module_path or f"{BUILTIN_PACKAGE}.{builtin}"
+    # What messages and the console call it: a built-in by its config name, not its path.
+    name = module_path or f"{builtin} (built-in)"
     try:
-      module = importlib.import_module(name)
+      module = importlib.import_module(import_name)
     except Exception as e:  # pylint: disable=broad-except
       raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
   build = getattr(module, "build_model", None)
