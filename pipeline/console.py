@@ -49,7 +49,7 @@ NOISE = (
      "nothing the user can act on"),
     (r"Compiled the loaded model, but the compiled metrics have yet to be built",
      "tf_keras note when a SavedModel is loaded for evaluation only"),
-    (r"^ERROR:absl:Execution \d+ failed\.$",
+    (r"^(ERROR:absl:)?Execution \d+ failed\.$",
      "TFX's launcher logs it when a component fails; the CLI's own line names the "
      "component and its error, and the log file has both"),
 ) + quiet.LOG_NOISE  # TF's invalid node names, TFX's property predicates.
