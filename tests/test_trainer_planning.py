@@ -147,8 +147,10 @@ def test_auto_on_cpu_without_any_memory_figure_names_the_key(mlp):
      "mesh 4x4 runs 16 logical CPU devices on 2 CPU core(s): they take turns on the cores, "
      "so training is slower, not faster; at most 2 fit this machine"),
     ("mirrored", {"devices": 8}, 4, "mirrored x8 runs 8 logical CPU devices on 4 CPU core(s)"),
-    ("multi_worker", {"workers": 3}, 2, "multi_worker x3 runs 3 worker processes on 2 CPU"),
-    ("mesh", {"mesh": (2, 1)}, 2, None),
+    ("multi_worker", {"workers": 6}, 2, "multi_worker x6 runs 6 worker processes on 2 CPU"),
+    ("auto", {"devices": 8}, 2, "layout auto over 8 devices runs 8 logical CPU devices on 2"),
+    ("mesh", {"mesh": (2, 4)}, 8, None),
+    ("mesh", {"mesh": (2, 2)}, 2, None),  # the default CPU mesh: a stand-in, no warning
     ("mirrored", {}, 2, None),        # 0 = 2 logical devices without a GPU
     ("single", {}, 1, None),
 ])
