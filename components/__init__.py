@@ -2,3 +2,10 @@
 from tfx_parallel.pipeline import tfenv as _tfenv
 
 _tfenv.prepare()
+
+from tfx_parallel.components.common.quiet import install_if_asked as _install_if_asked  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.common.quiet import quiet  # pylint: disable=g-import-not-at-top
+
+__all__ = ["quiet"]  # tfx_parallel.components.quiet(): see components/common/quiet.py.
+
+_install_if_asked()  # A child process of a pipeline that called quiet() (e.g. training).

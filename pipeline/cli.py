@@ -51,7 +51,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--layout", default="mesh",
                  choices=["single", "mirrored", "multi_worker", "mesh", "auto"],
                  help="parallel layout (default: a batch x model DTensor mesh); auto: the "
-                      "planner picks single, mirrored or a mesh that fits --device-memory")
+                      "planner picks single, mirrored or a mesh that fits the memory per device")
   p.add_argument("--mesh", type=_mesh, default=None,
                  help="mesh shape BxM (default: 2x2 on logical CPU devices; on G GPUs (as "
                       "nvidia-smi lists them) a model axis of 2 and a batch axis of G/2)")
@@ -70,8 +70,9 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  help="GPU memory policy: growth (default: take memory as needed), all "
                       "(reserve nearly all of every GPU at start) or a size per GPU, e.g. 4GiB")
   p.add_argument("--device-memory", default=None,
-                 help="memory per device for the layout planner, e.g. 512MiB (required by "
-                      "--layout auto on CPU; --devices logical CPU devices)")
+                 help="memory per device for the layout planner, e.g. 512MiB (default on CPU: "
+                      "the available host memory shared by the --devices logical CPU "
+                      "devices; on GPUs: their free memory)")
   p.add_argument("--workers", type=int, default=2, help="local processes for multi_worker")
   p.add_argument("--model", default=None, choices=["linear", "mlp"],
                  help="default: linear for synthetic, mlp for CSV/taxi")

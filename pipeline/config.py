@@ -89,15 +89,9 @@ class PipelineConfig:
     directory or ML Metadata is created) and the Kubeflow compiler does not (its
     paths are the pods'). Checks: the glob matches files; each file opens, decodes
     and has the same header as the first; the header names the label (and the
-    columns the config names); a linear mesh's model axis divides the feature count;
-    ``layout: auto`` without GPUs has a ``device_memory``.
+    columns the config names); a linear mesh's model axis divides the feature count.
     """
     eg, tr = self.example_gen, self.trainer
-    if tr.layout == "auto" and tr.device_memory is None:  # This machine runs the trainer.
-      from tfx_parallel.components.distributed_trainer import planning  # pylint: disable=g-import-not-at-top
-      require(bool(planning.gpu_names()), "trainer.device_memory",
-              "layout 'auto' on CPU needs the memory per device: set device_memory (bytes, "
-              "or e.g. '512MiB'; CLI --device-memory). Received: None")
     if eg.is_synthetic:
       return self
     from tfx_parallel.components.partitioned_example_gen import driver, sources  # pylint: disable=g-import-not-at-top

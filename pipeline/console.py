@@ -26,6 +26,7 @@ import subprocess
 import sys
 from typing import BinaryIO, List, Optional
 
+from tfx_parallel.components.common import quiet
 from tfx_parallel.pipeline import tfenv
 
 LOG_DIR = "logs"
@@ -46,12 +47,12 @@ NOISE = (
     (r"site-packages/.*: (FutureWarning|DeprecationWarning|PendingDeprecationWarning): ",
      "a third-party library's deprecation notice (e.g. google.api_core on Python 3.10); "
      "nothing the user can act on"),
-    (r"ArtifactQuery\.property_predicate is not supported",
-     "TFX 1.16's own resolver logs it for every component with inputs; the pipeline "
-     "uses no property predicates"),
     (r"Compiled the loaded model, but the compiled metrics have yet to be built",
      "tf_keras note when a SavedModel is loaded for evaluation only"),
-)
+    (r"^(ERROR:absl:)?Execution \d+ failed\.$",
+     "TFX's launcher logs it when a component fails; the CLI's own line names the "
+     "component and its error, and the log file has both"),
+) + quiet.LOG_NOISE  # TF's invalid node names, TFX's property predicates.
 _NOISE_RE = re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
 # A warnings.warn line is followed by the source line that raised it, indented.
 _WARNING_RE = re.compile(r": \w*Warning: ")
@@ -106,9 +107,12 @@ def _filter_main(argv: List[str]) -> int:
 
 
 class NoiseLogFilter(logging.Filter):
-  """Drops log records (and captured warnings) whose first line is known noise."""
+  """Drops log records (and captured warnings) whose first line is known noise, and
+  Beam's logged copy of an exception it raises next (quiet.is_reraised)."""
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if quiet.is_reraised(record):  # Beam's copy of the error the CLI prints as one line.
+      return False
     try:
       first = record.getMessage().split("\n", 1)[0]
     except Exception:  # pylint: disable=broad-except  # a bad format: let it through.

@@ -124,7 +124,9 @@ def test_csv_with_missing_values_and_strings(tmp_path):
                    ["a,city,y"] + [f"{i if i % 7 else ''},c{i % 3},{i * 0.5}" for i in range(60)])
   examples = run_executor(tmp_path, ExampleGenConfig(source=path, shards_per_worker=1))
   p = props(examples)
-  assert json.loads(p[keys.FEATURE_KEYS]) == ["a"] and p[keys.SOURCE] == path
+  # Every feature the trainer uses, in header order; the string ones also on their own.
+  assert json.loads(p[keys.FEATURE_KEYS]) == ["a", "city"] and p[keys.SOURCE] == path
+  assert json.loads(p[keys.STRING_FEATURE_KEYS]) == ["city"]
   rows = read_split(examples, "train") + read_split(examples, "eval")
   assert len(rows) == 60
   by_label = {value(e, "y"): e for e in rows}

@@ -73,7 +73,8 @@ def test_describe_names_string_columns_and_odd_cells():
   assert "data.csv:59 'not-a-number'" in warnings[0]
   assert warnings[1].startswith("column 'city' is a string column (400 of 400 sampled cells "
                                 "are not numbers)")
-  assert "NOT a numeric feature" in warnings[1] and "column_types.city='float'" in warnings[1]
+  assert "the trainer uses it as a categorical feature" in warnings[1]  # issue 31, case 2
+  assert "NOT" not in warnings[1] and "column_types.city='float'" in warnings[1]
 
 
 def test_properties_are_json_in_header_order():

@@ -25,7 +25,10 @@ PREDICATE = "WARNING:absl:ArtifactQuery.property_predicate is not supported."
 COMPILED = ("WARNING:tensorflow:Compiled the loaded model, but the compiled metrics have yet "
             "to be built. `model.compile_metrics` will be empty until you train or evaluate "
             "the model.")
-NOISE_LINES = [CUFFT, FUTURE, FUTURE_ECHO, PREDICATE, COMPILED]
+NODE_NAME = ("WARNING:tensorflow:`trip miles` is not a valid node name. Accepted names "
+             "conform to Regex /re.compile('^[A-Za-z0-9.][A-Za-z0-9_.\\\\/>-]*$')/")
+EXECUTION_FAILED = "ERROR:absl:Execution 2 failed."
+NOISE_LINES = [CUFFT, FUTURE, FUTURE_ECHO, PREDICATE, COMPILED, NODE_NAME, EXECUTION_FAILED]
 # Lines that must always reach the console.
 REAL_LINES = [
     "Traceback (most recent call last):",
@@ -37,6 +40,9 @@ REAL_LINES = [
     "  an indented line after a kept line",
     "/x/site-packages/lib.py:3: RuntimeWarning: overflow encountered in exp",
     "Fatal Python error: Segmentation fault",
+    "tfx-parallel: PartitionedExampleGen failed: BadInputError: ./bad.csv:7: column 'b': "
+    "expected float, got 'oops' [while running 'ParseCsv/Parse']",
+    "ERROR:absl:Execution 2 failed with an unexpected state",
 ]
 
 
@@ -44,7 +50,7 @@ def test_line_filter_drops_known_noise_and_keeps_everything_else():
   keep = console.LineFilter().keep
   lines = [NOISE_LINES[0], REAL_LINES[0], REAL_LINES[1], FUTURE, FUTURE_ECHO, REAL_LINES[2],
            PREDICATE, REAL_LINES[3], REAL_LINES[4], REAL_LINES[5], COMPILED, REAL_LINES[6],
-           REAL_LINES[7]]
+           REAL_LINES[7], NODE_NAME, REAL_LINES[8], EXECUTION_FAILED, REAL_LINES[9]]
   kept = [line for line in lines if keep(line)]
   assert kept == REAL_LINES
 
@@ -72,7 +78,16 @@ def test_noise_log_filter_and_file_only():
     r.__dict__.update(extra)
     return r
   assert not console.NoiseLogFilter().filter(record(PREDICATE.split(":", 2)[2]))
-  assert console.NoiseLogFilter().filter(record("Execution 3 failed."))
+  assert not console.NoiseLogFilter().filter(record("Execution 3 failed."))
+  assert console.NoiseLogFilter().filter(record("Execution 3 failed with an unexpected state"))
+  assert not console.NoiseLogFilter().filter(record(NODE_NAME.split(":", 2)[2]))
+  # Beam's logged copy of a DoFn's error (raised next, printed by the CLI as one line).
+  beam = logging.LogRecord("apache_beam.runners.common", logging.ERROR, "common.py", 1609,
+                           "data.csv:7: column 'b' [while running 'Parse']", None,
+                           (ValueError, ValueError("x"), None))
+  assert not console.NoiseLogFilter().filter(beam)
+  beam.exc_info = None  # Not a copy of an exception: kept.
+  assert console.NoiseLogFilter().filter(beam)
   assert not console.FileOnly().filter(record("traceback", file_only=True))
   assert console.FileOnly().filter(record("traceback"))
 
@@ -89,7 +104,8 @@ _CHILD = textwrap.dedent("""
                            "/x/site-packages/google/api_core/v.py", 246)
     logging.getLogger("absl").info("Component Trainer is running.")
     logging.getLogger("absl").warning("ArtifactQuery.property_predicate is not supported.")
-    logging.getLogger("absl").error("Execution 3 failed.")
+    logging.getLogger("absl").error("Trainer ran out of disk.")
+    logging.getLogger("absl").error("Execution 3 failed.")  # The CLI says it in its words.
     subprocess.run([sys.executable, "-c",
                     "import sys; sys.stderr.write({cufft!r} + '\\\\n' + 'child: real error\\\\n')"])
     sys.stderr.write("parent: last words before a hard exit\\n")
@@ -111,7 +127,7 @@ def test_quiet_console_survives_a_hard_exit_and_logs_everything(tmp_path):
   err, log, log_path = _run_child(tmp_path, "quiet")
   assert re.fullmatch(re.escape(str(tmp_path / "home" / "logs")) + r"/p-\d{8}-\d{6}\.log",
                       log_path)
-  assert err.splitlines() == ["ERROR:absl:Execution 3 failed.", "child: real error",
+  assert err.splitlines() == ["ERROR:absl:Trainer ran out of disk.", "child: real error",
                               "parent: last words before a hard exit"]
   assert log.count("Unable to register cuFFT factory") == 2  # parent and child
   for text in ("FutureWarning: You are using a non-supported Python version",
@@ -297,6 +313,11 @@ def test_an_error_inside_a_component_reaches_the_console_with_its_message(tmp_pa
   assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert re.search(rf"tfx-parallel: {component} failed: {message}", proc.stderr), proc.stderr
   assert not [line for line in proc.stderr.splitlines() if console.is_noise(line)]
+  # Issue 31, case 6: one line, no Beam traceback before it (the log file has it).
+  assert "Traceback" not in proc.stderr and "apache_beam" not in proc.stderr, proc.stderr
+  assert [line for line in proc.stderr.splitlines() if "column 'b'" in line or
+          "MissingLabelError" in line] == [re.search(rf"tfx-parallel: {component} failed: .*",
+                                                     proc.stderr).group(0)]
   log_path = re.search(r"every log line are in (\S+)", proc.stderr).group(1)
   with open(log_path if os.path.isabs(log_path) else os.path.join(os.getcwd(), log_path)) as f:
     assert "Traceback (most recent call last)" in f.read()

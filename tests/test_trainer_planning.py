@@ -112,11 +112,56 @@ def test_auto_that_fits_nowhere_fails_with_the_numbers(mlp):
     planning.apply(config, module, spec, gpus=[])
 
 
-def test_auto_on_cpu_without_device_memory_names_the_key(mlp):
+def test_auto_on_cpu_without_device_memory_plans_with_the_host_memory_shared(mlp, capsys):
+  """Issue 31, case 3: no flag needed; the reason says which memory it planned with."""
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, model="mlp").validate()
+  budget = planning.device_budget(config, gpus=[], host_memory=lambda: 8 << 30)
+  assert (budget.num_devices, budget.memory_per_device) == (4, 2 << 30)
+  chosen, record = planning.choose(config, planning.planner_variables(mlp[2]), budget, 2)
+  assert chosen.layout == "mirrored" and chosen.devices == 4
+  assert record[keys.LAYOUT_REASON].endswith(
+      "; planned with 2.0 GiB per device: the 8.0 GiB of available host memory shared by "
+      "4 logical CPU device(s)")
+  # Through apply(), with this machine's MemAvailable: one line, no error.
+  chosen, record = planning.apply(config, module, spec, gpus=[])
+  line, = capsys.readouterr().out.splitlines()
+  assert line.startswith("[trainer] layout auto on 4 logical CPU device(s) of ")
+  assert "of available host memory shared by 4 logical CPU device(s))" in line
+
+
+def test_auto_on_cpu_without_any_memory_figure_names_the_key(mlp):
+  module, spec, _ = mlp
+  config = TrainerConfig(layout="auto", devices=4, model="mlp").validate()
+  budget = planning.device_budget(config, gpus=[], host_memory=lambda: None)
   with pytest.raises(ConfigError, match=r"^device_memory: layout 'auto' on CPU needs"):
-    planning.apply(config, module, spec, gpus=[])
+    planning.choose(config, planning.planner_variables(mlp[2]), budget, 2)
+  # A configured device_memory wins over the host's memory.
+  configured = TrainerConfig(layout="auto", devices=4, device_memory="1MiB").validate()
+  assert planning.device_budget(configured, gpus=[], host_memory=lambda: 8 << 30) == \
+      planning.Budget(4, 1 << 20, "4 logical CPU device(s), device_memory")
+
+
+@pytest.mark.parametrize("layout, extra, cores, line", [
+    ("mesh", {"mesh": (4, 4)}, 2,
+     "mesh 4x4 runs 16 logical CPU devices on 2 CPU core(s): they take turns on the cores, "
+     "so training is slower, not faster; at most 2 fit this machine"),
+    ("mirrored", {"devices": 8}, 4, "mirrored x8 runs 8 logical CPU devices on 4 CPU core(s)"),
+    ("multi_worker", {"workers": 6}, 2, "multi_worker x6 runs 6 worker processes on 2 CPU"),
+    ("auto", {"devices": 8}, 2, "layout auto over 8 devices runs 8 logical CPU devices on 2"),
+    ("mesh", {"mesh": (2, 4)}, 8, None),
+    ("mesh", {"mesh": (2, 2)}, 2, None),  # the default CPU mesh: a stand-in, no warning
+    ("mirrored", {}, 2, None),        # 0 = 2 logical devices without a GPU
+    ("single", {}, 1, None),
+])
+def test_more_logical_devices_than_cores_is_one_line_with_both_numbers(layout, extra, cores,
+                                                                       line):
+  """Issue 31, case 4."""
+  config = TrainerConfig(layout=layout, **extra)
+  warning = planning.oversubscription(config, cores=cores, gpu_count=0)
+  assert warning == line if line is None else warning.startswith(line), warning
+  # On GPUs devices.plan fits the layout to them instead.
+  assert planning.oversubscription(config, cores=cores, gpu_count=2) is None
 
 
 def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(mlp, capsys):
@@ -142,14 +187,3 @@ def test_gpu_memory_is_read_from_tensorflow():
   budget = planning.device_budget(TrainerConfig(layout="auto"))
   assert budget.num_devices == len(planning.gpu_names())
   assert budget.memory_per_device and budget.memory_per_device > 0
-
-
-def test_local_run_of_auto_on_cpu_without_device_memory_fails_before_any_work(tmp_path):
-  from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
-  if planning.gpu_names():
-    pytest.skip("GPUs present: their memory is measured")
-  config = config_lib.PipelineConfig(trainer=TrainerConfig(layout="auto", devices=4))
-  with pytest.raises(ConfigError, match=r"^trainer\.device_memory: layout 'auto' on CPU"):
-    local_runner.run(config, str(tmp_path / "home"))
-  assert not (tmp_path / "home").exists()

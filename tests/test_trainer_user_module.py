@@ -85,7 +85,7 @@ def test_import_errors_and_missing_files_name_the_module(tmp_path):
 @pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])
 def test_builtin_models_follow_the_contract_for_every_task(builtin, task):
   module = user_module.load(builtin=builtin)
-  assert module.name == f"tfx_parallel.components.distributed_trainer.models.{builtin}"
+  assert module.name == f"{builtin} (built-in)"  # as the console prints it (issue 31)
   spec = _spec(task)
   model = user_module.check(module, spec)
   assert model.output_shape == (None, spec.output_units)
@@ -116,6 +116,64 @@ def test_the_executor_rejects_a_bad_module_before_training(tmp_path):
                            r"needs 1 value"):
     executor.prepare(job, config)
   assert not (tmp_path / "ckpt").exists() and not (tmp_path / "history").exists()
+
+
+RULES = GOOD.replace("UNITS", "spec.output_units") + """
+    def layout_rules(spec):
+      return RULES
+"""
+
+
+@pytest.mark.parametrize("rules, message", [
+    ('{".*_deep_embedding/embeddings": (None, "model")}',
+     r"^trainer\.module_file: module '.*my_model\.py': layout rule "
+     r"'\.\*_deep_embedding/embeddings': matches no variable \(rules match the whole path\)\. "
+     r"Variables: \['embedding/embeddings', 'dense/kernel', 'dense/bias'\]$"),
+    ('{"embedding/embeddings": ("model", None)}',  # 3 ids on a model axis of 2
+     r"^trainer\.module_file: .*dimension 0 of shape \[3, 4\] has size 3, which the model "
+     r"axis of 2 devices does not divide"),
+    ('{"dense/bias": (None, "model")}', r"^trainer\.module_file: .*the sharding has rank 2"),
+])
+def test_layout_rules_are_resolved_before_training_naming_the_config_key(tmp_path, rules,
+                                                                         message):
+  """Issue 31, case 1: the check resolves the rules against the built model, with the
+  layer names a fresh training process gives (a second build here is still 'dense')."""
+  module = user_module.load(module_file=_write(tmp_path, RULES.replace("RULES", rules)))
+  user_module.check(module, _spec(), model_axis=0)  # Not a mesh: the rules are unused.
+  for _ in range(2):
+    with pytest.raises(ConfigError, match=message):
+      user_module.check(module, _spec(), model_axis=2)
+
+
+def test_rules_that_apply_pass_the_check(tmp_path):
+  rules = '{"embedding/embeddings": (None, "model"), "dense/kernel": (None, None)}'
+  module = user_module.load(module_file=_write(tmp_path, RULES.replace("RULES", rules)))
+  assert user_module.check(module, _spec(), model_axis=2) is not None
+
+
+def test_the_executor_resolves_a_mesh_layouts_rules_before_training(tmp_path):
+  from tfx_parallel.components.distributed_trainer import executor
+  from tfx_parallel.components.distributed_trainer.train import Job
+  root = str(tmp_path / "ex")
+  keys, _, rows = tu.write_examples(root, rows=64, eval_rows=16)
+  path = _write(tmp_path, """
+    import tf_keras
+    def build_model(spec):
+      inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+      return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(
+          tf_keras.layers.Concatenate()(list(inputs.values()))))
+    def layout_rules(spec):
+      return {"hidden_1/kernel": (None, "model")}
+  """)
+  for layout, fails in (("mesh", True), ("auto", True), ("single", False)):
+    config = TrainerConfig(module_file=path, layout=layout, mesh=(1, 2))
+    job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, module_file=path))
+    if not fails:
+      executor.prepare(job, config)
+      continue
+    with pytest.raises(ConfigError, match=r"^trainer\.module_file: .*'hidden_1/kernel': "
+                                          r"matches no variable"):
+      executor.prepare(job, config)
 
 
 def test_the_component_checks_the_module_file_exists():

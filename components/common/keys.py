@@ -19,8 +19,8 @@ NUM_SHARDS = "num_shards"            # int: files per split, a multiple of num_w
 ROW_COUNTS = "row_counts"            # JSON {split: rows}.
 ROW_COUNT_PREFIX = "row_count_"      # int per split, e.g. row_count_train.
 SKIPPED_ROWS = "skipped_rows"        # int: bad rows skipped under bad_row_policy=skip.
-FEATURE_KEYS = "feature_keys"        # JSON list of numeric feature names, in order.
-STRING_FEATURE_KEYS = "string_feature_keys"  # JSON list of string feature names, in order.
+FEATURE_KEYS = "feature_keys"        # JSON list of every feature name (numeric and string), in order.
+STRING_FEATURE_KEYS = "string_feature_keys"  # JSON list of the string ones among them, in order.
 LABEL_KEY = "label_key"              # str.
 SOURCE = "source"                    # "synthetic" | "taxi" | the CSV glob.
 TRUE_WEIGHTS = "true_weights"        # JSON list (synthetic only).

@@ -22,7 +22,8 @@ class TrainerConfig:
     layout: "single" | "mirrored" | "multi_worker" | "mesh", or "auto": the executor
       picks single, mirrored N or a mesh BxM with the planner (planning.py).
     device_memory: memory per device for the planner, bytes or a size such as "512MiB";
-      required for "auto" on CPU (on GPUs it caps the measured free memory). With an
+      on CPU without it, "auto" plans with the available host memory shared equally by
+      the logical devices (on GPUs it caps the measured free memory). With an
       explicit layout that does not fit it, the trainer warns and runs as asked.
     devices: replicas for "mirrored" (0 = all local GPUs, else N devices; N logical
       CPU devices when there is no GPU).

@@ -80,7 +80,9 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   if skipped:
     logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
   module = user_module.load(config.module_file, config.module_path, config.model)
-  user_module.check(module, spec)
+  # A mesh (or auto, which may choose one) also resolves the module's layout rules here.
+  axis = {"mesh": config.mesh_model, "auto": 1}.get(config.layout, 0)
+  user_module.check(module, spec, model_axis=axis)
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
                              skipped_examples=skipped, train_rows=train_rows,
@@ -103,6 +105,8 @@ class Executor(base_executor.BaseExecutor):
     if (config.require_gpu or config.device == "gpu") and not remote \
         and not planning.gpu_names():  # A TFJob's replicas check their own GPUs.
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
+    if not remote:  # More logical devices than cores: one line with both numbers.
+      planning.warn_if_oversubscribed(config, [] if config.device == "cpu" else planning.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)

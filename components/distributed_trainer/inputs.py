@@ -295,7 +295,7 @@ def describe(examples, train_split: str = "train", eval_split: str = "eval",
     names = json.loads(hinted)
     strings = tuple(json.loads(_hint(examples, keys.STRING_FEATURE_KEYS) or "[]"))
     numeric = tuple((n, kinds[n] if kinds.get(n) in (ms.FLOAT32, ms.INT64) else ms.FLOAT32)
-                    for n in names)
+                    for n in names if n not in strings)  # feature_keys lists both kinds.
     return InputDescription(numeric=numeric, string_keys=strings,
                             source="custom properties", **common)
   if label not in kinds:

@@ -20,6 +20,7 @@ from absl import logging
 
 from tfx_parallel.components.distributed_trainer import checkpoint
 from tfx_parallel.components.distributed_trainer import devices as devices_lib
+from tfx_parallel.components.distributed_trainer import failures
 from tfx_parallel.components.distributed_trainer.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
@@ -59,10 +60,7 @@ def _wait_all(procs: List[subprocess.Popen], names: List[str]):
         except subprocess.TimeoutExpired:
           p.kill()
           p.wait()
-      name, code = failed[0]
-      raise RuntimeError(
-          f"Training process {name} failed with exit code {code}; the other "
-          f"process(es) were stopped. Rerun to resume from the last checkpoint.")
+      raise failures.process_failed(*failed[0])
     if all(c == 0 for c in codes):
       return
     time.sleep(0.2)

@@ -20,6 +20,7 @@ from tfx_parallel.pipeline import tfenv
 tfenv.prepare()
 
 from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.distributed_trainer import failures  # pylint: disable=g-import-not-at-top
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
 
 
@@ -353,6 +354,9 @@ def main(argv=None) -> int:
           f"({type(e).__name__}: {first[:300]}). Stopping this worker; rerun to resume "
           f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT_CODE
+  except failures.not_resumable_types() as e:  # A rerun cannot fix it: one line, no trace.
+    print(failures.one_line(e), file=sys.stderr, flush=True)
+    return failures.NOT_RESUMABLE_EXIT_CODE
   return 0
 
 

@@ -20,9 +20,10 @@ Optional hooks:
 * ``layout_rules(spec) -> {variable-path regex: per-dimension sharding}`` for mesh
   layouts (default: components/distributed_trainer/sharding.py).
 
-:func:`load` imports the module and :func:`check` builds the model on a tiny batch, before
-training starts; every error names the module.
+:func:`load` imports the module and :func:`check` builds the model on a tiny batch and
+resolves its layout rules, before training starts; every error names the module.
 """
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -43,11 +44,12 @@ class ModuleError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class UserModule:
-  name: str                       # The file path, module path or built-in name.
+  name: str                       # The file path, module path or "mlp (built-in)".
   build_model: Callable
   loss: Optional[Callable] = None
   optimizer: Optional[Callable] = None
   layout_rules: Optional[Callable] = None
+  config_key: str = "model"       # The trainer config key that chose the module.
 
 
 def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
@@ -71,9 +73,11 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
     except Exception as e:  # pylint: disable=broad-except
       raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
   else:
-    name = module_path or f"{BUILTIN_PACKAGE}.{builtin}"
+    import_name = module_path or f"{BUILTIN_PACKAGE}.{builtin}"
+    # What messages and the console call it: a built-in by its config name, not its path.
+    name = module_path or f"{builtin} (built-in)"
     try:
-      module = importlib.import_module(name)
+      module = importlib.import_module(import_name)
     except Exception as e:  # pylint: disable=broad-except
       raise ModuleError(f"{name}: importing the module failed: {type(e).__name__}: {e}") from e
   build = getattr(module, "build_model", None)
@@ -87,7 +91,8 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
       raise ModuleError(f"{name}: {hook} must be a function {hook}(spec). "
                         f"Received: {type(fn).__name__}")
     hooks[hook] = fn
-  return UserModule(name=name, build_model=build, **hooks)
+  key = "module_file" if module_file else "module_path" if module_path else "model"
+  return UserModule(name=name, build_model=build, config_key=key, **hooks)
 
 
 def file_digest(module_file: Optional[str]) -> str:
@@ -156,12 +161,58 @@ def build(module: UserModule, spec: ms.ModelSpec):
   return model
 
 
-def check(module: UserModule, spec: ms.ModelSpec):
+@contextlib.contextmanager
+def fresh_layer_names():
+  """Builds in the block get the layer names a fresh process gives (``dense``, not
+  ``dense_2``), as in the training process; tf_keras's name counters are restored after."""
+  from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
+  uids = backend.get_default_graph_uid_map()
+  saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
+  uids.clear()
+  backend.OBSERVED_NAMES.clear()
+  try:
+    yield
+  finally:
+    uids.clear()
+    uids.update(saved_uids)
+    backend.OBSERVED_NAMES.clear()
+    backend.OBSERVED_NAMES.update(saved_observed)
+
+
+def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis: int):
+  """Resolves the module's ``layout_rules(spec)`` against the built ``model``'s variables
+  on a model axis of ``model_axis`` devices, as the mesh layout will (sharding.resolve).
+  A rule that matches nothing, is shadowed, has the wrong rank, splits a dimension the
+  axis does not divide or splits a table on its rows is a ConfigError naming the config
+  key that chose the module. No-op without the hook."""
+  if not module.layout_rules:
+    return
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
+  try:
+    rules = module.layout_rules(spec)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ModuleError(f"{module.name}: layout_rules(spec) raised {type(e).__name__}: {e}") from e
+  if not isinstance(rules, dict):
+    raise ModuleError(f"{module.name}: layout_rules(spec) must return a dict "
+                      f"{{variable-path regex: sharding}}. Received: {type(rules).__name__}")
+  try:
+    sharding.resolve(rules, sharding.describe_variables(model), model_axis, module.name)
+  except sharding.ShardingError as e:
+    raise ConfigError(f"trainer.{module.config_key}", str(e)) from None
+
+
+def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
   """Builds the model and calls it on a 2-example batch; raises ModuleError naming the
   module when the model is not a tf_keras.Model, does not take the input dict, or returns
-  an output that does not fit the task. Returns the model."""
+  an output that does not fit the task. With ``model_axis`` >= 1 (a mesh layout, or
+  ``auto``, which may choose one) the module's layout rules are resolved against the
+  model too (:func:`check_layout_rules`). Returns the model."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  model = build(module, spec)
+  with fresh_layer_names():
+    model = build(module, spec)
+  if model_axis >= 1:
+    check_layout_rules(module, spec, model, model_axis)
   batch = dummy_batch(spec)
   try:
     out = model(batch, training=False)

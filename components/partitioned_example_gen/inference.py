@@ -134,7 +134,8 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
              label_key: str) -> Tuple[str, List[str]]:
   """(one INFO line with every column's type, WARNING lines for what needs a look).
 
-  Warnings: every string column (it is not a numeric feature), and every numeric column
+  Warnings: every string column (the trainer takes it as categorical: say so, in case it
+  was meant to be numeric), and every numeric column
   whose sample has cells that are not numbers (those rows are bad rows).
   """
   types = ", ".join(f"{r.name}={r.type}" + ("" if r.origin == INFERRED else " (explicit)")
@@ -150,8 +151,9 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
         why = "column_types says so"
       warnings.append(
           f"column {r.name!r} is a string column ({why}): it is written as a bytes_list "
-          f"feature and is NOT a numeric feature (not in feature_keys). If it is numeric, "
-          f"set column_types.{r.name}='float' and its non-numbers become bad rows.")
+          f"feature, and the trainer uses it as a categorical feature (ids from its "
+          f"vocabulary). If it is numeric, set column_types.{r.name}='float' and its "
+          f"non-numbers become bad rows.")
     elif r.odd_cells:
       warnings.append(
           f"column {r.name!r} is {r.type} ({r.numeric} of {r.non_empty} sampled cells "

@@ -1,6 +1,6 @@
 """The Examples artifact's properties: split names, payload format, custom properties."""
 import json
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from absl import logging
 from tfx import types
@@ -12,6 +12,16 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.partitioned_example_gen.write import IngestSummary
 
 FILE_FORMAT = "tfrecords_gzip"
+
+
+def every_feature(numeric_keys: Sequence[str], string_keys: Sequence[str],
+                  column_types: Optional[str] = None) -> List[str]:
+  """The FEATURE_KEYS property: every feature the trainer uses, numeric and string, in
+  header order (``column_types`` is JSON in header order), label excluded."""
+  order = list(json.loads(column_types)) if column_types else []
+  rank = {name: i for i, name in enumerate(order)}
+  return sorted(dict.fromkeys([*numeric_keys, *string_keys]),
+                key=lambda name: rank.get(name, len(order)))
 
 
 def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_shards: int,
@@ -35,7 +45,9 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
   for split in split_names:
     examples.set_int_custom_property(keys.ROW_COUNT_PREFIX + split, summary.row_counts[split])
   examples.set_int_custom_property(keys.SKIPPED_ROWS, summary.skipped_rows)
-  examples.set_string_custom_property(keys.FEATURE_KEYS, json.dumps(list(feature_keys)))
+  examples.set_string_custom_property(
+      keys.FEATURE_KEYS, json.dumps(every_feature(feature_keys, string_feature_keys,
+                                                  column_types)))
   examples.set_string_custom_property(keys.STRING_FEATURE_KEYS,
                                       json.dumps(list(string_feature_keys)))
   examples.set_string_custom_property(keys.LABEL_KEY, label_key)

@@ -1,0 +1,75 @@
+"""The README's drop-in pipeline, extracted from README.md at test time and run as a user
+runs it: ``python pipeline.py`` in a directory holding ``data/*.csv`` and ``model.py``
+(issue 31, case 8). One run; its console is checked for case 7 (a Python pipeline that
+exits 0 ends without TF's AtomicFunction teardown errors or TFX's property-predicate
+warnings, with ``tfxp.quiet()``).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import test_stock_pipeline as stock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+README = os.path.join(HERE, "..", "README.md")
+MARKER = "<!-- drop-in pipeline: run by tests/test_readme.py -->"
+
+
+def drop_in_code(readme: str = README) -> str:
+  """The ```python block right after :data:`MARKER` in README.md."""
+  with open(readme, encoding="utf-8") as f:
+    text = f.read()
+  assert MARKER in text, f"README.md lost its marker {MARKER!r}"
+  match = re.match(r"\s*```python\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
+  assert match, "no ```python block right after the marker"
+  return match.group(1)
+
+
+def test_the_drop_in_block_has_every_import_it_uses():
+  code = drop_in_code()
+  for needed in ("PartitionedExampleGen", "ExampleGenConfig(", "tfx.components.StatisticsGen",
+                 "tfx.components.SchemaGen", "DistributedTrainer(", "ConvergenceEvaluator(",
+                 "tfx.components.Evaluator(", "tfx.components.Pusher(",
+                 'prediction_key="probabilities"', "import tensorflow_model_analysis as tfma"):
+    assert needed in code, needed
+  compile(code, "README.md", "exec")
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("readme")
+  stock.write_taxi_csv(str(root / "data" / "taxi.csv"), rows=600)
+  shutil.copy(os.path.join(HERE, "..", "examples", "taxi_model.py"), root / "model.py")
+  (root / "pipeline.py").write_text(drop_in_code())
+  proc = subprocess.run([sys.executable, "pipeline.py"], cwd=str(root), capture_output=True,
+                        text=True, timeout=1500)
+  return root, proc
+
+
+@pytest.mark.slow
+def test_the_readme_pipeline_runs_as_written_and_pushes(readme_run):
+  root, proc = readme_run
+  assert proc.returncode == 0, proc.stderr[-5000:]
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  store = summary.open_store(str(root / "metadata.sqlite"))
+  states = {e.id: e.last_known_state for e in store.get_executions()}
+  assert len(states) == 7 and set(states.values()) == {3}, states  # 3 = COMPLETE
+  evaluation = [a for a in store.get_artifacts_by_type("ModelEvaluation")]
+  assert evaluation, "the stock Evaluator wrote no evaluation"
+
+
+@pytest.mark.slow
+def test_a_quiet_python_pipeline_ends_without_teardown_noise(readme_run):
+  """Issue 31, case 7: no "Exception ignored in: <function AtomicFunction.__del__", no
+  "property_predicate is not supported", no "is not a valid node name"."""
+  _, proc = readme_run
+  assert proc.returncode == 0
+  console = proc.stdout + proc.stderr
+  for noise in ("Exception ignored in", "AtomicFunction.__del__",
+                "property_predicate is not supported", "is not a valid node name",
+                "Traceback"):
+    assert noise not in console, console[-5000:]

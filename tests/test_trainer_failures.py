@@ -1,0 +1,43 @@
+"""A training process that stops on an error a rerun cannot fix (components/distributed_
+trainer/failures.py): one line on the console, no traceback, and the launcher's error
+does not say "rerun to resume". Here the error is a layout rule that matches nothing,
+met in the training process itself (a job handed to the launcher directly, so no
+pre-flight check ran)."""
+import textwrap
+
+import pytest
+
+import trainer_util as tu
+from tfx_parallel.components.distributed_trainer import failures, launcher
+from tfx_parallel.components.distributed_trainer.train import Job
+
+pytestmark = pytest.mark.skipif(not tu.MESH_AVAILABLE, reason="needs the mesh layout")
+
+MODULE = textwrap.dedent("""
+    import tf_keras
+    def build_model(spec):
+      inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+      return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(
+          tf_keras.layers.Concatenate()(list(inputs.values()))))
+    def layout_rules(spec):
+      return {"hidden_1/kernel": (None, "model")}
+""")
+
+
+@pytest.mark.slow
+def test_a_config_error_in_the_training_process_is_one_line_and_not_resumable(tmp_path,
+                                                                               capfd):
+  module = tmp_path / "bad_rules.py"
+  module.write_text(MODULE)
+  root = str(tmp_path / "examples")
+  keys, _, rows = tu.write_examples(root, rows=128)
+  job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, layout="mesh", mesh=[1, 2],
+                          module_file=str(module), steps=2, batch_size=16))
+  with pytest.raises(failures.NotResumableError) as raised:
+    launcher.launch(job, "mesh", 1)
+  assert "Rerun to resume" not in str(raised.value)
+  err = capfd.readouterr().err
+  assert "Traceback" not in err, err[-3000:]
+  line, = [l for l in err.splitlines() if l.startswith("[train] ERROR: ")]
+  assert line.startswith("[train] ERROR: ShardingError: module ") and \
+      "layout rule 'hidden_1/kernel': matches no variable" in line, line
