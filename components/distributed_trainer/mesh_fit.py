@@ -52,7 +52,7 @@ def run(job, config, record=None) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, train, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import checkpoint, data, export, memory, mesh_runtime, run_record, train, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   spec, normalization = train.resolve_spec(job, config)
@@ -97,7 +97,7 @@ def run(job, config, record=None) -> dict:
                       step=start_step)
   writer = tf.summary.create_file_writer(job.model_run_dir)
   callbacks = [cb.Recorder(state, config.log_every, config.stop_on_divergence, eval_loss,
-                           writer),
+                           writer, non_negative=run_record.non_negative(loss)),
                cb.Checkpointer(state, config.checkpoint_every,
                                lambda step: _save(checkpoint, job, trainer, state, step), True),
                cb.Progress(state, config.stop_on_divergence)]
@@ -134,6 +134,8 @@ def run(job, config, record=None) -> dict:
                         if spec.label_vocabulary is not None else None),
       steps_per_execution=1, skipped_examples=job.skipped_examples, padded_features=0,
       resumed_from_step=start_step, input_cache=cache_record, **(record or {}))
+  history.update(run_record.describe(trainer.optimizer, loss, spec.task, spec.num_classes,
+                                     state.records, state.diverged_reason))
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
   peaks = memory.gpu_memory_peaks(devices)

@@ -179,7 +179,7 @@ def run(job: Job) -> dict:
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import checkpoint, data, export, layouts  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import run_record, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   if config.layout == "mesh":
@@ -242,7 +242,8 @@ def run(job: Job) -> dict:
   writer = tf.summary.create_file_writer(job.model_run_dir) if chief else None
   callbacks = [
       cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  cb.make_evaluator(model, loss, eval_ds), writer),
+                  cb.make_evaluator(model, loss, eval_ds), writer,
+                  non_negative=run_record.non_negative(loss)),
       cb.Checkpointer(state, config.checkpoint_every,
                       lambda step: _save_checkpoint(checkpoint, job, model, optimizer, state,
                                                     step), chief),
@@ -268,6 +269,8 @@ def run(job: Job) -> dict:
                  steps_per_execution=config.execution_steps(),
                  skipped_examples=job.skipped_examples, padded_features=0,
                  resumed_from_step=start_step, input_cache=cache_record)
+  history.update(run_record.describe(optimizer, loss, spec.task, spec.num_classes,
+                                     state.records, state.diverged_reason))
   # Measured from where the variables live, after training (every optimizer slot exists).
   from tfx_parallel.components.distributed_trainer import memory  # pylint: disable=g-import-not-at-top
   history.update(memory.measure(model.trainable_variables, optimizer.variables).as_dict())
