@@ -262,6 +262,7 @@ def what_ran(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
       P.LOSS: str(loss.get("class", "")),
       P.LOSS_CONFIG: json.dumps(loss.get("config") or {}, sort_keys=True),
       P.DIVERGED_REASON: str(history.get("diverged_reason") or ""),
+      P.LAYOUT_RULES: json.dumps(history.get("layout_rules") or {}, sort_keys=True),
   }
 
 

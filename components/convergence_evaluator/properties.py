@@ -76,6 +76,7 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `loss` | str | all | class (or function name) of the training loss |
 | `loss_config` | str | all | JSON `get_config()` of the training loss (`{}` for a function) |
 | `diverged_reason` | str | all | why the trainer stopped the run as diverged (`""` if it did not) |
+| `layout_rules` | str | all | mesh runs: JSON {variable-path regex: per-dimension sharding} applied (the module's `layout_rules` or the defaults); `{}` otherwise |
 | `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
 | `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
 | `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
@@ -151,6 +152,7 @@ LEARNING_RATE = "learning_rate"
 LOSS = "loss"
 LOSS_CONFIG = "loss_config"
 DIVERGED_REASON = "diverged_reason"
+LAYOUT_RULES = "layout_rules"
 INPUT_WAIT_FRACTION = "input_wait_fraction"
 # Measured training-state bytes, copied from the trainer's history.json.
 PARAM_COUNT = keys.PARAM_COUNT

@@ -136,6 +136,7 @@ def run(job, config, record=None) -> dict:
       resumed_from_step=start_step, input_cache=cache_record, **(record or {}))
   history.update(run_record.describe(trainer.optimizer, loss, spec.task, spec.num_classes,
                                      state.records, state.diverged_reason))
+  history.update(run_record.mesh_layout(trainer))  # The rules and shardings applied.
   history.update(memory.measure(trainer.model.trainable_variables,
                                 trainer.optimizer.variables).as_dict())
   peaks = memory.gpu_memory_peaks(devices)
