@@ -198,6 +198,10 @@ def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
   assert props[P.EVAL_PRECISION] == tp / np.sum(z > 0)
   assert props[P.EVAL_RECALL] == tp / np.sum(y == 1)
   assert props[P.EVAL_POSITIVES] == np.sum(y == 1)
+  p = np.mean(y == 1)  # The trivial predictor: the class prior, whatever the features.
+  assert props[P.TRIVIAL_LOSS] == pytest.approx(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
+  assert props[P.LOSS_VS_TRIVIAL] == pytest.approx(props[P.EVAL_LOG_LOSS] /
+                                                   props[P.TRIVIAL_LOSS])
   assert 0.7 < props[P.EVAL_AUC] <= 1.0
   assert P.EVAL_MSE not in props and P.EVAL_R2 not in props
   assert props[P.BLESSED] == 1, props[P.BLESSING_MESSAGE]  # regression bound not checked.
