@@ -82,7 +82,8 @@ class Executor(base_executor.BaseExecutor):
       state = P.NO_HISTORY
       convergence_part = {P.CONVERGENCE_STATE: state, P.TRIVIAL_LOSS: trivial_loss,
                           P.LOSS_VS_TRIVIAL: reference.ratio(model_loss, trivial_loss)}
-    blessed, message = blessing_lib.decide(quality, state, config)
+    blessed, message = blessing_lib.decide(quality, state, config,
+                                           summary.reason if summary is not None else "")
 
     scalars = {
         **convergence_part,
