@@ -43,18 +43,30 @@ PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "pipeline_run"
 
 # (header, property, format) of the table; the pipeline, run and layout columns come
-# first. Numbers to 4 significant digits, rates with thousands separators; full
-# precision is in --json and metrics.json.
-COLUMNS = (
+# first, then the state, the task's quality columns, the trivial predictor's loss on the
+# same split (convergence_evaluator/reference.py), and the blessing with its reason.
+# Regression and classification runs get a table each. Numbers to 4 significant digits,
+# rates with thousands separators; full precision is in --json and metrics.json.
+REGRESSION_COLUMNS = (
     ("state", P.CONVERGENCE_STATE, str),
     ("steps to target", P.STEPS_TO_TARGET, str),
-    ("final loss", P.FINAL_LOSS, readable.sig),
     ("eval MSE", P.EVAL_MSE, readable.sig),
     ("R2", P.EVAL_R2, readable.sig),
+)
+CLASSIFICATION_COLUMNS = (
+    ("state", P.CONVERGENCE_STATE, str),
+    ("task", P.TASK, str),
+    ("accuracy", P.EVAL_ACCURACY, readable.sig),
+    ("AUC", P.EVAL_AUC, readable.sig),
+    ("log loss", P.EVAL_LOG_LOSS, readable.sig),
+)
+COMMON_COLUMNS = (
+    ("trivial loss", P.TRIVIAL_LOSS, readable.sig),
     ("examples/s", P.EXAMPLES_PER_SEC, readable.rate),
     ("params", P.PARAM_COUNT, readable.count),
     ("state B/device", P.STATE_BYTES_PER_DEVICE, readable.count),
     ("blessed", P.BLESSED, str),
+    ("why not blessed", P.BLESSING_MESSAGE, lambda v: v or "-"),
 )
 
 
@@ -181,20 +193,41 @@ def one_row_per_run(rows: Sequence[RunMetrics]) -> List[Tuple[RunMetrics, int]]:
   return [(group[0], len(group) - 1) for group in groups.values()]
 
 
-def format_table(rows: Sequence[RunMetrics]) -> str:
-  """A fixed-width text table, one line per run (cached reruns folded into the run
-  they reused: "+1 cached"); a run shown only through its cached rerun has a '*'."""
-  header = ["pipeline", "run", "layout", "replicas"] + [c[0] for c in COLUMNS]
+def is_classification(row: RunMetrics) -> bool:
+  """A binary or multiclass run (an artifact without ``task`` is regression)."""
+  return row.properties.get(P.TASK) in ("binary", "multiclass")
+
+
+def _table(rows: Sequence[Tuple[RunMetrics, int]], columns) -> List[str]:
+  header = ["pipeline", "run", "layout", "replicas"] + [c[0] for c in columns]
   lines = []
-  for row, reruns in one_row_per_run(rows):
+  for row, reruns in rows:
     run = row.run + ("*" if row.cached else "") + (f" (+{reruns} cached)" if reruns else "")
     lines.append([row.pipeline, run, layout_of(row),
                   _cell(row.properties.get(P.REPLICAS), str)] +
-                 [_cell(row.properties.get(prop), fmt) for _, prop, fmt in COLUMNS])
+                 [_cell(row.properties.get(prop), fmt) for _, prop, fmt in columns])
   widths = [max(len(x) for x in column) for column in zip(header, *lines)]
-  text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+  return ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
           for line in [header] + lines]
-  if any(row.cached for row, _ in one_row_per_run(rows)):
+
+
+def format_table(rows: Sequence[RunMetrics]) -> str:
+  """Fixed-width text tables, one line per run (cached reruns folded into the run they
+  reused: "+1 cached"); a run shown only through its cached rerun has a '*'. Regression
+  runs (eval MSE, R2) and classification runs (accuracy, AUC, log loss) each get their
+  own table, titled when both are present."""
+  unique = one_row_per_run(rows)
+  groups = [("regression", [u for u in unique if not is_classification(u[0])],
+             REGRESSION_COLUMNS + COMMON_COLUMNS),
+            ("classification", [u for u in unique if is_classification(u[0])],
+             CLASSIFICATION_COLUMNS + COMMON_COLUMNS)]
+  groups = [g for g in groups if g[1]]
+  text: List[str] = []
+  for title, group, columns in groups:
+    if len(groups) > 1:
+      text += ([""] if text else []) + [f"{title} runs:"]
+    text += _table(group, columns)
+  if any(row.cached for row, _ in unique):
     text.append("* reused the cached metrics of an earlier run")
   return "\n".join(text)
 

@@ -29,6 +29,10 @@ def test_each_failed_check_is_named():
   assert not blessed
   assert "plateaued" in message and "regression.max_eval_mse" in message
   assert "regression.min_r2" in message
+  _, message = blessing.decide(_quality(), P.PLATEAUED, EvaluatorConfig(),
+                               "stopped falling, but the model is 2.0 % below the trivial")
+  assert message == ("convergence_state is 'plateaued', require_converged needs 'converged' "
+                     "(stopped falling, but the model is 2.0 % below the trivial)")
 
 
 def test_diverged_is_never_blessed_even_without_require_converged():

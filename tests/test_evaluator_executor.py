@@ -54,7 +54,7 @@ def _run(tmp_path, inputs, history, config=EvaluatorConfig(), **history_task):
 
 def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   _, model, x, y = inputs
-  losses = 20.0 * np.exp(-0.2 * np.arange(1, 31))  # Records every 10 steps.
+  losses = 20.0 * np.exp(-1.0 * np.arange(1, 31)) + 0.01  # Records every 10 steps.
   history = testing.linear_history(losses, kernel=LEARNED_W, bias=LEARNED_B,
                                    steps_per_epoch=100)
   metrics, blessing, props = _run(tmp_path, inputs, history, EvaluatorConfig(
@@ -72,18 +72,22 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   assert props[P.TASK] == "regression" and props[P.NUM_CLASSES] == 1  # No task property.
   assert P.EVAL_LOG_LOSS not in props and P.LABEL_VOCABULARY not in props
 
-  first = int(np.flatnonzero(losses <= 0.01 * losses[0])[0])
+  # The trivial predictor (the label mean) on the eval split: its MSE is the variance.
+  assert props[P.TRIVIAL_LOSS] == pytest.approx(np.var(y.astype(np.float64)), rel=1e-6)
+  assert props[P.LOSS_VS_TRIVIAL] == pytest.approx(1 - props[P.EVAL_R2], rel=1e-6)
+  assert props[P.TARGET_LOSS] == pytest.approx(0.01 * props[P.TRIVIAL_LOSS])
+  first = int(np.flatnonzero(losses <= props[P.TARGET_LOSS])[0])
   assert props[P.STEPS_TO_TARGET] == (first + 1) * 10
   assert props[P.SECONDS_TO_TARGET] == pytest.approx((first + 1) * 10 * 0.01)
-  assert props[P.CONVERGENCE_STATE] == P.CONVERGED
-  assert props[P.CONVERGENCE_RATE] == pytest.approx(-0.02)
+  assert props[P.CONVERGENCE_STATE] == P.CONVERGED, props[P.CONVERGENCE_REASON]
+  assert "stopped falling" in props[P.CONVERGENCE_REASON]
+  assert props[P.CONVERGENCE_RATE] < 0
   assert props[P.INITIAL_LOSS] == pytest.approx(losses[0])
   assert props[P.FINAL_LOSS] == pytest.approx(losses[-1])
   assert props[P.BEST_LOSS] == pytest.approx(losses[-1])
   assert props[P.NUM_EPOCHS] == 3
   assert props[P.EPOCH_LOSS_PREFIX + "2"] == pytest.approx(losses[19])
   assert props[P.EPOCH_EVAL_LOSS_PREFIX + "2"] == pytest.approx(losses[19] * 1.1)
-  assert props[P.GRAD_NORM_TREND] < 0
 
   assert props[P.WEIGHT_ERROR] == pytest.approx(0.1, abs=1e-6)
   assert props[P.BIAS_ERROR] == pytest.approx(0.1, abs=1e-6)
@@ -173,8 +177,8 @@ def _examples(classification, label_key):
 
 
 def _converged():
-  return testing.linear_history(20.0 * np.exp(-0.2 * np.arange(1, 31)), layout="single",
-                                mesh_shape=(), replicas=1)
+  return testing.linear_history(20.0 * np.exp(-1.0 * np.arange(1, 31)) + 0.01,
+                                layout="single", mesh_shape=(), replicas=1)
 
 
 def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
@@ -194,6 +198,10 @@ def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
   assert props[P.EVAL_PRECISION] == tp / np.sum(z > 0)
   assert props[P.EVAL_RECALL] == tp / np.sum(y == 1)
   assert props[P.EVAL_POSITIVES] == np.sum(y == 1)
+  p = np.mean(y == 1)  # The trivial predictor: the class prior, whatever the features.
+  assert props[P.TRIVIAL_LOSS] == pytest.approx(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
+  assert props[P.LOSS_VS_TRIVIAL] == pytest.approx(props[P.EVAL_LOG_LOSS] /
+                                                   props[P.TRIVIAL_LOSS])
   assert 0.7 < props[P.EVAL_AUC] <= 1.0
   assert P.EVAL_MSE not in props and P.EVAL_R2 not in props
   assert props[P.BLESSED] == 1, props[P.BLESSING_MESSAGE]  # regression bound not checked.

@@ -64,6 +64,7 @@ def test_binary_metrics_in_sqlite_metadata_at_full_precision(tmp_path):
   model = testing.export_classifier_model(str(tmp_path / "model"), "binary", W, B, FEATURES)
   losses = np.geomspace(INITIAL_LOSS, FINAL_LOSS, 12).tolist()
   losses[0], losses[-1] = INITIAL_LOSS, FINAL_LOSS  # Exactly, not via exp(log(.)).
+  losses += [FINAL_LOSS] * 5  # A flat tail: the training loss stopped falling.
   history = testing.write_history(str(tmp_path / "history"), testing.linear_history(
       losses, layout="single", mesh_shape=(), replicas=1), task="binary", num_classes=1)
   home = str(tmp_path / "home")

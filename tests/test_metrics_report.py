@@ -80,12 +80,12 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
   table = metrics_report.format_table(rows)
   header, first, second = table.splitlines()[:3]
   assert header.split() == ["pipeline", "run", "layout", "replicas", "state", "steps", "to",
-                            "target", "final", "loss", "eval", "MSE", "R2", "examples/s",
-                            "params", "state", "B/device", "blessed"]
-  assert first.split() == ["alpha", "run-1", "mesh", "2x2", "2", "converged", "120", "0.01",
-                           "0.02", "-", "12,346", "16,385", "131,096", "1"]
-  assert second.split() == ["beta", "run-2", "single", "1", "converged", "-1", "nan", "3",
-                            "-", "12,346", "16,385", "131,096", "0"]
+                            "target", "eval", "MSE", "R2", "trivial", "loss", "examples/s",
+                            "params", "state", "B/device", "blessed", "why", "not", "blessed"]
+  assert first.split() == ["alpha", "run-1", "mesh", "2x2", "2", "converged", "120",
+                           "0.02", "-", "-", "12,346", "16,385", "131,096", "1", "-"]
+  assert second.split() == ["beta", "run-2", "single", "1", "converged", "-1", "3",
+                            "-", "-", "12,346", "16,385", "131,096", "0", "-"]
 
   assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "beta"]) == 0
   [run] = json.loads(capsys.readouterr().out)
@@ -94,7 +94,7 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
 
 def test_one_row_per_run_with_the_layout_as_it_really_was(tmp_path):
   store = _store(str(tmp_path))
-  common = {P.FINAL_LOSS: 19.6438815810449, P.EXAMPLES_PER_SEC: 4582.613430998621,
+  common = {P.EVAL_MSE: 19.6438815810449, P.EXAMPLES_PER_SEC: 4582.613430998621,
             P.CONVERGENCE_STATE: "converged", P.BLESSED: 1}
   _add_run(store, "p", "run-1", dict(common, **{P.LAYOUT: "single", P.MESH_SHAPE: "1x1",
                                                 P.REPLICAS: 1}))
@@ -124,6 +124,30 @@ def test_one_row_per_run_with_the_layout_as_it_really_was(tmp_path):
   unique = [row for row, _ in metrics_report.one_row_per_run(rows)]
   assert metrics_report.curve_labels(unique) == ["p single", "p mirrored x2", "p mesh 2x2"]
   assert metrics_report.curve_labels(rows[:1] * 2) == ["p single", "p single #2"]
+
+
+def test_regression_and_classification_runs_each_show_their_tasks_columns(tmp_path, capsys):
+  store = _store(str(tmp_path))
+  _add_run(store, "fares", "run-1", {
+      P.TASK: "regression", P.LAYOUT: "single", P.REPLICAS: 1, P.CONVERGENCE_STATE: "converged",
+      P.STEPS_TO_TARGET: -1, P.EVAL_MSE: 12.5, P.EVAL_R2: 0.87, P.TRIVIAL_LOSS: 96.2,
+      P.BLESSED: 1, P.BLESSING_MESSAGE: ""})
+  _add_run(store, "tips", "run-2", {
+      P.TASK: "binary", P.LAYOUT: "mesh", P.MESH_SHAPE: "1x2", P.REPLICAS: 1,
+      P.CONVERGENCE_STATE: "diverged", P.EVAL_ACCURACY: 0.739, P.EVAL_AUC: 0.487,
+      P.EVAL_LOG_LOSS: 818.0, P.TRIVIAL_LOSS: 0.5606, P.BLESSED: 0,
+      P.BLESSING_MESSAGE: "training diverged"})
+  assert metrics_report.main(["--home", str(tmp_path)]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == "regression runs:" and lines[4] == "classification runs:", lines
+  assert lines[1].split()[4:9] == ["state", "steps", "to", "target", "eval"]
+  assert "R2" in lines[1] and "accuracy" not in lines[1] and "log loss" not in lines[1]
+  assert lines[2].split()[4:9] == ["converged", "-1", "12.5", "0.87", "96.2"]
+  assert lines[5].split()[4:10] == ["state", "task", "accuracy", "AUC", "log", "loss"]
+  assert "MSE" not in lines[5] and "R2" not in lines[5]
+  assert lines[6].split()[2:4] == ["mesh", "1x2"]
+  assert lines[6].split()[5:11] == ["diverged", "binary", "0.739", "0.487", "818", "0.5606"]
+  assert lines[6].split()[-3:] == ["0", "training", "diverged"]
 
 
 def test_missing_store_and_empty_store(tmp_path, capsys):
@@ -175,11 +199,11 @@ def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
       features, "y", [1.0, 2.0], 0.5)
   model = testing.export_linear_model(str(tmp_path / "model"), [1.0, 2.0], 0.5, features)
   histories = {}
-  for name, losses in (("good", [4.0, 1.0, 0.1, 0.02, 0.01]),
+  for name, losses in (("good", [4.0, 1.0, 0.1, 0.02, 0.0101, 0.0100]),
                        ("bad", [4.0, 8.0, float("inf")])):
     histories[name] = str(tmp_path / f"history-{name}")
     testing.write_history(histories[name], testing.linear_history(
-        losses, kernel=[1.0, 2.1], bias=0.5, steps_per_epoch=20))
+        losses, kernel=[1.0, 2.1], bias=0.5, steps_per_epoch=10))
   home = str(tmp_path / "home")
   runner = tfx.orchestration.LocalDagRunner()
   runner.run(_pipeline("alpha", home, (examples, model), histories["good"]))
@@ -195,7 +219,8 @@ def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
   assert good[P.CONVERGENCE_STATE] == P.CONVERGED and good[P.BLESSED] == 1
   assert 0.001 < good[P.EVAL_MSE] < 0.05  # Noise 0.1: MSE ~ 0.01.
   assert good[P.WEIGHT_ERROR] == pytest.approx(0.1, abs=1e-6)
-  assert good[P.STEPS_TO_TARGET] == 40  # 0.02 <= 0.01 x 4.0 at the 4th record.
+  # 0.02 <= 0.01 x the label variance (about 5) at the 4th record.
+  assert good[P.STEPS_TO_TARGET] == 40, good[P.TARGET_LOSS]
   assert bad[P.CONVERGENCE_STATE] == P.DIVERGED and bad[P.BLESSED] == 0
   assert bad[P.FINAL_LOSS] == math.inf
   # Full precision from metrics.json, where ML Metadata keeps 6 decimals.

@@ -49,7 +49,48 @@ def test_divergence_is_a_line_of_its_own():
   progress = cb.Progress(state, True, stream=out, is_tty=False)
   _feed(progress, state, [10], [0.5])
   state.diverged, state.last_loss = True, math.nan
+  state.diverged_reason = "training loss is nan (record 2)"
   _feed(progress, state, [20], [math.nan])
   progress.on_train_end()
-  assert "[train] loss is nan at step 20: training diverged; stopping early" in \
-      out.getvalue().splitlines()
+  assert ("[train] training diverged at step 20: training loss is nan (record 2); "
+          "stopping early") in out.getvalue().splitlines()
+
+
+class _Model:
+  stop_training = False
+
+
+def _recorder(state, evals, non_negative=True):
+  recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
+                         eval_loss=lambda: evals.pop(0), non_negative=non_negative)
+  recorder.model = _Model()
+  return recorder
+
+
+def _run(recorder, means):
+  """Feeds Keras-style running means, one per step; returns the steps run."""
+  for batch, mean in enumerate(means):
+    recorder.on_train_batch_end(batch, {"loss": mean})
+    if recorder.model.stop_training:
+      return batch + 1
+  return len(means)
+
+
+def test_the_recorder_stops_on_a_negative_cross_entropy_with_the_rule_as_reason():
+  # float32 running means of an overflowing run: the window mean recovered from them
+  # comes out negative (the issue's "loss -17,179,869,184").
+  state = _state(total=100)
+  means = [0.7] * 10 + [0.69] * 9 + [-1.7e9]
+  steps = _run(_recorder(state, [0.6] * 5), means)
+  assert steps == 20 and state.diverged and "below 0" in state.diverged_reason
+  assert state.records[-1]["step"] == 20 and state.records[-1]["loss"] < 0
+
+
+def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_run():
+  state = _state(total=150)
+  steps = _run(_recorder(state, [0.6, 0.95, 0.5]), [0.7] * 150)
+  assert steps == 100 and state.diverged and "rose 58 %" in state.diverged_reason
+  state = _state(total=150)  # lr 0: the same eval loss every epoch.
+  steps = _run(_recorder(state, [0.6931] * 3), [0.7] * 150)
+  assert steps == 150 and not state.diverged
+  assert [e["eval_loss"] for e in state.epochs] == [0.6931] * 3

@@ -29,6 +29,15 @@ def test_mesh_job_learns_the_seed_problem_and_records_its_run(tmp_path):
   assert (history["input_cache"]["mode"], history["input_cache"]["rows"]) == ("memory", 1024)
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
   assert any(f.startswith("events.out.tfevents") for f in os.listdir(job["model_run_dir"]))
+  # The record says what ran on the mesh (run_record.py): the built optimizer, its rate.
+  assert history["optimizer"] == history["optimizer_config"]["class"] == "Adam"
+  assert history["optimizer_config"]["learning_rate"] == pytest.approx(0.1)
+  assert [r["learning_rate"] for r in history["records"]] == pytest.approx([0.1] * 8)
+  assert history["loss"]["class"] == "MeanSquaredError" and not history["diverged"]
+  # The rules applied and what each variable resolved to (one entry per dimension).
+  assert history["layout_rules"]
+  assert {p: len(s) for p, s in history["variable_shardings"].items()} == {
+      "linear/kernel": 2, "linear/bias": 1}
 
 
 @pytest.mark.slow

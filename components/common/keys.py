@@ -47,7 +47,7 @@ SERVING_SIGNATURE = "serving_default"  # takes serialized tf.Example under "exam
 # on the Model and TrainingHistory artifacts (written by DistributedTrainer):
 TASK = "task"                          # "regression" | "binary" | "multiclass".
 TASKS = ("regression", "binary", "multiclass")
-NUM_CLASSES = "num_classes"            # int: 1 for regression and binary, K for multiclass.
+NUM_CLASSES = "num_classes"            # int: 1 for regression, 2 for binary, K for multiclass.
 LABEL_VOCABULARY = "label_vocabulary"  # JSON list, class id -> label string (string labels).
 # Outputs of the serving signature, by task:
 PREDICTIONS_OUTPUT = "predictions"     # regression: float32 [N, 1].

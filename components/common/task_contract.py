@@ -9,13 +9,19 @@ from typing import Optional, Sequence
 from tfx_parallel.components.common import keys
 
 
+def recorded_num_classes(task: str, spec_num_classes: int) -> int:
+  """The ``num_classes`` every artifact records: the number of classes (2 for binary,
+  whose model has one logit), 1 for regression."""
+  return 2 if task == "binary" else int(spec_num_classes)
+
+
 def write_properties(artifact, task: str, num_classes: int,
                      label_vocabulary: Optional[Sequence[str]] = None):
   """Sets ``task``, ``num_classes`` and (string labels) ``label_vocabulary``."""
   if task not in keys.TASKS:
     raise ValueError(f"task must be one of {list(keys.TASKS)}. Received: {task!r}")
   artifact.set_string_custom_property(keys.TASK, task)
-  artifact.set_int_custom_property(keys.NUM_CLASSES, int(num_classes))
+  artifact.set_int_custom_property(keys.NUM_CLASSES, recorded_num_classes(task, num_classes))
   if label_vocabulary is not None:
     artifact.set_string_custom_property(keys.LABEL_VOCABULARY,
                                         json.dumps(list(label_vocabulary)))

@@ -12,21 +12,22 @@ from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 
 
 def decide(quality: quality_lib.AnyQuality, state: str,
-           config: EvaluatorConfig) -> Tuple[bool, str]:
+           config: EvaluatorConfig, reason: str = "") -> Tuple[bool, str]:
   """(blessed, message). ``message`` lists every failed check, "" when blessed.
 
   Checks: a diverged run is never blessed; with ``require_converged`` the state must be
   "converged" (not checked when the state is ``P.NO_HISTORY``: no TrainingHistory); then the task's thresholds (a regression model's eval MSE must also be
-  finite, a classifier's log loss likewise).
+  finite, a classifier's log loss likewise). ``reason`` (convergence.py's) is quoted
+  with a failed state check.
   """
   failures = []
   if state == P.DIVERGED:
-    failures.append("training diverged")
+    failures.append("training diverged" + (f" ({reason})" if reason else ""))
   elif state == P.NO_HISTORY:
     pass  # No TrainingHistory: nothing to say about convergence; the thresholds decide.
   elif config.require_converged and state != P.CONVERGED:
     failures.append(f"convergence_state is {state!r}, require_converged needs "
-                    f"{P.CONVERGED!r}")
+                    f"{P.CONVERGED!r}" + (f" ({reason})" if reason else ""))
   if isinstance(quality, quality_lib.BinaryQuality):
     failures += _binary(quality, config)
   elif isinstance(quality, quality_lib.MulticlassQuality):

@@ -7,6 +7,7 @@ not checked.
 import dataclasses
 from typing import Optional
 
+from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
 
@@ -67,18 +68,30 @@ class MulticlassThresholds:
 class EvaluatorConfig:
   """What counts as converged and as good enough to bless.
 
+  The states and their exact rules are in convergence.py; in short (defaults): a run is
+  ``converged`` when its eval loss stopped improving (the last epoch beat the best
+  earlier one by at most ``plateau_tolerance``) and the model's eval loss is at least
+  ``min_gain`` below the trivial predictor's (the label variance for regression, the
+  class priors' log loss for classification).
+
   Attributes:
-    target_loss: absolute training-loss target; None uses
-      target_fraction * initial loss.
-    target_fraction: fraction of the initial loss that counts as "reached".
-    plateau_window: history records at the end of training (the "tail") whose loss
-      decides the state (see convergence.py for the exact rules).
-    rise_tolerance: a tail whose fitted loss rises by more than this fraction, or an
-      eval loss that rose by more over the last epoch (and the run is above target),
-      makes the run "diverged".
-    plateau_tolerance: a run above target whose eval loss fell by more than this
-      fraction over the last epoch (or, without eval losses, whose training tail fell
-      by more) is "improving", not "plateaued".
+    target_loss: absolute training-loss target; when set, ``converged`` also needs the
+      training loss to reach it. None: the target is ``target_fraction`` x the trivial
+      predictor's loss, reported as ``steps_to_target`` only.
+    target_fraction: see ``target_loss``.
+    plateau_window: history records at the end of training (the "tail") whose fitted
+      change decides "still falling" when there are fewer than two eval losses.
+    plateau_tolerance: the last eval loss must beat the best earlier one by more than
+      this fraction for the run to be "improving"; otherwise it stopped falling.
+    rise_tolerance: an eval loss that rose by more than this fraction from one epoch to
+      the next makes the run "diverged" (components/common/divergence.py; the trainer
+      stops on the same rule with the default).
+    explode_factor: a loss more than this many times the run's starting loss makes the
+      run "diverged" (divergence.py; the trainer uses the default).
+    stall_tolerance: eval losses that all stay within this fraction of the first one,
+      in a model no better than the trivial predictor, make the run "stalled".
+    min_gain: how far below the trivial predictor's loss the model's eval loss must be
+      for "converged": 0.1 = at least 10 % below (for regression: R^2 >= 0.1).
     split: the Examples split to evaluate quality on.
     task: the task to evaluate when neither the Model nor the TrainingHistory artifact
       has a ``task`` property (None: regression). When an artifact has one, this must
@@ -86,7 +99,8 @@ class EvaluatorConfig:
     regression: blessing thresholds of a regression model.
     binary: blessing thresholds of a binary classifier.
     multiclass: blessing thresholds of a multi-class classifier.
-    require_converged: bless only runs whose state is "converged".
+    require_converged: bless only runs whose state is "converged" (default True; a
+      diverged run is never blessed either way).
     batch_size: eval batch size.
     label_key: the label feature; None takes it from the Examples artifact's
       ``label_key`` property, else from the TrainingHistory (the trainer records it).
@@ -97,8 +111,11 @@ class EvaluatorConfig:
   target_loss: Optional[float] = None
   target_fraction: float = 0.01
   plateau_window: int = 5
-  rise_tolerance: float = 0.5
+  rise_tolerance: float = divergence.RISE_TOLERANCE
   plateau_tolerance: float = 0.02
+  explode_factor: float = divergence.EXPLODE_FACTOR
+  stall_tolerance: float = 1e-4
+  min_gain: float = 0.1
   split: str = "eval"
   task: Optional[str] = None
   regression: RegressionThresholds = dataclasses.field(default_factory=RegressionThresholds)
@@ -120,6 +137,12 @@ class EvaluatorConfig:
             f"must be > 0. Received: {self.rise_tolerance!r}")
     require(0 <= self.plateau_tolerance < 1, "plateau_tolerance",
             f"must be in [0, 1). Received: {self.plateau_tolerance!r}")
+    require(self.explode_factor > 1, "explode_factor",
+            f"must be > 1. Received: {self.explode_factor!r}")
+    require(0 <= self.stall_tolerance < 1, "stall_tolerance",
+            f"must be in [0, 1). Received: {self.stall_tolerance!r}")
+    require(0 <= self.min_gain < 1, "min_gain",
+            f"must be in [0, 1). Received: {self.min_gain!r}")
     require(bool(self.split), "split", f"must be a split name. Received: {self.split!r}")
     require(self.task is None or self.task in keys.TASKS, "task",
             f"must be one of {list(keys.TASKS)} or null. Received: {self.task!r}")

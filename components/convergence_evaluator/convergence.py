@@ -1,35 +1,45 @@
 """Convergence analysis of a training history (``history.json``); pure numpy, no TFX.
 
-Definitions (W = ``plateau_window`` records, the "tail"):
+The reference is the **trivial predictor**, not the first logged loss: the loss of a
+model that ignores the features, measured on the eval split by the evaluator
+(reference.py): the label variance for regression (predicting the mean), the log loss
+of the class priors for classification. ``loss_vs_trivial`` = the model's eval loss /
+the trivial predictor's (eval MSE / label variance = 1 - R^2; eval log loss / prior
+log loss): 1 means nothing was learned, 0 is perfect.
 
-* ``target_loss`` = the configured absolute target, else ``target_fraction`` x the first
-  record's loss. ``steps_to_target`` / ``seconds_to_target`` = step / ``wall_time`` of
-  the first record whose loss <= target (``-1`` if none; ``wall_time`` is seconds since
-  training started).
+Quantities:
+
+* ``target_loss`` = config ``target_loss`` if set, else ``target_fraction`` x the
+  trivial predictor's loss; ``steps_to_target`` / ``seconds_to_target`` = step /
+  ``wall_time`` of the first training record with loss <= target (``-1`` if none). A
+  time-to-target measure; it decides the state only when ``target_loss`` is set.
 * ``convergence_rate`` = least-squares slope of ln(loss) against step over the records
   whose loss is finite and > 0 (NaN with fewer than 2 such records).
-* ``tail_change`` = exp(slope x span) - 1 of the same fit over the last W records: the
-  fitted relative change across the tail (0 with fewer than 2 records).
-* ``eval_loss_change`` = relative change of the eval loss over the last epoch,
-  (e_k - e_k-1) / e_k-1, from the last two epochs with a finite eval loss (NaN with
-  fewer than two).
-* The run "ends at target" when the final loss *or* the median loss of the tail is
-  <= ``target_loss`` (the median keeps one noisy last batch from deciding).
-* The loss is "still falling" when the eval loss fell by more than
-  ``plateau_tolerance`` over the last epoch (``eval_loss_change < -plateau_tolerance``);
-  without two epochs' eval losses, when the training tail fell by more than that
-  (``tail_change < -plateau_tolerance``). The eval loss decides when it exists: the
-  training loss of one batch is noisy (a few large labels make it jump), the eval loss
-  over the whole split is not.
-* The state (:func:`classify`), checked in this order:
-  1. ``diverged``: a loss is NaN/inf, or the trainer flagged divergence, or
-     final loss > initial loss, or the loss is rising at the end while the run does not
-     end at target: ``tail_change > rise_tolerance`` (training loss) or
-     ``eval_loss_change > rise_tolerance`` (eval loss, last epoch);
-  2. ``converged``: the run ends at target;
-  3. ``improving``: above target, and the loss is still falling: the training budget
-     ended before the loss settled (more steps or a larger learning rate would help);
-  4. ``plateaued``: above target, and the loss stopped falling.
+* ``tail_change`` = exp(slope x span) - 1 of that fit over the last ``plateau_window``
+  records: the fitted relative change of the training loss across the tail.
+* ``eval_loss_change`` = (last eval loss - best earlier eval loss) / best earlier one,
+  over the epochs with a finite eval loss (NaN with fewer than two): how much the last
+  epoch improved on everything before it (negative = better), as Keras
+  ``EarlyStopping`` compares ``val_loss`` with its best so far.
+
+The state (:func:`classify`), checked in this order; ``reason`` says which rule fired:
+
+1. ``diverged``: components/common/divergence.py (a NaN/inf loss; a negative loss of a
+   loss that cannot be negative; a loss over ``explode_factor`` x the starting loss; an
+   eval loss that rose by more than ``rise_tolerance`` in one epoch), or the trainer
+   stopped the run for one of those, or (no two eval losses) the training tail rose by
+   more than ``rise_tolerance``.
+2. ``stalled``: the eval loss did not move (every epoch within ``stall_tolerance`` of
+   the first, relative) and the model is no better than the trivial predictor: nothing
+   was learned, e.g. a learning rate of 0. Not a divergence.
+3. ``improving``: the loss is still falling: the last eval loss beat the best earlier
+   one by more than ``plateau_tolerance`` (``eval_loss_change < -plateau_tolerance``;
+   without two eval losses, ``tail_change < -plateau_tolerance``). More epochs would help.
+4. ``converged``: the loss stopped falling, the model beats the trivial predictor by at
+   least ``min_gain`` (``loss_vs_trivial <= 1 - min_gain``), and ``target_loss``, when
+   set, was reached (final loss or median tail loss <= target).
+5. ``plateaued``: the loss stopped falling without meeting 4: stuck above the target, or
+   too close to the trivial predictor.
 """
 import dataclasses
 import math
@@ -37,10 +47,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_parallel.components.common import divergence
 from tfx_parallel.components.convergence_evaluator import properties as P
 
-RECORD_FIELDS = ("step", "loss", "learning_rate", "grad_norm", "examples_per_sec",
-                 "wall_time")
+RECORD_FIELDS = ("step", "loss", "learning_rate", "examples_per_sec", "wall_time")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +59,31 @@ class Curves:
   step: np.ndarray
   loss: np.ndarray
   learning_rate: np.ndarray
-  grad_norm: np.ndarray
   examples_per_sec: np.ndarray
   wall_time: np.ndarray
   epochs: Tuple[Dict[str, float], ...]  # {"epoch", "step", "train_loss", "eval_loss"}
+
+  @property
+  def eval_losses(self) -> List[float]:
+    """The eval loss of every epoch that measured one, in epoch order (NaN included)."""
+    return [e["eval_loss"] for e in self.epochs if e["eval_loss"] is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+  """The tolerances of :func:`classify` (EvaluatorConfig holds the same fields)."""
+  target_loss: Optional[float] = None
+  target_fraction: float = 0.01
+  plateau_window: int = 5
+  plateau_tolerance: float = 0.02
+  rise_tolerance: float = divergence.RISE_TOLERANCE
+  explode_factor: float = divergence.EXPLODE_FACTOR
+  stall_tolerance: float = 1e-4
+  min_gain: float = 0.1
+
+  @classmethod
+  def of(cls, config) -> "Rules":
+    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +99,9 @@ class Convergence:
   tail_change: float
   eval_loss_change: float
   state: str
-  grad_norm_first: float
-  grad_norm_last: float
-  grad_norm_trend: float
+  reason: str
+  trivial_loss: float
+  loss_vs_trivial: float
 
 
 def _float(value) -> float:
@@ -87,7 +118,9 @@ def curves_from_history(history: Dict[str, Any]) -> Curves:
              for f in RECORD_FIELDS}
   epochs = tuple(
       {"epoch": int(e["epoch"]), "step": int(e.get("step", -1)),
-       "train_loss": _float(e.get("train_loss")), "eval_loss": _float(e.get("eval_loss"))}
+       "train_loss": _float(e.get("train_loss")),
+       # None: not measured in that epoch (NaN: measured, and not a number).
+       "eval_loss": None if e.get("eval_loss") is None else float(e["eval_loss"])}
       for e in sorted(history.get("epochs") or [], key=lambda e: e["epoch"]))
   return Curves(epochs=epochs, **columns)
 
@@ -137,51 +170,90 @@ def first_reached(curves: Curves, target: float) -> Tuple[int, float]:
 
 
 def eval_loss_change(curves: Curves) -> float:
-  """Relative change of the eval loss between the last two epochs that have a finite
-  one; NaN with fewer than two such epochs (or a zero previous loss)."""
-  losses = [e["eval_loss"] for e in curves.epochs if math.isfinite(e["eval_loss"])]
-  if len(losses) < 2 or losses[-2] == 0:
+  """(last eval loss - best earlier one) / best earlier one, over the epochs with a
+  finite eval loss; NaN with fewer than two (or a best earlier loss of 0)."""
+  losses = [v for v in curves.eval_losses if math.isfinite(v)]
+  if len(losses) < 2:
     return math.nan
-  return (losses[-1] - losses[-2]) / abs(losses[-2])
+  best = min(losses[:-1])
+  return (losses[-1] - best) / abs(best) if best else math.nan
 
 
-def classify(loss: np.ndarray, target: float, tail: float, window: int,
-             rise_tolerance: float, flagged_diverged: bool = False,
-             eval_change: float = math.nan, plateau_tolerance: float = 0.02) -> str:
-  """``converged`` | ``improving`` | ``plateaued`` | ``diverged`` (module docstring)."""
-  if flagged_diverged or not np.all(np.isfinite(loss)) or loss[-1] > loss[0]:
-    return P.DIVERGED
-  tail_median = float(np.median(loss[-window:]))
-  above_target = not (loss[-1] <= target or tail_median <= target)  # True if target NaN.
-  rising = tail > rise_tolerance or (math.isfinite(eval_change)
-                                     and eval_change > rise_tolerance)
-  if rising and above_target:
-    return P.DIVERGED
-  if not above_target:
-    return P.CONVERGED
-  change = eval_change if math.isfinite(eval_change) else tail
-  return P.IMPROVING if change < -plateau_tolerance else P.PLATEAUED
+def _pct(value: float) -> str:
+  return f"{100 * value:+.2f} %"
 
 
-def _first_last_finite(values: np.ndarray) -> Tuple[float, float]:
-  finite = values[np.isfinite(values)]
-  if finite.size == 0:
-    return math.nan, math.nan
-  return float(finite[0]), float(finite[-1])
+def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
+             eval_change: float, target: float, flagged_diverged: bool = False,
+             flagged_reason: str = "", non_negative: bool = True) -> Tuple[str, str]:
+  """(state, reason): the module docstring's rules 1-5, in order."""
+  loss = curves.loss
+  evals = curves.eval_losses
+  why = divergence.reason(loss, evals, non_negative, rules.explode_factor,
+                          rules.rise_tolerance)
+  if why:
+    return P.DIVERGED, why
+  if flagged_diverged:
+    return P.DIVERGED, flagged_reason or "the trainer flagged the run as diverged"
+  finite_evals = [v for v in evals if math.isfinite(v)]
+  if len(finite_evals) < 2 and tail > rules.rise_tolerance:
+    return P.DIVERGED, (f"training loss rose {_pct(tail)} over the last "
+                        f"{rules.plateau_window} records (no two eval losses to judge by), "
+                        f"more than rise_tolerance {rules.rise_tolerance:g}")
+  gain = 1.0 - loss_vs_trivial  # NaN when the trivial predictor's loss is unknown.
+  beats = math.isfinite(gain) and gain >= rules.min_gain
+  gain_text = (f"{100 * gain:.1f} % below the trivial predictor's loss"
+               if math.isfinite(gain) else "the trivial predictor's loss is unknown")
+  if len(finite_evals) >= 2 and not beats:
+    first = finite_evals[0]
+    moved = max(abs(v - first) for v in finite_evals)
+    if moved <= rules.stall_tolerance * abs(first):
+      return P.STALLED, (f"the eval loss did not move over {len(finite_evals)} epochs "
+                         f"(within {rules.stall_tolerance:g} of {first:.6g}) and the model "
+                         f"is {gain_text}: nothing was learned (a learning rate of 0?)")
+  if len(finite_evals) >= 2:
+    change, what = eval_change, "the last eval loss vs the best earlier one"
+  else:
+    change, what = tail, f"the training loss over the last {rules.plateau_window} records"
+  if change < -rules.plateau_tolerance:
+    return P.IMPROVING, (f"still falling: {what} {_pct(change)}, beyond plateau_tolerance "
+                         f"{rules.plateau_tolerance:g}")
+  stopped = f"stopped falling ({what} {_pct(change)})"
+  if not beats:
+    return P.PLATEAUED, (f"{stopped}, but the model is {gain_text}; converged needs at "
+                         f"least min_gain {100 * rules.min_gain:g} %")
+  if rules.target_loss is not None:
+    tail_median = float(np.median(loss[-rules.plateau_window:]))
+    if not (loss[-1] <= target or tail_median <= target):
+      return P.PLATEAUED, (f"{stopped}, {gain_text}, but the training loss "
+                           f"{loss[-1]:.6g} is above target_loss {target:.6g}")
+  return P.CONVERGED, f"{stopped}, {gain_text}"
 
 
-def analyze(curves: Curves, target_loss: Optional[float], target_fraction: float,
-            plateau_window: int, rise_tolerance: float,
-            flagged_diverged: bool = False, plateau_tolerance: float = 0.02) -> Convergence:
-  """Computes the convergence summary of ``curves`` (see the module docstring)."""
+def analyze(curves: Curves, rules: Rules = Rules(), trivial_loss: float = math.nan,
+            model_loss: float = math.nan, flagged_diverged: bool = False,
+            flagged_reason: str = "", non_negative: bool = True) -> Convergence:
+  """The convergence summary of ``curves`` (module docstring).
+
+  Args:
+    curves: the training history.
+    rules: the tolerances (from EvaluatorConfig).
+    trivial_loss, model_loss: the trivial predictor's and the model's loss on the eval
+      split, in the evaluator's metric (reference.py); NaN: unknown.
+    flagged_diverged, flagged_reason: the trainer's own verdict (history.json).
+    non_negative: the training loss cannot be negative (divergence.py).
+  """
   loss = curves.loss
   initial = float(loss[0])
-  target = float(target_loss) if target_loss is not None else target_fraction * initial
+  target = (float(rules.target_loss) if rules.target_loss is not None
+            else rules.target_fraction * trivial_loss)
   finite = loss[np.isfinite(loss)]
   step, seconds = first_reached(curves, target)
-  tail = tail_change(curves.step, loss, plateau_window)
+  tail = tail_change(curves.step, loss, rules.plateau_window)
   eval_change = eval_loss_change(curves)
-  grad_first, grad_last = _first_last_finite(curves.grad_norm)
+  ratio = model_loss / trivial_loss if trivial_loss > 0 else math.nan  # NaN stays NaN.
+  state, reason = classify(curves, rules, ratio, tail, eval_change, target,
+                           flagged_diverged, flagged_reason, non_negative)
   return Convergence(
       initial_loss=initial,
       final_loss=float(loss[-1]),
@@ -192,11 +264,8 @@ def analyze(curves: Curves, target_loss: Optional[float], target_fraction: float
       convergence_rate=log_slope(curves.step, loss),
       tail_change=tail,
       eval_loss_change=eval_change,
-      state=classify(loss, target, tail, plateau_window, rise_tolerance, flagged_diverged,
-                     eval_change, plateau_tolerance),
-      grad_norm_first=grad_first,
-      grad_norm_last=grad_last,
-      grad_norm_trend=linear_slope(curves.step, curves.grad_norm))
+      state=state, reason=reason,
+      trivial_loss=trivial_loss, loss_vs_trivial=ratio)
 
 
 def parameter_error(weights: Optional[Dict[str, Any]], true_weights: Optional[List[float]],
@@ -232,8 +301,10 @@ def curves_document(curves: Curves, summary: Convergence) -> Dict[str, Any]:
   """The ``curves.json`` content: strict JSON, non-finite values written as null."""
   return {
       "target_loss": _json_float(summary.target_loss),
+      "trivial_loss": _json_float(summary.trivial_loss),
       "steps_to_target": summary.steps_to_target if summary.steps_to_target >= 0 else None,
       "state": summary.state,
+      "reason": summary.reason,
       "records": {f: ([int(v) for v in curves.step] if f == "step" else
                       [_json_float(v) for v in getattr(curves, f)]) for f in RECORD_FIELDS},
       "epochs": [{k: (_json_float(v) if isinstance(v, float) else v) for k, v in e.items()}

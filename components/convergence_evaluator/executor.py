@@ -18,6 +18,7 @@ from tfx.utils import io_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import splits
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
@@ -25,6 +26,7 @@ from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
+from tfx_parallel.components.convergence_evaluator import reference
 from tfx_parallel.components.convergence_evaluator import signature
 from tfx_parallel.components.convergence_evaluator import task as task_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
@@ -64,20 +66,24 @@ class Executor(base_executor.BaseExecutor):
     weight_error, bias_error = convergence.parameter_error(
         history.get("weights"), *read_true_parameters(examples))
 
+    model_loss, trivial_loss = reference.losses(quality)
     if history_artifact is not None:
       curves = convergence.curves_from_history(history)
-      summary = convergence.analyze(curves, config.target_loss, config.target_fraction,
-                                    config.plateau_window, config.rise_tolerance,
-                                    flagged_diverged=bool(history.get("diverged")),
-                                    plateau_tolerance=config.plateau_tolerance)
+      summary = convergence.analyze(
+          curves, convergence.Rules.of(config), trivial_loss, model_loss,
+          flagged_diverged=bool(history.get("diverged")),
+          flagged_reason=str(history.get("diverged_reason") or ""),
+          non_negative=non_negative_loss(history))
       state = summary.state
       convergence_part = {**convergence_properties(curves, summary, history),
                           P.CURVES_FILE: P.CURVES_FILE_NAME, P.PLOT_FILE: P.PLOT_FILE_NAME}
     else:  # Left out, and the artifact says so.
       curves = summary = None
       state = P.NO_HISTORY
-      convergence_part = {P.CONVERGENCE_STATE: state}
-    blessed, message = blessing_lib.decide(quality, state, config)
+      convergence_part = {P.CONVERGENCE_STATE: state, P.TRIVIAL_LOSS: trivial_loss,
+                          P.LOSS_VS_TRIVIAL: reference.ratio(model_loss, trivial_loss)}
+    blessed, message = blessing_lib.decide(quality, state, config,
+                                           summary.reason if summary is not None else "")
 
     scalars = {
         **convergence_part,
@@ -144,6 +150,15 @@ def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
       f"{keys.LABEL_KEY!r} property) nor a TrainingHistory names the label. Received: None")
 
 
+def non_negative_loss(history: Dict[str, Any]) -> bool:
+  """Whether the run's training loss cannot be negative (divergence.py). A history
+  without a ``loss`` record trained with a default loss (MSE or a cross-entropy)."""
+  record = history.get("loss")
+  if not isinstance(record, dict) or not record.get("class"):
+    return True
+  return divergence.is_non_negative(str(record["class"]))
+
+
 def read_true_parameters(examples: types.Artifact):
   """(true_weights list or None, true_bias float or None) of synthetic Examples."""
   weights = bias = None
@@ -165,6 +180,9 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
       P.STEPS_TO_TARGET: summary.steps_to_target,
       P.SECONDS_TO_TARGET: summary.seconds_to_target,
       P.CONVERGENCE_STATE: summary.state,
+      P.CONVERGENCE_REASON: summary.reason,
+      P.TRIVIAL_LOSS: summary.trivial_loss,
+      P.LOSS_VS_TRIVIAL: summary.loss_vs_trivial,
       P.CONVERGENCE_RATE: summary.convergence_rate,
       P.TAIL_CHANGE: summary.tail_change,
       P.EVAL_LOSS_CHANGE: summary.eval_loss_change,
@@ -173,13 +191,11 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
       P.TOTAL_STEPS: int(history.get("total_steps", curves.step[-1])),
       P.STOPPED_EARLY: bool(history.get("stopped_early", False)),
       P.NUM_EPOCHS: len(curves.epochs),
-      P.GRAD_NORM_FIRST: summary.grad_norm_first,
-      P.GRAD_NORM_LAST: summary.grad_norm_last,
-      P.GRAD_NORM_TREND: summary.grad_norm_trend,
   }
   for epoch in curves.epochs:
     out[f"{P.EPOCH_LOSS_PREFIX}{epoch['epoch']}"] = epoch["train_loss"]
-    out[f"{P.EPOCH_EVAL_LOSS_PREFIX}{epoch['epoch']}"] = epoch["eval_loss"]
+    if epoch["eval_loss"] is not None:  # Measured in that epoch.
+      out[f"{P.EPOCH_EVAL_LOSS_PREFIX}{epoch['epoch']}"] = epoch["eval_loss"]
   return out
 
 
@@ -229,9 +245,25 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
       P.GLOBAL_BATCH_SIZE: int(history.get("global_batch_size", P.NOT_AVAILABLE)),
       P.MODEL_TYPE: str(history.get("model", "")),
       P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
-      P.OPTIMIZER: str(history.get("optimizer", "")),
+      **what_ran(history),
       P.INPUT_WAIT_FRACTION: float(history.get("input_wait_fraction", P.NOT_AVAILABLE)),
       **{name: int(history.get(name, P.NOT_AVAILABLE)) for name in keys.STATE_BYTES_KEYS},
+  }
+
+
+def what_ran(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+  """The optimizer, learning rate and loss the trainer built (history.json's
+  ``optimizer_config`` / ``loss`` records, distributed_trainer/run_record.py)."""
+  optimizer = history.get("optimizer_config") or {}
+  loss = history.get("loss") if isinstance(history.get("loss"), dict) else {}
+  return {
+      P.OPTIMIZER: str(optimizer.get("class") or history.get("optimizer", "")),
+      P.OPTIMIZER_CONFIG: json.dumps(optimizer.get("config") or {}, sort_keys=True),
+      P.LEARNING_RATE: json.dumps(optimizer.get("learning_rate")),
+      P.LOSS: str(loss.get("class", "")),
+      P.LOSS_CONFIG: json.dumps(loss.get("config") or {}, sort_keys=True),
+      P.DIVERGED_REASON: str(history.get("diverged_reason") or ""),
+      P.LAYOUT_RULES: json.dumps(history.get("layout_rules") or {}, sort_keys=True),
   }
 
 

@@ -21,26 +21,26 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 
 | Property | Type | Task | Meaning |
 |---|---|---|---|
-| `initial_loss` | float | all | training loss of the first history record |
+| `initial_loss` | float | all | training loss of the first history record (a record, not a reference: see `trivial_loss`) |
 | `final_loss` | float | all | training loss of the last history record |
 | `best_loss` | float | all | lowest finite training loss of any record |
-| `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `initial_loss` |
+| `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `trivial_loss` |
 | `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
 | `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | all | `converged`, `improving` (above target, loss still falling), `plateaued` (above target, loss flat) or `diverged` (see `convergence.classify`); `unknown (no TrainingHistory)` without a `history` input (no other convergence property then) |
+| `convergence_state` | str | all | `converged` (eval loss stopped falling and beats the trivial predictor by `min_gain`), `improving` (eval loss still falling), `plateaued` (stopped falling without converging), `stalled` (did not move, no better than trivial: nothing learned), `diverged` (non-finite, impossible or exploding loss, or a rising eval loss); rules in `convergence.py`; `unknown (no TrainingHistory)` without a `history` input (no other convergence property then) |
+| `convergence_reason` | str | all | which rule decided the state, with the numbers |
+| `trivial_loss` | float | all | loss of the trivial predictor on the eval split: label variance (regression), log loss of the class priors (classification) (`reference.py`) |
+| `loss_vs_trivial` | float | all | `eval_mse` / `trivial_loss` (= 1 - R^2) or `eval_log_loss` / `trivial_loss`: 1 = nothing learned, 0 = perfect |
 | `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
 | `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
-| `eval_loss_change` | float | all | relative change of the eval loss over the last epoch (-0.39 = fell 39 %); NaN with fewer than 2 epochs |
+| `eval_loss_change` | float | all | last eval loss vs the best earlier one, relative (-0.39 = 39 % better); NaN with fewer than 2 epochs |
 | `num_records` | int | all | history records (one per `log_every` steps) |
 | `last_step` | int | all | step of the last record (< `total_steps` if stopped early) |
 | `total_steps` | int | all | steps the trainer planned |
 | `stopped_early` | int | all | 1 if the trainer stopped before `total_steps` |
 | `num_epochs` | int | all | epochs in the history |
 | `epoch_loss_<k>` | float | all | training loss at the end of epoch k (k = 1, 2, ...) |
-| `epoch_eval_loss_<k>` | float | all | eval loss at the end of epoch k |
-| `grad_norm_first` | float | all | gradient norm of the first record with a finite one |
-| `grad_norm_last` | float | all | gradient norm of the last record with a finite one |
-| `grad_norm_trend` | float | all | least-squares slope of grad_norm vs step (per step) |
+| `epoch_eval_loss_<k>` | float | all | eval loss measured at the end of epoch k (absent if not measured) |
 | `weight_error` | float | all | max_i abs(w_hat_i - w_i) vs the Examples' `true_weights`; -1 if not synthetic or not linear |
 | `bias_error` | float | all | abs(b_hat - b) vs `true_bias`; -1 if not available |
 | `task` | str | all | task evaluated: `regression`, `binary` or `multiclass` (Model's `task` property, else the TrainingHistory's, else config `task`, else `regression`) |
@@ -70,7 +70,13 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `global_batch_size` | int | all | global batch size |
 | `model_type` | str | all | trainer model: `linear` or `mlp` |
 | `examples_per_sec` | float | all | trainer's overall training throughput |
-| `optimizer` | str | all | trainer optimizer (`sgd`, `momentum`, `adam`; `""` if not recorded) |
+| `optimizer` | str | all | class of the optimizer that ran, e.g. `Adam`, `SGD` (a user hook's included; `""` if not recorded) |
+| `optimizer_config` | str | all | JSON `get_config()` of that optimizer as built, learning-rate schedule included (`{}` if not recorded) |
+| `learning_rate` | str | all | the learning rate that ran: a number, or the schedule's class and config as JSON |
+| `loss` | str | all | class (or function name) of the training loss |
+| `loss_config` | str | all | JSON `get_config()` of the training loss (`{}` for a function) |
+| `diverged_reason` | str | all | why the trainer stopped the run as diverged (`""` if it did not) |
+| `layout_rules` | str | all | mesh runs: JSON {variable-path regex: per-dimension sharding} applied (the module's `layout_rules` or the defaults); `{}` otherwise |
 | `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
 | `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
 | `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
@@ -104,9 +110,9 @@ STOPPED_EARLY = "stopped_early"
 NUM_EPOCHS = "num_epochs"
 EPOCH_LOSS_PREFIX = "epoch_loss_"
 EPOCH_EVAL_LOSS_PREFIX = "epoch_eval_loss_"
-GRAD_NORM_FIRST = "grad_norm_first"
-GRAD_NORM_LAST = "grad_norm_last"
-GRAD_NORM_TREND = "grad_norm_trend"
+CONVERGENCE_REASON = "convergence_reason"
+TRIVIAL_LOSS = "trivial_loss"
+LOSS_VS_TRIVIAL = "loss_vs_trivial"
 
 WEIGHT_ERROR = "weight_error"
 BIAS_ERROR = "bias_error"
@@ -141,6 +147,12 @@ GLOBAL_BATCH_SIZE = "global_batch_size"
 MODEL_TYPE = "model_type"
 EXAMPLES_PER_SEC = "examples_per_sec"
 OPTIMIZER = "optimizer"
+OPTIMIZER_CONFIG = "optimizer_config"
+LEARNING_RATE = "learning_rate"
+LOSS = "loss"
+LOSS_CONFIG = "loss_config"
+DIVERGED_REASON = "diverged_reason"
+LAYOUT_RULES = "layout_rules"
 INPUT_WAIT_FRACTION = "input_wait_fraction"
 # Measured training-state bytes, copied from the trainer's history.json.
 PARAM_COUNT = keys.PARAM_COUNT
@@ -171,10 +183,11 @@ CONVERGED = "converged"
 IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
+STALLED = "stalled"
 # convergence_state without a TrainingHistory input (e.g. a model from the stock Trainer):
 # the convergence part is left out, and the blessing rests on the quality thresholds.
 NO_HISTORY = "unknown (no TrainingHistory)"
-STATES = (CONVERGED, IMPROVING, PLATEAUED, DIVERGED, NO_HISTORY)
+STATES = (CONVERGED, IMPROVING, PLATEAUED, STALLED, DIVERGED, NO_HISTORY)
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"

@@ -61,6 +61,7 @@ class Quality:
   accuracy: float
   auc: float
   seconds: float = 0.0
+  label_variance: float = math.nan  # Population variance of the label on the split.
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -137,7 +138,8 @@ class QualityAccumulator:
       area = -1.0 if math.isnan(area) else area
     return Quality(examples=self.count, mse=mse, rmse=math.sqrt(mse),
                    mae=self._sum_abs / self.count, r2=r2, label_is_binary=self._binary,
-                   accuracy=accuracy, auc=area, seconds=seconds)
+                   accuracy=accuracy, auc=area, seconds=seconds,
+                   label_variance=self._label_m2 / self.count)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -195,15 +195,13 @@ def export_classifier_model(uri: str, task: str, kernel, bias, feature_keys: Seq
 def linear_history(losses: Sequence[float], log_every: int = 10,
                    kernel: Optional[Sequence[float]] = None, bias: Optional[float] = None,
                    layout: str = "mesh", mesh_shape=(2, 2), replicas: int = 2,
-                   steps_per_epoch: int = 0, seconds_per_step: float = 0.01,
-                   grad_norms: Optional[Sequence[float]] = None) -> dict:
+                   steps_per_epoch: int = 0, seconds_per_step: float = 0.01) -> dict:
   """A history.json dict with one record per ``log_every`` steps."""
   records = []
   for i, loss in enumerate(losses):
     step = (i + 1) * log_every
     records.append({
         "step": step, "loss": float(loss), "learning_rate": 0.1,
-        "grad_norm": float(grad_norms[i]) if grad_norms is not None else 1.0 / (i + 1),
         "examples_per_sec": 1000.0, "wall_time": step * seconds_per_step,
     })
   epochs = []

@@ -15,6 +15,7 @@ from typing import Callable, List, Optional
 
 import tf_keras
 
+from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import progress
 
 
@@ -31,6 +32,7 @@ class RunState:
   wall_offset: float = 0.0
   step: int = 0
   diverged: bool = False
+  diverged_reason: str = ""   # components/common/divergence.py's reason, "" if none.
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
@@ -41,14 +43,16 @@ class RunState:
 
 class Recorder(tf_keras.callbacks.Callback):
   """Appends history records every ``log_every`` steps, evaluates at epoch ends, and
-  stops training when the loss becomes NaN/inf (``stop_on_divergence``).
+  stops training when the run diverges (``stop_on_divergence``) by the rule the
+  evaluator labels runs with (components/common/divergence.py: a NaN/inf, negative
+  (``non_negative`` losses) or exploding loss, or an eval loss rising by half).
 
   Keras reports the running mean loss since the start of ``fit``; a record's loss is
   the mean over the steps since the previous record, recovered from two running means.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
-               eval_loss: Callable[[], float], writer=None):
+               eval_loss: Callable[[], float], writer=None, non_negative: bool = True):
     super().__init__()
     self.state = state
     self.log_every = log_every
@@ -58,6 +62,12 @@ class Recorder(tf_keras.callbacks.Callback):
     self._mean, self._count = 0.0, 0
     self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
+    self.monitor = divergence.Monitor(non_negative)
+    for record in state.records:  # A resumed run: what came before counts.
+      self.monitor.add_train(record["loss"])
+    for epoch in state.epochs:
+      if epoch.get("eval_loss") is not None:
+        self.monitor.add_eval(epoch["eval_loss"])
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
@@ -71,18 +81,16 @@ class Recorder(tf_keras.callbacks.Callback):
       loss = mean
     self._mean, self._count = mean, count
     st.last_loss = loss
-    finite = math.isfinite(loss)
-    if step % self.log_every == 0 or step >= st.total or not finite:
+    why = self.monitor.add_train(loss)
+    if step % self.log_every == 0 or step >= st.total or why:
       now = time.perf_counter()
       train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
       eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
       st.records.append({"step": step, "loss": loss, "learning_rate": st.learning_rate,
                          "examples_per_sec": eps, "wall_time": st.wall_time()})
       self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
-    if not finite:
-      st.diverged = True
-      if self.stop_on_divergence:
-        self.model.stop_training = True
+    if why:
+      self._diverged(why)
       return
     epoch = step // st.steps_per_epoch
     if (epoch > len(st.epochs) and step > st.start_step) or step >= st.total:
@@ -93,7 +101,16 @@ class Recorder(tf_keras.callbacks.Callback):
       train_loss = st.records[-1]["loss"] if st.records else loss
       st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
                         "train_loss": train_loss, "eval_loss": ev})
+      why = self.monitor.add_eval(ev)
+      if why:
+        self._diverged(why)
+        return
     if step >= st.total:
+      self.model.stop_training = True
+
+  def _diverged(self, why: str):
+    self.state.diverged, self.state.diverged_reason = True, why
+    if self.stop_on_divergence:
       self.model.stop_training = True
 
   def on_train_end(self, logs=None):
@@ -156,7 +173,7 @@ class Progress(tf_keras.callbacks.Callback):
     if st.diverged and not self._diverged:
       self._diverged = True
       self.reporter.message(
-          f"[train] loss is {st.last_loss} at step {st.step}: training diverged"
+          f"[train] training diverged at step {st.step}: {st.diverged_reason}"
           + ("; stopping early" if self.stop_on_divergence else ""))
 
   def on_train_end(self, logs=None):

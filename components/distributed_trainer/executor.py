@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, run_record, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -140,6 +140,7 @@ class Executor(base_executor.BaseExecutor):
     history.set_int_custom_property("replicas", int(record["replicas"]))
     history.set_int_custom_property("steps_run", int(record["steps_run"]))
     history.set_int_custom_property("diverged", int(record["diverged"]))
+    run_record.write_properties(history, record)  # The optimizer and loss that ran.
     history.set_float_custom_property("examples_per_sec", float(record["examples_per_sec"]))
     history.set_int_custom_property("skipped_examples", int(record.get("skipped_examples", 0)))
     if "input_cache" in record:  # "memory" | "none" (config cache, resolved).

@@ -209,7 +209,7 @@ def run(job: Job) -> dict:
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
   from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import data, engines, export, memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import run_record, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   engine = engines.create(config, plan, device_record)
@@ -256,7 +256,8 @@ def run(job: Job) -> dict:
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
   callbacks = [
       cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  engine.evaluator(eval_ds), writer),
+                  engine.evaluator(eval_ds), writer,
+                  non_negative=run_record.non_negative(engine.loss)),
       cb.Checkpointer(state, config.checkpoint_every,
                       lambda step: save_checkpoint(job, engine, state, step), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
@@ -280,6 +281,10 @@ def run(job: Job) -> dict:
                  skipped_examples=job.skipped_examples, padded_features=0,
                  resumed_from_step=start_step, input_cache=cache_record,
                  variable_splits=splits, replicated_variables=replicated)
+  history.update(run_record.describe(engine.optimizer, engine.loss, spec.task, spec.num_classes,
+                                     state.records, state.diverged_reason))
+  if config.layout == "mesh":  # The rules and shardings applied.
+    history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
   history.update(memory.measure(engine.model.trainable_variables,
                                 engine.optimizer.variables).as_dict())

@@ -1,0 +1,123 @@
+"""When has a training run diverged? One rule, used by the trainer to stop a run early
+(``stop_on_divergence``, distributed_trainer/callbacks.py) and by ConvergenceEvaluator to
+label it (convergence_evaluator/convergence.py). Pure Python, no TensorFlow.
+
+A run has diverged when, over the losses seen so far (training records in step order,
+eval losses in epoch order):
+
+1. a loss is NaN or +-inf;
+2. a loss is impossible: below 0 (by more than float rounding) while the loss function
+   cannot be negative (MSE, MAE, cross-entropies, Huber, ...: :data:`NON_NEGATIVE_LOSSES`);
+   e.g. a "negative cross-entropy", which only float32 overflow produces;
+3. the loss exploded: a loss exceeds ``explode_factor`` (default 100) x the run's
+   starting point, the larger of the first positive training loss and the first eval
+   loss. (Not the first loss alone: a first record of 0 would make every loss
+   "exploded". Not the trivial predictor alone: an untrained regression model on raw
+   labels starts far above the label variance and is not diverging.)
+4. the eval loss rose by more than ``rise_tolerance`` (default 0.5 = 50 %) from one
+   evaluation to the next.
+
+Keras's ``TerminateOnNaN`` covers only rule 1 (tf_keras/callbacks.py); rules 2-4 catch
+the runs that overflow into finite garbage first.
+"""
+import math
+from typing import Iterable, List, Optional, Sequence
+
+EXPLODE_FACTOR = 100.0
+RISE_TOLERANCE = 0.5
+NEGATIVE_TOLERANCE = 1e-6  # A loss of -1e-9 is float rounding of 0, not a broken run.
+
+# tf_keras loss classes (tf_keras/losses.py) whose value is >= 0 for any input.
+NON_NEGATIVE_LOSSES = frozenset({
+    "MeanSquaredError", "MeanAbsoluteError", "MeanSquaredLogarithmicError",
+    "MeanAbsolutePercentageError", "Huber", "LogCosh", "BinaryCrossentropy",
+    "BinaryFocalCrossentropy", "CategoricalCrossentropy", "CategoricalFocalCrossentropy",
+    "SparseCategoricalCrossentropy", "KLDivergence", "Hinge", "SquaredHinge",
+    "CategoricalHinge",
+    # Function names (a loss given as a function, or tf_keras.losses.get(name)).
+    "mean_squared_error", "mse", "mean_absolute_error", "mae", "binary_crossentropy",
+    "categorical_crossentropy", "sparse_categorical_crossentropy", "huber", "log_cosh",
+})
+
+
+def is_non_negative(loss_class: Optional[str]) -> bool:
+  """True if the loss named ``loss_class`` (class or function name) is never negative."""
+  return bool(loss_class) and loss_class in NON_NEGATIVE_LOSSES
+
+
+def _first_positive(values: Iterable[float]) -> float:
+  for v in values:
+    if math.isfinite(v) and v > 0:
+      return v
+  return math.nan
+
+
+def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
+           non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
+           rise_tolerance: float = RISE_TOLERANCE) -> str:
+  """Why the run diverged (module docstring, rules 1-4), or "" if it has not."""
+  named = (("training loss", list(train_losses)), ("eval loss", list(eval_losses)))
+  for name, values in named:
+    for i, v in enumerate(values):
+      if not math.isfinite(v):
+        return f"{name} is {v} ({_where(name, i)})"
+  if non_negative:
+    for name, values in named:
+      for i, v in enumerate(values):
+        if v < -NEGATIVE_TOLERANCE:
+          return (f"{name} is {v:.6g} ({_where(name, i)}), below 0, which this loss "
+                  f"cannot be: the values overflowed")
+  starts = [v for v in (_first_positive(named[0][1]), _first_positive(named[1][1]))
+            if math.isfinite(v)]
+  if starts:
+    start = max(starts)
+    for name, values in named:
+      for i, v in enumerate(values):
+        if v > explode_factor * start:
+          return (f"{name} is {v:.6g} ({_where(name, i)}), more than {explode_factor:g} x "
+                  f"the starting loss {start:.6g}: the loss exploded")
+  evals = named[1][1]
+  for i in range(1, len(evals)):
+    previous, current = evals[i - 1], evals[i]
+    if previous > 0 and (current - previous) / previous > rise_tolerance:
+      return (f"eval loss rose {100 * (current / previous - 1):.0f} % in epoch {i + 1} "
+              f"({previous:.6g} -> {current:.6g}), more than rise_tolerance "
+              f"{100 * rise_tolerance:g} %")
+  return ""
+
+
+def _where(name: str, index: int) -> str:
+  return f"epoch {index + 1}" if name == "eval loss" else f"record {index + 1}"
+
+
+class Monitor:
+  """The rule applied as a run goes: feed each training loss and eval loss; a non-empty
+  return value is the reason the run diverged (the first one found)."""
+
+  def __init__(self, non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
+               rise_tolerance: float = RISE_TOLERANCE):
+    self.non_negative = non_negative
+    self.explode_factor = explode_factor
+    self.rise_tolerance = rise_tolerance
+    self.train: List[float] = []
+    self.evals: List[float] = []
+    self.why = ""
+
+  def _check(self) -> str:
+    if not self.why:
+      self.why = reason(self.train, self.evals, self.non_negative, self.explode_factor,
+                        self.rise_tolerance)
+    return self.why
+
+  def add_train(self, loss: float) -> str:
+    # The rule needs the first positive training loss and the latest one: keep those.
+    loss = float(loss)
+    if self.train and math.isfinite(self.train[0]) and self.train[0] > 0:
+      self.train = [self.train[0], loss]
+    else:
+      self.train = [loss]
+    return self._check()
+
+  def add_eval(self, loss: float) -> str:
+    self.evals.append(float(loss))
+    return self._check()
