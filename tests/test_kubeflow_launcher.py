@@ -31,7 +31,7 @@ def _small_config():
   data = copy.deepcopy(fixture_mapping())
   data["pipeline_root"] = PIPELINE_ROOT
   data["pipeline"]["example_gen"] = {"rows": 2000, "num_features": 4}
-  data["pipeline"]["trainer"] = {"layout": "single", "epochs": 3, "learning_rate": 0.1,
+  data["pipeline"]["trainer"] = {"layout": "single", "epochs": 10, "learning_rate": 0.1,
                                  "optimizer": "adam", "batch_size": 64}
   # No Beam args (but see the whole-DAG test with the default config's): with any, TFX's
   # Beam executor first builds an sdist of TFX for the workers

@@ -29,7 +29,7 @@ LAYOUT = (dict(layout="mesh", mesh=(1, 2)) if tu.MESH_AVAILABLE
 def test_stock_evaluator_and_pusher_accept_mesh_trained_model(tmp_path):
   config = config_lib.PipelineConfig(
       pipeline_name="interop", example_gen=ExampleGenConfig(rows=3000, noise=0.1),
-      trainer=TrainerConfig(**LAYOUT, epochs=3, learning_rate=0.1,
+      trainer=TrainerConfig(**LAYOUT, epochs=10, learning_rate=0.1,
                             optimizer="adam"),
       with_tfma=True).validate()
   components = pipeline_lib.create_components(config)
