@@ -11,8 +11,6 @@ import trainer_util as tu
 from tfx_parallel.components.distributed_trainer import failures, launcher
 from tfx_parallel.components.distributed_trainer.train import Job
 
-pytestmark = pytest.mark.skipif(not tu.MESH_AVAILABLE, reason="needs the mesh layout")
-
 MODULE = textwrap.dedent("""
     import tf_keras
     def build_model(spec):
