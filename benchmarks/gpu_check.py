@@ -141,7 +141,7 @@ class Runner:
     res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
                          "--job", path], timeout=900)
     return dict(_history(job), process_s=res["seconds"],
-                plan_lines=[l for l in res["stdout"].splitlines() if "[train] devices:" in l])
+                plan_lines=[l for l in res["stdout"].splitlines() if "[trainer] devices:" in l])
 
   def multi_worker(self, name: str, workers: int) -> Dict:
     from tfx_parallel.components.distributed_trainer.run import launcher  # pylint: disable=g-import-not-at-top

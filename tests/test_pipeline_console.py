@@ -192,9 +192,9 @@ def test_library_code_never_calls_matplotlib_use():
 
 # The project's own console lines: the CLI's, the components' start / end lines, the
 # summary, and the trainer's (its executor prints "[trainer] ...", e.g. the inferred
-# task; its child process prints "[train] ...").
+# task; its child process too: one prefix).
 PROJECT_LINE = re.compile(
-    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[train\] |\[trainer\] |"
+    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[trainer\] |"
     r"(layout|training|eval|learned|blessed|model|metrics|log) {2,})")
 MAX_LINES = 25  # issue 16: "at most about 25 lines"
 MAX_OWN_LINES = 16  # the CLI's and the summary's share of them
@@ -252,9 +252,9 @@ def test_seed_run_prints_only_project_lines_and_no_warning(seed_run):
   assert code == 0, "\n".join(lines)
   strangers = [line for line in lines if not PROJECT_LINE.match(line)]
   assert not strangers, strangers  # no warning, no noise, no stray log line
-  # The trainer's own lines ("[trainer] " from its executor, "[train] " from its child
-  # process) are counted with all lines, in test_seed_run_prints_at_most_about_25_lines.
-  ours = [line for line in lines if not line.startswith(("[train] ", "[trainer] "))]
+  # The trainer's own lines ("[trainer] ", from its executor and its child process) are
+  # counted with all lines, in test_seed_run_prints_at_most_about_25_lines.
+  ours = [line for line in lines if not line.startswith("[trainer] ")]
   assert len(ours) <= MAX_OWN_LINES, "\n".join(ours)
   assert [line.split(":")[0] for line in ours if re.match(r"\[\d/3\]", line)] == [
       "[1/3] PartitionedExampleGen", "[1/3] PartitionedExampleGen",

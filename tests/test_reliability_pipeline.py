@@ -562,7 +562,7 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
       if p.poll() is None:
         os.killpg(p.pid, signal.SIGKILL)
   codes = [p.returncode for p in procs]
-  resumed = [re.findall(r"\[train\] resuming from \S+ at step (\d+)", out) for out in results]
+  resumed = [re.findall(r"\[trainer\] resuming from \S+ at step (\d+)", out) for out in results]
   print(f"\n[overlap] exit codes {codes}; run B resumed at step {resumed[1]}; "
         + "; ".join(l.strip() for out in results for l in out.splitlines()
                     if "Error:" in l)[-600:])

@@ -84,7 +84,7 @@ def test_sigkill_then_resume_matches_uninterrupted(examples, tmp_path, cache):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   # Kill it once it has passed a checkpoint but before it finishes.
   for line in proc.stdout:
-    if line.startswith("[train] step 1"):  # step >= 100: several checkpoints written
+    if line.startswith("[trainer] step 1"):  # step >= 100: several checkpoints written
       step = int(line.split()[2].split("/")[0])
       if step >= 100:
         proc.send_signal(signal.SIGKILL)

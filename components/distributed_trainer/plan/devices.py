@@ -481,5 +481,5 @@ def _even_share_mb(gpu, parts: int) -> int:
     total = 0
   if not total:
     total = 16 * 1024
-    print(f"[train] GPU memory unknown ({details}); assuming {total} MiB", flush=True)
+    print(f"[trainer] GPU memory unknown ({details}); assuming {total} MiB", flush=True)
   return int(total * 0.9) // parts

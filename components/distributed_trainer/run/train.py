@@ -81,10 +81,10 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   plan = devices_lib.plan(config.layout, config.devices, config.mesh, config.device,
                           len(gpus), config.batch_size, config.logical_gpus)
   if plan.reason:
-    print(f"[train] devices: {plan.reason}", flush=True)
+    print(f"[trainer] devices: {plan.reason}", flush=True)
   plan = devices_lib.stand_in(plan)  # Test hook TFXP_STANDIN_GPUS (else unchanged).
   if plan.standin_gpus:
-    print(f"[train] devices: {plan.describe()}", flush=True)
+    print(f"[trainer] devices: {plan.describe()}", flush=True)
   devices_lib.configure(plan, config.gpu_memory, config.logical_gpus, config.tf32)
   if config.layout == "mirrored":
     config = dataclasses.replace(config, devices=plan.devices)
@@ -125,13 +125,13 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
   choice = memory_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
                               memory_cache.example_bytes(spec), memory_cache.available_memory())
-  print(f"[train] input cache: {choice.mode} ({choice.reason})", flush=True)
+  print(f"[trainer] input cache: {choice.mode} ({choice.reason})", flush=True)
   record = choice.as_record()
 
   def on_load(columns):
     record.update(rows=columns.rows, bytes=columns.nbytes(),
                   load_seconds=round(columns.load_seconds, 3))
-    print(f"[train] input cache: parsed {columns.rows:,} rows into memory "
+    print(f"[trainer] input cache: parsed {columns.rows:,} rows into memory "
           f"({columns.nbytes() / 2**20:,.1f} MB) in {columns.load_seconds:.2f}s", flush=True)
   return record, on_load
 
@@ -181,7 +181,7 @@ def restore_checkpoint(job: Job, engine):
   engine.load_state([values[k] for k in sorted(values)],
                     {n: opt[k] for n, k in zip(names, sorted(opt))})
   saved_by = meta.get("layout", "an unrecorded layout")
-  print(f"[train] resuming from {found} at step {step} (saved by layout {saved_by}; "
+  print(f"[trainer] resuming from {found} at step {step} (saved by layout {saved_by}; "
         f"now {describe_layout(engine.describe())})", flush=True)
   return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
@@ -221,7 +221,7 @@ def run(job: Job) -> dict:
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   pre = Preprocessor(spec, normalization)
-  print(f"[train] model {module.name}: {spec.describe()}", flush=True)
+  print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
   start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
 
@@ -245,10 +245,10 @@ def run(job: Job) -> dict:
   desc = engine.describe()
   splits, replicated, split_text = engine.variable_record()
   for path in replicated:
-    print(f"[train] mesh: {path} {splits[path]['per_device']} stays whole on every device: the model axis of "
+    print(f"[trainer] mesh: {path} {splits[path]['per_device']} stays whole on every device: the model axis of "
           f"{desc['mesh_shape'][1]} divides none of the dimensions a default rule would split",
           flush=True)
-  print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
+  print(f"[trainer] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
         f"steps {start_step}->{total} global batch {config.batch_size} "
         f"steps/execution {engine.steps_per_execution} on {desc['device_type']} "
@@ -306,7 +306,7 @@ def run(job: Job) -> dict:
       history["weights"] = weights
     export.export(job.model_dir, plain, pre, job.transform_graph_uri)
     write_history(job.history_dir, history)
-    print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
+    print(f"[trainer] done: {steps_run} steps in {elapsed:.1f}s, final loss "
           f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)
   return history
 
@@ -360,7 +360,7 @@ def main(argv=None) -> int:
     # A peer of a multi-worker run died: say so plainly instead of a hang or a
     # page of collective-op traceback.
     first = str(e.message if hasattr(e, "message") else e).strip().splitlines()[0]
-    print(f"[train] ERROR: a peer training process failed or became unreachable "
+    print(f"[trainer] ERROR: a peer training process failed or became unreachable "
           f"({type(e).__name__}: {first[:300]}). Stopping this worker; rerun to resume "
           f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT_CODE
