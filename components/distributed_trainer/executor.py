@@ -12,10 +12,10 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_parallel.components.common import config_util, keys, task_contract
+from tfx_parallel.components.common import config_util, keys, run_history, task_contract
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
-from tfx_parallel.components.distributed_trainer.run import launcher, run_record, tfjob
+from tfx_parallel.components.distributed_trainer.run import launcher, tfjob
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
@@ -124,33 +124,18 @@ class Executor(base_executor.BaseExecutor):
       tfjob.run(job, settings)
     else:
       launcher.launch(job, config.layout, config.workers)
-    with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
-      record = json.load(f)
-    record[missing.RECORD_KEY] = job.missing_values  # Counts and fills, per feature.
+    path = os.path.join(history.uri, keys.HISTORY_FILE)
+    with fileio.open(path) as f:
+      record = run_history.RunHistory.from_json(f.read(), path)
+    record.missing_values = job.missing_values  # Counts and fills, per feature.
     if planned:  # The choice goes into history.json too (the evaluator reads it).
-      record = layout_choice.record_in_history(record, planned)
-    with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
-      json.dump(record, f, indent=1)
-    history.set_string_custom_property(missing.RECORD_KEY, json.dumps(job.missing_values))
-    layout_choice.write_properties(history, record, planned)
-    for name in ("layout", "model", "optimizer"):
-      history.set_string_custom_property(name, str(record[name]))
-    history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))
-    history.set_string_custom_property("devices", json.dumps(record["devices"]))
-    for name in keys.DEVICE_PLAN_KEYS:  # Where it ran and how replicas all-reduced.
-      if name in record:
-        history.set_string_custom_property(name, str(record[name]))
-    history.set_int_custom_property("replicas", int(record["replicas"]))
-    history.set_int_custom_property("steps_run", int(record["steps_run"]))
-    history.set_int_custom_property("diverged", int(record["diverged"]))
-    run_record.write_properties(history, record)  # The optimizer and loss that ran.
-    history.set_float_custom_property("examples_per_sec", float(record["examples_per_sec"]))
-    history.set_int_custom_property("skipped_examples", int(record.get("skipped_examples", 0)))
-    if "input_cache" in record:  # "memory" | "none" (config cache, resolved).
-      history.set_string_custom_property("input_cache", str(record["input_cache"]["mode"]))
+      record = dataclasses.replace(record, **planned)
+    with fileio.open(path, "w") as f:
+      f.write(record.to_json())
+    record.write_properties(history)  # Every TrainingHistory property (run_history.py).
     for artifact in (model, history):
-      task_contract.write_properties(artifact, record["task"], record["num_classes"],
-                                     record.get("label_vocabulary"))
+      task_contract.write_properties(artifact, record.task, record.num_classes,
+                                     record.label_vocabulary)
     if not fileio.exists(job.model_dir):
       raise RuntimeError(f"Training finished but wrote no model to {job.model_dir}")
     logging.info("Training complete. Model written to %s", job.model_dir)

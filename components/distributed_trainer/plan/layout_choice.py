@@ -19,7 +19,7 @@ starts: a model that fits nowhere fails before any step, with the planner's numb
 import dataclasses
 import math
 import re
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 
@@ -239,11 +239,6 @@ def gpu_names() -> List[str]:
   return [g.name for g in tf.config.list_physical_devices("GPU")]
 
 
-def record_in_history(history: Dict, record: Dict[str, str]) -> Dict:
-  """history.json's dict with the planner's choice added (no-op without one)."""
-  return dict(history, **record) if record else history
-
-
 def plan_job(job, config):
   """The executor's entry: (job, config) to launch, with ``layout: auto`` resolved to a
   concrete layout in both, and the properties to record ({} unless auto)."""
@@ -258,18 +253,6 @@ def plan_job(job, config):
     chosen = chosen.validate()
     job = dataclasses.replace(job, config=json.loads(config_util.to_json(chosen)))
   return job, chosen, record
-
-
-def write_properties(artifact, history: Dict, record: Dict[str, str]) -> None:
-  """Measured bytes (from history.json) and the planner's choice on ``artifact``."""
-  for name in keys.STATE_BYTES_KEYS:
-    if name in history:
-      artifact.set_int_custom_property(name, int(history[name]))
-  for name in (keys.LAYOUT_CHOSEN, keys.LAYOUT_REASON):
-    value = record.get(name, history.get(name))
-    if value is not None:
-      artifact.set_string_custom_property(name, str(value))
-
 
 
 # Logical CPU devices of the default CPU mesh (2x2, devices.default_mesh(0)).

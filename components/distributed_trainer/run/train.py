@@ -42,7 +42,7 @@ class Job:
   model_spec: Optional[Dict[str, Any]] = None
   normalization: Optional[Dict[str, List[float]]] = None
   skipped_examples: int = 0
-  # From inputs.describe (any Examples artifact); empty: Split-train/ and Split-eval/
+  # From description.describe (any Examples artifact); empty: Split-train/ and Split-eval/
   # under examples_uri, every numeric feature float32.
   train_files: List[str] = dataclasses.field(default_factory=list)
   eval_files: List[str] = dataclasses.field(default_factory=list)
@@ -283,7 +283,7 @@ def run(job: Job) -> dict:
                  label_vocabulary=(list(spec.label_vocabulary)
                                    if spec.label_vocabulary is not None else None),
                  steps_per_execution=engine.steps_per_execution,
-                 skipped_examples=job.skipped_examples, padded_features=0,
+                 skipped_examples=job.skipped_examples,
                  resumed_from_step=start_step, input_cache=cache_record,
                  variable_splits=splits, replicated_variables=replicated)
   history.update(run_record.describe(engine.optimizer, engine.loss, spec.task, spec.num_classes,
@@ -312,11 +312,13 @@ def run(job: Job) -> dict:
 
 
 def write_history(directory: str, history: dict):
+  """history.json through the typed run record (a key outside its schema raises)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import keys  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import keys, run_history  # pylint: disable=g-import-not-at-top
+  record = run_history.RunHistory.from_dict(history, "the training run's history")
   tf.io.gfile.makedirs(directory)
   with tf.io.gfile.GFile(os.path.join(directory, keys.HISTORY_FILE), "w") as f:
-    json.dump(history, f, indent=1)
+    f.write(record.to_json())
   plot_loss(os.path.join(directory, "loss.png"), history)
 
 
