@@ -28,9 +28,15 @@ FIELDS = {f.name for f in dataclasses.fields(RunHistory)}
 
 
 def test_a_key_outside_the_schema_is_refused_by_name():
-  with pytest.raises(ValueError, match=r"^run: key\(s\) \['input_wait_fraction'\] are not "
+  with pytest.raises(ValueError, match=r"^run: key\(s\) \['wait_fraction'\] are not "
                                        r"fields of the run record"):
-    RunHistory.from_dict({"layout": "single", "input_wait_fraction": -1.0}, "run")
+    RunHistory.from_dict({"layout": "single", "wait_fraction": -1.0}, "run")
+
+
+def test_a_history_from_before_the_retired_keys_were_dropped_still_reads():
+  old = RunHistory.from_dict({"layout": "single", "input_wait_fraction": -1.0,
+                              "padded_features": 0})
+  assert old.to_dict() == {"layout": "single"}
 
 
 def test_only_the_declared_fields_are_conditional():

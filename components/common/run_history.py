@@ -30,6 +30,10 @@ WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "written by the executor after the training process (not by train.py)"
 
 
+# Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
+RETIRED = frozenset({"input_wait_fraction", "padded_features"})
+
+
 def _json_sorted(value) -> str:
   return json.dumps(value, sort_keys=True)
 
@@ -121,8 +125,10 @@ class RunHistory:
   @classmethod
   def from_dict(cls, data: Dict[str, Any], where: str = "history") -> "RunHistory":
     """The record of a history.json dict; a key that is not a field raises ValueError
-    naming it (and ``where``)."""
+    naming it (and ``where``). Keys of :data:`RETIRED` (a history written before they
+    were dropped, e.g. a cached TrainingHistory) are left out."""
     names = {f.name for f in dataclasses.fields(cls)}
+    data = {k: v for k, v in data.items() if k not in RETIRED}
     unknown = sorted(set(data) - names)
     if unknown:
       raise ValueError(f"{where}: key(s) {unknown} are not fields of the run record "
