@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.types import artifact_utils, standard_artifacts
 
 from tfx_parallel.components.common import artifacts, config_util, keys

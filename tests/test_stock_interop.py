@@ -7,8 +7,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
-import trainer_util as tu
 import tensorflow as tf
 from tfx import v1 as tfx
 from ml_metadata.proto import metadata_store_pb2
@@ -20,9 +18,8 @@ from tfx_parallel.pipeline import pipeline as pipeline_lib
 from tfx_parallel.pipeline import summary
 
 
-# A sharded model where the mesh layout exists, else a mirrored one (issue #12 merge).
-LAYOUT = (dict(layout="mesh", mesh=(1, 2)) if tu.MESH_AVAILABLE
-          else dict(layout="mirrored", devices=2))
+# A model sharded over the model axis of a 1x2 mesh.
+LAYOUT = dict(layout="mesh", mesh=(1, 2))
 
 
 @pytest.mark.slow

@@ -115,8 +115,7 @@ def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
 def test_every_local_layout_default_trains_on_n_standin_gpus(examples, tmp_path, monkeypatch,
                                                              n):
   """One process: (single,) mirrored (every GPU), then the default mesh, to completion."""
-  layouts = (["single"] if n in SINGLE_AT else []) + ["mirrored"] + (
-      ["mesh"] if tu.MESH_AVAILABLE else [])
+  layouts = (["single"] if n in SINGLE_AT else []) + ["mirrored", "mesh"]
   jobs = [job_of(str(tmp_path / layout), examples, cli_trainer_config(monkeypatch, n, layout))
           for layout in layouts]
   tu.run_jobs_in_one_process(jobs, str(tmp_path), env={STANDIN: str(n)})

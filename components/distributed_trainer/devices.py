@@ -387,7 +387,7 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
               tf32: bool = True) -> None:
   """Applies ``plan_`` to TensorFlow; must run before TensorFlow initialises."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tf.config.experimental.enable_tensor_float_32_execution(tf32)
   gpus = tf.config.list_physical_devices("GPU")
   if plan_.hide_gpus:

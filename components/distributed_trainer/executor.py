@@ -13,6 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, run_record, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
@@ -99,6 +100,8 @@ class Executor(base_executor.BaseExecutor):
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
+    # An entry point: the user module is checked here and the training process inherits.
+    tfenv.require_tf_keras("DistributedTrainer")
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))

@@ -1,7 +1,11 @@
 """The one place that prepares TensorFlow for this project.
 
-Import this module (or any ``tfx_parallel`` package, whose ``__init__`` calls
-:func:`prepare`) before TensorFlow is imported:
+Importing this module changes nothing. Each ENTRY POINT calls :func:`prepare` before
+TensorFlow is imported: the CLI (pipeline/cli.py), the training process
+(distributed_trainer/train.py ``main``), the TFJob replica (tfjob.py ``main``), the
+Kubeflow container (kubeflow/entrypoint.py ``main``) and each executor's ``Do``, so a
+user's own pipeline script that imports our components keeps its environment as it was
+until one of our executors runs. What :func:`prepare` sets:
 
 * ``TF_USE_LEGACY_KERAS=1``: TF 2.16 defaults to Keras 3, but TFMA 0.47 and
   ``MultiWorkerMirroredStrategy`` need Keras 2 (``tf_keras``). A value the user set is
@@ -16,6 +20,8 @@ container entrypoint imports TensorFlow before it imports our executors.
 """
 import os
 import sys
+import types
+from typing import Optional
 
 # Environment variables that must be set before TensorFlow is imported.
 ENV_DEFAULTS = {
@@ -48,6 +54,37 @@ def prepare(stream=None):
     print(f"tfx-parallel: TF_USE_LEGACY_KERAS={legacy!r} selects Keras 3, but TFX 1.16, "
           f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
           f"{legacy!r}).", file=stream or sys.stderr, flush=True)
+
+
+def keras_behind_tf() -> Optional[str]:
+  """The package ``tf.keras`` resolved to in this process (``"tf_keras"`` or ``"keras"``),
+  or None while it is unresolved. TF 2.16 resolves it once, on first use, from
+  ``TF_USE_LEGACY_KERAS`` (tensorflow/python/util/lazy_loader.py, KerasLazyLoader.
+  _initialize), then puts the module in place of its lazy loader (LazyLoader._load)."""
+  tf = sys.modules.get("tensorflow")
+  keras = getattr(tf, "__dict__", {}).get("keras")
+  if keras is None or type(keras) is not types.ModuleType:  # pylint: disable=unidiomatic-typecheck
+    return None  # Not imported, or still the lazy loader (a ModuleType subclass).
+  return keras.__name__.split(".")[0]
+
+
+def require_tf_keras(where: str) -> None:
+  """:func:`prepare`, then fails if ``tf.keras`` is already Keras 3 in this process.
+
+  For an executor's ``Do`` run in-process by a pipeline script of the user's own: if
+  something used ``tf.keras`` before our first executor ran, setting
+  ``TF_USE_LEGACY_KERAS`` now is too late, and a user module would build Keras 3 layers.
+  A user who set the variable to a Keras 3 value was told so by :func:`prepare`.
+  """
+  prepare()
+  if (os.environ["TF_USE_LEGACY_KERAS"] in LEGACY_KERAS_VALUES
+      and keras_behind_tf() not in (None, "tf_keras")):
+    raise RuntimeError(
+        f"{where}: tf.keras in this process is already Keras 3 ({keras_behind_tf()}): "
+        f"something used tf.keras before TF_USE_LEGACY_KERAS=1 was set. TFX 1.16, TFMA "
+        f"and this project need tf_keras: set TF_USE_LEGACY_KERAS=1 in the environment "
+        f"before the pipeline script starts, or call "
+        f"tfx_parallel.components.common.tfenv.prepare() at its top.")
 
 
 def defaulted():
@@ -113,5 +150,3 @@ def gpus():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.config.list_physical_devices("GPU")
 
-
-prepare()
