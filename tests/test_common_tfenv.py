@@ -202,31 +202,3 @@ def test_each_entry_point_prepares_the_environment(tmp_path):
   assert got["at_tensorflow_import"] == prepared, got
   for entry in ("tfjob.main", "train.main", "cli", "kubeflow.entrypoint.main"):
     assert got[entry] == prepared, (entry, got)
-
-
-_KERAS_3_FIRST_CHILD = """
-import json
-import tensorflow as tf
-tf.keras.layers  # Something used tf.keras before TF_USE_LEGACY_KERAS was set: Keras 3.
-from tfx_parallel.components.distributed_trainer.executor import Executor
-try:
-  Executor().Do({}, {}, {})
-  print(json.dumps({"error": None}))
-except RuntimeError as e:
-  print(json.dumps({"error": str(e)}))
-"""
-
-
-def test_trainer_executor_fails_clearly_when_tf_keras_is_already_keras_3():
-  """A pipeline script that used tf.keras before our first executor ran: setting
-  TF_USE_LEGACY_KERAS in Do is too late, so Do stops with the variable's name."""
-  error = _run_child(_KERAS_3_FIRST_CHILD)["error"]
-  assert error and error.startswith("DistributedTrainer: tf.keras in this process is "
-                                    "already Keras 3"), error
-  assert "TF_USE_LEGACY_KERAS=1" in error
-
-
-def test_keras_behind_tf_names_what_tf_keras_resolved_to():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.keras.layers  # pylint: disable=pointless-statement
-  assert tfenv.keras_behind_tf() == "tf_keras"  # conftest.py prepared this process.

@@ -17,11 +17,14 @@ until one of our executors runs. What :func:`prepare` sets:
 
 The Kubeflow container sets the same variables in its environment, because the TFX
 container entrypoint imports TensorFlow before it imports our executors.
+
+In a user's script ``tf.keras`` may already be Keras 3 when an executor's ``Do`` runs
+(``from tfx import v1`` resolves it at import). That process needs no more: our code
+imports ``tf_keras`` itself, and the user-module check rejects a model that is not a
+tf_keras.Model by name. The processes our executors start (training) inherit the variable.
 """
 import os
 import sys
-import types
-from typing import Optional
 
 # Environment variables that must be set before TensorFlow is imported.
 ENV_DEFAULTS = {
@@ -54,37 +57,6 @@ def prepare(stream=None):
     print(f"tfx-parallel: TF_USE_LEGACY_KERAS={legacy!r} selects Keras 3, but TFX 1.16, "
           f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
           f"{legacy!r}).", file=stream or sys.stderr, flush=True)
-
-
-def keras_behind_tf() -> Optional[str]:
-  """The package ``tf.keras`` resolved to in this process (``"tf_keras"`` or ``"keras"``),
-  or None while it is unresolved. TF 2.16 resolves it once, on first use, from
-  ``TF_USE_LEGACY_KERAS`` (tensorflow/python/util/lazy_loader.py, KerasLazyLoader.
-  _initialize), then puts the module in place of its lazy loader (LazyLoader._load)."""
-  tf = sys.modules.get("tensorflow")
-  keras = getattr(tf, "__dict__", {}).get("keras")
-  if keras is None or type(keras) is not types.ModuleType:  # pylint: disable=unidiomatic-typecheck
-    return None  # Not imported, or still the lazy loader (a ModuleType subclass).
-  return keras.__name__.split(".")[0]
-
-
-def require_tf_keras(where: str) -> None:
-  """:func:`prepare`, then fails if ``tf.keras`` is already Keras 3 in this process.
-
-  For an executor's ``Do`` run in-process by a pipeline script of the user's own: if
-  something used ``tf.keras`` before our first executor ran, setting
-  ``TF_USE_LEGACY_KERAS`` now is too late, and a user module would build Keras 3 layers.
-  A user who set the variable to a Keras 3 value was told so by :func:`prepare`.
-  """
-  prepare()
-  if (os.environ["TF_USE_LEGACY_KERAS"] in LEGACY_KERAS_VALUES
-      and keras_behind_tf() not in (None, "tf_keras")):
-    raise RuntimeError(
-        f"{where}: tf.keras in this process is already Keras 3 ({keras_behind_tf()}): "
-        f"something used tf.keras before TF_USE_LEGACY_KERAS=1 was set. TFX 1.16, TFMA "
-        f"and this project need tf_keras: set TF_USE_LEGACY_KERAS=1 in the environment "
-        f"before the pipeline script starts, or call "
-        f"tfx_parallel.components.common.tfenv.prepare() at its top.")
 
 
 def defaulted():

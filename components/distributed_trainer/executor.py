@@ -100,8 +100,7 @@ class Executor(base_executor.BaseExecutor):
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
-    # An entry point: the user module is checked here and the training process inherits.
-    tfenv.require_tf_keras("DistributedTrainer")
+    tfenv.prepare()  # An entry point: the training process inherits the environment.
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
