@@ -112,6 +112,18 @@ def examples(tmp_path_factory):
   return root, keys, rows
 
 
+@pytest.mark.parametrize("visible,ids", [
+    (None, ["0", "1", "2", "3"]), ("2,1", ["2", "1"]), ("0,2,-1,1", ["0", "2"]),
+    ("0,7,1", ["0"]), ("", []), ("-1", [])])
+def test_standin_gpus_read_cuda_visible_devices_as_cuda_does(visible, ids):
+  """CUDA (not TensorFlow: gpu_device.cc only numbers what CUDA shows) ends the list at
+  the first invalid index; its guide's own examples are "2,1" and "0,2,-1,1"."""
+  environ = {STANDIN: "4"}
+  if visible is not None:
+    environ[devices.WORKER_GPUS_ENV] = visible
+  assert devices.standin_gpus(environ) == ids
+
+
 @pytest.mark.parametrize("n", range(1, 9))
 def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
   """No TensorFlow: the CLI's defaults and the plan each training process makes."""
