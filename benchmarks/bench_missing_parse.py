@@ -55,7 +55,7 @@ def main(argv=None):
   tfenv.prepare()  # An entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   features = tuple([ms.FeatureSpec(f"x{j}", ms.FLOAT32, fill=0.0)
                     for j in range(args.features)] +

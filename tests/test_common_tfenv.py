@@ -155,7 +155,7 @@ class AtTensorFlowImport:
     return None
 sys.meta_path.insert(0, AtTensorFlowImport())
 
-from tfx_parallel.components.distributed_trainer import tfjob, train
+from tfx_parallel.components.distributed_trainer.run import tfjob, train
 from tfx_parallel.kubeflow import entrypoint
 out["imported_tensorflow"] = "tensorflow" in sys.modules
 out["after_import"] = env()

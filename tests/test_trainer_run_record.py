@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer import run_record
+from tfx_parallel.components.distributed_trainer.run import run_record
 
 
 def test_a_hooks_optimizer_is_recorded_as_built_not_the_config_default():

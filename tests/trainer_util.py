@@ -55,7 +55,7 @@ def run_job(job: dict, tmp: str, env=None, timeout=300) -> dict:
   with open(path, "w") as f:
     json.dump(job, f)
   proc = subprocess.run(
-      [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train", "--job", path],
+      [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
       env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   with open(os.path.join(job["history_dir"], "history.json")) as f:
@@ -76,7 +76,7 @@ def run_jobs_in_one_process(jobs, tmp: str, env=None, timeout=600):
   with open(path, "w") as f:
     json.dump(jobs, f)
   code = ("import json, sys\n"
-          "from tfx_parallel.components.distributed_trainer import train\n"
+          "from tfx_parallel.components.distributed_trainer.run import train\n"
           "for job in json.load(open(sys.argv[1])):\n"
           "  train.run(train.Job(**job))\n")
   proc = subprocess.run([sys.executable, "-c", code, path], env=dict(os.environ, **(env or {})),
