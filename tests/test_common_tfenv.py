@@ -95,10 +95,12 @@ def test_no_component_module_imports_pipeline_or_kubeflow():
 
 
 # The child: import the third-party modules our components import (their own import-time
-# writes are theirs, e.g. tensorflow/__init__.py:41 sets TF2_BEHAVIOR=1,
-# tensorflow/python/tpu/__init__.py TPU_ML_PLATFORM, tensorflow_transform/keras_lib.py:20-22
-# TF_USE_LEGACY_KERAS=1 and sklearn/__init__.py KMP_DUPLICATE_LIB_OK), then take a copy of
-# os.environ, then import every module under components/.
+# writes are theirs: tensorflow/__init__.py:41 sets TF2_BEHAVIOR=1,
+# tensorflow/python/tpu/__init__.py:19 TPU_ML_PLATFORM, tensorflow_transform/keras_lib.py:
+# 20-22 TF_USE_LEGACY_KERAS=1, sklearn/__init__.py:53,57 KMP_DUPLICATE_LIB_OK and
+# KMP_INIT_AT_FORK), then take a copy of os.environ, then import every module under
+# components/. So `import ...component; assert os.environ == before` alone cannot hold
+# in a fresh process: TFX imports TensorFlow, which writes two variables of its own.
 _IMPORT_ALL_CHILD = """
 import importlib, json, os, sys
 third_party, ours = json.loads(sys.argv[1]) if len(sys.argv) > 1 else json.loads(%r)
