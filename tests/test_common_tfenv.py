@@ -1,4 +1,5 @@
-"""components/common/tfenv.py: AutoGraph leaves tf_keras's own code alone, and only it."""
+"""components/common/tfenv.py: AutoGraph leaves tf_keras's own code alone, and only it;
+the environment is set by the entry points, never by importing a component (issue #25)."""
 import ast
 import json
 import os
