@@ -64,7 +64,7 @@ def build_fn(vocab: int, dim: int, hidden: int):
 def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup: int,
           steps: int) -> Dict:
   """One mesh 1xM in this process: measured bytes, planner bytes, step times."""
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.split_cpu(model_axis)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

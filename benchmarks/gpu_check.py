@@ -57,7 +57,8 @@ SMALL_EMULATED = ("mirrored x2", "mesh 1x2")
 _FIRST_KERNEL = """
 import json, time
 t0 = time.perf_counter()
-import tfx_parallel.pipeline.tfenv
+from tfx_parallel.components.common import tfenv
+tfenv.prepare()  # An entry point: before TensorFlow is imported.
 import tensorflow as tf
 t_import = time.perf_counter() - t0
 kind = {kind!r}

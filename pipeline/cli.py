@@ -10,9 +10,9 @@ import os
 import sys
 from typing import List, Optional
 
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
-tfenv.prepare()
+tfenv.prepare()  # The CLI is an entry point: before TFX / TensorFlow are imported.
 
 from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
 from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top

@@ -10,7 +10,7 @@ layouts, round-trips ``state()`` and exports. It prints one ``RESULT{json}`` lin
 import json
 import sys
 
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 GLOBAL_BATCH, STEPS, LR, VOCAB = 8, 5, 0.1, 6
 OPTIMIZERS = ("sgd", "adam")

@@ -5,11 +5,10 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.utils import path_utils
 
 from tfx_parallel.components.convergence_evaluator import quality
-from tfx_parallel.components.convergence_evaluator import testing
+import evaluator_fixtures as testing
 
 FEATURES = ["a", "b", "c"]
 

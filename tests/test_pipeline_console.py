@@ -147,14 +147,17 @@ def test_verbose_console_filters_nothing(tmp_path):
 
 # --- Global state: TF_USE_LEGACY_KERAS, matplotlib. --------------------------------------
 
-_IMPORT = ("import os, subprocess, sys, tfx_parallel.pipeline, tfx_parallel.components; "
+# An entry point prepares the environment (importing a package no longer does), then
+# starts a process that is an entry point too (the trainer's training process).
+_PREPARE = "from tfx_parallel.components.common import tfenv; tfenv.prepare()"
+_IMPORT = (f"import os, subprocess, sys; {_PREPARE}; "
            "print(os.environ['TF_USE_LEGACY_KERAS']); "
-           "subprocess.run([sys.executable, '-c', 'import tfx_parallel.pipeline'])")
+           f"subprocess.run([sys.executable, '-c', {_PREPARE!r}])")
 
 
 @pytest.mark.parametrize("value,stdout,warns", [
     (None, "1", False), ("1", "1", False), ("true", "true", False), ("0", "0", True)])
-def test_import_keeps_the_users_tf_use_legacy_keras(value, stdout, warns):
+def test_prepare_keeps_the_users_tf_use_legacy_keras(value, stdout, warns):
   env = {k: v for k, v in os.environ.items()
          if k not in ("TF_USE_LEGACY_KERAS", "TFX_PARALLEL_LEGACY_KERAS_WARNED")}
   if value is not None:

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
-import trainer_util as tu
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 

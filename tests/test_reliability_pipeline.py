@@ -26,7 +26,6 @@ import time
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow / TFX)
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -327,7 +326,8 @@ def test_container_image_runs_as_a_non_root_user():
 # The child: `tfx-parallel run` minus the argument parsing, with the config as JSON.
 _RUN_CHILD = textwrap.dedent("""
     import json, sys, time
-    import tfx_parallel.pipeline.tfenv
+    from tfx_parallel.components.common import tfenv
+    tfenv.prepare()
     from tfx_parallel.pipeline import config as config_lib, local_runner
     config = config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1]))
     t0 = time.monotonic()
@@ -508,7 +508,8 @@ def test_two_runs_at_once_on_one_store_complete_and_leave_it_consistent(tmp_path
 # (components/distributed_trainer/executor.py checkpoint_dir).
 _GATED_RUN_CHILD = textwrap.dedent("""
     import json, os, sys, time
-    import tfx_parallel.pipeline.tfenv
+    from tfx_parallel.components.common import tfenv
+    tfenv.prepare()
     from tfx_parallel.pipeline import config as config_lib, local_runner
     config = config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1]))
     open(sys.argv[3], "w").close()

@@ -12,7 +12,6 @@ import os
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator.config import BinaryThresholds, EvaluatorConfig
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig

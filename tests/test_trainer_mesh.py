@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mesh_cases
-import tfx_parallel.pipeline.tfenv as tfenv
+from tfx_parallel.components.common import tfenv
 
 _CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mesh_cases.py")
 

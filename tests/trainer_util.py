@@ -1,6 +1,5 @@
 """Helpers for trainer tests: tiny synthetic Examples on disk, and running a layout in
 a fresh process (DTensor and MirroredStrategy collectives cannot share one process)."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,13 +7,7 @@ import sys
 
 import numpy as np
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
-
-# The mesh layout runs mesh_runtime.MeshTrainer (built on its own branch): tests of the mesh
-# layout run where it exists.
-MESH_AVAILABLE = importlib.util.find_spec(
-    "tfx_parallel.components.distributed_trainer.engines.mesh_runtime") is not None
 
 TRUE_W = np.array([1.0, 2.0], np.float32)
 TRUE_B = 3.0

@@ -5,11 +5,6 @@ from typing import Any, Dict, List, Optional
 
 from absl import logging
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
@@ -22,6 +17,7 @@ from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import run_history
 from tfx_parallel.components.common import splits
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
 from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import plots
@@ -39,6 +35,7 @@ class Executor(base_executor.BaseExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
+    tfenv.prepare()  # An entry point (the model is read through its serving signature).
     config = config_util.from_json(EvaluatorConfig, exec_properties[keys.CONFIG_KEY])
     config.validate()
     model = artifact_utils.get_single_instance(input_dict[keys.MODEL_KEY])

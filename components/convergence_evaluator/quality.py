@@ -32,11 +32,6 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 
 from tfx_parallel.components.common import keys

@@ -13,6 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, run_history, task_contract
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
 from tfx_parallel.components.distributed_trainer.run import launcher, tfjob
@@ -102,6 +103,7 @@ class Executor(base_executor.BaseExecutor):
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
+    tfenv.prepare()  # An entry point: the training process inherits the environment.
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))

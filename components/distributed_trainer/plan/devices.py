@@ -234,8 +234,9 @@ def standin_gpus(environ=None) -> Optional[List[str]]:
     raise ValueError(f"{STANDIN_GPUS_ENV} (a test hook) must be a GPU count >= 0. "
                      f"Received: {value!r}")
   count = int(value)
-  return [i for i in parse_visible(environ.get(WORKER_GPUS_ENV), count)
-          if i.isdigit() and int(i) < count]
+  ids = parse_visible(environ.get(WORKER_GPUS_ENV), count)
+  valid = [i.isdigit() and int(i) < count for i in ids]  # Ends at the first invalid, as CUDA.
+  return ids[:valid.index(False)] if False in valid else ids
 
 
 def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
@@ -344,10 +345,15 @@ def worker_gpus(workers: int, gpu_ids: Sequence[str],
 
 
 def parse_visible(value: Optional[str], physical: int) -> List[str]:
-  """The GPU ids a process may use: ``CUDA_VISIBLE_DEVICES`` (None: all ``physical``)."""
+  """The GPU ids a process may use: ``CUDA_VISIBLE_DEVICES`` (None: all ``physical``).
+
+  As CUDA reads it, the list ends at the first invalid entry: "0,2,-1,1" makes GPUs 0 and
+  2 visible, not 1 (CUDA C++ Programming Guide, "CUDA Environment Variables")."""
   if value is None:
     return [str(i) for i in range(physical)]
-  return [v.strip() for v in value.split(",") if v.strip() and v.strip() != "-1"]
+  ids = [v.strip() for v in value.split(",") if v.strip()]
+  invalid = [i for i, v in enumerate(ids) if v.startswith("-")]
+  return ids[:invalid[0]] if invalid else ids
 
 
 _SIZE = re.compile(r"^\s*\d")
@@ -387,7 +393,7 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
               tf32: bool = True) -> None:
   """Applies ``plan_`` to TensorFlow; must run before TensorFlow initialises."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tf.config.experimental.enable_tensor_float_32_execution(tf32)
   gpus = tf.config.list_physical_devices("GPU")
   if plan_.hide_gpus:

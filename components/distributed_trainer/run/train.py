@@ -15,13 +15,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.distributed_trainer.run import failures  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+from tfx_parallel.components.distributed_trainer.run import failures
 
 
 @dataclasses.dataclass
@@ -349,6 +346,7 @@ def plot_loss(path: str, history: dict):
 
 
 def main(argv=None) -> int:
+  tfenv.prepare()  # The training process's entry point: before TensorFlow is imported.
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--job", required=True, help="job JSON written by the executor")
   args = parser.parse_args(argv)
