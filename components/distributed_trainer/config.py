@@ -48,8 +48,6 @@ class TrainerConfig:
     seed: initialisation and shuffle seed.
     log_every: history record and progress line every k steps.
     checkpoint_every: checkpoint every N steps (0 = only at the end).
-    pad_features: pad the feature count up to a multiple of the model axis instead
-      of rejecting it.
     stop_on_divergence: stop early when the loss becomes NaN/inf.
     normalize: standardise numeric features with the train split's mean/std, in the
       input pipeline and in the exported serving signature alike.
@@ -107,7 +105,6 @@ class TrainerConfig:
   seed: int = 0
   log_every: int = 10
   checkpoint_every: int = 100
-  pad_features: bool = False
   stop_on_divergence: bool = True
   normalize: bool = False
   normalize_clip: float = 5.0
@@ -202,10 +199,6 @@ class TrainerConfig:
       require(self.batch_size % replicas == 0, "batch_size",
               f"global batch {self.batch_size} is not divisible by the "
               f"{replicas} replicas of layout {self.layout!r}")
-    if self.layout == "mesh" and self.model == "mlp":
-      for h in self.hidden_units:
-        require(h % self.mesh_model == 0, "hidden_units",
-                f"hidden width {h} is not divisible by the model axis {self.mesh_model}")
     return self
 
   @property
