@@ -269,5 +269,6 @@ def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
   if module.loss:
     make_loss(module, spec)
   if module.optimizer:
-    make_optimizer(module, spec, "adam", 0.01)
+    from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+    make_optimizer(module, spec, TrainerConfig.optimizer, TrainerConfig.learning_rate)
   return model
