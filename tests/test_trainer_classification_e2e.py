@@ -139,15 +139,15 @@ def test_ml_metadata_holds_the_optimizer_config_that_ran(run):
 def test_the_python_defaults_train_the_raw_columns_without_diverging(defaults_run):
   """#26: the old defaults, SGD at 0.1, diverged here ("eval loss rose 250% in epoch 3")
   and stopped early. TrainerConfig's defaults are now Adam at 0.01 (the README drop-in
-  block's, and the CLI's for CSV data): the same run trains to the end."""
+  block's, and the CLI's for CSV data): the same run trains to the end (measured: eval
+  accuracy 0.87, AUC 0.91, still "improving" after its 250 steps, so not blessed)."""
   found, artifacts = defaults_run
   metrics = found["ConvergenceMetrics"]
   history = artifacts["TrainingHistory"].custom_properties
-  print({k: metrics[k] for k in (P.CONVERGENCE_STATE, P.CONVERGENCE_REASON, P.BLESSED,
-                                 "eval_accuracy", "eval_auc", P.LAST_STEP, P.TOTAL_STEPS)})
   assert metrics[P.CONVERGENCE_STATE] != P.DIVERGED, metrics[P.CONVERGENCE_REASON]
   assert history["diverged"].int_value == 0
   assert metrics[P.STOPPED_EARLY] == 0 and metrics[P.LAST_STEP] == metrics[P.TOTAL_STEPS]
+  assert metrics["eval_accuracy"] >= MIN_ACCURACY, metrics
   assert metrics[P.OPTIMIZER] == "Adam"
   assert json.loads(metrics[P.OPTIMIZER_CONFIG])["learning_rate"] == pytest.approx(0.01)
 
