@@ -68,7 +68,7 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   tfenv.split_cpu(model_axis)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, planner, planning  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, optimizers, planner, planning  # pylint: disable=g-import-not-at-top
 
   build_model = build_fn(vocab, dim, hidden)
   t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   variables = planning.planner_variables(trainer.model, lambda m: trainer.rules,
                                          "bench_wide_model")(model_axis)
   predicted = planner.state_bytes_per_device(variables, model_axis,
-                                             planner.SLOTS_PER_PARAM["adam"])
+                                             optimizers.SLOTS_PER_PARAM["adam"])
   rng = np.random.default_rng(0)
   times: List[float] = []
   for step in range(warmup + steps):
