@@ -3,7 +3,7 @@ import dataclasses
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import keys, task_contract
 from tfx_parallel.components.common.config_util import require
 from tfx_parallel.components.distributed_trainer import devices as devices_lib
 from tfx_parallel.components.distributed_trainer import planning
@@ -97,7 +97,7 @@ class TrainerConfig:
   task: Optional[str] = None
   max_vocabulary: int = 10_000
   hash_buckets: int = 0
-  skip_missing_labels: bool = False
+  skip_missing_labels: bool = task_contract.SKIP_MISSING_LABELS
   steps_per_execution: int = 10
   hidden_units: Tuple[int, ...] = (16,)
   batch_size: int = 64
