@@ -43,7 +43,8 @@ def add_run_arguments(p: argparse.ArgumentParser):
   the trainer of config_lib.default_trainer), every choice list the config's enum:
   tests/test_cli_defaults.py compares them key by key."""
   from tfx_parallel.components.common import keys  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import config as trainer_lib, devices  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import config as trainer_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   eg, pipe = ExampleGenConfig(), config_lib.PipelineConfig
   tr = config_lib.default_trainer(eg.source)   # Source-dependent keys default to None.
@@ -165,7 +166,7 @@ def _mesh_of(args):
   The trainer fits the mesh again to the GPUs TensorFlow sees (devices.py)."""
   if args.mesh is not None:
     return tuple(args.mesh)
-  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   if args.device == "cpu":
     return devices.default_mesh(0, args.batch_size)
   standin = devices.standin_gpus()  # Test hook TFXP_STANDIN_GPUS: stand-in GPUs.
@@ -212,7 +213,7 @@ def cmd_run(args) -> int:
     return 2
   from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
   with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
-    from tfx_parallel.components.distributed_trainer import gpu_env  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.plan import gpu_env  # pylint: disable=g-import-not-at-top
     if not gpu_env.preflight(config.trainer):  # nvidia-smi's GPUs unseen by TensorFlow.
       return 2
     # Checking the inputs reads the data with Beam and TensorFlow, whose imports print

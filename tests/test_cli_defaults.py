@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 from tfx_parallel.components.common import keys
-from tfx_parallel.components.distributed_trainer import config as trainer_lib, devices
+from tfx_parallel.components.distributed_trainer import config as trainer_lib
+from tfx_parallel.components.distributed_trainer.plan import devices
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.pipeline import cli

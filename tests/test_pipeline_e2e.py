@@ -99,7 +99,7 @@ def _planned(layout, devices_flag=0, mesh=(1, 1), batch_size=TrainerConfig.batch
   """What the trainer runs for ``device: auto`` on this machine (devices.plan): logical
   CPU devices here, the GPUs nvidia-smi lists (narrowed by CUDA_VISIBLE_DEVICES) on a GPU
   machine, so the expectations hold on both."""
-  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   listed = gpu_env.nvidia_smi_gpus() or []
   gpus = len([i for i in devices.parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"),
                                                len(listed)) if i.isdigit() and int(i) < len(listed)])
@@ -161,7 +161,10 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
       ["mesh", "1x1"]], proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_mesh_with_the_key(tmp_path):
+  """The built-in linear model's 2 features on a model axis of 3: the trainer refuses it
+  before training (after the ingest), exit 2 naming the key."""
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
        "--layout", "mesh", "--mesh", "1x3"], capture_output=True, text=True, timeout=120)

@@ -3,7 +3,8 @@ the same names, and each name builds what the planner counts."""
 import argparse
 
 import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
-from tfx_parallel.components.distributed_trainer import config, optimizers
+from tfx_parallel.components.distributed_trainer import config
+from tfx_parallel.components.distributed_trainer.engines import optimizers
 from tfx_parallel.pipeline import cli
 
 

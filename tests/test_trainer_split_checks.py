@@ -14,7 +14,7 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import executor
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.run.train import Job
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.pipeline import config as config_lib
 
@@ -58,6 +58,7 @@ def test_the_pipeline_config_no_longer_refuses_a_user_module_on_mesh_1x3(tmp_pat
                               module_file=path)).validate()
 
 
+@pytest.mark.slow
 def test_a_user_module_whose_layers_divide_by_3_trains_on_mesh_1x3(tmp_path):
   path = _module(tmp_path, THREE_WAY)
   config = dict(layout="mesh", mesh=[1, 3], model="mlp", module_file=path, steps=4,
