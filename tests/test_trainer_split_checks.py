@@ -96,6 +96,8 @@ def test_a_user_split_that_cannot_divide_fails_before_the_first_step_naming_the_
      r"hidden width 5 is not divisible by the model axis 2"),
     (dict(model="mlp", mesh=(1, 3), hidden_units=(6, 4)), "trainer.hidden_units",
      r"hidden width 4 is not divisible by the model axis 3"),
+    (dict(model="mlp", mesh=(1, 2), hparams={"hidden_units": [7]}), "trainer.hparams",
+     r"hidden width 7 is not divisible by the model axis 2"),
 ])
 def test_a_builtin_model_whose_split_is_impossible_fails_before_training_naming_the_key(
     tmp_path, config, key, message):

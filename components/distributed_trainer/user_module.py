@@ -204,12 +204,15 @@ def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis
     raise ConfigError(f"trainer.{module.config_key}", str(e)) from None
 
 
-def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axis: int):
+def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axis: int,
+                        widths_key: str = "trainer.hidden_units"):
   """A built-in model on a model axis > 1 must split every Dense kernel as the README
   says (the linear kernel by rows, the mlp's hidden layers as Megatron pairs): where the
   default rules cannot (sharding.unsplit_kernels, the one divisibility check), a
   ConfigError names the config key that decides the shape. A user module is not refused
-  here: what nothing divides stays replicated, said on the console by the run."""
+  here: what nothing divides stays replicated, said on the console by the run.
+  ``widths_key`` names where the mlp's widths came from (``trainer.hparams`` when the
+  user's hparams set them)."""
   if module.builtin is None or model_axis <= 1:
     return
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
@@ -221,7 +224,7 @@ def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axi
   widths = list(spec.hparams.get("hidden_units", ())) if module.builtin == "mlp" else []
   uneven = [h for h in widths if h % model_axis]
   if uneven:
-    raise ConfigError("trainer.hidden_units",
+    raise ConfigError(widths_key,
                       f"hidden width {uneven[0]} is not divisible by the model axis "
                       f"{model_axis}: the built-in mlp splits each hidden layer over the model "
                       f"axis, and {v.path} {list(v.shape)} would stay whole on every device. "
@@ -235,7 +238,8 @@ def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axi
                     f"replicated")
 
 
-def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
+def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0,
+          widths_key: str = "trainer.hidden_units"):
   """Builds the model and calls it on a 2-example batch; raises ModuleError naming the
   module when the model is not a tf_keras.Model, does not take the input dict, or returns
   an output that does not fit the task. With ``model_axis`` >= 1 (a mesh layout, or
@@ -246,7 +250,7 @@ def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
     model = build(module, spec)
   if model_axis >= 1:
     check_layout_rules(module, spec, model, model_axis)
-    check_builtin_split(module, spec, model, model_axis)
+    check_builtin_split(module, spec, model, model_axis, widths_key)
   batch = dummy_batch(spec)
   try:
     out = model(batch, training=False)
