@@ -69,9 +69,10 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  help="mesh shape BxM (default: 2x2 on logical CPU devices; on G GPUs (as "
                       "nvidia-smi lists them) a model axis of 2 and a batch axis of G/2)")
   p.add_argument("--devices", type=int, default=None,
-                 help="replicas for mirrored: 0 (the default) = every GPU, or 2 logical CPU "
-                      "devices without a GPU; more than the GPUs present shrinks to fit. "
-                      "With --layout auto: the logical CPU devices to plan for (default 2)")
+                 help=f"replicas for mirrored: 0 (the default) = every GPU, or "
+                      f"{devices.CPU_DEVICES} logical CPU devices without a GPU; more than the "
+                      f"GPUs present shrinks to fit. With --layout auto: the logical CPU "
+                      f"devices to plan for (default {devices.CPU_DEVICES})")
   p.add_argument("--device", default=tr.device, choices=list(devices.DEVICE_KINDS),
                  help="auto: the GPUs when TensorFlow sees any, else logical CPU devices; "
                       "cpu: force the CPU (split into logical devices) even on a GPU machine; "
@@ -178,12 +179,10 @@ def _mesh_of(args):
 
 
 def _devices(args) -> int:
-  """Config ``devices`` of the flags: mirrored 0 (= all GPUs, 2 logical CPUs without one)
-  unless given; auto plans for 2 logical CPU devices unless given; else unused (0)."""
-  if args.layout == "mirrored":
-    return args.devices or 0
-  if args.layout == "auto":
-    return 2 if args.devices is None else args.devices
+  """Config ``devices`` of the flags: --devices for mirrored and auto (else config's 0:
+  every GPU, or devices.CPU_DEVICES logical CPU devices without one); else unused (0)."""
+  if args.layout in ("mirrored", "auto") and args.devices is not None:
+    return args.devices
   return 0
 
 

@@ -85,6 +85,18 @@ def test_a_run_without_flags_trains_default_trainer_of_its_source(data):
   assert got == want
 
 
+def test_devices_default_to_the_configs_for_mirrored_and_auto():
+  """Without --devices, mirrored and auto keep config devices 0: every GPU, or
+  devices.CPU_DEVICES logical CPU devices, the same number the planner plans for."""
+  from tfx_parallel.components.distributed_trainer.plan import layout_choice  # pylint: disable=g-import-not-at-top
+  for layout in ("mirrored", "auto"):
+    trainer = _run("--layout", layout).trainer
+    assert trainer.devices == TrainerConfig().devices == 0
+  budget = layout_choice.device_budget(trainer, gpus=[], host_memory=lambda: 8 << 30)
+  assert budget.num_devices == devices.CPU_DEVICES
+  assert _run("--layout", "auto", "--devices", "4").trainer.devices == 4
+
+
 def test_default_trainer_differs_from_trainer_config_only_where_listed():
   """What `tfx-parallel run` changes from the Python defaults, per source; anything else
   differing is a second definition of a default."""
