@@ -25,8 +25,9 @@ class TrainerConfig:
       on CPU without it, "auto" plans with the available host memory shared equally by
       the logical devices (on GPUs it caps the measured free memory). With an
       explicit layout that does not fit it, the trainer warns and runs as asked.
-    devices: replicas for "mirrored" (0 = all local GPUs, else N devices; N logical
-      CPU devices when there is no GPU).
+    devices: replicas for "mirrored", devices "auto" plans for (0 = all local GPUs,
+      else N devices; N logical CPU devices when there is no GPU, 0 meaning
+      plan/devices.py's CPU_DEVICES, 2).
     mesh: (batch, model) device counts for "mesh".
     model: built-in model module when no user module is given: "linear" or "mlp"
       (components/distributed_trainer/models/).
