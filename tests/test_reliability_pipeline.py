@@ -143,7 +143,6 @@ def _bad_inputs(tmp):
   """name -> (config, expected key, regex the message must match)."""
   data = tmp / "data"
   good = _csv(data / "good.csv")
-  three = _csv(data / "three.csv", header="a,b,c,y")  # 3 numeric features
   no_label = _csv(data / "nolabel.csv", header="a,b,z")
   os.makedirs(data / "dir.csv")
   with open(data / "corrupt.csv.gz", "wb") as f:
@@ -164,17 +163,9 @@ def _bad_inputs(tmp):
       "second_file_other_header": (_pipeline(str(data / "parts" / "*.csv"), "y"),
                                    "example_gen.source",
                                    r"p1\.csv:1: header \['a', 'c', 'y'\] differs"),
-      "csv_features_not_dividing_model_axis": (
-          _pipeline(three, "y", layout="mesh", mesh=(1, 2)), "trainer.mesh",
-          r"model axis \(2\) must divide the feature count \(3 .*three\.csv"),
-      "synthetic_features_not_dividing_model_axis": (
-          _pipeline(layout="mesh", mesh=(2, 3)), "trainer.mesh", r"model axis \(3\)"),
       "batch_not_divisible_by_mesh_replicas": (
           _pipeline(good, "y", layout="mesh", mesh=(3, 1)), "trainer.batch_size",
           r"global batch 64 is not divisible by the 3 replicas"),
-      "mlp_width_not_divisible_by_model_axis": (
-          _pipeline(good, "y", layout="mesh", mesh=(1, 2), model="mlp", hidden_units=(5,)),
-          "trainer.hidden_units", r"hidden width 5"),
       "unknown_layout": (_pipeline(layout="pipeline_parallel"), "trainer.layout",
                          r"unknown layout 'pipeline_parallel'"),
       "negative_steps": (_pipeline(steps=-5), "trainer.steps", r"steps=-5"),
@@ -191,8 +182,7 @@ def _bad_inputs(tmp):
 BAD_INPUT_CASES = [  # the keys of _bad_inputs (which needs tmp_path to build them)
     "missing_label_column", "nonexistent_csv_glob", "nonexistent_csv_file",
     "input_is_a_directory", "corrupt_gzip_csv", "second_file_other_header",
-    "csv_features_not_dividing_model_axis", "synthetic_features_not_dividing_model_axis",
-    "batch_not_divisible_by_mesh_replicas", "mlp_width_not_divisible_by_model_axis",
+    "batch_not_divisible_by_mesh_replicas",
     "unknown_layout", "negative_steps", "zero_workers", "pipeline_name_dotdot",
     "pipeline_name_dot", "pipeline_name_slash", "pipeline_name_empty"]
 

@@ -38,8 +38,12 @@ def write_examples(root: str, rows: int = 2048, num_features: int = 2, shards: i
 
 def job_dict(tmp: str, examples_uri: str, feature_keys, train_rows: int, **config) -> dict:
   """A training job; ``device`` defaults to "cpu" (logical CPU devices), so the layouts'
-  tests run the same on a GPU machine (tests/test_gpu.py asks for the GPUs)."""
+  tests run the same on a GPU machine (tests/test_gpu.py asks for the GPUs). The update
+  rule defaults to SGD at 0.1, which these tests' step counts and tolerances were written
+  for (TrainerConfig's own defaults are Adam at 0.01)."""
   config.setdefault("device", "cpu")
+  config.setdefault("optimizer", "sgd")
+  config.setdefault("learning_rate", 0.1)
   return dict(config=config, examples_uri=examples_uri, feature_keys=list(feature_keys),
               label_key="y", train_rows=train_rows,
               model_dir=os.path.join(tmp, "model", "Format-Serving"),

@@ -17,6 +17,7 @@ from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import run_history
 from tfx_parallel.components.common import splits
+from tfx_parallel.components.common import task_contract
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
 from tfx_parallel.components.convergence_evaluator import convergence
@@ -59,7 +60,8 @@ class Executor(base_executor.BaseExecutor):
                  list(output_map.names))
     quality = quality_lib.evaluate(model_dir, examples.uri, config.split, label_key,
                                    config.batch_size, info, files=files,
-                                   output_map=output_map)
+                                   output_map=output_map,
+                                   skip_missing_labels=skip_missing_labels(config, history))
     if isinstance(quality, quality_lib.MulticlassQuality):
       info = info.with_num_classes(len(quality.class_examples))
     weight_error, bias_error = convergence.parameter_error(
@@ -147,6 +149,16 @@ def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
   raise config_util.ConfigError(
       "label_key", f"not set, and neither the Examples artifact at {examples.uri} (no "
       f"{keys.LABEL_KEY!r} property) nor a TrainingHistory names the label. Received: None")
+
+
+def skip_missing_labels(config: EvaluatorConfig, history: run_history.RunHistory) -> bool:
+  """Config ``skip_missing_labels``, else what the trainer did (it skipped examples
+  without a label only under its own ``skip_missing_labels``), else the trainer's default."""
+  if config.skip_missing_labels is not None:
+    return config.skip_missing_labels
+  if int(history.skipped_examples or 0) > 0:
+    return True
+  return task_contract.SKIP_MISSING_LABELS
 
 
 def non_negative_loss(history: run_history.RunHistory) -> bool:

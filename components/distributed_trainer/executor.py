@@ -86,7 +86,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   module = user_module.load(config.module_file, config.module_path, config.model)
   # A mesh (or auto, which may choose one) also resolves the module's layout rules here.
   axis = {"mesh": config.mesh_model, "auto": 1}.get(config.layout, 0)
-  user_module.check(module, spec, model_axis=axis)
+  user_module.check(module, spec, model_axis=axis, widths_key="trainer.hparams" if
+                    "hidden_units" in config.hparams else "trainer.hidden_units")
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
                              skipped_examples=skipped, train_rows=train_rows,

@@ -11,8 +11,13 @@ module and the hook. Nothing is replaced silently.
 """
 from typing import Any, Dict, Optional
 
-OPTIMIZERS = ("sgd", "momentum", "adam")   # config ``optimizer``
 MOMENTUM = 0.9                             # of ``momentum``
+# Config ``optimizer``, the one list of names: name -> (tf_keras.optimizers class, its
+# arguments besides the learning rate, slot variables per parameter the planner counts).
+RULES = {"sgd": ("SGD", {}, 0), "momentum": ("SGD", {"momentum": MOMENTUM}, 1),
+         "adam": ("Adam", {}, 2)}
+OPTIMIZERS = tuple(RULES)
+SLOTS_PER_PARAM = {name: slots for name, (_, _, slots) in RULES.items()}
 HOOK = "optimizer(spec)"
 
 
@@ -66,14 +71,10 @@ def make(name: str, learning_rate: float, mesh=None):
   """Config ``optimizer``: ``sgd``, ``momentum`` (SGD, momentum 0.9) or ``adam``,
   tf_keras defaults otherwise; ``mesh=`` places it on a DTensor mesh."""
   import tf_keras  # pylint: disable=g-import-not-at-top
-  if name == "sgd":
-    opt = tf_keras.optimizers.SGD(learning_rate)
-  elif name == "momentum":
-    opt = tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM)
-  elif name == "adam":
-    opt = tf_keras.optimizers.Adam(learning_rate)
-  else:
+  if name not in RULES:
     raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {name!r}")
+  cls, kwargs, _ = RULES[name]
+  opt = getattr(tf_keras.optimizers, cls)(learning_rate, **kwargs)
   return opt if mesh is None else on_mesh(opt, mesh, f"config optimizer {name!r}")
 
 

@@ -29,6 +29,8 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 
 DEVICE_KINDS = ("auto", "cpu", "gpu")
+# Logical CPU devices of "mirrored" and "auto" without a GPU when config ``devices`` is 0.
+CPU_DEVICES = 2
 # gpu_memory: "growth" (take memory as needed), "all" (TensorFlow's default: reserve
 # nearly all of every GPU at start), or a size per GPU ("4GiB": a hard limit).
 GPU_MEMORY_POLICIES = ("growth", "all")
@@ -189,7 +191,7 @@ def plan(layout: str, devices: int, mesh: Sequence[int], device: str, gpu_count:
   on_gpu = device != "cpu" and gpu_count > 0
   hide = device == "cpu" and gpu_count > 0
   if not on_gpu:  # As before: N logical CPU devices, whatever the request.
-    n = {"mirrored": devices or fit_replicas(2, 2, batch_size),
+    n = {"mirrored": devices or fit_replicas(CPU_DEVICES, CPU_DEVICES, batch_size),
          "mesh": mesh[0] * mesh[1]}.get(layout, 1)
     return DevicePlan("CPU", layout, n if layout == "mirrored" else 0,
                       mesh if layout == "mesh" else (1, 1), n if n > 1 else 0, hide,

@@ -25,6 +25,7 @@ from absl import logging
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
 from tfx_parallel.components.distributed_trainer.engines import sharding
 
@@ -117,7 +118,8 @@ def gpu_memory(gpu_names: List[str]) -> Optional[int]:
 def device_budget(config, gpus: Optional[List[str]] = None,
                   host_memory: Optional[Callable[[], Optional[int]]] = None) -> Budget:
   """Devices and memory per device: the GPUs present (``gpus``, default: listed by
-  TensorFlow), else config ``devices`` logical CPUs (at least 1) with config
+  TensorFlow), else config ``devices`` logical CPUs (0: devices.CPU_DEVICES for mirrored
+  and auto, else 1) with config
   ``device_memory``, or without it the available host memory (``host_memory()``,
   default: Linux ``MemAvailable``, memory_cache.available_memory) shared equally by the
   logical devices, which all live in the one host's memory. On GPUs a configured
@@ -128,7 +130,8 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   if gpus:
     known = [m for m in (gpu_memory(gpus), configured) if m is not None]
     return Budget(len(gpus), min(known) if known else None, f"{len(gpus)} GPU(s)")
-  n = max(config.devices, 1)
+  n = config.devices or (devices_lib.CPU_DEVICES if config.layout in ("mirrored", "auto")
+                         else 1)
   if configured is not None:
     return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
   if host_memory is None:
@@ -281,10 +284,10 @@ def oversubscription(config, cores: int, gpu_count: int) -> Optional[str]:
   if config.layout == "mesh":
     what, n = f"mesh {config.mesh_batch}x{config.mesh_model}", config.mesh_batch * config.mesh_model
   elif config.layout == "mirrored":
-    n = config.devices or 2
+    n = config.devices or devices_lib.CPU_DEVICES
     what = f"mirrored x{n}"
   elif config.layout == "auto":
-    n = max(config.devices, 1)
+    n = config.devices or devices_lib.CPU_DEVICES
     what = f"layout auto over {n} devices"
   elif config.layout == "multi_worker":
     what, n = f"multi_worker x{config.workers}", config.workers
