@@ -16,8 +16,7 @@ factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
 ``mesh=``). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``, ``weights()``,
-``state()`` / ``load_state()`` (layout-independent: model weights in
-``model.get_weights()`` order, optimizer variables in ``optimizer.variables`` order).
+``checkpointed()`` (the model and optimizer a tf.train.Checkpoint holds: checkpoint.py).
 """
 import contextlib
 import math
@@ -91,19 +90,12 @@ class FitEngine:
   def weights(self) -> list:
     return self.model.get_weights()
 
-  def state(self) -> Tuple[list, Dict[str, object]]:
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+  def checkpointed(self) -> Dict[str, object]:
+    """What a checkpoint holds: the model and its optimizer, built (every slot exists,
+    so that a restore fills it at once rather than when ``fit`` creates it)."""
     with self.scope():
       self.optimizer.build(self.model.trainable_variables)
-    return self.model.get_weights(), dict(zip(optimizers.variable_names(self.optimizer),
-                                              [v.numpy() for v in self.optimizer.variables]))
-
-  def load_state(self, weights: list, optimizer_state: Dict[str, object]):
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
-    with self.scope():
-      self.model.set_weights(weights)
-      self.optimizer.build(self.model.trainable_variables)
-      self.optimizer.set_weights(optimizers.match_state(self.optimizer, optimizer_state))
+    return {"model": self.model, "optimizer": self.optimizer}
 
 
 class MeshEngine:
@@ -191,17 +183,10 @@ class MeshEngine:
   def weights(self) -> list:
     return self.trainer.full_weights()
 
-  def state(self) -> Tuple[list, Dict[str, object]]:
-    full = self.trainer.state()  # model/<path> in model.weights order, then optimizer/<name>
-    prefix = "optimizer/"
-    return ([v for k, v in full.items() if not k.startswith(prefix)],
-            {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)})
-
-  def load_state(self, weights: list, optimizer_state: Dict[str, object]):
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
-    values = optimizers.match_state(self.optimizer, optimizer_state)
-    names = list(self.trainer.state())
-    self.trainer.load_state(dict(zip(names, list(weights) + values)))
+  def checkpointed(self) -> Dict[str, object]:
+    """What a checkpoint holds: the model and optimizer, their variables DVariables
+    (saved whole, restored into their own layouts: checkpoint.py)."""
+    return {"model": self.model, "optimizer": self.optimizer}
 
 
 def create(config, plan, device_record: dict):

@@ -13,7 +13,7 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, run_record, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer import checkpoint, devices, gpu_env, inputs, launcher, missing, planning, run_record, stats, tfjob, user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
 
@@ -22,6 +22,8 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
                    module_digest: str = "") -> str:
   """Stable across reruns of the same inputs + config + module file, so a killed run
   resumes (and an edited module file does not resume another model's checkpoint).
+  ``config_json``: checkpoint.run_identity, without the layout, so that a rerun on
+  another layout resumes too.
 
   `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config, module)[:16]>`.
   """
@@ -49,7 +51,9 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              train_rows=int(rows.get(config.train_split, 0)),  # 0: counted by prepare().
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
-             checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json, digest),
+             checkpoint_dir=checkpoint_dir(model_uri, examples.uri,
+                                           checkpoint.run_identity(json.loads(config_json)),
+                                           digest),
              num_shards=described.num_shards or 1,
              string_feature_keys=list(described.string_keys),
              train_files=list(described.files[config.train_split]),
@@ -121,6 +125,7 @@ class Executor(base_executor.BaseExecutor):
       tfjob.run(job, settings)
     else:
       launcher.launch(job, config.layout, config.workers)
+    checkpoint.clear(job.checkpoint_dir)  # Finished: a rerun (any layout) starts afresh.
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
       record = json.load(f)
     record[missing.RECORD_KEY] = job.missing_values  # Counts and fills, per feature.
