@@ -54,10 +54,15 @@ def test_a_checkpoint_is_tensorflows_own_and_plain_tensorflow_reads_it(tmp_path)
 
 
 def test_restore_returns_the_run_state_and_fills_every_variable(tmp_path):
+  """Written as the mesh engine holds them (a model never compiled), read as the fit
+  engine holds them (compiled: the model tracks its optimizer too)."""
   directory = str(tmp_path / "ckpt")
   model, opt = _trained(tf_keras.optimizers.SGD(0.1, momentum=0.5))
-  checkpoint.save(directory, 4, {"model": model, "optimizer": opt}, {"epochs": [1]})
+  uncompiled = _model()
+  uncompiled.set_weights(model.get_weights())
+  checkpoint.save(directory, 4, {"model": uncompiled, "optimizer": opt}, {"epochs": [1]})
   fresh, fresh_opt = _model(), tf_keras.optimizers.SGD(0.1, momentum=0.5)
+  fresh.compile(optimizer=fresh_opt, loss="mse")
   fresh_opt.build(fresh.trainable_variables)
   assert not np.allclose(fresh.weights[0].numpy(), model.weights[0].numpy())
   meta = checkpoint.restore(checkpoint.latest(directory),
@@ -106,15 +111,15 @@ def test_sgd_state_restores_across_the_stock_and_the_mesh_sgd_a_momentum_slot_do
     target = _model()
     target_opt.build(target.trainable_variables)
     checkpoint.restore(checkpoint.latest(str(tmp_path / source)),
-                       {"model": target, "optimizer": target_opt}, partial=("optimizer",))
+                       {"model": target, "optimizer": target_opt}, unread_slots=True)
     assert int(target_opt.iterations.numpy()) == 3
     np.testing.assert_array_equal(target.weights[0].numpy(), stock_model.weights[0].numpy())
   momentum = optimizers.make("momentum", 0.1)
   assert not optimizers.unread_slots(momentum)
   target = _model()
   momentum.build(target.trainable_variables)
-  with pytest.raises(ValueError, match=r"ckpt-3 \(saved by layout \?\): its optimizer "
-                                       r"does not fit this run's optimizer"):
+  with pytest.raises(ValueError, match=r"ckpt-3 \(saved by layout \?\) does not fit "
+                                       r"this run's model and optimizer"):
     checkpoint.restore(checkpoint.latest(str(tmp_path / "mesh")),
                        {"model": target, "optimizer": momentum})
 
@@ -124,7 +129,8 @@ def test_a_checkpoint_of_another_model_is_refused_naming_it(tmp_path):
   model, opt = _trained(tf_keras.optimizers.Adam(0.1))
   checkpoint.save(directory, 5, {"model": model, "optimizer": opt}, {"layout": "single"})
   wider = _model(width=2)
-  with pytest.raises(ValueError, match=r"ckpt-5 \(saved by layout single\): its model"):
+  with pytest.raises(ValueError, match=r"ckpt-5 \(saved by layout single\) does not fit "
+                                       r"this run's model: Received incompatible tensor"):
     checkpoint.restore(checkpoint.latest(directory), {"model": wider})
 
 

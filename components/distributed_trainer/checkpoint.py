@@ -90,29 +90,31 @@ def read_meta(prefix: str) -> dict:
     return json.load(f)
 
 
-def restore(prefix: str, objects: Dict[str, object], partial=()) -> dict:
+def restore(prefix: str, objects: Dict[str, object], unread_slots: bool = False) -> dict:
   """Reads ``prefix`` into ``objects`` (built: every variable exists); returns its meta.
 
-  Every variable of each object must be in the checkpoint, except in the objects named
-  in ``partial`` (an SGD without momentum: a stock one keeps slots it never reads, the
-  mesh's keeps none, optimizers.py), which keep their values where the checkpoint has
-  none. Raises ValueError naming the checkpoint and the object that does not fit.
+  Every variable of ``objects`` must have a value in the checkpoint, unless
+  ``unread_slots`` (an SGD without momentum: a stock one keeps slots it never reads, the
+  mesh's keeps none, optimizers.unread_slots); then the variables the checkpoint has
+  no value for keep theirs. Raises ValueError naming the checkpoint, the layout that
+  wrote it, and what does not fit.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   meta = read_meta(prefix)
-  for name, obj in objects.items():
-    status = None
-    try:
-      status = tf.train.Checkpoint(**{name: obj}).read(prefix)
-      if name not in partial:
-        status.assert_existing_objects_matched()
-    except (AssertionError, ValueError) as e:
-      raise ValueError(
-          f"checkpoint {prefix} (saved by layout {meta.get('layout', '?')}): its {name} "
-          f"does not fit this run's {name}: {str(e)[:500]}") from e
-    finally:
-      if status is not None:
-        status.expect_partial()  # The other objects' values are read by their own pass.
+  status = None
+  try:
+    status = tf.train.Checkpoint(**objects).read(prefix)
+    if unread_slots:
+      status.assert_nontrivial_match()
+    else:
+      status.assert_existing_objects_matched()
+  except (AssertionError, ValueError) as e:
+    raise ValueError(
+        f"checkpoint {prefix} (saved by layout {meta.get('layout', '?')}) does not fit "
+        f"this run's {' and '.join(objects)}: {str(e)[:500]}") from e
+  finally:
+    if status is not None:
+      status.expect_partial()
   return meta
 
 

@@ -173,8 +173,8 @@ def restore_checkpoint(job: Job, engine):
             f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
             flush=True)
     return 0, [], [], 0.0
-  partial = ("optimizer",) if optimizers.unread_slots(engine.optimizer) else ()
-  meta = checkpoint.restore(found, engine.checkpointed(), partial)
+  meta = checkpoint.restore(found, engine.checkpointed(),
+                            unread_slots=optimizers.unread_slots(engine.optimizer))
   step = int(meta["step"])
   print(f"[train] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
