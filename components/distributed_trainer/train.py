@@ -175,6 +175,7 @@ def restore_checkpoint(job: Job, engine):
     return 0, [], [], 0.0
   meta = checkpoint.restore(found, engine.checkpointed(),
                             unread_slots=optimizers.unread_slots(engine.optimizer))
+  engine.load_checkpointed()
   step = int(meta["step"])
   print(f"[train] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
