@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
-from tfx_parallel.components.distributed_trainer import tfjob
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.run import tfjob
+from tfx_parallel.components.distributed_trainer.run.train import Job
 
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -401,7 +401,7 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
 
 
 def _checkpoint_steps(directory):
-  from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   return checkpoint.steps(directory)
 
 

@@ -12,7 +12,9 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
 import tf_keras
 
-from tfx_parallel.components.distributed_trainer import checkpoint, executor, optimizers
+from tfx_parallel.components.distributed_trainer import executor
+from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer.run import checkpoint
 
 
 def _model(width: int = 1):

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import trainer_util as tu
-from tfx_parallel.components.distributed_trainer import checkpoint, executor, launcher
+from tfx_parallel.components.distributed_trainer import executor
+from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher
 
 STEPS = 24
 CONFIG = dict(batch_size=32, learning_rate=0.05, optimizer="momentum", log_every=4,
