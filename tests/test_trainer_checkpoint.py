@@ -88,10 +88,12 @@ def test_the_last_two_are_kept_and_an_uncommitted_write_is_never_read(tmp_path):
   tf.train.Checkpoint(**objects).write(os.path.join(directory, "ckpt-40"))
   with open(os.path.join(directory, "ckpt-40.data-00000-of-00001"), "r+b") as f:
     f.truncate(7)
+  with open(os.path.join(directory, "ckpt-30.json.tmp-1-ab"), "w") as f:  # Killed mid-rename.
+    f.write("{")
   assert checkpoint.latest(directory).endswith("ckpt-30")
   checkpoint.save(directory, 50, objects, {})  # The next save removes the torn files.
   assert checkpoint.steps(directory) == [30, 50]
-  assert not [f for f in os.listdir(directory) if f.startswith("ckpt-40")]
+  assert not [f for f in os.listdir(directory) if f.startswith("ckpt-40") or ".tmp-" in f]
   checkpoint.clear(directory)  # A finished run: nothing left to resume.
   assert checkpoint.latest(directory) is None and checkpoint.steps(directory) == []
   assert not [f for f in os.listdir(directory) if f.startswith("ckpt")]

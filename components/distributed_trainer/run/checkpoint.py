@@ -154,11 +154,12 @@ def _write_atomic(path: str, text: str):
 
 def _remove_all_but(directory: str, kept: List[int]):
   """Deletes the files of every other checkpoint: pruned ones, and torn ones that a
-  killed process left uncommitted (``ckpt-16.data-*``, ``ckpt-16_temp/``)."""
+  killed process left uncommitted (``ckpt-16.data-*``, ``ckpt-16_temp/``, a
+  ``ckpt-16.json.tmp-*``)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   for name in tf.io.gfile.listdir(directory):
     m = _STEP.match(name.rstrip("/"))
-    if not m or int(m.group(1)) in kept:
+    if not m or (int(m.group(1)) in kept and ".tmp-" not in name):
       continue
     path = os.path.join(directory, name.rstrip("/"))
     try:
