@@ -19,10 +19,10 @@ functional_saver.py runs a restore into a custom device (DTensor) inside a
 single-device model reads the same keys into its own variables.
 
 Writes are atomic: the tensors and the ``.json`` are written first, then TensorFlow's
-``checkpoint`` state file is replaced in one rename (checkpoint_management.py
-``update_checkpoint_state_internal`` -> ``file_io.atomic_write_string_to_file``). A
-process killed mid-write leaves the state naming the previous checkpoint, which
-``latest`` returns; the torn files are removed by the next save.
+``checkpoint`` state file (a CheckpointState proto, in the text format that
+checkpoint_management.py ``update_checkpoint_state_internal`` writes) is replaced in one
+rename. A process killed mid-write leaves the state naming the previous checkpoint,
+which ``latest`` returns; the torn files are removed by the next save.
 """
 import json
 import os
@@ -32,6 +32,7 @@ import uuid
 from typing import Dict, List, Optional
 
 _NAME = "ckpt"
+_STATE = "checkpoint"  # The file tf.train.latest_checkpoint reads.
 _KEEP = 2
 _STEP = re.compile(rf"^{_NAME}-(\d+)(?:\.|_temp|$)")
 # Config keys that say where a run trains, not what it computes: a rerun with any of
@@ -59,9 +60,12 @@ def save(directory: str, step: int, objects: Dict[str, object], meta: dict) -> s
   _write_atomic(prefix + ".json", json.dumps(dict(meta, step=step)))
   _pause_if_asked(step)
   kept = [s for s in steps(directory) if s != step][-(_KEEP - 1):] + [step]
-  tf.compat.v1.train.update_checkpoint_state(
-      directory, os.path.basename(prefix),
-      all_model_checkpoint_paths=[os.path.basename(_prefix(directory, s)) for s in kept])
+  # TensorFlow's CheckpointState (checkpoint_state.proto, text format), as
+  # checkpoint_management.update_checkpoint_state_internal writes it, with relative paths.
+  names = [os.path.basename(_prefix(directory, s)) for s in kept]
+  _write_atomic(os.path.join(directory, _STATE),
+                f'model_checkpoint_path: "{names[-1]}"\n'
+                + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
   _remove_all_but(directory, kept)
   return prefix
 
@@ -139,7 +143,7 @@ def clear(directory: str):
   if tf.io.gfile.isdir(directory):
     _remove_all_but(directory, [])
     try:
-      tf.io.gfile.remove(os.path.join(directory, "checkpoint"))
+      tf.io.gfile.remove(os.path.join(directory, _STATE))
     except tf.errors.NotFoundError:
       pass
 
