@@ -1,7 +1,7 @@
 """Cost of one checkpoint, save and restore: tf.train.Checkpoint (checkpoint.py) against the
 private .npz it replaced, side by side in one process.
 
-    python benchmarks/checkpoint_format.py [--reps 5]
+    python benchmarks/checkpoint_format.py [--reps 5] [--plot benchmarks/plots/checkpoint_format.png]
 
 The .npz path is the one of commit f3d7356 (components/distributed_trainer/checkpoint.py
 and engines.py there): gather every model and optimizer variable to host numpy
@@ -140,7 +140,34 @@ def main(reps: int) -> dict:
   return out
 
 
+def plot(result: dict, path: str):
+  """Save and restore ms per case, the three paths side by side (log scale)."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(9, 4))
+  for i, op in enumerate(("save", "restore")):
+    ax = fig.add_subplot(1, 2, i + 1)
+    cases = result["cases"]
+    labels = [f"{c['model']}\n{c['layout']}" for c in cases]
+    for j, (key, name) in enumerate((("npz", ".npz (before)"), ("tf", "tf.train.Checkpoint"),
+                                     ("tf_host_copy", "tf, mesh via host copy (used)"))):
+      xs = [k + 0.27 * (j - 1) for k, c in enumerate(cases) if f"{key}_{op}_ms" in c]
+      ys = [c[f"{key}_{op}_ms"] for c in cases if f"{key}_{op}_ms" in c]
+      ax.bar(xs, ys, width=0.27, label=name)
+    ax.set_xticks(range(len(cases)), labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"ms per {op}")
+    ax.set_title(f"one checkpoint {op} (median of {result['reps']})")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+
+
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--reps", type=int, default=5)
-  print(json.dumps(main(parser.parse_args().reps)))
+  parser.add_argument("--plot", default="", help="also write a PNG of the figures here")
+  args = parser.parse_args()
+  result = main(args.reps)
+  if args.plot:
+    plot(result, args.plot)
+  print(json.dumps(result))
