@@ -197,7 +197,7 @@ class MeshEngine:
     The DVariables themselves would save through tf.train.Checkpoint too, whole
     (run/checkpoint.py), but each save then traces and DTensor-compiles a new function
     (functional_saver.py ``MultiDeviceSaver.save``): 0.9-2.5 s per checkpoint on a CPU
-    mesh 2x2 against 0.08-0.3 s through the host copy, 0.7-0.9x the .npz this format
+    mesh 2x2 against 0.08-0.3 s through the host copy, 0.7-1.5x the .npz this format
     replaced (benchmarks/results/checkpoint_format.md).
     """
     import numpy as np  # pylint: disable=g-import-not-at-top
