@@ -9,12 +9,14 @@ uninterrupted single-device run. The console names the layout the checkpoint cam
 SGD with momentum 0.9, so the optimizer's state (one slot per variable) must carry
 across too. And the reverse: the single run's checkpoint resumes on a mesh 2x2.
 """
+import glob
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -137,3 +139,54 @@ def test_the_console_names_the_layout_the_checkpoint_came_from(runs, layout, sav
   step = 16 if layout == "mesh_resumed" else 8
   assert re.search(rf"resuming from \S+ckpt-{step} at step {step} \(saved by layout "
                    rf"{saved}; now {now}\)", out), out[-3000:]
+
+
+# The pipeline as a user runs it (tfx_parallel.pipeline.local_runner: ExampleGen, trainer,
+# evaluator on LocalDagRunner with SQLite ML Metadata), in a process of its own.
+_RUN_PIPELINE = (
+    "import json, sys\n"
+    "import tfx_parallel.pipeline.tfenv\n"
+    "from tfx_parallel.pipeline import config as config_lib, local_runner\n"
+    "local_runner.run(config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2])\n")
+PIPELINE = {"pipeline_name": "relayout", "example_gen": {"rows": 1000},
+            "trainer": dict(CONFIG, layout="mesh", mesh=[2, 2], device="cpu"),
+            "evaluator": {"require_converged": False}}
+
+
+@pytest.mark.slow
+def test_a_killed_mesh_pipeline_rerun_as_mirrored_resumes_from_its_checkpoint(tmp_path):
+  """The whole pipeline process group is SIGKILLed (a preempted node) while its mesh 2x2
+  trainer writes the step-16 checkpoint; the same pipeline rerun with the layout set to
+  mirrored x2 resumes at step 8 and records 16 steps run in ML Metadata."""
+  from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  home = str(tmp_path / "home")
+  proc = subprocess.Popen([sys.executable, "-c", _RUN_PIPELINE, json.dumps(PIPELINE), home],
+                          env=dict(os.environ, **{checkpoint.PAUSE_ENV: "16"}),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+  lines = []
+  try:
+    for line in proc.stdout:
+      lines.append(line)
+      if "step 16 written, pausing" in line:
+        break
+  finally:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=KILL_SECONDS)
+  assert "step 16 written, pausing" in "".join(lines), "".join(lines)[-3000:]
+  rerun = dict(PIPELINE, trainer=dict(CONFIG, layout="mirrored", devices=2, device="cpu"))
+  done = subprocess.run([sys.executable, "-c", _RUN_PIPELINE, json.dumps(rerun), home],
+                        capture_output=True, text=True, timeout=900)
+  out = done.stdout + done.stderr
+  assert done.returncode == 0, out[-3000:]
+  assert re.search(r"resuming from \S+ckpt-8 at step 8 \(saved by layout mesh 2x2; now "
+                   r"mirrored x2\)", out), out[-3000:]
+  cfg = metadata_store_pb2.ConnectionConfig()
+  cfg.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  histories = metadata_store.MetadataStore(cfg).get_artifacts_by_type("TrainingHistory")
+  assert [(h.custom_properties["layout"].string_value, h.custom_properties["steps_run"].int_value)
+          for h in histories] == [("mirrored", STEPS - 8)]
+  # Finished: the executor removed the checkpoints.
+  assert not [f for d in glob.glob(os.path.join(home, "**", "_checkpoints", "*"),
+                                   recursive=True) for f in os.listdir(d) if f.startswith("ckpt")]
