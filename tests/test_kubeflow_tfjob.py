@@ -401,10 +401,8 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
 
 
 def _checkpoint_steps(directory):
-  import glob  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
-  return [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.npz$").search,
-                                       glob.glob(os.path.join(directory, "ckpt-*.npz"))) if m]
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
+  return checkpoint.steps(directory)
 
 
 @pytest.mark.slow

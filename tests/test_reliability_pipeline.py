@@ -511,7 +511,7 @@ _GATED_RUN_CHILD = textwrap.dedent("""
 OVERLAP_CONFIG = {
     "pipeline_name": "overlap",
     "example_gen": {"rows": 2000},
-    "trainer": {"layout": "single", "steps": 8000, "log_every": 100, "checkpoint_every": 1,
+    "trainer": {"layout": "single", "steps": 8000, "log_every": 100, "checkpoint_every": 10,
                 "optimizer": "adam", "learning_rate": 0.05},
     "evaluator": {"require_converged": False},
 }
@@ -564,6 +564,8 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
   # trainer execution is FAILED, nothing half-written is LIVE; A then completes.
   assert codes[1] != 0 and CHECKPOINT_IN_USE in results[1], results[1][-3000:]
   assert not resumed[1], resumed[1]
+  # A, finished, removed its checkpoints (a later run of any layout starts afresh).
+  assert not glob.glob(os.path.join(ckpts, "*", "ckpt-*")), os.listdir(ckpts)
   states, live = assert_store_consistent(os.path.join(home, config_lib.METADATA_FILE))
   assert set(states) == {"COMPLETE", "CACHED", "FAILED"}, states
   assert len(states["FAILED"]) == 1, states  # B's trainer

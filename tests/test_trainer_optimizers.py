@@ -27,28 +27,3 @@ def test_each_name_builds_the_slots_the_planner_counts():
     # Stock SGD keeps a momentum slot it never reads (the mesh's SGD does not).
     want = optimizers.SLOTS_PER_PARAM[name] or (1 if name == "sgd" else 0)
     assert len(slots) == want, name
-
-
-def test_checkpoint_state_is_matched_by_name_across_sgd_with_and_without_its_unread_slot():
-  """Stock SGD (momentum 0) keeps an m slot it never reads; the mesh's SGD keeps none.
-  Either one's state loads into the other; a slot that carries state cannot be dropped."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import pytest  # pylint: disable=g-import-not-at-top
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  x = tf_keras.Input((3,), name="x")
-  model = tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, use_bias=False, name="d")(x))
-  stock, slotless = optimizers.make("sgd", 0.1), optimizers.mesh_sgd_class()(0.1)
-  for opt in (stock, slotless):
-    opt.build(model.trainable_variables)
-  assert optimizers.variable_names(stock) == ["iteration", "m/d/kernel"]
-  assert optimizers.variable_names(slotless) == ["iteration"]
-  got = optimizers.match_state(stock, {"iteration": np.int64(7)})
-  assert int(got[0]) == 7 and not np.any(got[1])
-  assert [int(v) for v in optimizers.match_state(
-      slotless, {"iteration": np.int64(7), "m/d/kernel": np.zeros((3, 1))})] == [7]
-  momentum = optimizers.make("momentum", 0.1)
-  momentum.build(model.trainable_variables)
-  with pytest.raises(ValueError, match=r"missing \['m/d/kernel'\]"):
-    optimizers.match_state(momentum, {"iteration": np.int64(7)})
-  with pytest.raises(ValueError, match=r"unexpected \['m/d/kernel'\]"):
-    optimizers.match_state(slotless, {"iteration": np.int64(7), "m/d/kernel": np.ones((3, 1))})

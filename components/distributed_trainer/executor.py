@@ -16,7 +16,7 @@ from tfx_parallel.components.common import config_util, keys, run_history, task_
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
-from tfx_parallel.components.distributed_trainer.run import launcher, tfjob
+from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher, tfjob
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
@@ -26,6 +26,8 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
                    module_digest: str = "") -> str:
   """Stable across reruns of the same inputs + config + module file, so a killed run
   resumes (and an edited module file does not resume another model's checkpoint).
+  ``config_json``: checkpoint.run_identity, without the layout, so that a rerun on
+  another layout resumes too.
 
   `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config, module)[:16]>`.
   """
@@ -53,7 +55,9 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              train_rows=int(rows.get(config.train_split, 0)),  # 0: counted by prepare().
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
-             checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json, digest),
+             checkpoint_dir=checkpoint_dir(model_uri, examples.uri,
+                                           checkpoint.run_identity(json.loads(config_json)),
+                                           digest),
              num_shards=described.num_shards or 1,
              string_feature_keys=list(described.string_keys),
              train_files=list(described.files[config.train_split]),
@@ -127,6 +131,7 @@ class Executor(base_executor.BaseExecutor):
       tfjob.run(job, settings)
     else:
       launcher.launch(job, config.layout, config.workers)
+    checkpoint.clear(job.checkpoint_dir)  # Finished: a rerun (any layout) starts afresh.
     path = os.path.join(history.uri, keys.HISTORY_FILE)
     with fileio.open(path) as f:
       record = run_history.RunHistory.from_json(f.read(), path)

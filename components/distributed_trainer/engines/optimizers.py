@@ -112,44 +112,9 @@ def on_mesh(optimizer, mesh, owner: str, hook: Optional[str] = None):
   return rebuilt
 
 
-def variable_names(optimizer) -> list:
-  """The names of ``optimizer.variables`` without ``:0`` (``iteration``, ``m/hidden/kernel``):
-  the same on every layout, so a checkpoint's optimizer state is matched by name. A
-  leading ``<optimizer name>/`` scope (slots built inside ``fit`` under a multi-worker
-  strategy get ``Adam/m/...``) is dropped."""
-  scope = f"{optimizer.name}/"
-  out = []
-  for v in optimizer.variables:
-    name = v.name[:-2] if v.name.endswith(":0") else v.name
-    out.append(name[len(scope):] if name.startswith(scope) else name)
-  return out
-
-
-def match_state(optimizer, saved: Dict[str, Any]) -> list:
-  """Values for ``optimizer.variables`` (in order) from a checkpoint's ``name -> value``.
-
-  Layouts differ in one place only: stock SGD without momentum keeps a momentum slot per
-  variable that it never reads, the mesh's SGD keeps none (MeshSGD). Such a slot missing
-  from ``saved`` keeps its zeros; one in ``saved`` but not here must be all zeros.
-
-  Raises:
-    ValueError: naming the variables that do not match.
-  """
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  names = variable_names(optimizer)
-  unread = (type(optimizer).__name__ in ("SGD", "MeshSGD")
-            and not optimizer.get_config().get("momentum"))
-  out, missing = [], []
-  for name, v in zip(names, optimizer.variables):
-    if name in saved:
-      out.append(np.asarray(saved[name]))
-    elif unread and name.startswith("m/"):
-      out.append(np.zeros(v.shape.as_list(), v.dtype.as_numpy_dtype))
-    else:
-      missing.append(name)
-  extra = [k for k in saved if k not in names
-           and not (k.startswith("m/") and not np.any(np.asarray(saved[k])))]
-  if missing or extra:
-    raise ValueError(f"checkpoint: the optimizer state does not fit this optimizer "
-                     f"({type(optimizer).__name__}); missing {missing}, unexpected {extra}")
-  return out
+def unread_slots(optimizer) -> bool:
+  """True for SGD without momentum: stock tf_keras SGD keeps an ``m`` slot per variable
+  that it never reads, the mesh's SGD (MeshSGD) keeps none, so a checkpoint of either
+  restores into the other with those slots left as they are (checkpoint.restore)."""
+  return (type(optimizer).__name__ in ("SGD", "MeshSGD")
+          and not optimizer.get_config().get("momentum"))

@@ -150,35 +150,34 @@ def linear_weights(model, spec, normalization) -> Optional[dict]:
 
 
 def save_checkpoint(job: Job, engine, state, step: int):
-  """The one checkpoint path (checkpoint.py): model weights in ``get_weights()`` order and
-  optimizer variables in ``optimizer.variables`` order, gathered, so that any layout
-  resumes any other's; the run state and the layout it was saved by go along."""
+  """The one checkpoint path (checkpoint.py): the engine's model and optimizer as a
+  tf.train.Checkpoint, which any layout reads; the run state and the layout it was saved
+  by go along."""
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
-  weights, optimizer_state = engine.state()
-  names = list(optimizer_state)
-  checkpoint.save(job.checkpoint_dir, step, {f"w{i:04d}": w for i, w in enumerate(weights)},
-                  {"optimizer": {f"v{i:04d}": optimizer_state[n] for i, n in enumerate(names)}},
+  checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
-                   "wall_time": state.wall_time(), "optimizer_names": names,
+                   "wall_time": state.wall_time(),
                    "layout": describe_layout(engine.describe())})
 
 
 def restore_checkpoint(job: Job, engine):
   """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
+    old = checkpoint.legacy(job.checkpoint_dir)
+    if old:
+      print(f"[trainer] checkpoint: {len(old)} checkpoint(s) in the .npz format of earlier "
+            f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
+            flush=True)
     return 0, [], [], 0.0
-  step, values, slots, meta = checkpoint.load(found)
-  opt = slots.get("optimizer", {})
-  names = meta.get("optimizer_names")
-  if names is None:  # Written before names were kept: the optimizer's own order.
-    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
-    names = optimizers.variable_names(engine.optimizer)[:len(opt)]
-  engine.load_state([values[k] for k in sorted(values)],
-                    {n: opt[k] for n, k in zip(names, sorted(opt))})
-  saved_by = meta.get("layout", "an unrecorded layout")
-  print(f"[trainer] resuming from {found} at step {step} (saved by layout {saved_by}; "
+  meta = checkpoint.restore(found, engine.checkpointed(),
+                            unread_slots=optimizers.unread_slots(engine.optimizer))
+  engine.load_checkpointed()
+  step = int(meta["step"])
+  print(f"[trainer] resuming from {found} at step {step} (saved by layout "
+        f"{meta.get('layout', 'an unrecorded layout')}; "
         f"now {describe_layout(engine.describe())})", flush=True)
   return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
