@@ -36,10 +36,9 @@ devices (or GPUs when present) with a custom loop:
   2.0 ms for a fit step; benchmarks/results/mesh_engine.md).
 
   The input is packed here rather than fed by ``dtensor.DTensorDataset``: its iterator
-  (tensorflow/dtensor/python/input_util.py lines 144-156, ``_DTensorIterator.__next__``,
-  TF 2.16.2)
-  takes each element on the host mesh and calls ``copy_to_mesh`` eagerly, with
-  ``context.async_wait()`` around it, once per step, so it cannot run inside the step
+  (``_DTensorIterator.__next__``, tensorflow/dtensor/python/input_util.py lines 144-156,
+  TF 2.16.2) takes each element on the host mesh and calls ``copy_to_mesh`` eagerly,
+  between two ``context.async_wait()``, once per step: it cannot run inside the step
   function and costs what one pack does.
 
   DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
