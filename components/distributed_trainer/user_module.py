@@ -164,14 +164,17 @@ def build(module: UserModule, spec: ms.ModelSpec):
 
 
 @contextlib.contextmanager
-def fresh_layer_names():
-  """Builds in the block get the layer names a fresh process gives (``dense``, not
-  ``dense_2``), as in the training process; tf_keras's name counters are restored after."""
+def layer_names(fresh: bool):
+  """Runs a block, then restores tf_keras's auto layer-name counters to where they were,
+  so the next build of the same model gets the same names (``dense`` again, not
+  ``dense_2``). With ``fresh`` the block starts from empty counters: the names a fresh
+  process gives, as in the training process."""
   from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
   uids = backend.get_default_graph_uid_map()
   saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
-  uids.clear()
-  backend.OBSERVED_NAMES.clear()
+  if fresh:
+    uids.clear()
+    backend.OBSERVED_NAMES.clear()
   try:
     yield
   finally:
@@ -246,7 +249,7 @@ def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0,
   ``auto``, which may choose one) the module's layout rules are resolved against the
   model too (:func:`check_layout_rules`). Returns the model."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  with fresh_layer_names():
+  with layer_names(fresh=True):
     model = build(module, spec)
   if model_axis >= 1:
     check_layout_rules(module, spec, model, model_axis)

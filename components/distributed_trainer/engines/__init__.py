@@ -7,9 +7,10 @@ weights and state:
 * :class:`FitEngine`: ``single``, ``mirrored``, ``multi_worker``; tf_keras ``model.fit``
   under a ``tf.distribute`` strategy (strategies.py), or none.
 * :class:`MeshEngine`: ``mesh``; ``mesh_runtime.MeshTrainer`` on a DTensor (batch, model)
-  mesh, with the layout rules of sharding.py. Its loop reports the running mean loss
-  ``fit`` reports and fetches the loss from the devices once per execution
-  (``steps_per_execution``).
+  mesh, with the layout rules of sharding.py. Like ``fit``, it runs
+  ``steps_per_execution`` steps per call into TensorFlow (one DTensor function over that
+  many stacked batches) and reports the running mean loss ``fit`` reports; the losses
+  leave the devices once per execution.
 
 Both take the loss from ``user_module.make_loss`` and the optimizer from the one
 factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
@@ -162,27 +163,26 @@ class MeshEngine:
     return eval_loss
 
   def train(self, dataset, start_step: int, total: int, callbacks: list):
-    """Steps until ``total`` (or a callback sets ``model.stop_training``). The callbacks
-    see, as under ``fit``, the batch index and the running mean loss since the start, at
-    every ``steps_per_execution`` steps; the loss leaves the devices only then."""
+    """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
+    of ``steps_per_execution`` steps: each is ONE DTensor call over that many batches,
+    stacked by ``dataset.batch`` (the last may be shorter). The callbacks see, as under
+    ``fit``, the batch index and the running mean loss since the start after every
+    execution; the losses leave the devices only then."""
     model = self.model
     model.stop_training = False
     for c in callbacks:
       c.set_model(model)
-    k = self.steps_per_execution
-    pending, count, mean = [], 0, 0.0
+    count, mean = 0, 0.0
     if total > start_step:
-      for features, labels in dataset:
-        pending.append(self.trainer.step_async(features, labels))
-        count += 1
-        if count % k and start_step + count < total:
-          continue
-        losses, pending = self.trainer.fetch(pending), []
-        for n, loss in enumerate(losses, count - len(losses) + 1):
+      executions = dataset.take(total - start_step).batch(self.steps_per_execution)
+      for features, labels in executions:
+        losses = self.trainer.fetch([self.trainer.steps_async(features, labels)])
+        for n, loss in enumerate(losses, count + 1):
           mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
+        count += len(losses)
         for c in callbacks:
           c.on_train_batch_end(count - 1, {"loss": mean})
-        if start_step + count >= total or model.stop_training:
+        if model.stop_training:
           break
     for c in callbacks:
       c.on_train_end()
