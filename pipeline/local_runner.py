@@ -31,7 +31,9 @@ def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
   SQLite path. Raises ConfigError (naming the key) before anything is written."""
   # TFX is imported here, not at module import: the CLI checks the config and the
   # home directory first, and sets up its console before TFX's imports log anything.
-  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  # The narrow modules, not `tfx.v1`: see pipeline.py.
+  from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # pylint: disable=g-import-not-at-top
   from tfx_parallel.pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
   # Before any directory is created or any component runs.
   config.validate().check_inputs()
@@ -40,8 +42,8 @@ def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
   os.makedirs(os.path.dirname(metadata_path), exist_ok=True)
   pipeline = pipeline_lib.create_pipeline(
       config, pipeline_root,
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path))
+      metadata.sqlite_metadata_connection_config(metadata_path))
   logging.info("Running %s: pipeline root %s, ML Metadata %s",
                config.pipeline_name, pipeline_root, metadata_path)
-  tfx.orchestration.LocalDagRunner().run(pipeline)
+  LocalDagRunner().run(pipeline)
   return metadata_path
