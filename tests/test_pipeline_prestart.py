@@ -16,7 +16,8 @@ libs = {l.split()[-1] for l in open("/proc/self/maps") if ".so" in l}
 omp = sorted(l for l in libs if os.path.basename(l).startswith(("libiomp", "libomp", "libgomp")))
 with open(sys.argv[1], "w") as f:
   json.dump({"argv": sys.argv[1:], "name": __name__, "omp": omp,
-             "kmp": os.environ.get("KMP_INIT_AT_FORK"),
+             "kmp": os.environ.get("KMP_INIT_AT_FORK"), "cwd": os.getcwd(),
+             "stdin": list(os.fstat(0)[1:3]),
              "tensorflow_imported": "tensorflow" in sys.modules}, f)
 sys.exit(int(sys.argv[2]))
 '''
@@ -45,10 +46,11 @@ def test_unmatched_keys_are_those_the_imports_did_not_reach():
 
 def test_held_stops_a_process_nobody_took(probe_env):
   with prestart.held():
-    proc = prestart._held  # pylint: disable=protected-access
-    assert proc is not None and proc.poll() is None
+    early = prestart._held  # pylint: disable=protected-access
+    proc = early.proc
+    assert proc.poll() is None
     with prestart.held():  # Nested: shares the outer process.
-      assert prestart._held is proc  # pylint: disable=protected-access
+      assert prestart._held is early  # pylint: disable=protected-access
     assert proc.poll() is None
   assert proc.poll() is not None and prestart._held is None  # pylint: disable=protected-access
   with prestart.held(wanted=False):
@@ -68,6 +70,8 @@ def test_early_process_runs_the_command_as_python_m_would(tmp_path, probe_env):
   assert seen["argv"] == [str(out), "3"] and seen["name"] == "__main__"
   assert seen["tensorflow_imported"]  # Imported before the command came.
   assert seen["kmp"] == "FALSE"
+  assert seen["cwd"] == os.getcwd()
+  assert seen["stdin"] == list(os.fstat(0)[1:3])  # This process's stdin, as with Popen.
   assert seen["omp"] == [], "an OpenMP runtime read KMP_* before the command set them"
   assert prestart.take([sys.executable, "-m", "probe_early"], wanted) is None  # Used once.
 
@@ -76,7 +80,7 @@ def test_early_process_runs_the_command_as_python_m_would(tmp_path, probe_env):
 def test_a_changed_environment_gets_a_new_process(tmp_path, probe_env, caplog):
   caplog.set_level(logging.INFO, logger="absl")
   assert prestart.start(probe_env)
-  early = prestart._held  # pylint: disable=protected-access
+  early = prestart._held.proc  # pylint: disable=protected-access
   wanted = dict(probe_env, TF_CPP_MIN_LOG_LEVEL="0")  # TensorFlow reads it at import.
   assert prestart.take([sys.executable, "-m", "probe_early", str(tmp_path / "x"), "0"],
                        wanted) is None

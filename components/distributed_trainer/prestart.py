@@ -21,12 +21,15 @@ sklearn/__init__.py:53-57, joblib/__init__.py:163, threadpoolctl.py:83). The ear
 process takes the launcher's values for them before it runs the command.
 Otherwise (say a variable TensorFlow reads at import changed) the early process is
 stopped and the launcher starts a new process as before, with one log line naming the
-variables that differed. A process not taken is stopped when the run ends
-(:func:`held`), or when its parent exits (its stdin closes).
+variables that differed. The working directory must match too. The early process
+keeps the pipeline process's stdin, stdout and stderr, as a new process would; its
+command and its report travel on two pipes of their own. A process not taken is stopped
+when the run ends (:func:`held`), or when its parent exits (its command pipe closes).
 
-    python -m tfx_parallel.components.distributed_trainer.prestart   # the early process
+    python -m tfx_parallel.components.distributed_trainer.prestart REPORT_FD COMMAND_FD
 """
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -39,28 +42,51 @@ from absl import logging
 # Read only when an OpenMP runtime loads (none has in the early process): see above.
 SET_BEFORE_COMMAND = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 
-# The early process of this pipeline process, the environment it started with, and the
-# pipe on which it reports its environment after its imports.
-_held: Optional[subprocess.Popen] = None
-_held_env: Dict[str, str] = {}
-_held_report: Optional[BinaryIO] = None
+
+@dataclasses.dataclass
+class _Early:
+  """The early process, what it started with, and its two pipes."""
+  proc: subprocess.Popen
+  env: Dict[str, str]
+  cwd: str
+  report: BinaryIO   # Its environment after its imports (JSON), then EOF.
+  command: BinaryIO  # Its one command (JSON line); closing it unsent makes it exit.
+
+  def stop(self):
+    for pipe in (self.report, self.command):
+      if not pipe.closed:
+        pipe.close()
+    if self.proc.poll() is None:
+      self.proc.kill()
+    self.proc.wait()
+
+
+_held: Optional[_Early] = None  # This pipeline process's early process, if any.
 
 
 def start(environ: Optional[Mapping[str, str]] = None) -> bool:
   """Starts the early training process unless one is held; True if this call started it."""
-  global _held, _held_env, _held_report
+  global _held
   if _held is not None:
     return False
-  _held_env = dict(os.environ if environ is None else environ)
-  read_end, write_end = os.pipe()
+  env = dict(os.environ if environ is None else environ)
+  report_read, report_write = os.pipe()
+  command_read, command_write = os.pipe()
   try:
-    _held = subprocess.Popen([sys.executable, "-m", __name__, str(write_end)],
-                             stdin=subprocess.PIPE, env=_held_env, pass_fds=(write_end,))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", __name__, str(report_write), str(command_read)], env=env,
+        pass_fds=(report_write, command_read))
+  except BaseException:
+    for fd in (report_read, command_write):
+      os.close(fd)
+    raise
   finally:
-    os.close(write_end)
-  _held_report = os.fdopen(read_end, "rb")
+    for fd in (report_write, command_read):
+      os.close(fd)
+  _held = _Early(proc, env, os.getcwd(), os.fdopen(report_read, "rb"),
+                 os.fdopen(command_write, "wb"))
   logging.info("Started the training process early (pid %d): it imports TensorFlow "
-               "while the pipeline starts", _held.pid)
+               "while the pipeline starts", proc.pid)
   return True
 
 
@@ -79,51 +105,43 @@ def take(command: List[str], environ: Mapping[str, str]) -> Optional[subprocess.
   """The early process, now running ``command``, if it can stand in for
   ``subprocess.Popen(command, env=environ)``; else None (and the early process is stopped).
   Waits for the early process to finish its imports."""
-  global _held, _held_report
-  proc, report, _held, _held_report = _held, _held_report, None, None
-  if proc is None:
+  global _held
+  early, _held = _held, None
+  if early is None:
     return None
-  with report:
-    text = report.read()  # Until the early process has imported TensorFlow.
+  text = early.report.read()  # Until the early process has imported TensorFlow.
+  early.report.close()
+  imported = json.loads(text) if text else {}
   reason = ""
   if not text:
-    reason = f"it exited with code {proc.wait()}"
+    reason = f"it exited with code {early.proc.wait()}"
   elif command[:2] != [sys.executable, "-m"]:
     reason = f"the command is not `{sys.executable} -m ...`: {command[:2]}"
+  elif os.getcwd() != early.cwd:
+    reason = f"the working directory changed from {early.cwd}"
   else:
-    imported = json.loads(text)
-    keys = unmatched_keys(_held_env, imported, environ)
+    keys = unmatched_keys(early.env, imported, environ)
     if keys:
       reason = f"the environment differs in {', '.join(keys)}"
-    updates = {k: environ.get(k) for k in SET_BEFORE_COMMAND
-               if imported.get(k) != environ.get(k)}
   if reason:
     logging.info("Not using the early training process (pid %d): %s; starting a new one",
-                 proc.pid, reason)
-    _stop(proc)
+                 early.proc.pid, reason)
+    early.stop()
     return None
-  proc.stdin.write((json.dumps({"argv": command[2:], "env": updates}) + "\n").encode())
-  proc.stdin.close()
-  logging.info("Training in the process started early (pid %d): %s", proc.pid,
+  updates = {k: environ.get(k) for k in SET_BEFORE_COMMAND if imported.get(k) != environ.get(k)}
+  with early.command:
+    early.command.write((json.dumps({"argv": command[2:], "env": updates}) + "\n").encode())
+  logging.info("Training in the process started early (pid %d): %s", early.proc.pid,
                " ".join(command))
-  return proc
+  return early.proc
 
 
 def discard():
   """Stops the early process if it was not taken."""
-  global _held, _held_report
-  proc, report, _held, _held_report = _held, _held_report, None, None
-  if proc is not None:
-    report.close()
-    _stop(proc)
-
-
-def _stop(proc: subprocess.Popen):
-  if proc.poll() is None:
-    proc.kill()
-  proc.wait()
-  if proc.stdin is not None and not proc.stdin.closed:
-    proc.stdin.close()
+  global _held
+  early, _held = _held, None
+  if early is not None:
+    early.stop()
 
 
 @contextlib.contextmanager
@@ -140,14 +158,16 @@ def held(wanted: bool = True):
 
 def main(argv: List[str]) -> int:
   """The early process: imports, reports its environment on the pipe whose fd is
-  ``argv[0]``, then runs the one command it is sent (nothing if its stdin closes first)."""
+  ``argv[0]``, then runs the one command read from the pipe ``argv[1]`` (nothing if that
+  pipe closes first)."""
   from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   importlib.import_module("tensorflow")  # The seconds this process is started early for.
   importlib.import_module("tf_keras")
   with os.fdopen(int(argv[0]), "w") as report:
     report.write(json.dumps(dict(os.environ)))
-  line = sys.stdin.readline()
+  with os.fdopen(int(argv[1]), "r") as pipe:
+    line = pipe.readline()
   if not line:
     return 0
   sent = json.loads(line)
