@@ -84,7 +84,7 @@ def run_ours_before(csv: str, home: str, steps: int) -> str:
   and all), and the training process is started only when the trainer launches."""
   import contextlib  # pylint: disable=g-import-not-at-top
   from tfx import v1  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  from tfx_parallel.components.distributed_trainer import prestart  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import prestart  # pylint: disable=g-import-not-at-top
   prestart.held = lambda wanted=True: contextlib.nullcontext()  # No early process.
   return run_ours(csv, home, steps)
 
@@ -212,7 +212,7 @@ def overhead(rows: int, steps: int, rounds: int = 3) -> dict:
   profiled = one("ours", "ours-profiled", prof)
   imports = {m: fresh_import_seconds(m) for m in (
       "tensorflow", "tfx.v1", "tfx_parallel.pipeline.pipeline",
-      "tfx_parallel.components.distributed_trainer.train")}
+      "tfx_parallel.components.distributed_trainer.run.train")}
   data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
           "load_after": bu.load_average(), "runs": runs, "profiled": profiled,
           "imports": imports, "top": profile_top(prof),
@@ -300,7 +300,7 @@ def overhead_section(data: dict) -> str:
       f"import the Google Cloud / AI Platform clients: fresh import of our pipeline module "
       f"{imports.get('tfx_parallel.pipeline.pipeline', float('nan')):.1f} s against "
       f"`tfx.v1` {imports.get('tfx.v1', float('nan')):.1f} s.",
-      f"* **The training process started early** (`components/distributed_trainer/"
+      f"* **The training process started early** (`components/distributed_trainer/run/"
       f"prestart.py`): it starts when the config is valid and imports TensorFlow and "
       f"tf_keras while the pipeline process checks the inputs, imports TFX and runs the "
       f"ExampleGen; the launcher hands it its command. Trainer execution (median): "

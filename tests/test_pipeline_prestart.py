@@ -1,4 +1,4 @@
-"""The training process started early (components/distributed_trainer/prestart.py): a real
+"""The training process started early (components/distributed_trainer/run/prestart.py): a real
 early process (it imports TensorFlow and tf_keras), handed a real ``-m`` command."""
 import json
 import logging
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer import prestart
+from tfx_parallel.components.distributed_trainer.run import prestart
 
 # Run by the early process as `python -m probe_early`: what a command sees there.
 PROBE = '''
