@@ -18,7 +18,8 @@ with open(sys.argv[1], "w") as f:
   json.dump({"argv": sys.argv[1:], "name": __name__, "omp": omp,
              "kmp": os.environ.get("KMP_INIT_AT_FORK"), "cwd": os.getcwd(),
              "stdin": list(os.fstat(0)[1:3]),
-             "tensorflow_imported": "tensorflow" in sys.modules}, f)
+             "preloaded": sorted(m for m in ("tensorflow", "tf_keras", "matplotlib.figure")
+                                 if m in sys.modules)}, f)
 sys.exit(int(sys.argv[2]))
 '''
 
@@ -68,7 +69,7 @@ def test_early_process_runs_the_command_as_python_m_would(tmp_path, probe_env):
   assert proc.wait(timeout=300) == 3  # The command's exit code is the process's.
   seen = json.loads(out.read_text())
   assert seen["argv"] == [str(out), "3"] and seen["name"] == "__main__"
-  assert seen["tensorflow_imported"]  # Imported before the command came.
+  assert seen["preloaded"] == sorted(prestart.PRELOAD)  # Imported before the command came.
   assert seen["kmp"] == "FALSE"
   assert seen["cwd"] == os.getcwd()
   assert seen["stdin"] == list(os.fstat(0)[1:3])  # This process's stdin, as with Popen.

@@ -1,15 +1,16 @@
 """The training process, started before it is needed.
 
-A new training process spends its first seconds importing TensorFlow and tf_keras
-(benchmarks/results/e2e_overhead.md). On a local run the pipeline process starts one
-such process as soon as the config is valid; it imports them while the pipeline process
-imports TFX and the ExampleGen runs, then waits for its command on stdin. The launcher
-hands it the command it would have run (``python -m MODULE --job job.json``) and waits
-for it like any child; the process runs the module with ``runpy``, as ``python -m`` does.
+A new training process spends its first seconds importing TensorFlow, tf_keras and
+matplotlib (benchmarks/results/e2e_overhead.md). On a local run the pipeline process
+starts one such process as soon as the config is valid; it imports them while the
+pipeline process checks the inputs, imports TFX and runs the ExampleGen, then waits for
+its command. The launcher hands it the command it would have run (``python -m MODULE
+--job job.json``) and waits for it like any child; the process runs the module with
+``runpy``, as ``python -m`` does.
 
 The early process is used only when it is the same as a new one: the same interpreter,
 a ``-m`` command, and the environment the launcher would give a new process. Importing
-TensorFlow sets a few variables (``TF2_BEHAVIOR``, ``KMP_INIT_AT_FORK``, ...), and the
+TensorFlow sets a few variables (``TF2_BEHAVIOR``, ``TPU_ML_PLATFORM``), and the
 pipeline process has imported it too; so the early process reports its environment
 after its imports, and every variable where the launcher's environment differs from
 the one the early process started with must have reached the launcher's value there.
@@ -26,7 +27,7 @@ keeps the pipeline process's stdin, stdout and stderr, as a new process would; i
 command and its report travel on two pipes of their own. A process not taken is stopped
 when the run ends (:func:`held`), or when its parent exits (its command pipe closes).
 
-    python -m tfx_parallel.components.distributed_trainer.prestart REPORT_FD COMMAND_FD
+    python -m tfx_parallel.components.distributed_trainer.run.prestart REPORT_FD COMMAND_FD
 """
 import contextlib
 import dataclasses
@@ -38,6 +39,10 @@ import sys
 from typing import BinaryIO, Dict, List, Mapping, Optional
 
 from absl import logging
+
+# What every training process imports (run/train.py: the loss plot uses a matplotlib
+# Figure, no pyplot): about 4 s on an idle core of this machine, 18 s at load 10.
+PRELOAD = ("tensorflow", "tf_keras", "matplotlib.figure")
 
 # Read only when an OpenMP runtime loads (none has in the early process): see above.
 SET_BEFORE_COMMAND = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
@@ -162,8 +167,8 @@ def main(argv: List[str]) -> int:
   pipe closes first)."""
   from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
-  importlib.import_module("tensorflow")  # The seconds this process is started early for.
-  importlib.import_module("tf_keras")
+  for module in PRELOAD:  # The seconds this process is started early for.
+    importlib.import_module(module)
   with os.fdopen(int(argv[0]), "w") as report:
     report.write(json.dumps(dict(os.environ)))
   with os.fdopen(int(argv[1]), "r") as pipe:
