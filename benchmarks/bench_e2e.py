@@ -261,8 +261,9 @@ def overhead_section(data: dict) -> str:
   lines = [
       "## End to end: fixed overhead (`benchmarks/bench_e2e.py --overhead`)", "",
       f"Command: `.venv/bin/python benchmarks/bench_e2e.py --overhead --rows {rows} --steps "
-      f"{steps} --rounds {rounds}`; run {data['when']}; load average before: "
-      f"{data['load_before']}; after: {data['load_after']} (2 cores shared with other "
+      f"{steps} --rounds {rounds}`; run {data['when']}"
+      + (f" at commit {data['commit']}" if data.get("commit") else "")
+      + f"; load average before: {data['load_before']}; after: {data['load_after']} (2 cores shared with other "
       f"jobs: read the ratios, which compare runs of the same round). {rounds} rounds of "
       f"three pipelines back to back, each in its own process ({rows:,} rows, {steps} steps "
       f"of batch {BATCH}, linear model): **ours**; **before**: ours as it was before the "
@@ -300,15 +301,28 @@ def overhead_section(data: dict) -> str:
       f"import the Google Cloud / AI Platform clients: fresh import of our pipeline module "
       f"{imports.get('tfx_parallel.pipeline.pipeline', float('nan')):.1f} s against "
       f"`tfx.v1` {imports.get('tfx.v1', float('nan')):.1f} s.",
-      f"* **The training process started early** (`components/distributed_trainer/run/"
-      f"prestart.py`): it starts when the config is valid and imports TensorFlow and "
-      f"tf_keras while the pipeline process checks the inputs, imports TFX and runs the "
-      f"ExampleGen; the launcher hands it its command. Trainer execution (median): "
-      f"{before['components']['Trainer']:.1f} s before, {ours['components']['Trainer']:.1f} "
-      f"s now.", "",
+      "* **The training process started early** (`components/distributed_trainer/run/"
+      "prestart.py`): it starts when the config is valid and imports TensorFlow and "
+      "tf_keras (since commit 75e214b also `matplotlib.figure`, not in this run) while "
+      "the pipeline process checks the inputs, imports TFX and runs the "
+      "ExampleGen; the launcher hands it its command. Trainer execution per round, "
+      "before -> ours: " + ", ".join(
+          f"{b['components'].get('Trainer', 0):.1f} -> {o['components'].get('Trainer', 0):.1f} s"
+          for b, o in zip(data["runs"]["before"], data["runs"]["ours"])) + ". The early "
+      "process gains only what idle CPU there is: on 2 cores at load ~10 (other jobs) "
+      "its imports compete with the pipeline process's.",
+      "* Together, ours/before per round: " + ", ".join(
+          f"{o / b:.2f}" for o, b in zip(ours["walls"], before["walls"])) + ".", "",
       f"What remains: our fixed overhead ({ours['fixed']:.1f} s) alone is {floor:.2f} of the "
       f"stock pipeline's whole wall time ({stock['wall']:.1f} s), so no speed-up of the "
-      f"components can bring the ratio under {floor:.2f}. Imports take {share:.0%} of the "
+      f"components can bring the ratio under {floor:.2f}; per round, fixed overhead / "
+      f"stock wall: " + ", ".join(
+          f"{(o['process_seconds'] - sum(o['components'].values())) / t['process_seconds']:.2f}"
+          for o, t in zip(data["runs"]["ours"], data["runs"]["stock"])) + ", and our three "
+      "components alone / stock wall: " + ", ".join(
+          f"{sum(o['components'].values()) / t['process_seconds']:.2f}"
+          for o, t in zip(data["runs"]["ours"], data["runs"]["stock"])) + " (the trainer's "
+      f"own process: input cache, tracing, fit, SavedModel export). Imports take {share:.0%} of the "
       f"profiled pipeline process. They are TFX's orchestration itself: `LocalDagRunner` "
       f"imports TensorFlow (`tfx/dsl/io/plugins/tensorflow_gfile.py`, and "
       f"`tfx/types/artifact.py` via `tfx.utils.doc_controls`), Beam "
@@ -316,9 +330,11 @@ def overhead_section(data: dict) -> str:
       f"(`dsl/input_resolution/ops/ops.py` -> `latest_blessed_model_strategy.py` imports "
       f"`tfx.components.evaluator`, which runs `tfx/components/__init__.py`). Taking them "
       f"out needs an orchestrator other than LocalDagRunner, or changes in TFX. The "
-      f"trainer's wait in the profile is {wait:.1f} s (its process: input cache, tracing, "
-      f"fit, export); on 2 shared cores the early process's imports also compete with "
-      f"the pipeline process's for the CPU.", "",
+      f"trainer's wait in the profile is {wait:.1f} s. Not taken: AutoGraph converts our "
+      f"own input and export functions in the training process (about 17 functions); "
+      f"an A/B of a `DoNotConvert('tfx_parallel')` rule gave no difference above the "
+      f"noise here (2 runs each, 8.5-13.0 s against 9.6-10.4 s) and would change how "
+      f"our traced code runs.", "",
       "Top items of the profile of our pipeline process (cumulative seconds, profiled "
       "run; the trainer and the Beam workers run in their own processes and show "
       "here as waits):", "",
