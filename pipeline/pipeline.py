@@ -9,7 +9,7 @@ The same factory is used by the local runner and the Kubeflow compiler.
 from typing import List, Optional
 
 from tfx.dsl.components.base import base_node
-# The narrow module, not `tfx.v1` (whose extensions import Google Cloud clients: ~8 s of
+# The narrow module, not `tfx.v1` (whose extensions import Google Cloud clients: 8-12 s of
 # a cold start here, benchmarks/results/e2e_overhead.md). tfx.dsl.Pipeline is this class.
 from tfx.orchestration import pipeline as tfx_pipeline
 
