@@ -88,3 +88,12 @@ def test_a_changed_environment_gets_a_new_process(tmp_path, probe_env, caplog):
   assert early.poll() is not None  # Stopped, not left waiting.
   assert not (tmp_path / "x").exists()
   assert "the environment differs in TF_CPP_MIN_LOG_LEVEL" in caplog.text
+
+
+def test_a_process_that_cannot_start_leaves_the_launch_to_the_launcher(monkeypatch, caplog):
+  caplog.set_level(logging.INFO, logger="absl")
+  monkeypatch.setattr(sys, "executable", "/nonexistent/python3")  # A real spawn failure.
+  with prestart.held():
+    assert prestart._held is None  # pylint: disable=protected-access
+    assert prestart.take(["/nonexistent/python3", "-m", "x"], dict(os.environ)) is None
+  assert "Could not start the training process early" in caplog.text

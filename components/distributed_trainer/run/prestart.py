@@ -153,7 +153,11 @@ def discard():
 def held(wanted: bool = True):
   """Starts the early process on entry (if ``wanted`` and none is held) and stops it on
   exit if nobody took it. Nested uses share the outer one's process."""
-  owner = wanted and start()
+  try:
+    owner = wanted and start()
+  except OSError as e:  # No process to spare: the launcher starts one when it is needed.
+    logging.warning("Could not start the training process early: %s", e)
+    owner = False
   try:
     yield
   finally:
