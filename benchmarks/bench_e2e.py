@@ -213,7 +213,9 @@ def overhead(rows: int, steps: int, rounds: int = 3) -> dict:
   imports = {m: fresh_import_seconds(m) for m in (
       "tensorflow", "tfx.v1", "tfx_parallel.pipeline.pipeline",
       "tfx_parallel.components.distributed_trainer.run.train")}
+  from tfx_parallel.components.distributed_trainer.run import prestart  # pylint: disable=g-import-not-at-top
   data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
+          "preload": list(prestart.PRELOAD),
           "load_after": bu.load_average(), "runs": runs, "profiled": profiled,
           "imports": imports, "top": profile_top(prof),
           "profile_imports_s": profile_seconds(prof, "_find_and_load"),
@@ -302,20 +304,23 @@ def overhead_section(data: dict) -> str:
       f"{imports.get('tfx_parallel.pipeline.pipeline', float('nan')):.1f} s against "
       f"`tfx.v1` {imports.get('tfx.v1', float('nan')):.1f} s.",
       "* **The training process started early** (`components/distributed_trainer/run/"
-      "prestart.py`): it starts when the config is valid and imports TensorFlow and "
-      "tf_keras (since commit 75e214b also `matplotlib.figure`, not in this run) while "
-      "the pipeline process checks the inputs, imports TFX and runs the "
+      "prestart.py`): it starts when the config is valid and imports "
+      + ", ".join(f"`{m}`" for m in data.get("preload", ("tensorflow", "tf_keras")))
+      + " while the pipeline process checks the inputs, imports TFX and runs the "
       "ExampleGen; the launcher hands it its command. Trainer execution per round, "
       "before -> ours: " + ", ".join(
           f"{b['components'].get('Trainer', 0):.1f} -> {o['components'].get('Trainer', 0):.1f} s"
           for b, o in zip(data["runs"]["before"], data["runs"]["ours"])) + ". The early "
-      "process gains only what idle CPU there is: on 2 cores at load ~10 (other jobs) "
-      "its imports compete with the pipeline process's.",
+      "process gains only what idle CPU there is: on 2 cores shared with other jobs its "
+      "imports compete with the pipeline process's.",
       "* Together, ours/before per round: " + ", ".join(
-          f"{o / b:.2f}" for o, b in zip(ours["walls"], before["walls"])) + ".", "",
+          f"{o / b:.2f}" for o, b in zip(ours["walls"], before["walls"])) + "."
+      + (f" {data['earlier']}" if data.get("earlier") else ""), "",
       f"What remains: our fixed overhead ({ours['fixed']:.1f} s) alone is {floor:.2f} of the "
       f"stock pipeline's whole wall time ({stock['wall']:.1f} s), so no speed-up of the "
-      f"components can bring the ratio under {floor:.2f}; per round, fixed overhead / "
+      f"components can bring the ratio under {floor:.2f}. The stock pipeline's own fixed "
+      f"overhead is {stock['fixed']:.1f} s: any pipeline run by LocalDagRunner pays about "
+      f"that much before and between its components. Per round, our fixed overhead / "
       f"stock wall: " + ", ".join(
           f"{(o['process_seconds'] - sum(o['components'].values())) / t['process_seconds']:.2f}"
           for o, t in zip(data["runs"]["ours"], data["runs"]["stock"])) + ", and our three "
