@@ -169,7 +169,7 @@ def main(argv: List[str]) -> int:
   """The early process: imports, reports its environment on the pipe whose fd is
   ``argv[0]``, then runs the one command read from the pipe ``argv[1]`` (nothing if that
   pipe closes first)."""
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   for module in PRELOAD:  # The seconds this process is started early for.
     importlib.import_module(module)
