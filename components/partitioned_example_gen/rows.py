@@ -230,6 +230,39 @@ def string_entry_prefixes(key_field: bytes, lengths: np.ndarray
   return prefixes, index
 
 
+class StringPrefixes:
+  """The bytes_list map-entry prefix of one string column's values, by value length.
+
+  The prefix depends only on the key and the value's length, so it is built once per
+  length and kept: ``pick`` is one table lookup per batch, where building the prefixes of
+  a batch's distinct lengths cost a numpy.unique and a protobuf encoding per length.
+  ``missing``: the entry of a missing value (b"": none; stock keys: an empty list).
+  Lengths up to MAX_CACHED_LENGTH are cached; longer values are looked up per batch.
+  """
+  MAX_CACHED_LENGTH = 1024
+
+  def __init__(self, key_field: bytes, missing: bytes = b""):
+    self._key_field = key_field
+    self._missing = missing
+    self._size = 0
+    self._table = self._widths = None
+
+  def pick(self, lengths: np.ndarray, present: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(prefix bytes [n, width] uint8, prefix lengths) of each row."""
+    top = int(lengths.max()) if len(lengths) else 0
+    if top > self.MAX_CACHED_LENGTH:
+      prefixes, index = string_entry_prefixes(self._key_field, lengths)
+      return PrefixTable(prefixes + [self._missing]).pick(
+          np.where(present, index, len(prefixes)))
+    if top >= self._size:
+      self._size = min(max(2 * self._size, top + 1, 64), self.MAX_CACHED_LENGTH + 1)
+      self._table, self._widths = _table(
+          [_bytes_entry(self._key_field, b"\0" * m)[:-m or None] for m in range(self._size)]
+          + [self._missing])
+    index = np.where(present, lengths, self._size)
+    return self._table[index], self._widths[index]
+
+
 class ExampleEncoder:
   """Serializes RowBatches to tf.train.Example bytes (see the module docstring)."""
 
@@ -249,6 +282,7 @@ class ExampleEncoder:
     self._int_tables = {k: _table(p) for k, p in self._int_prefixes.items()}
     self._prefixes = [float_entry_prefix(k) for k in self.float_keys]
     self._string_key_fields = [_field(_TAG_1, k.encode("utf-8")) for k in self.string_keys]
+    self._string_prefixes = [StringPrefixes(f) for f in self._string_key_fields]
     # Fixed layout of a row with every numeric feature present.
     features_len = sum(len(p) + 4 for p in self._prefixes)
     head = bytes([_TAG_1]) + varint(features_len)
@@ -316,10 +350,8 @@ class ExampleEncoder:
         block[:, :len(prefix)] = prefix
         block[:, len(prefix):] = floats[j].view(np.uint8).reshape(n, 4)
         body.add(block, np.where(np.isnan(values[j]), 0, len(prefix) + 4))
-    for key_field, (matrix, lengths, present) in zip(self._string_key_fields, strings):
-      prefixes, index = string_entry_prefixes(key_field, lengths)
-      table, widths = PrefixTable(prefixes).pick(index)
-      body.add(table, np.where(present, widths, 0))
+    for prefixes, (matrix, lengths, present) in zip(self._string_prefixes, strings):
+      body.add(*prefixes.pick(lengths, present))
       body.add(matrix, np.where(present, lengths, 0))
     data, ends = body.records()
     return EncodedBatch(sort_key, data, ends)
