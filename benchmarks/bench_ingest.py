@@ -38,6 +38,8 @@ Usage:
   .venv/bin/python benchmarks/bench_ingest.py --scaling         # scaling only
   .venv/bin/python benchmarks/bench_ingest.py --smoke           # tiny sizes, < 1 minute
   .venv/bin/python benchmarks/bench_ingest.py --mixed-scaling   # 1M/4M/10M mixed (~1 h loaded)
+  .venv/bin/python benchmarks/bench_ingest.py --mixed-scaling --mixed-rows 40000000 \
+      --mixed-sides ours --mixed-merge                           # add the 40M-row run
 A benchmark driver calls ``run(smoke)``, which returns the result rows as dicts.
 """
 import argparse
@@ -447,41 +449,70 @@ MIXED_PLOT = os.path.join(HERE, "plots", "ingest_mixed_rss.png")
 MIXED_SECTION = os.path.join(HERE, "results", "ingest_mixed.md")
 
 
+MIXED_SIDES = ("ours", "numeric", "stock")
+
+
 def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
-                  plot_path: Optional[str]) -> List[Dict]:
+                  plot_path: Optional[str], sides: Sequence[str] = MIXED_SIDES,
+                  command: str = "") -> List[Dict]:
   """The mixed-type CSV (make_mixed_csv) at each size through ours (``ingest.run``), and
   through stock CsvExampleGen at ``stock_rows`` only; plus a numeric-only CSV of the
   same column count at the smallest size through ours. One process per run, each under
-  the RSS launcher; in-memory DirectRunner."""
+  the RSS launcher; in-memory DirectRunner. ``sides``: which of MIXED_SIDES to run (a
+  40M-row run of ours alone, merged into the earlier results with --mixed-merge); each
+  row records its ``command``, start time, load average and commit."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, HERE)
+  import benchutil  # pylint: disable=g-import-not-at-top
   results = []
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
+                          capture_output=True, check=False).stdout.strip() or "?"
 
-  def record(kind, side, rows, csv_path, child):
+  def run(kind, side, rows, csv_path, args):
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load = benchutil.load_average().split()[0]
+    print(f"[bench_ingest] {kind} {side} {rows:,} rows: started {when}", flush=True)
+    child = _run_child(args)
     results.append({
         "benchmark": "ingest_mixed_scaling", "data": kind, "side": side, "rows": rows,
         "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(child["seconds"], 1),
         "rows_per_s": round(rows / child["seconds"]),
         "process_wall_seconds": round(child["wall_seconds"], 1),
         "peak_rss_mb": round(child["peak_rss_kb"] / 1024),
-        "rows_written": child["rows_written"]})
+        "rows_written": child["rows_written"], "run": when, "load_1min": load,
+        "command": command, "commit": commit})
     print(f"[bench_ingest] {kind} {side} {rows:,} rows: {results[-1]}", flush=True)
 
   paths = {rows: make_mixed_csv(os.path.join(data_dir, f"mixed_{rows}", "data.csv"), rows)
            for rows in sizes}
-  for rows in sizes:
-    record("mixed", "ours", rows, paths[rows],
-           _run_child(["--_child", "scale_csv", "--csv", paths[rows], "--mode", "in_memory"]))
-  rows = min(sizes)
-  path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{MIXED_FLOATS + 3}", "data.csv"),
-                  rows, MIXED_FLOATS + 3)
-  record("numeric", "ours", rows, path,
-         _run_child(["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"]))
-  if stock_rows in paths:  # Last: the longest run (about 20x ours).
-    record("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
-           _run_child(["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode",
-                       "in_memory", "--rows", str(stock_rows)]))
+  if "ours" in sides:
+    for rows in sizes:
+      run("mixed", "ours", rows, paths[rows],
+          ["--_child", "scale_csv", "--csv", paths[rows], "--mode", "in_memory"])
+  if "numeric" in sides:
+    rows = min(sizes)
+    path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{MIXED_FLOATS + 3}", "data.csv"),
+                    rows, MIXED_FLOATS + 3)
+    run("numeric", "ours", rows, path,
+        ["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"])
+  if "stock" in sides and stock_rows in paths:  # Last: the longest run (about 20x ours).
+    run("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
+        ["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode", "in_memory",
+         "--rows", str(stock_rows)])
   if plot_path:
     _plot_mixed(results, plot_path)
   return results
+
+
+def merge_mixed(previous: List[Dict], new: List[Dict]) -> List[Dict]:
+  """``previous`` results with those of ``new`` added, a new row replacing an earlier
+  one of the same data, side and rows; ordered by data, side and rows."""
+  key = lambda r: (r["data"], r["side"], r["rows"])  # pylint: disable=unnecessary-lambda-assignment
+  merged = {key(r): r for r in previous}
+  merged.update({key(r): r for r in new})
+  order = {"mixed": 0, "numeric": 1}
+  return sorted(merged.values(), key=lambda r: (r["side"] != "ours", order.get(r["data"], 2),
+                                                r["rows"]))
 
 
 def _plot_mixed(results: List[Dict], path: str):
@@ -515,26 +546,29 @@ def _plot_mixed(results: List[Dict], path: str):
   plt.close(fig)
 
 
-def mixed_section(results: List[Dict], command: str, load_before: str, load_after: str,
-                  when: str) -> str:
-  """The RESULTS.md section (benchmarks/results/ingest_mixed.md) of a mixed_scaling run."""
+def mixed_section(results: List[Dict]) -> str:
+  """The RESULTS.md section (benchmarks/results/ingest_mixed.md) of mixed_scaling runs;
+  each row names its run (start time, 1-minute load average, commit) and command."""
   mixed = [r for r in results if r["data"] == "mixed" and r["side"] == "ours"]
   stock = [r for r in results if r["side"] != "ours"]
   numeric = [r for r in results if r["data"] == "numeric"]
+  commands = sorted({r.get("command") or "(not recorded)" for r in results})
   lines = ["## Ingest scaling: mixed-type CSV, rows/s and peak RSS (`benchmarks/bench_ingest.py "
            "--mixed-scaling`)", "",
-           f"Command: `{command}`; run {when}; load average before: {load_before}; after: "
-           f"{load_after}. Data: `make_mixed_csv` (6 float columns with 5% empty cells, an int, "
+           "Commands: " + "; ".join(f"`{c}`" for c in commands) + ". "
+           "Data: `make_mixed_csv` (6 float columns with 5% empty cells, an int, "
            "a 6-value category, a free-text id with 5% empty cells, a float label), split 4:1. "
            "Ours: `ingest.run` (Do without the artifact bookkeeping, no TensorFlow import); "
            "stock: `CsvExampleGen` `Executor.Do` (its process imports TensorFlow and TFX, "
-           "which its RSS includes). Each run alone in a fresh process, one run each; peak RSS "
+           "which its RSS includes). Each run alone in a fresh process, one run each, on the "
+           "shared 2-core machine (other jobs ran beside it: the load column); peak RSS "
            "from `getrusage(RUSAGE_CHILDREN)` of a launcher that only waits for it.", "",
-           "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB |",
-           "|---|---|---|---|---|---|---|"]
+           "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB | run (load, code) |",
+           "|---|---|---|---|---|---|---|---|"]
   for r in results:
     lines.append(f"| {r['data']} | {r['side']} | {r['rows']:,} | {r['csv_mb']} | "
-                 f"{r['seconds']} | {r['rows_per_s']:,} | {r['peak_rss_mb']} |")
+                 f"{r['seconds']} | {r['rows_per_s']:,} | {r['peak_rss_mb']} | "
+                 f"{r.get('run', '?')} ({r.get('load_1min', '?')}, {r.get('commit', '?')}) |")
   lines.append("")
   if mixed:
     lo, hi = min(r["peak_rss_mb"] for r in mixed), max(r["peak_rss_mb"] for r in mixed)
@@ -635,6 +669,12 @@ def main(argv=None):
                            "--mixed-rows, stock at the first size); writes "
                            "benchmarks/results/ingest_mixed.md and its plot")
   parser.add_argument("--mixed-rows", default=",".join(str(n) for n in MIXED_SIZES))
+  parser.add_argument("--mixed-sides", default=",".join(MIXED_SIDES),
+                      help="which runs of --mixed-scaling: ours (every size), numeric "
+                           "(ours, smallest size), stock (smallest size)")
+  parser.add_argument("--mixed-merge", action="store_true",
+                      help="merge into benchmarks/ingest_mixed.json (a new row replaces "
+                           "one of the same data, side and rows) and redraw from all rows")
   parser.add_argument("--_child", choices=["compare", "scale", "scale_csv", "stock_csv"],
                       help=argparse.SUPPRESS)
   parser.add_argument("--csv", help=argparse.SUPPRESS)
@@ -651,21 +691,24 @@ def main(argv=None):
           flush=True)
     return
   if args.mixed_scaling:
-    import datetime  # pylint: disable=g-import-not-at-top
-    sys.path.insert(0, HERE)
-    import benchutil  # pylint: disable=g-import-not-at-top
     sizes = [int(float(n)) for n in args.mixed_rows.split(",")]
-    load_before = benchutil.load_average()
-    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    results = mixed_scaling(sizes, args.data_dir or os.path.join(
-        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], MIXED_PLOT)
+    sides = [side for side in args.mixed_sides.split(",") if side]
     command = (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py --mixed-scaling "
-               f"--mixed-rows {args.mixed_rows}")
-    text = mixed_section(results, command, load_before, benchutil.load_average(), when)
+               f"--mixed-rows {args.mixed_rows}"
+               + (f" --mixed-sides {args.mixed_sides}" if tuple(sides) != MIXED_SIDES else "")
+               + (" --mixed-merge" if args.mixed_merge else ""))
+    results = mixed_scaling(sizes, args.data_dir or os.path.join(
+        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], None, sides, command)
+    json_path = os.path.join(HERE, "ingest_mixed.json")
+    if args.mixed_merge and os.path.exists(json_path):
+      with open(json_path) as f:
+        results = merge_mixed(json.load(f), results)
+    _plot_mixed(results, MIXED_PLOT)
+    text = mixed_section(results)
     os.makedirs(os.path.dirname(MIXED_SECTION), exist_ok=True)
     with open(MIXED_SECTION, "w") as f:
       f.write(text)
-    with open(os.path.join(HERE, "ingest_mixed.json"), "w") as f:
+    with open(json_path, "w") as f:
       json.dump(results, f, indent=1)
     print(text)
     return

@@ -100,12 +100,16 @@ def varint(value: int) -> bytes:
 
 def varints(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   """Protobuf varints of int64 ``values`` (two's complement, as int64 fields are written),
-  vectorised: (bytes [n, 10] uint8, of which row i uses the first lengths[i])."""
+  vectorised: (bytes [n, w] uint8, of which row i uses the first lengths[i]); w <= 10 is
+  the longest varint's length, so small values (message lengths, counts) cost 1 or 2
+  columns, not 10."""
   u = np.asarray(values, dtype=np.int64).view(np.uint64)
-  shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+  top = int(u.max()) if len(u) else 0
+  width = max(1, -(-top.bit_length() // 7))
+  shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
   groups = (u[:, None] >> shifts[None, :]) & np.uint64(0x7F)
   lengths = 1 + np.sum((u[:, None] >> shifts[None, 1:]) != 0, axis=1)
-  more = np.arange(10)[None, :] < (lengths[:, None] - 1)
+  more = np.arange(width)[None, :] < (lengths[:, None] - 1)
   return (groups | (more * 0x80).astype(np.uint64)).astype(np.uint8), lengths
 
 
@@ -204,14 +208,40 @@ class PrefixTable:
     return self.table[index], self.widths[index]
 
 
+class StringColumn(list):
+  """A string column's values (bytes, None where missing) that keeps its byte layout
+  (``string_bytes``) once computed: the stock keys and the encoder both lay out the
+  same column of a batch. Any derived list (``RowBatch.take``) is a plain list."""
+  laid_out = None
+
+
+def string_column(cells: Sequence[str]) -> StringColumn:
+  """The StringColumn of CSV text cells, an empty cell missing, laid out on the way (the
+  UTF-8 bytes are joined once, for the values and the matrix alike)."""
+  filled = [c.encode("utf-8") for c in cells]
+  column = StringColumn([v or None for v in filled])
+  lengths = np.fromiter(map(len, filled), dtype=np.int64, count=len(filled))
+  column.laid_out = _lay_out(filled, lengths, lengths > 0)
+  return column
+
+
 def string_bytes(values: Sequence[Optional[bytes]]
                  ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
   """(value bytes [n, longest] uint8, lengths, present) of a string column, or None if
   that matrix would exceed MAX_STRING_MATRIX_BYTES. Missing values have length 0."""
+  cached = getattr(values, "laid_out", None)
+  if cached is not None:
+    return cached
   n = len(values)
   present = np.fromiter((v is not None for v in values), dtype=bool, count=n)
   filled = values if present.all() else [b"" if v is None else v for v in values]
   lengths = np.fromiter(map(len, filled), dtype=np.int64, count=n)
+  return _lay_out(filled, lengths, present)
+
+
+def _lay_out(filled: Sequence[bytes], lengths: np.ndarray, present: np.ndarray
+             ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  n = len(filled)
   width = int(lengths.max()) if n else 0
   if n * width > MAX_STRING_MATRIX_BYTES:
     return None

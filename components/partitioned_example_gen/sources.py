@@ -36,6 +36,7 @@ from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import stock_key
 from tfx_parallel.components.partitioned_example_gen.rows import MAX_EXACT_INT
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
+from tfx_parallel.components.partitioned_example_gen.rows import string_column
 
 METRICS_NAMESPACE = "PartitionedExampleGen"
 
@@ -535,7 +536,7 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
   for name, typ in layout.types.items():
     cells = columns[index[name]]
     if typ == "string":
-      strings[name] = [c.encode("utf-8") if c else None for c in cells]
+      strings[name] = string_column(cells)
       continue
     values, errors = _parse_numeric(cells, typ)
     numeric[name] = values
