@@ -82,8 +82,10 @@ class StockKeyEncoder:
       empty = _ld(0x0A, key_field + _ld(0x12, _EMPTY[typ]))
       if typ == "string":
         self._prefixes[name] = rows_lib.StringPrefixes(key_field, missing=empty)
-      elif typ == "float":
-        self._prefixes[name] = rows_lib.PrefixTable([rows_lib.float_entry_prefix(name), empty])
+      elif typ == "float":  # The whole entry: prefix and float32 bytes, or the empty one.
+        prefix = rows_lib.float_entry_prefix(name)
+        self._prefixes[name] = (np.frombuffer(prefix, dtype=np.uint8),
+                                np.frombuffer(empty, dtype=np.uint8))
       else:
         self._prefixes[name] = rows_lib.PrefixTable(
             [empty] + [rows_lib.int_entry_prefix(name, m) for m in range(1, 11)])
@@ -135,8 +137,13 @@ class StockKeyEncoder:
       values = np.asarray(numeric[name], dtype=np.float64)
       present = ~np.isnan(values)
       if typ == "float":
-        body.add(*prefixes.pick((~present).astype(np.int64)))
-        body.add(values.astype("<f4").view(np.uint8).reshape(n, 4), present * 4)
+        prefix, empty = prefixes
+        block = np.empty((n, len(prefix) + 4), dtype=np.uint8)
+        block[:, :len(prefix)] = prefix
+        block[:, len(prefix):] = values.astype("<f4").view(np.uint8).reshape(n, 4)
+        if not present.all():
+          block[~present, :len(empty)] = empty
+        body.add(block, np.where(present, len(prefix) + 4, len(empty)))
       else:  # int: the prefix depends on the varint's length (1..10); 0 is the empty one.
         data, lengths = rows_lib.varints(np.where(present, values, 0).astype(np.int64))
         body.add(*prefixes.pick(np.where(present, lengths, 0)))
