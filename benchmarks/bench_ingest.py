@@ -478,13 +478,16 @@ MIXED_SIDES = ("ours", "numeric", "stock")
 
 def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
                   plot_path: Optional[str], sides: Sequence[str] = MIXED_SIDES,
-                  command: str = "") -> List[Dict]:
+                  command: str = "", pairs: int = 1) -> List[Dict]:
   """The mixed-type CSV (make_mixed_csv) at each size through ours (``ingest.run``), and
   through stock CsvExampleGen at ``stock_rows`` only; plus a numeric-only CSV of the
   same column count at the smallest size through ours. One process per run, each under
   the RSS launcher; in-memory DirectRunner. ``sides``: which of MIXED_SIDES to run (a
   40M-row run of ours alone, merged into the earlier results with --mixed-merge); each
-  row records its ``command``, start time, load average and commit."""
+  row records its ``command``, start time, load average and commit. ``pairs``: runs of
+  ours on the mixed and the numeric CSV at the smallest size, alternating (mixed first,
+  then numeric first, ...), so both see the same load; their rows give the median
+  seconds and each pair's mixed/numeric rows/s ratio."""
   import datetime  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, HERE)
   import benchutil  # pylint: disable=g-import-not-at-top
@@ -492,37 +495,63 @@ def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
                           capture_output=True, check=False).stdout.strip() or "?"
 
-  def run(kind, side, rows, csv_path, args):
+  def measure(kind, side, rows, args):
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     load = benchutil.load_average().split()[0]
     print(f"[bench_ingest] {kind} {side} {rows:,} rows: started {when}", flush=True)
     child = _run_child(args)
+    child.update(when=when, load=load)
+    print(f"[bench_ingest] {kind} {side} {rows:,} rows: {round(child['seconds'], 1)} s, "
+          f"peak RSS {round(child['peak_rss_kb'] / 1024)} MB", flush=True)
+    return child
+
+  def record(kind, side, rows, csv_path, children, **extra):
+    seconds = statistics.median(c["seconds"] for c in children)
     results.append({
         "benchmark": "ingest_mixed_scaling", "data": kind, "side": side, "rows": rows,
-        "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(child["seconds"], 1),
-        "rows_per_s": round(rows / child["seconds"]),
-        "process_wall_seconds": round(child["wall_seconds"], 1),
-        "peak_rss_mb": round(child["peak_rss_kb"] / 1024),
-        "rows_written": child["rows_written"], "run": when, "load_1min": load,
-        "command": command, "commit": commit})
-    print(f"[bench_ingest] {kind} {side} {rows:,} rows: {results[-1]}", flush=True)
+        "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(seconds, 1),
+        "rows_per_s": round(rows / seconds),
+        "process_wall_seconds": round(statistics.median(c["wall_seconds"] for c in children), 1),
+        "peak_rss_mb": round(max(c["peak_rss_kb"] for c in children) / 1024),
+        "rows_written": children[0]["rows_written"], "runs": len(children),
+        "all_seconds": [round(c["seconds"], 1) for c in children],
+        "run": children[0]["when"], "load_1min": "/".join(c["load"] for c in children),
+        "command": command, "commit": commit, **extra})
+
+  def ours(path):
+    return ["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"]
 
   paths = {rows: make_mixed_csv(os.path.join(data_dir, f"mixed_{rows}", "data.csv"), rows)
            for rows in sizes}
+  smallest = min(sizes)
+  numeric_path = None
+  if "numeric" in sides:
+    numeric_path = make_csv(os.path.join(data_dir, f"ingest_{smallest}x{MIXED_FLOATS + 3}",
+                                         "data.csv"), smallest, MIXED_FLOATS + 3)
   if "ours" in sides:
     for rows in sizes:
-      run("mixed", "ours", rows, paths[rows],
-          ["--_child", "scale_csv", "--csv", paths[rows], "--mode", "in_memory"])
-  if "numeric" in sides:
-    rows = min(sizes)
-    path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{MIXED_FLOATS + 3}", "data.csv"),
-                    rows, MIXED_FLOATS + 3)
-    run("numeric", "ours", rows, path,
-        ["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"])
+      if rows == smallest and numeric_path:
+        continue  # Below, paired with the numeric runs.
+      record("mixed", "ours", rows, paths[rows], [measure("mixed", "ours", rows,
+                                                         ours(paths[rows]))])
+  if numeric_path:
+    mixed_runs, numeric_runs = [], []
+    for i in range(pairs if "ours" in sides else 1):
+      order = [("mixed", paths[smallest], mixed_runs), ("numeric", numeric_path, numeric_runs)]
+      for kind, path, runs in (order if i % 2 == 0 or "ours" not in sides else order[::-1]):
+        if kind == "mixed" and "ours" not in sides:
+          continue
+        runs.append(measure(kind, "ours", smallest, ours(path)))
+    ratios = [round(n["seconds"] / m["seconds"], 2) for m, n in zip(mixed_runs, numeric_runs)]
+    if mixed_runs:
+      record("mixed", "ours", smallest, paths[smallest], mixed_runs)
+    record("numeric", "ours", smallest, numeric_path, numeric_runs,
+           **({"pair_ratios": ratios} if ratios else {}))
   if "stock" in sides and stock_rows in paths:  # Last: the longest run (about 20x ours).
-    run("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
-        ["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode", "in_memory",
-         "--rows", str(stock_rows)])
+    record("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
+           [measure("mixed", "stock CsvExampleGen", stock_rows,
+                    ["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode",
+                     "in_memory", "--rows", str(stock_rows)])])
   if plot_path:
     _plot_mixed(results, plot_path)
   return results
@@ -584,8 +613,8 @@ def mixed_section(results: List[Dict]) -> str:
            "a 6-value category, a free-text id with 5% empty cells, a float label), split 4:1. "
            "Ours: `ingest.run` (Do without the artifact bookkeeping, no TensorFlow import); "
            "stock: `CsvExampleGen` `Executor.Do` (its process imports TensorFlow and TFX, "
-           "which its RSS includes). Each run alone in a fresh process, one run each, on the "
-           "shared 2-core machine (other jobs ran beside it: the load column); peak RSS "
+           "which its RSS includes). Each run alone in a fresh process (a row of several runs "
+           "shows their median seconds and largest RSS), on the shared 2-core machine (other jobs ran beside it: the load column); peak RSS "
            "from `getrusage(RUSAGE_CHILDREN)` of a launcher that only waits for it.", "",
            "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB | run (load, code) |",
            "|---|---|---|---|---|---|---|---|"]
@@ -611,8 +640,13 @@ def mixed_section(results: List[Dict]) -> str:
     ours = next((r for r in mixed if r["rows"] == n["rows"]), None)
     if ours:
       lines.append(f"- Mixed vs numeric-only (same rows, same 10 columns): "
-                   f"{ours['rows_per_s']:,} vs {n['rows_per_s']:,} rows/s, "
+                   f"{ours['rows_per_s']:,} vs {n['rows_per_s']:,} rows/s (medians), "
                    f"{ours['rows_per_s'] / n['rows_per_s']:.2f}x (target >= 0.7x).")
+      if n.get("pair_ratios"):
+        lines.append(f"  Run in {len(n['pair_ratios'])} alternating pairs (seconds: mixed "
+                     f"{ours['all_seconds']}, numeric {n['all_seconds']}); each pair's "
+                     f"ratio: {n['pair_ratios']}, median "
+                     f"{statistics.median(n['pair_ratios']):.2f}x.")
   lines += ["", f"![ingest_mixed_rss.png](plots/{os.path.basename(MIXED_PLOT)})", ""]
   return "\n".join(lines)
 
@@ -696,6 +730,9 @@ def main(argv=None):
   parser.add_argument("--mixed-sides", default=",".join(MIXED_SIDES),
                       help="which runs of --mixed-scaling: ours (every size), numeric "
                            "(ours, smallest size), stock (smallest size)")
+  parser.add_argument("--mixed-pairs", type=int, default=1,
+                      help="alternating runs of ours on the mixed and the numeric CSV at "
+                           "the smallest size (the mixed/numeric ratio is their median)")
   parser.add_argument("--mixed-merge", action="store_true",
                       help="merge into benchmarks/ingest_mixed.json (a new row replaces "
                            "one of the same data, side and rows) and redraw from all rows")
@@ -720,9 +757,11 @@ def main(argv=None):
     command = (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py --mixed-scaling "
                f"--mixed-rows {args.mixed_rows}"
                + (f" --mixed-sides {args.mixed_sides}" if tuple(sides) != MIXED_SIDES else "")
+               + (f" --mixed-pairs {args.mixed_pairs}" if args.mixed_pairs != 1 else "")
                + (" --mixed-merge" if args.mixed_merge else ""))
     results = mixed_scaling(sizes, args.data_dir or os.path.join(
-        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], None, sides, command)
+        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], None, sides, command,
+                            pairs=args.mixed_pairs)
     json_path = os.path.join(HERE, "ingest_mixed.json")
     if args.mixed_merge and os.path.exists(json_path):
       with open(json_path) as f:
