@@ -184,7 +184,7 @@ def overhead(rows: int, steps: int) -> dict:
     print(f"[bench_e2e] {which}: {r}", flush=True)
     shutil.rmtree(home, ignore_errors=True)
   imports = {m: fresh_import_seconds(m) for m in (
-      "tensorflow", "tfx.v1", "tfx_parallel.components.distributed_trainer.train")}
+      "tensorflow", "tfx.v1", "tfx_parallel.components.distributed_trainer.run.train")}
   data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
           "load_after": bu.load_average(), "runs": runs, "imports": imports,
           "top": profile_top(prof), "profile_imports_s": profile_seconds(prof, "_find_and_load"),

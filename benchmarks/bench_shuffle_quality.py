@@ -2,13 +2,13 @@
 
     python benchmarks/bench_shuffle_quality.py [--seeds N] [--epochs E]
 
-The in-memory cache (components/distributed_trainer/input_cache.py) shuffles the rows
+The in-memory cache (components/distributed_trainer/inputs/memory_cache.py) shuffles the rows
 once, then reshuffles blocks of ``batch_size // 32`` rows (at most 16) each epoch, which
 makes serving a batch nearly free (bench_user_model.py). This trains the same user
 model (bench_user_model.py's ``build_model``: embeddings + MLP, binary) on the same data
 (bench_user_model.py's 200,000 rows, batch 512, Adam 1e-3, ``steps_per_execution`` 10)
 from the cache with its default blocks of 16 and with blocks of 1 (a full row-level
-reshuffle every epoch; ``input_cache.BLOCK_ROWS = 1``), for a few seeds, and compares
+reshuffle every epoch; ``memory_cache.BLOCK_ROWS = 1``), for a few seeds, and compares
 eval log loss and AUC (4,096 eval rows). The question is whether the gap between the
 two is larger than the spread between seeds. Writes benchmarks/results/shuffle_quality.md.
 """
@@ -38,18 +38,19 @@ def run(seeds: int, epochs: int) -> dict:
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import data as data_lib, input_cache, user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.train import Job  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import memory_cache, tf_data as data_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
   job = Job(**um.job_dict(data, bu.work_dir("shuffle_quality"), sz))
   spec, pre = um._spec_and_pre(job)  # pylint: disable=protected-access
-  columns = input_cache.load(split_files(job.examples_uri, "train"), pre)
+  columns = memory_cache.load(split_files(job.examples_uri, "train"), pre)
   eval_ds = data_lib.make_dataset(split_files(job.examples_uri, "eval"), pre, 1024,
                                   shuffle=False, drop_remainder=False)
   steps = epochs * (ROWS // um.BATCH)
-  default_block = input_cache.BLOCK_ROWS
+  default_block = memory_cache.BLOCK_ROWS
   results = {}
   for block in (default_block, 1):
-    input_cache.BLOCK_ROWS = block
+    memory_cache.BLOCK_ROWS = block
     results[block] = []
     for seed in range(seeds):
       tf_keras.utils.set_random_seed(seed)
@@ -57,13 +58,13 @@ def run(seeds: int, epochs: int) -> dict:
       model.compile(optimizer=tf_keras.optimizers.Adam(0.001),
                     loss=user_module.default_loss(spec.task), steps_per_execution=um.SPE,
                     metrics=[tf_keras.metrics.AUC(name="auc")])
-      model.fit(input_cache.dataset(columns, um.BATCH, seed=seed), epochs=1,
+      model.fit(memory_cache.dataset(columns, um.BATCH, seed=seed), epochs=1,
                 steps_per_epoch=steps, verbose=0)
       loss, auc = model.evaluate(eval_ds, steps=-(-EVAL_ROWS // 1024), verbose=0)
       results[block].append({"seed": seed, "log_loss": loss, "auc": auc})
       print(f"[bench_shuffle_quality] blocks of {block}, seed {seed}: eval log loss "
             f"{loss:.4f}, AUC {auc:.4f}", flush=True)
-  input_cache.BLOCK_ROWS = default_block
+  memory_cache.BLOCK_ROWS = default_block
   return {"results": {str(k): v for k, v in results.items()}, "seeds": seeds,
           "epochs": epochs, "default_block": default_block,
           "machine": bu.machine(), "when": time.strftime("%Y-%m-%d %H:%M"),

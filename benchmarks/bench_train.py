@@ -3,7 +3,7 @@
 Data: gzip TFRecords of the seed problem with 8 features (200k train rows; 20k in smoke
 mode), written once under benchmarks/_work/train_data. Every run is a fresh process:
 each layout through the real entry point
-``python -m tfx_parallel.components.distributed_trainer.train --job job.json``, and the
+``python -m tfx_parallel.components.distributed_trainer.run.train --job job.json``, and the
 baseline through ``benchmarks/keras_baseline.py``; the cases alternate within each
 repetition (keras, single, mirrored, mesh, keras, single, ...), so load changes on the
 machine hit all of them alike.
@@ -38,10 +38,10 @@ CASES = [  # (case, trainer config overrides; None = the Keras baseline)
     ("mesh 2x1", {"layout": "mesh", "mesh": [2, 1]}),
     ("mesh 2x2", {"layout": "mesh", "mesh": [2, 2]}),
 ]
-if importlib.util.find_spec("tfx_parallel.components.distributed_trainer.mesh_runtime") is None:
+if importlib.util.find_spec("tfx_parallel.components.distributed_trainer.engines.mesh_runtime") is None:
   CASES = [c for c in CASES if not c[0].startswith("mesh")]  # mesh layout not in this build
 SMOKE_CASES = ("keras", "single")
-TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.train --job job.json"
+TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.run.train --job job.json"
 
 
 def sizes(smoke: bool) -> dict:
@@ -78,7 +78,7 @@ def run_trainer(case: str, overrides: Dict, data_dir: str, sz: dict, rep: int) -
   path = os.path.join(tmp, "job.json")
   with open(path, "w") as f:
     json.dump(job, f)
-  res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.train",
+  res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
                        "--job", path], timeout=600)
   with open(os.path.join(job["history_dir"], "history.json")) as f:
     hist = json.load(f)

@@ -6,9 +6,9 @@ Data: gzip TFRecords (4 shards) with 8 float features, 2 string features (vocabu
 50 and 1,000 values, some missing) and a 0/1 label; batch 512.
 
 * **ours, cache auto**: the trainer's training process (`python -m
-  tfx_parallel.components.distributed_trainer.train --job job.json`, layout single, this
+  tfx_parallel.components.distributed_trainer.run.train --job job.json`, layout single, this
   file as the user module, config ``cache`` left at "auto", which resolves to "memory"
-  here: the split is parsed once into memory, input_cache.py).
+  here: the split is parsed once into memory, inputs/memory_cache.py).
 * **ours, cache none**: the same with ``cache: none`` (streamed from the files every
   epoch: interleave, shuffle, batch, one ``parse_example`` per batch, prefetch).
 * **plain fit**: the same model (this file's `build_model`, same spec, seed, optimizer and
@@ -16,7 +16,7 @@ Data: gzip TFRecords (4 shards) with 8 float features, 2 string features (vocabu
   pipeline of the kind a user writes (interleave, shuffle, repeat, batch, one
   `parse_example` per batch, StaticHashTable lookups, prefetch).
 * **plain fit on the cache**: the same plain `model.fit` on the trainer's own in-memory
-  input (``data.training_dataset(cache="memory")``).
+  input (``tf_data.training_dataset(cache="memory")``).
 
 "vs plain fit, same input" compares each case with the plain fit that reads the same
 input: ours cached with plain fit on the cache, ours streamed with plain fit on the
@@ -36,7 +36,7 @@ Figures, per case:
   cache. The run is 7.7 epochs (3,000 x 512 of 200,000 rows): the cache's one-off
   parse of the whole split is in this figure, not hidden.
 * **input wait** (steady state, both cache modes): in one process, the trainer's input
-  (``data.training_dataset``) + `fit` for N steps (T_real), then `fit` for N steps on
+  (``tf_data.training_dataset``) + `fit` for N steps (T_real), then `fit` for N steps on
   the same batches pre-materialised in memory (T_mem); N = ``wait_steps``, 1,000 (2.5
   epochs, so epoch boundaries and their reshuffles are inside the window). The two are
   timed alternately ``WAIT_ROUNDS`` (15) times; each round gives a paired
@@ -71,7 +71,7 @@ BATCH = 512
 SPE = 10          # steps_per_execution (both sides); also log_every.
 HIDDEN = (64, 32)
 EMBEDDING_DIM = 16
-TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.train --job job.json"
+TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.run.train --job job.json"
 SECTION = os.path.join(BENCH_DIR, "results", "user_model.md")
 PLOT = os.path.join(BENCH_DIR, "plots", "user_model.png")
 SAVED = os.path.join(BENCH_DIR, "user_model.json")  # a full run's JSON, kept in git
@@ -184,8 +184,8 @@ def ours_figures(history: dict) -> dict:
 
 
 def _spec_and_pre(job):
-  from tfx_parallel.components.distributed_trainer import train  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
   spec, norm = train.resolve_spec(job, job.trainer_config())
   return spec, Preprocessor(spec, norm)
 
@@ -215,7 +215,7 @@ def child_plain(job_path: str, cached_input: bool = False) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()  # As the trainer (see the module docstring).
-  from tfx_parallel.components.distributed_trainer.train import Job  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
   with open(job_path) as f:
     job = Job(**json.load(f))
   config = job.trainer_config()
@@ -239,9 +239,9 @@ def child_plain(job_path: str, cached_input: bool = False) -> dict:
   files = sorted(tf.io.gfile.glob(os.path.join(job.examples_uri, "Split-train", "*")))
   load = 0.0
   if cached_input:  # The trainer's own input: parsed once into memory, then sliced.
-    from tfx_parallel.components.distributed_trainer import data  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
     start = time.perf_counter()
-    ds = data.training_dataset(files, pre, BATCH, cache="memory", seed=config.seed)
+    ds = tf_data.training_dataset(files, pre, BATCH, cache="memory", seed=config.seed)
     load = time.perf_counter() - start
   else:
     ds = (tf.data.Dataset.from_tensor_slices(files)
@@ -273,8 +273,9 @@ def child_wait(job_path: str, smoke: bool = False) -> dict:
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()  # As the trainer.
   from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import data, user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.train import Job  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
   with open(job_path) as f:
     job = Job(**json.load(f))
   config = job.trainer_config()
@@ -297,7 +298,7 @@ def child_wait(job_path: str, smoke: bool = False) -> dict:
     loaded = {}
 
     def real():
-      return data.training_dataset(  # pylint: disable=cell-var-from-loop
+      return tf_data.training_dataset(  # pylint: disable=cell-var-from-loop
           split_files(job.examples_uri, "train"), pre, BATCH, cache=cache,
           seed=config.seed, shuffle_buffer=config.shuffle_buffer,
           on_load=lambda c: loaded.update(seconds=c.load_seconds, rows=c.rows))
@@ -330,7 +331,7 @@ def _trainer_run(data: str, sz: dict, rep: int, cache: str) -> dict:
   path = os.path.join(tmp, "job.json")
   with open(path, "w") as f:
     json.dump(job, f)
-  bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.train", "--job", path],
+  bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
                 timeout=1200)
   with open(os.path.join(job["history_dir"], "history.json")) as f:
     return ours_figures(json.load(f))

@@ -1,7 +1,7 @@
 """A wide model on meshes 1xM: training-state bytes per device, step time, and the planner.
 
 The model: an item id -> Embedding(1,000,000 x 64) -> Dense(4096) -> Dense(4096) -> Dense(1),
-placed by the default layout rules (components/distributed_trainer/sharding.py): the
+placed by the default layout rules (components/distributed_trainer/engines/sharding.py): the
 embedding table split along its output dimension, the two hidden Dense layers a Megatron
 pair (column- then row-split), the 1-unit head replicated. Adam, so each parameter carries
 two optimizer slots.
@@ -13,7 +13,7 @@ devices, builds the model with ``MeshTrainer`` on a 1xM mesh, and reports:
   the model's trainable variables and the optimizer's variables (max over devices of
   parameters + gradients + slots) -- expected about 1/M of the 1x1 figure for the
   sharded parts;
-* the planner's prediction of the same figure (``planner.state_bytes_per_device`` on the
+* the planner's prediction of the same figure (``layout_search.state_bytes_per_device`` on the
   variables and the rules), which must agree;
 * the median step time of --steps steps after --warmup steps, and its ratio to 1x1.
 
@@ -68,7 +68,8 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   tfenv.split_cpu(model_axis)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, planner, planning  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import layout_choice, layout_search, memory  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
 
   build_model = build_fn(vocab, dim, hidden)
   t0 = time.perf_counter()
@@ -78,11 +79,11 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
       learning_rate=1e-3, global_batch=batch, module_name="bench_wide_model")
   build_s = time.perf_counter() - t0
   measured = memory.measure(trainer.model.trainable_variables, trainer.optimizer.variables)
-  # The planner's view of the same variables under the trainer's rules (planning.py).
-  variables = planning.planner_variables(trainer.model, lambda m: trainer.rules,
+  # The planner's view of the same variables under the trainer's rules (layout_choice.py).
+  variables = layout_choice.planner_variables(trainer.model, lambda m: trainer.rules,
                                          "bench_wide_model")(model_axis)
-  predicted = planner.state_bytes_per_device(variables, model_axis,
-                                             planner.SLOTS_PER_PARAM["adam"])
+  predicted = layout_search.state_bytes_per_device(variables, model_axis,
+                                             layout_search.SLOTS_PER_PARAM["adam"])
   rng = np.random.default_rng(0)
   times: List[float] = []
   for step in range(warmup + steps):

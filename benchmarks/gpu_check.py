@@ -4,7 +4,7 @@ one GPU. Run it as-is with the project's venv:
     .venv/bin/python benchmarks/gpu_check.py [--output gpu_check.md]
 
 Sections (each training run is a fresh process through the trainer's real entry point,
-``python -m tfx_parallel.components.distributed_trainer.train --job job.json``):
+``python -m tfx_parallel.components.distributed_trainer.run.train --job job.json``):
 
 1. **Environment:** ``nvidia-smi``, TensorFlow's build info, the CUDA load messages
    TensorFlow prints (hidden by TF_CPP_MIN_LOG_LEVEL elsewhere), and the time of the
@@ -86,7 +86,7 @@ def _sh(args: List[str]) -> str:
 
 def _first_kernel(kind: str, log_level: str) -> Dict:
   """A fresh process: its first-kernel times, build info and (stderr) CUDA lines."""
-  from tfx_parallel.components.distributed_trainer import gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import gpu_env  # pylint: disable=g-import-not-at-top
   proc = subprocess.run([sys.executable, "-c", _FIRST_KERNEL.format(kind=kind)],
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL=log_level), cwd=bu.REPO,
                         capture_output=True, text=True, timeout=600, check=False)
@@ -138,14 +138,14 @@ class Runner:
     path = os.path.join(os.path.dirname(job["history_dir"]), "job.json")
     with open(path, "w") as f:
       json.dump(job, f)
-    res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.train",
+    res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
                          "--job", path], timeout=900)
     return dict(_history(job), process_s=res["seconds"],
                 plan_lines=[l for l in res["stdout"].splitlines() if "[train] devices:" in l])
 
   def multi_worker(self, name: str, workers: int) -> Dict:
-    from tfx_parallel.components.distributed_trainer import launcher  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer.train import Job  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run import launcher  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
     # device auto: with fewer GPUs than workers the workers fall back to the CPU (printed).
     job = self.job(name, {"layout": "multi_worker", "workers": workers,
                           "device": "cpu" if self.device == "cpu" else "auto"})
@@ -193,7 +193,7 @@ def gpus_present(device: str):
   Raises:
     GpusUnused: nvidia-smi lists GPUs and TensorFlow sees none (names the load error).
   """
-  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   if device == "cpu":
     return 0, "--device cpu: logical CPU devices stand in for GPUs"
   if devices.standin_gpus() is not None:  # Test hook TFXP_STANDIN_GPUS.

@@ -89,7 +89,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--epochs", type=int, default=5)
   p.add_argument("--batch-size", type=int, default=64, help="global batch size")
   p.add_argument("--learning-rate", type=float, default=None)
-  from tfx_parallel.components.distributed_trainer.optimizers import OPTIMIZERS  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines.optimizers import OPTIMIZERS  # pylint: disable=g-import-not-at-top
   p.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS))
   p.add_argument("--with-tfma", action="store_true",
                  help="also run the stock TFX Evaluator (TFMA) on the model")
@@ -146,7 +146,7 @@ def _mesh_of(args):
   The trainer fits the mesh again to the GPUs TensorFlow sees (devices.py)."""
   if args.mesh is not None:
     return tuple(args.mesh)
-  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   if args.device == "cpu":
     return devices.default_mesh(0, args.batch_size)
   standin = devices.standin_gpus()  # Test hook TFXP_STANDIN_GPUS: stand-in GPUs.
@@ -193,7 +193,7 @@ def cmd_run(args) -> int:
     return 2
   from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
   with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
-    from tfx_parallel.components.distributed_trainer import gpu_env  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.plan import gpu_env  # pylint: disable=g-import-not-at-top
     if not gpu_env.preflight(config.trainer):  # nvidia-smi's GPUs unseen by TensorFlow.
       return 2
     # Checking the inputs reads the data with Beam and TensorFlow, whose imports print

@@ -1,4 +1,4 @@
-"""Every user hook on every layout, through the run's own step engines (engines.py).
+"""Every user hook on every layout, through the run's own step engines (engines/__init__.py).
 
 ``python tests/hook_cases.py fit`` trains each module of tests/hook_modules/ with the fit
 engine as ``single`` and as ``mirrored`` x2 (2 logical CPUs); ``python tests/hook_cases.py
@@ -42,7 +42,8 @@ def dataset():
 
 
 def train(hook: str, layout: dict) -> dict:
-  from tfx_parallel.components.distributed_trainer import devices, engines, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import engines, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   config = TrainerConfig(module_path=module_path(hook), batch_size=GLOBAL_BATCH, steps=STEPS,
                          optimizer="sgd", learning_rate=0.05, log_every=STEPS,

@@ -39,7 +39,8 @@ def main():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import memory, mesh_runtime, sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import memory  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime, sharding  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.models import linear  # pylint: disable=g-import-not-at-top
 
   data = batches()

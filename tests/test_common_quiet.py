@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 from tfx_parallel.components.common import quiet
-from tfx_parallel.components.distributed_trainer import failures
+from tfx_parallel.components.distributed_trainer.run import failures
 
 
 def _record(name, message, level=logging.WARNING, exc_info=None):
@@ -85,7 +85,7 @@ def test_which_training_failures_are_resumable_is_decided_in_one_place():
 
 
 def test_the_launcher_names_a_not_resumable_exit_without_rerun():
-  from tfx_parallel.components.distributed_trainer import launcher
+  from tfx_parallel.components.distributed_trainer.run import launcher
   procs = [subprocess.Popen([sys.executable, "-c",
                              f"import sys; sys.exit({failures.NOT_RESUMABLE_EXIT_CODE})"])]
   try:

@@ -12,7 +12,7 @@ import pytest
 
 import tfx_parallel.pipeline.tfenv as tfenv
 import trainer_util as tu
-from tfx_parallel.components.distributed_trainer import devices, gpu_env
+from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env
 
 NVIDIA_GPUS = gpu_env.nvidia_smi_gpus() or []
 requires_nvidia_gpu = pytest.mark.skipif(not NVIDIA_GPUS, reason="nvidia-smi lists no GPU")

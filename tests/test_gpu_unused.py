@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer import gpu_env
+from tfx_parallel.components.distributed_trainer.plan import gpu_env
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.pipeline import config as config_lib
 

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
-from tfx_parallel.components.distributed_trainer import tfjob
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.run import tfjob
+from tfx_parallel.components.distributed_trainer.run.train import Job
 
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

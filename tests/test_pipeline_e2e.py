@@ -101,7 +101,7 @@ def _planned(layout, devices_flag=0, mesh=(1, 1), batch_size=TrainerConfig.batch
   """What the trainer runs for ``device: auto`` on this machine (devices.plan): logical
   CPU devices here, the GPUs nvidia-smi lists (narrowed by CUDA_VISIBLE_DEVICES) on a GPU
   machine, so the expectations hold on both."""
-  from tfx_parallel.components.distributed_trainer import devices, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   listed = gpu_env.nvidia_smi_gpus() or []
   gpus = len([i for i in devices.parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"),
                                                len(listed)) if i.isdigit() and int(i) < len(listed)])

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer import planning
+from tfx_parallel.components.distributed_trainer.plan import layout_choice
 from test_pipeline_console import _cli, _command, _on_a_terminal
 
 HEADER = ["trip miles", "fare ($)", "Température", "payment_type", "tips"]
@@ -105,7 +105,7 @@ def test_case2_string_columns_are_told_as_categorical_features(mistakes):
 
 @pytest.mark.slow
 def test_case4_more_logical_devices_than_cores_is_one_warning_line(mistakes):
-  cores = planning.cpu_cores()
+  cores = layout_choice.cpu_cores()
   if cores >= 16:
     pytest.skip(f"{cores} cores run a 4x4 mesh without oversubscription")
   warnings = [l for l in mistakes.stdout.splitlines() if "logical CPU devices on" in l]

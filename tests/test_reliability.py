@@ -16,9 +16,9 @@ import trainer_util as tu
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
-from tfx_parallel.components.distributed_trainer import launcher
+from tfx_parallel.components.distributed_trainer.run import launcher
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.train import PEER_FAILED_EXIT_CODE, Job
+from tfx_parallel.components.distributed_trainer.run.train import Job, PEER_FAILED_EXIT_CODE
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.pipeline import config as config_lib
 from tfx_parallel.pipeline import local_runner, summary
@@ -44,7 +44,7 @@ def test_worker_death_fails_the_peer_cleanly_and_rerun_resumes(tmp_path):
     env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
                                                  "task": {"type": "worker", "index": i}}))
     procs.append(subprocess.Popen(
-        [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train",
+        [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.run.train",
          "--job", path], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   # Kill worker 1 once the chief has checkpointed step >= 200 (read from the checkpoint
   # files, not from the progress lines, whose format is the trainer's to choose).

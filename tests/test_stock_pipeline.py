@@ -355,16 +355,16 @@ def test_the_trainer_trained_on_the_transformed_features(run_tft):
 @pytest.mark.slow
 def test_a_transform_graph_missing_the_label_fails_naming_it(run_tft):
   from tfx.types import artifact_utils, standard_artifacts  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import inputs  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import description  # pylint: disable=g-import-not-at-top
   store, _ = run_tft
   [graph] = _artifacts(store, "TransformGraph")
   [transformed] = [a for a in _artifacts(store, "Examples") if "/Transform/" in a.uri]
   examples = standard_artifacts.Examples()
   examples.uri = transformed.uri
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-  with pytest.raises(inputs.InputError, match=r"^the transform graph at .* is missing the "
+  with pytest.raises(description.InputError, match=r"^the transform graph at .* is missing the "
                                               r"label 'tips' \(config label_key\)"):
-    inputs.describe(examples, label_key="tips", transform_graph_uri=graph.uri)
+    description.describe(examples, label_key="tips", transform_graph_uri=graph.uri)
 
 
 # ------------------------------------------------------------- missing values (issue #28)
@@ -462,7 +462,7 @@ def test_stock_and_partitioned_example_gen_rows_parse_and_predict_identically(
   from tfx.dsl.components.base import base_beam_executor  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.common import config_util, keys  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen.executor import Executor  # pylint: disable=g-import-not-at-top
   store, push_dir = run
@@ -515,10 +515,10 @@ def test_a_required_feature_that_is_missing_fails_before_training(run, tmp_path)
   """The stock schema with a shape on 'dropoff_latitude' (required: in every example)."""
   from tensorflow_metadata.proto.v0 import schema_pb2  # pylint: disable=g-import-not-at-top
   from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import inputs, missing  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import description, missing  # pylint: disable=g-import-not-at-top
   store, push_dir = run
   _, schema_uri = _stock_artifacts(store)
-  schema = io_utils.parse_pbtxt_file(os.path.join(schema_uri, inputs.SCHEMA_FILE),
+  schema = io_utils.parse_pbtxt_file(os.path.join(schema_uri, description.SCHEMA_FILE),
                                      schema_pb2.Schema())
   by_name = {f.name: f for f in schema.feature}
   for name in HOLED:  # Stock SchemaGen: present in every example, but no shape.
@@ -526,7 +526,7 @@ def test_a_required_feature_that_is_missing_fails_before_training(run, tmp_path)
   for name in REQUIRED:
     assert by_name[name].HasField("shape")
   by_name["dropoff_latitude"].shape.dim.add(size=1)
-  io_utils.write_pbtxt_file(str(tmp_path / inputs.SCHEMA_FILE), schema)
+  io_utils.write_pbtxt_file(str(tmp_path / description.SCHEMA_FILE), schema)
   with pytest.raises(missing.RequiredFeatureError,
                      match=r"feature 'dropoff_latitude' is required by the schema .* "
                            r"example\(s\) in split 'train' file .*/CsvExampleGen/examples/.*"

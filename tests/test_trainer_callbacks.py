@@ -2,7 +2,7 @@
 import io
 import math
 
-from tfx_parallel.components.distributed_trainer import callbacks as cb
+from tfx_parallel.components.distributed_trainer.run import callbacks as cb
 
 
 def _state(total=100, start=0):

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer import devices, gpu_env, launcher
+from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env
+from tfx_parallel.components.distributed_trainer.run import launcher
 
 
 def _plan(layout, gpus, devices_=0, mesh=(1, 1), device="auto", batch=64, logical=0):
@@ -155,7 +156,7 @@ def test_require_gpu_without_a_gpu_fails_the_training_process_at_once(tmp_path):
   path = tmp_path / "job.json"
   path.write_text(json.dumps(job))
   proc = subprocess.run([sys.executable, "-m",
-                         "tfx_parallel.components.distributed_trainer.train", "--job",
+                         "tfx_parallel.components.distributed_trainer.run.train", "--job",
                          str(path)], capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
   assert "NoGpuError: require_gpu: the training process sees no GPU" in proc.stderr, \

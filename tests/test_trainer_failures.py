@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 import trainer_util as tu
-from tfx_parallel.components.distributed_trainer import failures, launcher
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.run import failures, launcher
+from tfx_parallel.components.distributed_trainer.run.train import Job
 
 MODULE = textwrap.dedent("""
     import tf_keras

@@ -1,4 +1,4 @@
-"""inputs.describe on Examples that are not PartitionedExampleGen's: features and types
+"""description.describe on Examples that are not PartitionedExampleGen's: features and types
 from the data or a schema, the label from config, splits from config, row counts counted,
 and the multi-worker DATA-sharding fallback."""
 import os
@@ -15,8 +15,8 @@ from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import io_utils
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer import data, inputs, stats
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs import description, stats, tf_data
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 
 def _example(fare: float, hour: int, company: str, label: int) -> bytes:
@@ -59,7 +59,7 @@ def write_schema(uri: str, types: dict, domains: dict = None) -> str:
     if domains and name in domains:
       feature.string_domain.value.extend(domains[name])
   os.makedirs(uri, exist_ok=True)
-  io_utils.write_pbtxt_file(os.path.join(uri, inputs.SCHEMA_FILE), schema)
+  io_utils.write_pbtxt_file(os.path.join(uri, description.SCHEMA_FILE), schema)
   return uri
 
 
@@ -73,7 +73,7 @@ FULL_SCHEMA = {"fare": schema_pb2.FLOAT, "hour": schema_pb2.INT,
 
 
 def test_features_and_types_come_from_the_data_without_custom_properties(stock):
-  d = inputs.describe(stock, label_key="big_tipper")
+  d = description.describe(stock, label_key="big_tipper")
   assert d.source == "data" and d.label_key == "big_tipper"
   assert d.numeric == (("fare", "float32"), ("hour", "int64"))
   assert d.string_keys == ("company",)
@@ -84,34 +84,34 @@ def test_features_and_types_come_from_the_data_without_custom_properties(stock):
 def test_the_label_must_come_from_config_when_the_artifact_has_none(stock):
   with pytest.raises(ConfigError, match=r"^label_key: not set, and the Examples artifact at "
                                         r".* has no 'label_key' property .* Received: None"):
-    inputs.describe(stock)
-  with pytest.raises(inputs.InputError, match=r"label 'tip' \(config label_key\) is not a "
+    description.describe(stock)
+  with pytest.raises(description.InputError, match=r"label 'tip' \(config label_key\) is not a "
                                               r"feature of the first examples of split 'train'"):
-    inputs.describe(stock, label_key="tip")
+    description.describe(stock, label_key="tip")
 
 
 def test_splits_are_named_in_config(tmp_path):
   examples = write_stock_examples(str(tmp_path), splits=("fit", "holdout"))
-  d = inputs.describe(examples, "fit", "holdout", "big_tipper")
+  d = description.describe(examples, "fit", "holdout", "big_tipper")
   assert set(d.files) == {"fit", "holdout"}
   with pytest.raises(ConfigError, match=r"^eval_split: split 'eval' is not in the Examples "
                                         r"artifact .* whose splits are \['fit', 'holdout'\]"):
-    inputs.describe(examples, "fit", "eval", "big_tipper")
+    description.describe(examples, "fit", "eval", "big_tipper")
 
 
 def test_another_payload_format_is_rejected(tmp_path):
   examples = write_stock_examples(str(tmp_path))
   examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_PARQUET)
-  with pytest.raises(inputs.InputError, match=r"holds FORMAT_PARQUET; the trainer reads "
+  with pytest.raises(description.InputError, match=r"holds FORMAT_PARQUET; the trainer reads "
                                               r"FORMAT_TF_EXAMPLE"):
-    inputs.describe(examples, label_key="big_tipper")
+    description.describe(examples, label_key="big_tipper")
 
 
 @pytest.mark.parametrize("normalize", [False, True], ids=["raw", "normalize"])
 def test_the_scan_counts_rows_and_ints_stay_ints_unless_standardised(stock, normalize):
   """int64 features reach the model as int64; with normalize they are standardised like
   the floats and the spec says float32 (raw int64), so no model casts them back."""
-  d = inputs.describe(stock, label_key="big_tipper")
+  d = description.describe(stock, label_key="big_tipper")
   p = stats.prepare_all(stock.uri, d.feature_keys, d.string_keys, d.label_key, task=None,
                         max_vocabulary=10, hash_buckets=0, hparams={},
                         skip_missing_labels=False, normalize=normalize, normalize_clip=5.0,
@@ -119,7 +119,7 @@ def test_the_scan_counts_rows_and_ints_stay_ints_unless_standardised(stock, norm
   assert p.rows == {"train": 120, "eval": 40}
   hour = p.spec.feature("hour")
   assert p.spec.task == "binary" and hour.example_dtype == "int64"
-  x, _ = next(iter(data.make_dataset(d.files["train"], Preprocessor(p.spec, p.normalization),
+  x, _ = next(iter(tf_data.make_dataset(d.files["train"], Preprocessor(p.spec, p.normalization),
                                      120, shuffle=False)))
   assert x["fare"].dtype == tf.float32
   if normalize:
@@ -136,7 +136,7 @@ def test_the_scan_counts_rows_and_ints_stay_ints_unless_standardised(stock, norm
 
 def test_a_schema_gives_types_and_string_domains(stock, tmp_path):
   schema_uri = write_schema(str(tmp_path / "schema"), FULL_SCHEMA, {"company": ["c", "a", "b"]})
-  d = inputs.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
+  d = description.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
   assert d.source == "schema"
   assert d.numeric == (("fare", "float32"), ("hour", "int64"))
   assert d.vocabularies == {"company": ("c", "a", "b")}
@@ -150,15 +150,15 @@ def test_a_schema_gives_types_and_string_domains(stock, tmp_path):
 def test_a_schema_without_the_label_fails_naming_it(stock, tmp_path):
   types = {k: v for k, v in FULL_SCHEMA.items() if k != "big_tipper"}
   schema_uri = write_schema(str(tmp_path / "schema"), types)
-  with pytest.raises(inputs.InputError, match=r"^the schema lacks the label 'big_tipper'"):
-    inputs.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
+  with pytest.raises(description.InputError, match=r"^the schema lacks the label 'big_tipper'"):
+    description.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
 
 
 def test_a_schema_type_that_disagrees_with_the_data_fails_naming_the_feature(stock, tmp_path):
   schema_uri = write_schema(str(tmp_path / "schema"), dict(FULL_SCHEMA, hour=schema_pb2.FLOAT))
-  with pytest.raises(inputs.InputError, match=r"^feature 'hour' is float32 in the schema but "
+  with pytest.raises(description.InputError, match=r"^feature 'hour' is float32 in the schema but "
                                               r"int64 in the data \(split 'train'"):
-    inputs.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
+    description.describe(stock, label_key="big_tipper", schema_uri=schema_uri)
 
 
 def test_custom_properties_are_hints(tmp_path):
@@ -167,18 +167,18 @@ def test_custom_properties_are_hints(tmp_path):
   examples.set_string_custom_property("label_key", "big_tipper")
   examples.set_string_custom_property("row_counts", '{"train": 120, "eval": 40}')
   examples.set_int_custom_property("num_shards", 1)
-  d = inputs.describe(examples)
+  d = description.describe(examples)
   assert d.source == "custom properties" and d.label_key == "big_tipper"
   assert d.numeric == (("fare", "float32"),) and d.string_keys == ()
   assert d.rows == {"train": 120, "eval": 40} and d.num_shards == 1
 
 
 def test_multi_worker_falls_back_to_data_sharding(stock, capsys):
-  files = list(inputs.describe(stock, label_key="big_tipper").files["train"])
-  assert data.shard_files(files * 4, "train", 2, 1) == ((files * 4)[1::2], None)
+  files = list(description.describe(stock, label_key="big_tipper").files["train"])
+  assert tf_data.shard_files(files * 4, "train", 2, 1) == ((files * 4)[1::2], None)
   got = {}
   for index in (0, 1):
-    shard_files, shard = data.shard_files(files, "train", 2, index)
+    shard_files, shard = tf_data.shard_files(files, "train", 2, index)
     assert shard_files == files and shard == (2, index)
     ds = tf.data.TFRecordDataset(shard_files, compression_type="GZIP").shard(*shard)
     got[index] = [r.numpy() for r in ds]
@@ -202,8 +202,8 @@ def test_two_workers_train_on_a_single_file_by_data_sharding(tmp_path):
   job["num_shards"] = 1
   path = tmp_path / "job.json"
   path.write_text(json.dumps(job))
-  code = ("import json, sys; from tfx_parallel.components.distributed_trainer import "
-          "launcher; from tfx_parallel.components.distributed_trainer.train import Job; "
+  code = ("import json, sys; from tfx_parallel.components.distributed_trainer.run import "
+          "launcher; from tfx_parallel.components.distributed_trainer.run.train import Job; "
           f"launcher.launch(Job(**json.load(open({str(path)!r}))), 'multi_worker', 2)")
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         timeout=600)

@@ -14,7 +14,8 @@ from tfx_parallel.pipeline import tfenv
 tfenv.split_cpu(2)
 import tensorflow as tf
 import tf_keras
-from tfx_parallel.components.distributed_trainer import memory, sharding
+from tfx_parallel.components.distributed_trainer.plan import memory
+from tfx_parallel.components.distributed_trainer.engines import sharding
 
 def build():
   x = tf_keras.Input((8,), name="x")
@@ -31,7 +32,7 @@ def report(params, slots):
 """
 
 _MESH = _MODEL + """
-from tfx_parallel.components.distributed_trainer import mesh_runtime
+from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
 trainer = mesh_runtime.MeshTrainer(
     build, mesh_shape=(1, MODEL_AXIS), rules={"hidden/kernel": (None, "model")}, loss_fn=mse,
     optimizer="adam", learning_rate=0.1, global_batch=4, module_name="memory_test")

@@ -160,7 +160,7 @@ def test_mesh_runs_on_the_cpu_devices_it_was_given():
     (dict(optimizer="adagrad"), "optimizer: must be one of"),
 ])
 def test_bad_trainer_arguments_are_rejected_before_any_device_work(kwargs, fragment):
-  from tfx_parallel.components.distributed_trainer import mesh_runtime  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
   args = dict(mesh_shape=(2, 1), rules=None, loss_fn=None, optimizer="sgd",
               learning_rate=0.1, global_batch=8)
   args.update(kwargs)

@@ -11,8 +11,8 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 
-from tfx_parallel.components.distributed_trainer import inputs, missing, stats
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 ABSENT = object()  # The feature is left out of the Example.
 
@@ -102,10 +102,10 @@ def test_absent_and_empty_parse_alike_to_the_fill(tmp_path, normalize):
 
 
 def test_training_batches_fill_alike(tmp_path):
-  from tfx_parallel.components.distributed_trainer import data  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
   prepared, files = _prepare(tmp_path, normalize=True)
   pre = Preprocessor(prepared.spec, prepared.normalization)
-  x, y = next(iter(data.make_dataset(files["train"], pre, 4, shuffle=False)))
+  x, y = next(iter(tf_data.make_dataset(files["train"], pre, 4, shuffle=False)))
   np.testing.assert_array_equal(x["x"].numpy()[2:, 0], [0.0, 0.0])  # absent, []
   np.testing.assert_array_equal(x["s"].numpy()[1:3, 0], [0, 0])
   np.testing.assert_array_equal(y.numpy()[:, 0], [1.0, 0.0, 1.0, 0.0])
@@ -152,8 +152,8 @@ feature { name: "y" type: FLOAT presence { min_fraction: 1.0 } shape { dim { siz
 def test_the_schema_decides_required_optional_and_multi_valued(tmp_path, extra, multi):
   schema_dir = tmp_path / "schema"
   schema_dir.mkdir()
-  (schema_dir / inputs.SCHEMA_FILE).write_text(SCHEMA + extra)
-  read = inputs.read_schema(str(schema_dir))
+  (schema_dir / description.SCHEMA_FILE).write_text(SCHEMA + extra)
+  read = description.read_schema(str(schema_dir))
   assert [n for n, f in read.items() if f.required] == ["req", "y"]
   assert [n for n, f in read.items() if f.multi_valued] == ([multi] if multi else [])
   rows = [_example(req=1.0, stock_holes=[], sometimes=ABSENT, y=1.0),
@@ -164,13 +164,13 @@ def test_the_schema_decides_required_optional_and_multi_valued(tmp_path, extra, 
   for split in ("train", "eval"):
     _write(examples.uri, split, rows)
   if multi is None:
-    described = inputs.describe(examples, label_key="y", schema_uri=str(schema_dir))
+    described = description.describe(examples, label_key="y", schema_uri=str(schema_dir))
     assert described.required == ("req",)
     return
   with pytest.raises(missing.MultiValuedError,
                      match=rf"feature\(s\) '{multi}' hold more than one value per example "
                            rf"\(schema .*schema\.pbtxt\); .*TFX Transform .*transform_graph="):
-    inputs.describe(examples, label_key="y", schema_uri=str(schema_dir))
+    description.describe(examples, label_key="y", schema_uri=str(schema_dir))
 
 
 def test_a_label_hole_follows_skip_missing_labels_naming_split_and_file(tmp_path):

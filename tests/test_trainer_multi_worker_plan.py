@@ -12,8 +12,9 @@ import itertools
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer import devices, launcher, tfjob
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.plan import devices
+from tfx_parallel.components.distributed_trainer.run import launcher, tfjob
+from tfx_parallel.components.distributed_trainer.run.train import Job
 
 WORKERS, GPUS, BATCHES = (1, 2, 3, 4), (1, 2, 4, 8), (64, 1000, 1024)
 GRID = list(itertools.product(WORKERS, GPUS, BATCHES))

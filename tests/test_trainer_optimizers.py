@@ -3,13 +3,15 @@ the same names, and each name builds what the planner counts."""
 import argparse
 
 import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
-from tfx_parallel.components.distributed_trainer import config, optimizers, planner
+from tfx_parallel.components.distributed_trainer import config
+from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer.plan import layout_search
 from tfx_parallel.pipeline import cli
 
 
 def test_one_list_of_optimizer_names():
   assert config.OPTIMIZERS is optimizers.OPTIMIZERS
-  assert set(planner.SLOTS_PER_PARAM) == set(optimizers.OPTIMIZERS)
+  assert set(layout_search.SLOTS_PER_PARAM) == set(optimizers.OPTIMIZERS)
   p = argparse.ArgumentParser()
   cli.add_run_arguments(p)
   choices = next(a.choices for a in p._actions if a.dest == "optimizer")  # pylint: disable=protected-access
@@ -25,7 +27,7 @@ def test_each_name_builds_the_slots_the_planner_counts():
     opt.build(model.trainable_variables)
     slots = [v for v in opt.variables if v.shape.as_list() == [3, 1]]
     # Stock SGD keeps a momentum slot it never reads (the mesh's SGD does not).
-    want = planner.SLOTS_PER_PARAM[name] or (1 if name == "sgd" else 0)
+    want = layout_search.SLOTS_PER_PARAM[name] or (1 if name == "sgd" else 0)
     assert len(slots) == want, name
 
 

@@ -31,15 +31,17 @@ _PLAIN_FIT = textwrap.dedent("""
     tf.config.set_visible_devices([], "GPU")  # As the trainer's device: cpu (trainer_util).
     tf.config.experimental.enable_tensor_float_32_execution(False)
     from tfx_parallel.components.common.splits import split_files
-    from tfx_parallel.components.distributed_trainer import data, train, user_module
-    from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+    from tfx_parallel.components.distributed_trainer.inputs import tf_data
+    from tfx_parallel.components.distributed_trainer.run import train
+    from tfx_parallel.components.distributed_trainer import user_module
+    from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
     job = train.Job(**json.load(open({job_path!r})))
     config = job.trainer_config()
     spec, norm = train.resolve_spec(job, config)
     pre = Preprocessor(spec, norm)
     tf_keras.utils.set_random_seed(config.seed)  # As the trainer: seeds the shuffle too.
     cache, _ = train.input_cache_plan(config, spec, job.train_rows)  # As the trainer.
-    ds = data.training_dataset(split_files(job.examples_uri, "train"), pre,
+    ds = tf_data.training_dataset(split_files(job.examples_uri, "train"), pre,
                                config.batch_size, cache=cache["mode"], seed=config.seed,
                                shuffle_buffer=config.shuffle_buffer)
     batches = list(ds.take(config.steps))

@@ -9,8 +9,10 @@ import trainer_util as tu
 import tensorflow as tf
 
 from tfx_parallel.components.common import keys
-from tfx_parallel.components.distributed_trainer import data, export, stats, user_module
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs import stats, tf_data
+from tfx_parallel.components.distributed_trainer.run import export
+from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 
 def _prepare(root, **kw):
@@ -41,7 +43,7 @@ def test_a_missing_label_is_rejected_naming_split_and_file(tmp_path):
   assert skipped == 6 and spec.task == "multiclass"
   pre = Preprocessor(spec)
   files = sorted(tf.io.gfile.glob(os.path.join(root, "Split-train", "*")))
-  ds = data.make_dataset(files, pre, 64, shuffle=False, drop_remainder=False,
+  ds = tf_data.make_dataset(files, pre, 64, shuffle=False, drop_remainder=False,
                          skip_missing_labels=True)
   assert sum(int(y.shape[0]) for _, y in ds) == 200 - 5
 
@@ -72,7 +74,7 @@ def test_labels_become_class_ids(tmp_path, label_type):
   assert spec.task == "multiclass" and spec.num_classes == 3
   assert spec.label_vocabulary == (("c0", "c1", "c2") if label_type == "bytes" else None)
   files = sorted(tf.io.gfile.glob(os.path.join(root, "Split-train", "*")))
-  _, y = next(iter(data.make_dataset(files, Preprocessor(spec), 300, shuffle=False,
+  _, y = next(iter(tf_data.make_dataset(files, Preprocessor(spec), 300, shuffle=False,
                                      drop_remainder=False)))
   assert y.dtype == tf.int64 and set(y.numpy().ravel().tolist()) == {0, 1, 2}
 

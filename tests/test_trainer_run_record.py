@@ -4,7 +4,7 @@ import json
 import pytest
 
 import tfx_parallel.pipeline.tfenv  # noqa: F401
-from tfx_parallel.components.distributed_trainer import run_record
+from tfx_parallel.components.distributed_trainer.run import run_record
 
 
 def test_a_hooks_optimizer_is_recorded_as_built_not_the_config_default():

@@ -24,7 +24,8 @@ import pytest
 
 import trainer_util as tu
 from tfx_parallel.components.common import config_util
-from tfx_parallel.components.distributed_trainer import devices, launcher
+from tfx_parallel.components.distributed_trainer.plan import devices
+from tfx_parallel.components.distributed_trainer.run import launcher
 from tfx_parallel.pipeline import cli
 from tfx_parallel.pipeline import config as config_lib
 
@@ -143,7 +144,7 @@ def test_every_local_layout_default_trains_on_n_standin_gpus(examples, tmp_path,
 def test_multi_worker_default_trains_with_each_worker_on_its_standin_gpu(
     examples, tmp_path, monkeypatch, capfd):
   """Two local worker processes on 3 stand-in GPUs: one each, one unused (said)."""
-  from tfx_parallel.components.distributed_trainer.train import Job
+  from tfx_parallel.components.distributed_trainer.run.train import Job
   job = job_of(str(tmp_path), examples, cli_trainer_config(monkeypatch, 3, "multi_worker"))
   launcher.launch(Job(**job), "multi_worker", job["config"]["workers"])
   assert "multi_worker: 1 GPU(s) per worker; 1 GPU(s) unused" in capfd.readouterr().out

@@ -47,8 +47,8 @@ def test_every_layout_recovers_seed_parameters(examples, tmp_path, layout, extra
 @pytest.mark.slow
 def test_two_worker_processes_train_together(examples, tmp_path):
   """Two real processes on 127.0.0.1 with TF_CONFIG; only the chief exports."""
-  from tfx_parallel.components.distributed_trainer import launcher
-  from tfx_parallel.components.distributed_trainer.train import Job
+  from tfx_parallel.components.distributed_trainer.run import launcher
+  from tfx_parallel.components.distributed_trainer.run.train import Job
   root, keys, rows = examples
   job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, layout="multi_worker",
                           workers=2, **SEED_CONFIG))
@@ -67,7 +67,7 @@ def _train_cmd(job, tmp):
   path = os.path.join(tmp, "job.json")
   with open(path, "w") as f:
     json.dump(job, f)
-  return [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train",
+  return [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.run.train",
           "--job", path]
 
 
@@ -102,7 +102,7 @@ def test_sigkill_then_resume_matches_uninterrupted(examples, tmp_path, cache):
 
 
 def test_checkpoint_dir_is_held_exclusively(tmp_path):
-  from tfx_parallel.components.distributed_trainer import checkpoint
+  from tfx_parallel.components.distributed_trainer.run import checkpoint
   directory = str(tmp_path / "ckpt")
   with checkpoint.Lock(directory):
     with pytest.raises(RuntimeError, match="in use by another training run"):
@@ -113,7 +113,7 @@ def test_checkpoint_dir_is_held_exclusively(tmp_path):
 
 
 def test_checkpoint_roundtrip_and_pruning(tmp_path):
-  from tfx_parallel.components.distributed_trainer import checkpoint
+  from tfx_parallel.components.distributed_trainer.run import checkpoint
   directory = str(tmp_path / "ckpt")
   values = {"kernel": np.ones((2, 1), np.float32), "bias": np.zeros(1, np.float32)}
   slots = {"m": {"kernel": np.full((2, 1), 0.5, np.float32), "bias": np.ones(1, np.float32)}}

@@ -103,7 +103,7 @@ def test_config_takes_exactly_one_module_source():
 def test_the_executor_rejects_a_bad_module_before_training(tmp_path):
   """executor.prepare runs before any training process starts."""
   from tfx_parallel.components.distributed_trainer import executor
-  from tfx_parallel.components.distributed_trainer.train import Job
+  from tfx_parallel.components.distributed_trainer.run.train import Job
   root = str(tmp_path / "ex")
   keys, _, rows = tu.write_examples(root, rows=64, eval_rows=16)
   path = _write(tmp_path, GOOD.replace('spec.feature("pay").num_ids', "3")
@@ -153,7 +153,7 @@ def test_rules_that_apply_pass_the_check(tmp_path):
 
 def test_the_executor_resolves_a_mesh_layouts_rules_before_training(tmp_path):
   from tfx_parallel.components.distributed_trainer import executor
-  from tfx_parallel.components.distributed_trainer.train import Job
+  from tfx_parallel.components.distributed_trainer.run.train import Job
   root = str(tmp_path / "ex")
   keys, _, rows = tu.write_examples(root, rows=64, eval_rows=16)
   path = _write(tmp_path, """

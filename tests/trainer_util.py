@@ -14,7 +14,7 @@ import tensorflow as tf
 # The mesh layout runs mesh_runtime.MeshTrainer (built on its own branch): tests of the mesh
 # layout run where it exists.
 MESH_AVAILABLE = importlib.util.find_spec(
-    "tfx_parallel.components.distributed_trainer.mesh_runtime") is not None
+    "tfx_parallel.components.distributed_trainer.engines.mesh_runtime") is not None
 
 TRUE_W = np.array([1.0, 2.0], np.float32)
 TRUE_B = 3.0
@@ -62,7 +62,7 @@ def run_job(job: dict, tmp: str, env=None, timeout=300) -> dict:
   with open(path, "w") as f:
     json.dump(job, f)
   proc = subprocess.run(
-      [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train", "--job", path],
+      [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
       env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   with open(os.path.join(job["history_dir"], "history.json")) as f:
@@ -83,7 +83,7 @@ def run_jobs_in_one_process(jobs, tmp: str, env=None, timeout=600):
   with open(path, "w") as f:
     json.dump(jobs, f)
   code = ("import json, sys\n"
-          "from tfx_parallel.components.distributed_trainer import train\n"
+          "from tfx_parallel.components.distributed_trainer.run import train\n"
           "for job in json.load(open(sys.argv[1])):\n"
           "  train.run(train.Job(**job))\n")
   proc = subprocess.run([sys.executable, "-c", code, path], env=dict(os.environ, **(env or {})),

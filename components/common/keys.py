@@ -55,16 +55,16 @@ PROBABILITIES_OUTPUT = "probabilities" # binary: float32 [N, 1], P(class 1); mul
 CLASS_IDS_OUTPUT = "class_ids"         # classification: int64 [N, 1].
 LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K].
 
-# Training-state bytes, measured from where the variables live (distributed_trainer/memory.py):
+# Training-state bytes, measured from where the variables live (distributed_trainer/plan/memory.py):
 # custom properties on TrainingHistory and ConvergenceMetrics, and keys of history.json.
 PARAM_COUNT = "param_count"                        # int: trainable parameters.
 PARAM_BYTES_TOTAL = "param_bytes_total"            # int: their bytes, counted once.
 STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: max over devices of params + grads + slots.
 STATE_BYTES_KEYS = (PARAM_COUNT, PARAM_BYTES_TOTAL, STATE_BYTES_PER_DEVICE)
-# layout: auto (distributed_trainer/planning.py): on TrainingHistory and in history.json.
+# layout: auto (distributed_trainer/plan/layout_choice.py): on TrainingHistory and in history.json.
 LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
 LAYOUT_REASON = "layout_reason"    # str: the planner's reason.
-# The device plan (distributed_trainer/devices.py): on TrainingHistory and in history.json.
+# The device plan (distributed_trainer/plan/devices.py): on TrainingHistory and in history.json.
 DEVICE_TYPE = "device_type"        # str: "CPU" or "GPU".
 COLLECTIVE = "collective"          # str: a key of devices.COLLECTIVES, e.g. "nccl_all_reduce".
 # int: a test run's stand-in GPUs (devices.STANDIN_GPUS_ENV; absent in real runs).

@@ -253,7 +253,7 @@ def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
 
 def what_ran(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
   """The optimizer, learning rate and loss the trainer built (history.json's
-  ``optimizer_config`` / ``loss`` records, distributed_trainer/run_record.py)."""
+  ``optimizer_config`` / ``loss`` records, distributed_trainer/run/run_record.py)."""
   optimizer = history.get("optimizer_config") or {}
   loss = history.get("loss") if isinstance(history.get("loss"), dict) else {}
   return {

@@ -45,7 +45,7 @@ class DistributedTrainer(base_component.BaseComponent):
     """``module_file`` / ``module_path`` (exactly one, or neither for the built-in
     ``config.model``) name the user module; they may also be set in ``config``.
 
-    Any Examples work (a stock ExampleGen's too; see inputs.py): ``schema`` (SchemaGen /
+    Any Examples work (a stock ExampleGen's too; see inputs/description.py): ``schema`` (SchemaGen /
     ImportSchemaGen) types the features; with ``transform_graph`` (TFX Transform),
     ``examples`` are Transform's ``transformed_examples`` and the exported model serves
     raw tf.Examples through the graph."""

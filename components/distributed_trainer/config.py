@@ -5,12 +5,12 @@ from typing import Any, Dict, Optional, Tuple
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import require
-from tfx_parallel.components.distributed_trainer import devices as devices_lib
-from tfx_parallel.components.distributed_trainer import planning
+from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
+from tfx_parallel.components.distributed_trainer.plan import layout_choice
 
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
-from tfx_parallel.components.distributed_trainer.optimizers import OPTIMIZERS  # pylint: disable=g-bad-import-order,unused-import
+from tfx_parallel.components.distributed_trainer.engines.optimizers import OPTIMIZERS  # pylint: disable=g-bad-import-order,unused-import
 CACHE_MODES = ("auto", "memory", "none")
 
 
@@ -20,7 +20,7 @@ class TrainerConfig:
 
   Attributes:
     layout: "single" | "mirrored" | "multi_worker" | "mesh", or "auto": the executor
-      picks single, mirrored N or a mesh BxM with the planner (planning.py).
+      picks single, mirrored N or a mesh BxM with the planner (layout_choice.py).
     device_memory: memory per device for the planner, bytes or a size such as "512MiB";
       on CPU without it, "auto" plans with the available host memory shared equally by
       the logical devices (on GPUs it caps the measured free memory). With an
@@ -61,10 +61,10 @@ class TrainerConfig:
       TF_CONFIG is set (with TF_CONFIG, e.g. a Kubeflow TFJob, this task is one worker).
     shuffle_buffer: examples in the seeded shuffle buffer (streamed input, ``cache``
       "none"; the in-memory cache shuffles all rows once, then their blocks of
-      batch_size // 32 rows, at most 16, each epoch: input_cache.py).
+      batch_size // 32 rows, at most 16, each epoch: inputs/memory_cache.py).
     cache: the training split's input. "memory": read and parse it once, keep the
       parsed, preprocessed features in memory and shuffle, batch and repeat from there
-      (input_cache.py); "none": stream it from the files every epoch; "auto" (default):
+      (inputs/memory_cache.py); "none": stream it from the files every epoch; "auto" (default):
       "memory" when its estimated decoded size is under a quarter of the available
       memory, else "none". The choice is printed and recorded in history.json.
     device: "auto" (GPUs when TensorFlow sees any, else logical CPU devices), "cpu"
@@ -136,7 +136,7 @@ class TrainerConfig:
             f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
     if self.device_memory is not None:
       try:
-        planning.parse_bytes(self.device_memory)
+        layout_choice.parse_bytes(self.device_memory)
       except ValueError as e:
         require(False, "device_memory", str(e))
     require(self.device in devices_lib.DEVICE_KINDS, "device",

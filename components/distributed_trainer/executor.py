@@ -13,9 +13,12 @@ from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util, keys, task_contract
-from tfx_parallel.components.distributed_trainer import devices, gpu_env, inputs, launcher, missing, planning, run_record, stats, tfjob, user_module
+from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
+from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
+from tfx_parallel.components.distributed_trainer.run import launcher, run_record, tfjob
+from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.train import Job, builtin_hparams
+from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
 
 
 def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
@@ -35,9 +38,9 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
                        model_run_uri: str, history_uri: str,
                        schema: Optional[types.Artifact] = None,
                        transform_graph: Optional[types.Artifact] = None) -> Job:
-  """The Job of any Examples artifact (and optional Schema): inputs.describe decides the
-  files, features, types and label; custom properties are hints (inputs.py)."""
-  described = inputs.describe(
+  """The Job of any Examples artifact (and optional Schema): description.describe decides the
+  files, features, types and label; custom properties are hints (description.py)."""
+  described = description.describe(
       examples, config.train_split, config.eval_split, config.label_key,
       schema.uri if schema is not None else None,
       transform_graph.uri if transform_graph is not None else None)
@@ -103,10 +106,10 @@ class Executor(base_executor.BaseExecutor):
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
     if (config.require_gpu or config.device == "gpu") and not remote \
-        and not planning.gpu_names():  # A TFJob's replicas check their own GPUs.
+        and not layout_choice.gpu_names():  # A TFJob's replicas check their own GPUs.
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     if not remote:  # More logical devices than cores: one line with both numbers.
-      planning.warn_if_oversubscribed(config, [] if config.device == "cpu" else planning.gpu_names())
+      layout_choice.warn_if_oversubscribed(config, [] if config.device == "cpu" else layout_choice.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
@@ -115,7 +118,7 @@ class Executor(base_executor.BaseExecutor):
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
                                      schema, transform_graph), config)
-    job, config, planned = planning.plan_job(job, config)  # layout: auto -> concrete
+    job, config, planned = layout_choice.plan_job(job, config)  # layout: auto -> concrete
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
@@ -125,11 +128,11 @@ class Executor(base_executor.BaseExecutor):
       record = json.load(f)
     record[missing.RECORD_KEY] = job.missing_values  # Counts and fills, per feature.
     if planned:  # The choice goes into history.json too (the evaluator reads it).
-      record = planning.record_in_history(record, planned)
+      record = layout_choice.record_in_history(record, planned)
     with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
       json.dump(record, f, indent=1)
     history.set_string_custom_property(missing.RECORD_KEY, json.dumps(job.missing_values))
-    planning.write_properties(history, record, planned)
+    layout_choice.write_properties(history, record, planned)
     for name in ("layout", "model", "optimizer"):
       history.set_string_custom_property(name, str(record[name]))
     history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))

@@ -18,7 +18,7 @@ Optional hooks:
 * ``optimizer(spec) -> tf_keras optimizer`` (default: config ``optimizer`` and
   ``learning_rate``);
 * ``layout_rules(spec) -> {variable-path regex: per-dimension sharding}`` for mesh
-  layouts (default: components/distributed_trainer/sharding.py).
+  layouts (default: components/distributed_trainer/engines/sharding.py).
 
 :func:`load` imports the module and :func:`check` builds the model on a tiny batch and
 resolves its layout rules, before training starts; every error names the module.
@@ -131,7 +131,7 @@ def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_r
                    mesh=None):
   """The optimizer of every layout (optimizers.py): the hook's, or config ``optimizer``;
   on a DTensor ``mesh`` rebuilt there, or optimizers.OptimizerError naming the module."""
-  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   if not module.optimizer:
     return optimizers.make(name, learning_rate, mesh)
   opt = module.optimizer(spec)
@@ -188,7 +188,7 @@ def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis
   if not module.layout_rules:
     return
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
   try:
     rules = module.layout_rules(spec)
   except Exception as e:  # pylint: disable=broad-except

@@ -18,10 +18,10 @@ from typing import List, Optional
 
 from absl import logging
 
-from tfx_parallel.components.distributed_trainer import checkpoint
-from tfx_parallel.components.distributed_trainer import devices as devices_lib
-from tfx_parallel.components.distributed_trainer import failures
-from tfx_parallel.components.distributed_trainer.train import Job
+from tfx_parallel.components.distributed_trainer.run import checkpoint
+from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
+from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer.run.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
 PEER_FAILURE_GRACE_SECONDS = 20
@@ -40,7 +40,7 @@ def _free_ports(n: int) -> List[int]:
 
 
 def _command(job_path: str) -> List[str]:
-  return [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.train",
+  return [sys.executable, "-m", "tfx_parallel.components.distributed_trainer.run.train",
           "--job", job_path]
 
 

@@ -1,4 +1,4 @@
-"""The planner wired to real tf_keras models (planning.py): device_memory parsing and
+"""The planner wired to real tf_keras models (layout_choice.py): device_memory parsing and
 validation, the model -> planner variables bridge under default and user layout rules,
 ``layout: auto`` rewriting the config, and the warning for an explicit layout."""
 import pytest
@@ -7,7 +7,8 @@ import tfx_parallel.pipeline.tfenv  # noqa: F401
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import model_spec as ms
-from tfx_parallel.components.distributed_trainer import planner, planning, user_module
+from tfx_parallel.components.distributed_trainer.plan import layout_choice, layout_search
+from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -17,7 +18,7 @@ KIB, MIB = 1 << 10, 1 << 20
     (4096, 4096), ("4096", 4096), ("512MiB", 512 * MIB), ("2GiB", 2 << 30),
     ("1.5GB", 1_500_000_000), ("200 KiB", 200 * KIB), ("64kb", 64_000)])
 def test_parse_bytes(value, expected):
-  assert planning.parse_bytes(value) == expected
+  assert layout_choice.parse_bytes(value) == expected
 
 
 @pytest.mark.parametrize("value", [0, -5, "lots", "12 parsecs", "", True, 1.5, "-1MiB"])
@@ -47,38 +48,38 @@ def mlp():
 
 def test_planner_variables_follow_the_default_rules(mlp):
   _, _, model = mlp
-  at = planning.planner_variables(model)
+  at = layout_choice.planner_variables(model)
   one, two = at(1), at(2)
   assert sum(v.num_elements for v in one) == 4 * 4096 + 1
   # hidden_1 kernel column-split with its bias, output kernel row-split, output bias whole.
   split = {v.name: v.split_dims for v in two}
   assert split == {"hidden_1/kernel": (1,), "hidden_1/bias": (0,), "output/kernel": (0,),
                    "output/bias": ()}
-  assert planner.state_bytes_per_device(two, 2, 2) == (2 * 4096 + 1) * 4 * 4
+  assert layout_search.state_bytes_per_device(two, 2, 2) == (2 * 4096 + 1) * 4 * 4
 
 
 def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
   module, _, model = mlp
   # 4096 splits over 2 and 4, but this rule names a dimension of size 2 (the features).
-  at = planning.planner_variables(model, lambda m: {"hidden_1/kernel": ("model", None)},
+  at = layout_choice.planner_variables(model, lambda m: {"hidden_1/kernel": ("model", None)},
                                   module.name)
   assert at(2)[0].split_dims == (0,)
   assert at(4) is None
   # One device: (4 x 4096 + 1) x 4 B x 2 = 128 KiB; M=2 halves the split kernel only.
-  p = planner.plan(at, num_devices=4, memory_per_device=100 * KIB, global_batch=64,
+  p = layout_search.plan(at, num_devices=4, memory_per_device=100 * KIB, global_batch=64,
                    slots_per_param=0)
   assert (p.layout, p.mesh, p.state_bytes_per_device) == ("mesh", (2, 2),
                                                           (3 * 4096 + 1) * 4 * 2)
-  with pytest.raises(planner.PlanError, match=r"M=2 of 4 device"):
-    planner.plan(at, num_devices=4, memory_per_device=64 * KIB, global_batch=64,
+  with pytest.raises(layout_search.PlanError, match=r"M=2 of 4 device"):
+    layout_search.plan(at, num_devices=4, memory_per_device=64 * KIB, global_batch=64,
                  slots_per_param=0)
 
 
 def test_stock_sgd_keeps_a_slot_and_adam_two(mlp):
   module, spec, model = mlp
-  assert planning.slots_per_param(user_module.make_optimizer(module, spec, "adam", .1),
+  assert layout_choice.slots_per_param(user_module.make_optimizer(module, spec, "adam", .1),
                                   model) == 2
-  assert planning.slots_per_param(user_module.make_optimizer(module, spec, "sgd", .1),
+  assert layout_choice.slots_per_param(user_module.make_optimizer(module, spec, "sgd", .1),
                                   model) == 1
 
 
@@ -86,7 +87,7 @@ def test_auto_over_budget_on_one_device_picks_model_axis_two(mlp):
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, device_memory="200KiB", model="mlp",
                          optimizer="adam", batch_size=64).validate()
-  chosen, record = planning.apply(config, module, spec, gpus=[])
+  chosen, record = layout_choice.apply(config, module, spec, gpus=[])
   assert (chosen.layout, chosen.mesh) == ("mesh", (2, 2))
   chosen.validate()
   assert record[keys.LAYOUT_CHOSEN] == "mesh 2x2"
@@ -97,7 +98,7 @@ def test_auto_that_fits_one_device_is_mirrored_over_all(mlp):
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, device_memory="1MiB", model="mlp",
                          optimizer="adam").validate()
-  chosen, record = planning.apply(config, module, spec, gpus=[])
+  chosen, record = layout_choice.apply(config, module, spec, gpus=[])
   assert (chosen.layout, chosen.devices, record[keys.LAYOUT_CHOSEN]) == (
       "mirrored", 4, "mirrored 4")
 
@@ -106,25 +107,25 @@ def test_auto_that_fits_nowhere_fails_with_the_numbers(mlp):
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, device_memory="32KiB", model="mlp",
                          optimizer="adam").validate()
-  with pytest.raises(planner.PlanError, match=r"needs 64\.0 KiB per device even on the widest "
+  with pytest.raises(layout_search.PlanError, match=r"needs 64\.0 KiB per device even on the widest "
                                                r"model axis possible here \(M=4 of 4 "
                                                r"device\(s\)\), and each device has 32\.0 KiB"):
-    planning.apply(config, module, spec, gpus=[])
+    layout_choice.apply(config, module, spec, gpus=[])
 
 
 def test_auto_on_cpu_without_device_memory_plans_with_the_host_memory_shared(mlp, capsys):
   """Issue 31, case 3: no flag needed; the reason says which memory it planned with."""
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, model="mlp").validate()
-  budget = planning.device_budget(config, gpus=[], host_memory=lambda: 8 << 30)
+  budget = layout_choice.device_budget(config, gpus=[], host_memory=lambda: 8 << 30)
   assert (budget.num_devices, budget.memory_per_device) == (4, 2 << 30)
-  chosen, record = planning.choose(config, planning.planner_variables(mlp[2]), budget, 2)
+  chosen, record = layout_choice.choose(config, layout_choice.planner_variables(mlp[2]), budget, 2)
   assert chosen.layout == "mirrored" and chosen.devices == 4
   assert record[keys.LAYOUT_REASON].endswith(
       "; planned with 2.0 GiB per device: the 8.0 GiB of available host memory shared by "
       "4 logical CPU device(s)")
   # Through apply(), with this machine's MemAvailable: one line, no error.
-  chosen, record = planning.apply(config, module, spec, gpus=[])
+  chosen, record = layout_choice.apply(config, module, spec, gpus=[])
   line, = capsys.readouterr().out.splitlines()
   assert line.startswith("[trainer] layout auto on 4 logical CPU device(s) of ")
   assert "of available host memory shared by 4 logical CPU device(s))" in line
@@ -133,13 +134,13 @@ def test_auto_on_cpu_without_device_memory_plans_with_the_host_memory_shared(mlp
 def test_auto_on_cpu_without_any_memory_figure_names_the_key(mlp):
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, model="mlp").validate()
-  budget = planning.device_budget(config, gpus=[], host_memory=lambda: None)
+  budget = layout_choice.device_budget(config, gpus=[], host_memory=lambda: None)
   with pytest.raises(ConfigError, match=r"^device_memory: layout 'auto' on CPU needs"):
-    planning.choose(config, planning.planner_variables(mlp[2]), budget, 2)
+    layout_choice.choose(config, layout_choice.planner_variables(mlp[2]), budget, 2)
   # A configured device_memory wins over the host's memory.
   configured = TrainerConfig(layout="auto", devices=4, device_memory="1MiB").validate()
-  assert planning.device_budget(configured, gpus=[], host_memory=lambda: 8 << 30) == \
-      planning.Budget(4, 1 << 20, "4 logical CPU device(s), device_memory")
+  assert layout_choice.device_budget(configured, gpus=[], host_memory=lambda: 8 << 30) == \
+      layout_choice.Budget(4, 1 << 20, "4 logical CPU device(s), device_memory")
 
 
 @pytest.mark.parametrize("layout, extra, cores, line", [
@@ -158,17 +159,17 @@ def test_more_logical_devices_than_cores_is_one_line_with_both_numbers(layout, e
                                                                        line):
   """Issue 31, case 4."""
   config = TrainerConfig(layout=layout, **extra)
-  warning = planning.oversubscription(config, cores=cores, gpu_count=0)
+  warning = layout_choice.oversubscription(config, cores=cores, gpu_count=0)
   assert warning == line if line is None else warning.startswith(line), warning
   # On GPUs devices.plan fits the layout to them instead.
-  assert planning.oversubscription(config, cores=cores, gpu_count=2) is None
+  assert layout_choice.oversubscription(config, cores=cores, gpu_count=2) is None
 
 
 def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(mlp, capsys):
   module, spec, _ = mlp
   config = TrainerConfig(layout="single", device_memory="200KiB", model="mlp",
                          optimizer="adam").validate()
-  chosen, record = planning.apply(config, module, spec, gpus=[])
+  chosen, record = layout_choice.apply(config, module, spec, gpus=[])
   assert chosen is config and record == {}
   out = capsys.readouterr().out.strip().splitlines()
   assert out == ["[trainer] WARNING: layout single needs 256.0 KiB of training state per "
@@ -177,13 +178,13 @@ def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(ml
                  "running it as asked"]
   fits = TrainerConfig(layout="mesh", mesh=(1, 2), device_memory="200KiB", model="mlp",
                        optimizer="adam").validate()
-  assert planning.apply(fits, module, spec, gpus=[]) == (fits, {})
+  assert layout_choice.apply(fits, module, spec, gpus=[]) == (fits, {})
   assert capsys.readouterr().out == ""
 
 
 def test_gpu_memory_is_read_from_tensorflow():
-  if not planning.gpu_names():
+  if not layout_choice.gpu_names():
     pytest.skip("no GPU: memory per device comes from device_memory")
-  budget = planning.device_budget(TrainerConfig(layout="auto"))
-  assert budget.num_devices == len(planning.gpu_names())
+  budget = layout_choice.device_budget(TrainerConfig(layout="auto"))
+  assert budget.num_devices == len(layout_choice.gpu_names())
   assert budget.memory_per_device and budget.memory_per_device > 0

@@ -19,7 +19,7 @@ NOT_RESUMABLE_EXIT_CODE = 4
 def not_resumable_types() -> Tuple[Type[BaseException], ...]:
   """Exception types a rerun cannot fix: config, module contract and layout rule errors."""
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.sharding import ShardingError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.user_module import ModuleError  # pylint: disable=g-import-not-at-top
   return (ConfigError, ModuleError, ShardingError)
 

@@ -1,4 +1,4 @@
-"""The in-memory cache of the training split (input_cache.py, config ``cache``): it holds
+"""The in-memory cache of the training split (memory_cache.py, config ``cache``): it holds
 exactly the examples the streamed path parses, visits each once per epoch in a seeded
 order, resumes at the same batch, shards by data, and trains to the same weights."""
 import os
@@ -13,10 +13,10 @@ import tf_keras
 from tfx_parallel.pipeline import tfenv
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer import data, input_cache, stats
+from tfx_parallel.components.distributed_trainer.inputs import memory_cache, stats, tf_data
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 ROWS = 300   # Not a multiple of BATCH: batches run across epoch boundaries.
 BATCH = 64
@@ -38,7 +38,7 @@ def split(tmp_path_factory):
 @pytest.fixture(scope="module")
 def columns(split):
   files, pre = split
-  return input_cache.load(files, pre)
+  return memory_cache.load(files, pre)
 
 
 def _rows(x, y) -> np.ndarray:
@@ -58,18 +58,18 @@ def _batches(ds, n):
 
 def test_the_cache_holds_exactly_the_streamed_examples_preprocessed(split, columns):
   files, pre = split
-  streamed = np.concatenate([_rows(x, y) for x, y in data.make_dataset(
+  streamed = np.concatenate([_rows(x, y) for x, y in tf_data.make_dataset(
       files, pre, BATCH, shuffle=False, drop_remainder=False)])
   cached = _rows(columns.features, columns.labels)
   assert columns.rows == ROWS and len(np.unique(cached[:, 0])) == ROWS
   np.testing.assert_array_equal(_sorted(cached), _sorted(streamed))
   assert columns.features["color"].dtype == tf.int64  # ids, looked up once at load
   assert abs(float(np.mean(cached[:, 0]))) < 1e-3     # x standardised, as streamed
-  assert columns.nbytes() == ROWS * input_cache.example_bytes(pre.spec)
+  assert columns.nbytes() == ROWS * memory_cache.example_bytes(pre.spec)
 
 
 def test_each_epoch_visits_every_example_once_and_batches_run_across_epochs(columns):
-  ds = input_cache.dataset(columns, BATCH, seed=7)
+  ds = memory_cache.dataset(columns, BATCH, seed=7)
   x_spec, y_spec = ds.element_spec  # Static batch shapes, as the strategies expect.
   assert x_spec["x"].shape == [BATCH, 1] and y_spec.shape == [BATCH, 1]
   batches = _batches(ds, 9)
@@ -96,10 +96,10 @@ def test_every_dtype_and_shape_comes_back_exactly_and_the_padding_never_does():
       "word": tf.constant([[f"w{i}".encode()] for i in range(rows)]),
   }
   labels = tf.constant(rng.integers(-5, 5, rows), tf.int64)
-  cols = input_cache.Columns(features, labels, rows, 0.0)
-  assert input_cache.block_rows(batch) == 2
+  cols = memory_cache.Columns(features, labels, rows, 0.0)
+  assert memory_cache.block_rows(batch) == 2
   ids = []
-  for x, y in input_cache.dataset(cols, batch, seed=9).take(3 * rows // batch + 1):
+  for x, y in memory_cache.dataset(cols, batch, seed=9).take(3 * rows // batch + 1):
     assert {k: v.dtype for k, v in x.items()} == {k: v.dtype for k, v in features.items()}
     assert x["cube"].shape == [batch, 2, 3] and y.shape == [batch]
     i = x["id"].numpy()[:, 0]
@@ -111,17 +111,17 @@ def test_every_dtype_and_shape_comes_back_exactly_and_the_padding_never_does():
     assert sorted(ids[epoch * rows:(epoch + 1) * rows]) == list(range(rows)), epoch
   # A resume 128 rows in starts inside a block of epoch 1 (row 31), on the same rows.
   resumed = [x["id"].numpy()[:, 0] for x, _ in
-             input_cache.dataset(cols, batch, seed=9, skip_batches=2).take(2)]
+             memory_cache.dataset(cols, batch, seed=9, skip_batches=2).take(2)]
   assert list(np.concatenate(resumed)) == ids[2 * batch:4 * batch]
 
 
 def test_rows_are_shuffled_once_then_blocks_reshuffled_each_epoch(columns):
   """Batch 64: blocks of 2 rows. Both epochs pair the same rows (a block stays whole),
   the pairs are not neighbours in the files, and the blocks come in a new order."""
-  k = input_cache.block_rows(BATCH)
-  assert k == 2 and input_cache.block_rows(512) == input_cache.BLOCK_ROWS == 16
-  assert input_cache.block_rows(63) == 1
-  stream = np.concatenate(_batches(input_cache.dataset(columns, BATCH, seed=7), 9))[:, 0]
+  k = memory_cache.block_rows(BATCH)
+  assert k == 2 and memory_cache.block_rows(512) == memory_cache.BLOCK_ROWS == 16
+  assert memory_cache.block_rows(63) == 1
+  stream = np.concatenate(_batches(memory_cache.dataset(columns, BATCH, seed=7), 9))[:, 0]
   file_order = _rows(columns.features, columns.labels)[:, 0]
   position = {v: i for i, v in enumerate(file_order)}
   epochs = [stream[:ROWS].reshape(-1, k), stream[ROWS:2 * ROWS - ROWS % BATCH].reshape(-1, k)]
@@ -133,36 +133,36 @@ def test_rows_are_shuffled_once_then_blocks_reshuffled_each_epoch(columns):
 
 
 def test_the_batches_do_not_depend_on_the_chunk_size(columns, monkeypatch):
-  whole = _batches(input_cache.dataset(columns, BATCH, seed=2), 12)
-  monkeypatch.setattr(input_cache, "CHUNK_ROWS", 2 * BATCH)  # 2 batches per gather
-  chunked = _batches(input_cache.dataset(columns, BATCH, seed=2), 12)
+  whole = _batches(memory_cache.dataset(columns, BATCH, seed=2), 12)
+  monkeypatch.setattr(memory_cache, "CHUNK_ROWS", 2 * BATCH)  # 2 batches per gather
+  chunked = _batches(memory_cache.dataset(columns, BATCH, seed=2), 12)
   for i, (a, b) in enumerate(zip(whole, chunked)):
     np.testing.assert_array_equal(b, a, err_msg=f"batch {i}")
 
 
 def test_the_order_depends_on_the_seed_only(columns):
-  first = _batches(input_cache.dataset(columns, BATCH, seed=3), 6)
-  again = _batches(input_cache.dataset(columns, BATCH, seed=3), 6)
-  other = _batches(input_cache.dataset(columns, BATCH, seed=4), 6)
+  first = _batches(memory_cache.dataset(columns, BATCH, seed=3), 6)
+  again = _batches(memory_cache.dataset(columns, BATCH, seed=3), 6)
+  other = _batches(memory_cache.dataset(columns, BATCH, seed=4), 6)
   for a, b in zip(first, again):
     np.testing.assert_array_equal(a, b)
   assert not all(np.array_equal(a, b) for a, b in zip(first, other))
 
 
-@pytest.mark.parametrize("chunk_rows", [input_cache.CHUNK_ROWS, 3 * BATCH])
+@pytest.mark.parametrize("chunk_rows", [memory_cache.CHUNK_ROWS, 3 * BATCH])
 @pytest.mark.parametrize("skip", [2, 6])  # 6 * 64 = 384: resumes inside epoch 1
 def test_a_resume_starts_at_the_batch_an_uninterrupted_run_takes(columns, skip, chunk_rows,
                                                                  monkeypatch):
-  monkeypatch.setattr(input_cache, "CHUNK_ROWS", chunk_rows)  # 1 or several per epoch
-  straight = _batches(input_cache.dataset(columns, BATCH, seed=1), 10)
-  resumed = _batches(input_cache.dataset(columns, BATCH, seed=1, skip_batches=skip), 10 - skip)
+  monkeypatch.setattr(memory_cache, "CHUNK_ROWS", chunk_rows)  # 1 or several per epoch
+  straight = _batches(memory_cache.dataset(columns, BATCH, seed=1), 10)
+  resumed = _batches(memory_cache.dataset(columns, BATCH, seed=1, skip_batches=skip), 10 - skip)
   for i, (a, b) in enumerate(zip(straight[skip:], resumed)):
     np.testing.assert_array_equal(b, a, err_msg=f"batch {skip + i}")
 
 
 def test_data_shards_partition_the_split(split, columns):
   files, pre = split
-  shards = [input_cache.load(files, pre, data_shard=(2, i)) for i in range(2)]
+  shards = [memory_cache.load(files, pre, data_shard=(2, i)) for i in range(2)]
   assert [s.rows for s in shards] == [ROWS // 2, ROWS // 2]
   both = np.concatenate([_rows(s.features, s.labels) for s in shards])
   np.testing.assert_array_equal(_sorted(both), _sorted(_rows(columns.features,
@@ -176,9 +176,9 @@ def test_examples_without_a_label_are_skipped_when_asked(tmp_path):
                                    hash_buckets=0, hparams={}, skip_missing_labels=True,
                                    normalize=False)
   files = sorted(tf.io.gfile.glob(os.path.join(root, "Split-train", "*")))
-  assert input_cache.load(files, Preprocessor(spec), skip_missing_labels=True).rows == 195
+  assert memory_cache.load(files, Preprocessor(spec), skip_missing_labels=True).rows == 195
   with pytest.raises(tf.errors.InvalidArgumentError, match="y"):
-    input_cache.load(files, Preprocessor(spec))
+    memory_cache.load(files, Preprocessor(spec))
 
 
 def _train(ds, steps):
@@ -195,10 +195,10 @@ def test_full_batch_training_gives_the_streamed_paths_weights(split, columns):
   """With the batch = the split, every step sees one whole epoch on both paths (in a
   different order, which a mean gradient ignores): the same weights after 3 steps."""
   files, pre = split
-  cached = _train(data.training_dataset(files, pre, ROWS, cache="memory", seed=5), 3)
-  streamed = _train(data.training_dataset(files, pre, ROWS, cache="none", seed=5,
+  cached = _train(tf_data.training_dataset(files, pre, ROWS, cache="memory", seed=5), 3)
+  streamed = _train(tf_data.training_dataset(files, pre, ROWS, cache="none", seed=5,
                                           shuffle_buffer=50), 3)
-  dropped = _train(data.training_dataset(files, pre, ROWS - 1, cache="memory", seed=5), 3)
+  dropped = _train(tf_data.training_dataset(files, pre, ROWS - 1, cache="memory", seed=5), 3)
   for a, b in zip(cached, streamed):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert not np.allclose(dropped[0], cached[0], rtol=1e-5, atol=1e-6)  # the test can fail
@@ -206,9 +206,9 @@ def test_full_batch_training_gives_the_streamed_paths_weights(split, columns):
 
 def test_training_dataset_takes_a_resolved_mode(split):
   files, pre = split
-  with pytest.raises(ValueError, match=r"resolve 'auto' with input_cache.choose\). "
+  with pytest.raises(ValueError, match=r"resolve 'auto' with memory_cache.choose\). "
                                        r"Received: 'auto'"):
-    data.training_dataset(files, pre, BATCH, cache="auto")
+    tf_data.training_dataset(files, pre, BATCH, cache="auto")
 
 
 # ------------------------------------------------------------------------- the choice
@@ -216,14 +216,14 @@ def test_training_dataset_takes_a_resolved_mode(split):
 
 def test_auto_caches_under_the_budget_and_streams_over_it():
   gib = 2**30
-  under = input_cache.choose("auto", 1_000_000, 52, available=8 * gib)
+  under = memory_cache.choose("auto", 1_000_000, 52, available=8 * gib)
   assert under.mode == "memory" and under.estimated_bytes == 52_000_000
   assert under.budget_bytes == 2 * gib and "under the budget" in under.reason
-  over = input_cache.choose("auto", 50_000_000, 52, available=8 * gib)  # 2.4 GiB > 2 GiB
+  over = memory_cache.choose("auto", 50_000_000, 52, available=8 * gib)  # 2.4 GiB > 2 GiB
   assert over.mode == "none" and "over the budget" in over.reason
-  assert input_cache.choose("auto", 10, 52, available=None).mode == "none"
+  assert memory_cache.choose("auto", 10, 52, available=None).mode == "none"
   for mode in ("memory", "none"):  # As configured, whatever the size.
-    assert input_cache.choose(mode, 50_000_000, 52, available=8 * gib).mode == mode
+    assert memory_cache.choose(mode, 50_000_000, 52, available=8 * gib).mode == mode
 
 
 def test_example_bytes_counts_inputs_as_parsed_and_the_label():
@@ -231,13 +231,13 @@ def test_example_bytes_counts_inputs_as_parsed_and_the_label():
                                 ms.FeatureSpec("n", ms.INT64),
                                 ms.FeatureSpec("s", ms.STRING, vocabulary=("u",), num_ids=2)),
                       label_key="y", task=ms.MULTICLASS, num_classes=3)
-  assert input_cache.example_bytes(spec) == 4 + 8 + 8 + 8
+  assert memory_cache.example_bytes(spec) == 4 + 8 + 8 + 8
 
 
 def test_available_memory_reads_memavailable(tmp_path):
   meminfo = tmp_path / "meminfo"
   meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    1000000 kB\n")
-  assert input_cache.available_memory(str(meminfo)) == 1_024_000_000
+  assert memory_cache.available_memory(str(meminfo)) == 1_024_000_000
 
 
 def test_an_unknown_cache_mode_is_rejected_naming_the_key():

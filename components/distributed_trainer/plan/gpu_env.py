@@ -117,7 +117,8 @@ def preflight(config, out=None, environ=None) -> bool:
   Nothing is probed for ``device: cpu``, a remote (TFJob) trainer, the stand-in test
   hook, or a default run on a machine without nvidia-smi GPUs. ``config``: the
   TrainerConfig (``device``, ``require_gpu``, ``layout``)."""
-  from tfx_parallel.components.distributed_trainer import devices, tfjob  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
   environ = os.environ if environ is None else environ
   out = sys.stderr if out is None else out
   device = config.device

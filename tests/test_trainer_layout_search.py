@@ -2,8 +2,8 @@
 smallest model axis that fits, and a PlanError with the numbers when nothing fits."""
 import pytest
 
-from tfx_parallel.components.distributed_trainer import planner
-from tfx_parallel.components.distributed_trainer.planner import VariableInfo
+from tfx_parallel.components.distributed_trainer.plan import layout_search
+from tfx_parallel.components.distributed_trainer.plan.layout_search import VariableInfo
 
 MIB = 1 << 20
 
@@ -23,11 +23,11 @@ def test_bytes_per_device_halve_for_a_split_dimension_only():
   assert kernel.bytes_per_device(2) == 64 * 1024 * 2
   assert bias.bytes_per_device(4) == 4
   # Params + grads + 2 Adam slots.
-  assert planner.state_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
+  assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
 
 
 def test_small_model_on_four_devices_is_mirrored():
-  p = planner.plan(_mlp(16), num_devices=4, memory_per_device=64 * MIB, global_batch=64,
+  p = layout_search.plan(_mlp(16), num_devices=4, memory_per_device=64 * MIB, global_batch=64,
                    slots_per_param=2)
   assert (p.layout, p.mesh) == ("mirrored", (4, 1))
   assert p.describe() == "mirrored 4"
@@ -36,15 +36,15 @@ def test_small_model_on_four_devices_is_mirrored():
 
 
 def test_one_device_is_single():
-  p = planner.plan(_mlp(16), num_devices=1, memory_per_device=64 * MIB, global_batch=64,
+  p = layout_search.plan(_mlp(16), num_devices=1, memory_per_device=64 * MIB, global_batch=64,
                    slots_per_param=0)
   assert (p.layout, p.mesh, p.allreduce_bytes_per_step) == ("single", (1, 1), 0)
 
 
 def test_model_twice_the_budget_gets_model_axis_two():
   variables = _mlp(4096)
-  one = planner.state_bytes_per_device(variables, 1, 2)
-  p = planner.plan(variables, num_devices=4, memory_per_device=one // 2 + 1024,
+  one = layout_search.state_bytes_per_device(variables, 1, 2)
+  p = layout_search.plan(variables, num_devices=4, memory_per_device=one // 2 + 1024,
                    global_batch=64, slots_per_param=2)
   assert (p.layout, p.mesh) == ("mesh", (2, 2))
   assert p.state_bytes_per_device <= one // 2 + 1024
@@ -53,44 +53,44 @@ def test_model_twice_the_budget_gets_model_axis_two():
 
 def test_batch_axis_must_divide_the_global_batch():
   variables = _mlp(4096)
-  one = planner.state_bytes_per_device(variables, 1, 0)
+  one = layout_search.state_bytes_per_device(variables, 1, 0)
   # 6 devices, model axis 2 -> batch axis 3 does not divide 64: the planner uses 1 of 3.
-  p = planner.plan(variables, num_devices=6, memory_per_device=one // 2 + 1024,
+  p = layout_search.plan(variables, num_devices=6, memory_per_device=one // 2 + 1024,
                    global_batch=64, slots_per_param=0)
   assert p.mesh == (1, 2)
 
 
 def test_model_axis_must_divide_every_split_dimension():
   variables = _mlp(4098)  # 4098 = 2 * 3 * 683: M=4 is impossible, M=3 is not a divisor of 4.
-  one = planner.state_bytes_per_device(variables, 1, 0)
-  with pytest.raises(planner.PlanError, match=r"M=2 of 4 device"):
-    planner.plan(variables, num_devices=4, memory_per_device=one // 3, global_batch=8,
+  one = layout_search.state_bytes_per_device(variables, 1, 0)
+  with pytest.raises(layout_search.PlanError, match=r"M=2 of 4 device"):
+    layout_search.plan(variables, num_devices=4, memory_per_device=one // 3, global_batch=8,
                  slots_per_param=0)
 
 
 def test_model_that_fits_nowhere_fails_with_the_numbers():
   variables = _mlp(4096)
-  with pytest.raises(planner.PlanError,
+  with pytest.raises(layout_search.PlanError,
                      match=r"needs [\d.,]+ MiB per device even on the widest model axis "
                            r"possible here \(M=4 of 4 device\(s\)\), and each device has "
                            r"1\.0 KiB"):
-    planner.plan(variables, num_devices=4, memory_per_device=1024, global_batch=64,
+    layout_search.plan(variables, num_devices=4, memory_per_device=1024, global_batch=64,
                  slots_per_param=2)
 
 
 def test_replicated_only_model_never_gets_a_model_axis():
   variables = [VariableInfo("w", (1000, 1000), 4, ())]
-  with pytest.raises(planner.PlanError, match=r"M=1 of 4"):
-    planner.plan(variables, num_devices=4, memory_per_device=MIB, global_batch=8,
+  with pytest.raises(layout_search.PlanError, match=r"M=1 of 4"):
+    layout_search.plan(variables, num_devices=4, memory_per_device=MIB, global_batch=8,
                  slots_per_param=0)
 
 
 def test_allreduce_volume_is_the_ring_formula():
   variables = [VariableInfo("w", (256, 256), 4, (None, "model"))]
   grad = 256 * 256 * 4
-  assert planner.allreduce_bytes_per_step(variables, 1, 1) == 0
-  assert planner.allreduce_bytes_per_step(variables, 4, 1) == 2 * 3 * grad // 4
-  assert planner.allreduce_bytes_per_step(variables, 2, 2) == 2 * 1 * (grad // 2) // 2
+  assert layout_search.allreduce_bytes_per_step(variables, 1, 1) == 0
+  assert layout_search.allreduce_bytes_per_step(variables, 4, 1) == 2 * 3 * grad // 4
+  assert layout_search.allreduce_bytes_per_step(variables, 2, 2) == 2 * 1 * (grad // 2) // 2
 
 
 @pytest.mark.parametrize("bad, message", [(dict(num_devices=0), "no devices"),
@@ -98,8 +98,8 @@ def test_allreduce_volume_is_the_ring_formula():
 def test_bad_arguments(bad, message):
   kwargs = dict(num_devices=2, memory_per_device=MIB, global_batch=8, slots_per_param=0)
   kwargs.update(bad)
-  with pytest.raises(planner.PlanError, match=message):
-    planner.plan(_mlp(8), **kwargs)
+  with pytest.raises(layout_search.PlanError, match=message):
+    layout_search.plan(_mlp(8), **kwargs)
 
 
 def test_variables_may_depend_on_the_model_axis():
@@ -109,7 +109,7 @@ def test_variables_may_depend_on_the_model_axis():
     width = 4098
     split = width % model_axis == 0
     return [VariableInfo("k", (64, width), 4, (None, "model") if split else ())]
-  one = planner.state_bytes_per_device(at(1), 1, 0)
-  p = planner.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
+  one = layout_search.state_bytes_per_device(at(1), 1, 0)
+  p = layout_search.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
                    slots_per_param=0)
   assert p.mesh == (2, 2)

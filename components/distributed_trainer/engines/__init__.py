@@ -1,11 +1,11 @@
-"""The two step engines of a training run (train.py owns the run itself).
+"""The two step engines of a training run (run/train.py owns the run itself).
 
 An engine builds the user's model, loss and optimizer for its layout, trains N steps
 while driving the run's tf_keras callbacks at every execution boundary, and hands back
 weights and state:
 
 * :class:`FitEngine`: ``single``, ``mirrored``, ``multi_worker``; tf_keras ``model.fit``
-  under a ``tf.distribute`` strategy (layouts.py), or none.
+  under a ``tf.distribute`` strategy (strategies.py), or none.
 * :class:`MeshEngine`: ``mesh``; ``mesh_runtime.MeshTrainer`` on a DTensor (batch, model)
   mesh, with the layout rules of sharding.py. Its loop reports the running mean loss
   ``fit`` reports and fetches the loss from the devices once per execution
@@ -30,14 +30,14 @@ class FitEngine:
   def __init__(self, config, plan, device_record: dict):
     """Creates the strategy: first thing after the devices are configured (multi_worker
     configures collective ops, which must precede any other use of TensorFlow)."""
-    from tfx_parallel.components.distributed_trainer import layouts  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
     self.config, self.device_record = config, device_record
     self.layout = config.layout
-    self.strategy = layouts.make_strategy(config.layout, config.devices, plan.collective)
+    self.strategy = strategies.make_strategy(config.layout, config.devices, plan.collective)
     self.chief, self.num_workers, self.worker_index = True, 1, 0
     if config.layout == "multi_worker":
-      task_type, self.worker_index, self.num_workers = layouts.worker_info(self.strategy)
-      self.chief = layouts.is_chief(task_type, self.worker_index)
+      task_type, self.worker_index, self.num_workers = strategies.worker_info(self.strategy)
+      self.chief = strategies.is_chief(task_type, self.worker_index)
     self.steps_per_execution = config.execution_steps()
 
   def build(self, module, spec):
@@ -58,8 +58,8 @@ class FitEngine:
     return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
   def describe(self) -> dict:
-    from tfx_parallel.components.distributed_trainer import layouts  # pylint: disable=g-import-not-at-top
-    return dict(layouts.describe(self.layout, self.strategy, self.model.weights),
+    from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
+    return dict(strategies.describe(self.layout, self.strategy, self.model.weights),
                 **self.device_record)
 
   def variable_record(self) -> Tuple[Dict[str, dict], List[str], str]:
@@ -80,7 +80,7 @@ class FitEngine:
     return self.strategy.distribute_datasets_from_function(fn)
 
   def evaluator(self, eval_ds) -> Callable[[], float]:
-    from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds)
 
   def train(self, dataset, start_step: int, total: int, callbacks: list):
@@ -92,14 +92,14 @@ class FitEngine:
     return self.model.get_weights()
 
   def state(self) -> Tuple[list, Dict[str, object]]:
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
     with self.scope():
       self.optimizer.build(self.model.trainable_variables)
     return self.model.get_weights(), dict(zip(optimizers.variable_names(self.optimizer),
                                               [v.numpy() for v in self.optimizer.variables]))
 
   def load_state(self, weights: list, optimizer_state: Dict[str, object]):
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
     with self.scope():
       self.model.set_weights(weights)
       self.optimizer.build(self.model.trainable_variables)
@@ -121,7 +121,8 @@ class MeshEngine:
     the optimizer built with ``mesh=``; a rule or optimizer that cannot apply fails here,
     before the first step."""
     import tf_keras  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer import mesh_runtime, user_module  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     config = self.config
     self.module, self.spec = module, spec
     self.loss = user_module.make_loss(module, spec)
@@ -142,7 +143,7 @@ class MeshEngine:
 
   def variable_record(self) -> Tuple[Dict[str, dict], List[str], str]:
     """(per-variable splits, variables the default rules left whole, console text)."""
-    from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
     m = self.trainer.mesh_shape[1]
     splits = sharding.split_record(self.trainer.shardings, self.trainer.shard_shapes(), m)
     return (splits, [v.path for v in self.trainer.replicated],
@@ -153,7 +154,8 @@ class MeshEngine:
 
   def evaluator(self, eval_ds) -> Callable[[], float]:
     """Evaluation on a plain copy (outside the mesh) that takes the gathered weights."""
-    from tfx_parallel.components.distributed_trainer import callbacks as cb, user_module  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     plain = user_module.build(self.module, self.spec)
     evaluate = cb.make_evaluator(plain, self.loss, eval_ds)
 
@@ -198,7 +200,7 @@ class MeshEngine:
             {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)})
 
   def load_state(self, weights: list, optimizer_state: Dict[str, object]):
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
     values = optimizers.match_state(self.optimizer, optimizer_state)
     names = list(self.trainer.state())
     self.trainer.load_state(dict(zip(names, list(weights) + values)))

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfx_parallel.components.common.splits import split_files
-from tfx_parallel.components.distributed_trainer import missing as missing_lib
+from tfx_parallel.components.distributed_trainer.inputs import missing as missing_lib
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 SCAN_BATCH = 4096

@@ -58,7 +58,7 @@ What happens on failure (training-operator v1.9.0, cited per rule):
 
 The job file is written next to the checkpoints under the pipeline root, which the
 replicas must reach (gs://, s3://, or a shared volume mounted at the same path). The
-replicas run ``python -m tfx_parallel.components.distributed_trainer.tfjob --job URI``,
+replicas run ``python -m tfx_parallel.components.distributed_trainer.run.tfjob --job URI``,
 which copies the job file to local disk (train.py reads a local file) and runs
 ``train.main``.
 """
@@ -657,7 +657,7 @@ def job_name(checkpoint_dir: str, now: float) -> str:
 
 
 def replica_command(job_uri: str) -> Tuple[str, ...]:
-  return ("python", "-m", "tfx_parallel.components.distributed_trainer.tfjob",
+  return ("python", "-m", "tfx_parallel.components.distributed_trainer.run.tfjob",
           "--job", job_uri)
 
 
@@ -705,7 +705,7 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   quoting the logs on failure."""
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import devices  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   devices.check_multi_worker_batch(settings.worker_replicas + settings.chief_replicas,  # Chief trains too.
                                    settings.gpus_per_replica, job.config.get("batch_size"), "TFJob")
   name = job_name(job.checkpoint_dir, now())
@@ -758,7 +758,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
   args = parser.parse_args(argv)
-  from tfx_parallel.components.distributed_trainer import train  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")

@@ -355,11 +355,11 @@ _SIZE = re.compile(r"^\s*\d")
 
 def check_gpu_memory(value) -> None:
   """Validates config ``gpu_memory`` (ConfigError naming the key)."""
-  from tfx_parallel.components.distributed_trainer import planning  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import layout_choice  # pylint: disable=g-import-not-at-top
   if value in GPU_MEMORY_POLICIES:
     return
   try:
-    planning.parse_bytes(value)
+    layout_choice.parse_bytes(value)
   except ValueError:
     raise ConfigError("gpu_memory", f"must be 'growth', 'all' or a size per GPU such as "
                       f"'4GiB'. Received: {value!r}") from None
@@ -369,8 +369,8 @@ def memory_limit_mb(value) -> Optional[int]:
   """The hard per-GPU limit in MiB of a size ``gpu_memory``; None for growth / all."""
   if value in GPU_MEMORY_POLICIES:
     return None
-  from tfx_parallel.components.distributed_trainer import planning  # pylint: disable=g-import-not-at-top
-  return max(1, planning.parse_bytes(value) // 2**20)
+  from tfx_parallel.components.distributed_trainer.plan import layout_choice  # pylint: disable=g-import-not-at-top
+  return max(1, layout_choice.parse_bytes(value) // 2**20)
 
 
 def visible_gpus() -> List[str]:

@@ -50,8 +50,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
-from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
+from tfx_parallel.components.distributed_trainer.engines import optimizers as optimizers_lib
+from tfx_parallel.components.distributed_trainer.engines import sharding as sharding_lib
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
 _LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.

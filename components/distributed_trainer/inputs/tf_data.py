@@ -6,15 +6,15 @@ in parallel with AUTOTUNE, and prefetches. ``num_shards`` > 1 shards by FILE for
 multi-worker input, or by DATA when the file count is not a multiple of the workers.
 
 :func:`training_dataset` is the trainer's door: this streamed path, or the in-memory
-cache of the parsed split (config ``cache``; input_cache.py).
+cache of the parsed split (config ``cache``; memory_cache.py).
 """
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from tfx_parallel.components.distributed_trainer import input_cache
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs import memory_cache
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 
 def shard_files(files: Sequence[str], split: str, num_shards: int, index: int
@@ -75,19 +75,19 @@ def training_dataset(files: Sequence[str], pre: Preprocessor, batch_size: int, *
                      seed: int = 0, shuffle_buffer: int = 10_000,
                      skip_missing_labels: bool = False, skip_batches: int = 0,
                      data_shard: Optional[Tuple[int, int]] = None,
-                     on_load: Optional[Callable[[input_cache.Columns], None]] = None
+                     on_load: Optional[Callable[[memory_cache.Columns], None]] = None
                      ) -> tf.data.Dataset:
   """The endless, shuffled training batches: streamed (``cache`` "none") or from the
   in-memory cache (``cache`` "memory", loaded here; ``on_load`` sees the columns)."""
-  if cache == input_cache.MEMORY:
-    columns = input_cache.load(files, pre, skip_missing_labels=skip_missing_labels,
+  if cache == memory_cache.MEMORY:
+    columns = memory_cache.load(files, pre, skip_missing_labels=skip_missing_labels,
                                data_shard=data_shard)
     if on_load is not None:
       on_load(columns)
-    return input_cache.dataset(columns, batch_size, seed=seed, skip_batches=skip_batches)
-  if cache != input_cache.NONE:
-    raise ValueError(f"cache must be {input_cache.MEMORY!r} or {input_cache.NONE!r} here "
-                     f"(resolve 'auto' with input_cache.choose). Received: {cache!r}")
+    return memory_cache.dataset(columns, batch_size, seed=seed, skip_batches=skip_batches)
+  if cache != memory_cache.NONE:
+    raise ValueError(f"cache must be {memory_cache.MEMORY!r} or {memory_cache.NONE!r} here "
+                     f"(resolve 'auto' with memory_cache.choose). Received: {cache!r}")
   return make_dataset(files, pre, batch_size, shuffle=True, seed=seed, repeat=True,
                       shuffle_buffer=shuffle_buffer, skip_missing_labels=skip_missing_labels,
                       skip_batches=skip_batches, data_shard=data_shard)

@@ -37,7 +37,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.common.splits import artifact_split_files
-from tfx_parallel.components.distributed_trainer import missing
+from tfx_parallel.components.distributed_trainer.inputs import missing
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 KIND_DTYPE = {"float_list": ms.FLOAT32, "int64_list": ms.INT64, "bytes_list": ms.STRING}

@@ -1,4 +1,4 @@
-"""Wires the pure planner (planner.py) to a real model and the devices present.
+"""Wires the pure planner (layout_search.py) to a real model and the devices present.
 
 * :func:`parse_bytes`: config ``device_memory`` (an int, or "512MiB" / "2GiB" / "1.5GB").
 * :func:`planner_variables`: a built tf_keras model + layout rules -> the planner's
@@ -25,8 +25,8 @@ from absl import logging
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer import planner
-from tfx_parallel.components.distributed_trainer import sharding
+from tfx_parallel.components.distributed_trainer.plan import layout_search
+from tfx_parallel.components.distributed_trainer.engines import sharding
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -61,7 +61,7 @@ def trainable_infos(model) -> List[sharding.VariableInfo]:
 
 def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None,
                       module_name: str = "built-in"
-                      ) -> Callable[[int], Optional[List[planner.VariableInfo]]]:
+                      ) -> Callable[[int], Optional[List[layout_search.VariableInfo]]]:
   """A function of the model axis M giving the planner's view of ``model``'s trainable
   variables under the layout rules on M devices: ``rules_fn(M)`` (the module's
   ``layout_rules``), or the default rules (sharding.default_rules_for) when None.
@@ -72,7 +72,7 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
   infos = trainable_infos(model)
   dtype_bytes = {sharding.variable_path(v): v.dtype.size for v in model.trainable_variables}
 
-  def at(model_axis: int) -> Optional[List[planner.VariableInfo]]:
+  def at(model_axis: int) -> Optional[List[layout_search.VariableInfo]]:
     if rules_fn is None:
       rules = sharding.default_rules_for(infos, model_axis)
     else:
@@ -84,7 +84,7 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
         raise
       logging.info("planner: model axis %d skipped: %s", model_axis, e)
       return None
-    return [planner.VariableInfo(i.path, tuple(i.shape), dtype_bytes[i.path],
+    return [layout_search.VariableInfo(i.path, tuple(i.shape), dtype_bytes[i.path],
                                  tuple(resolved.get(i.path, ()))) for i in infos]
   return at
 
@@ -110,7 +110,7 @@ class Budget:
 def gpu_memory(gpu_names: List[str]) -> Optional[int]:
   """Free memory of the smallest visible GPU, as nvidia-smi reports it (this process
   never opens CUDA: devices.keep_off_gpus); None when unknown."""
-  from tfx_parallel.components.distributed_trainer import devices  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   return devices.gpu_free_bytes() if gpu_names else None
 
 
@@ -119,7 +119,7 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   """Devices and memory per device: the GPUs present (``gpus``, default: listed by
   TensorFlow), else config ``devices`` logical CPUs (at least 1) with config
   ``device_memory``, or without it the available host memory (``host_memory()``,
-  default: Linux ``MemAvailable``, input_cache.available_memory) shared equally by the
+  default: Linux ``MemAvailable``, memory_cache.available_memory) shared equally by the
   logical devices, which all live in the one host's memory. On GPUs a configured
   ``device_memory`` caps the measured memory."""
   configured = parse_bytes(config.device_memory) if config.device_memory is not None else None
@@ -132,8 +132,8 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   if configured is not None:
     return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
   if host_memory is None:
-    from tfx_parallel.components.distributed_trainer import input_cache  # pylint: disable=g-import-not-at-top
-    host_memory = input_cache.available_memory
+    from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
+    host_memory = memory_cache.available_memory
   available = host_memory()
   if not available:
     return Budget(n, None, f"{n} logical CPU device(s)")
@@ -141,7 +141,7 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   return Budget(n, available // n, f"{n} logical CPU device(s)", host_memory=available)
 
 
-def _concrete(config, plan: planner.Plan):
+def _concrete(config, plan: layout_search.Plan):
   """``config`` rewritten to the plan's layout."""
   if plan.layout == "mesh":
     return dataclasses.replace(config, layout="mesh", mesh=tuple(plan.mesh), devices=0)
@@ -165,7 +165,7 @@ def choose(config, variables, budget: Budget, slots: int):
   """``layout: auto``: (config with the chosen layout, {layout_chosen, layout_reason}).
 
   Raises:
-    planner.PlanError: no layout fits (the message has the numbers).
+    layout_search.PlanError: no layout fits (the message has the numbers).
     ValueError: the memory per device is unknown (CPU without ``device_memory``).
   """
   if budget.memory_per_device is None:
@@ -173,12 +173,12 @@ def choose(config, variables, budget: Budget, slots: int):
                       "layout 'auto' on CPU needs the memory per device and this machine's "
                       "available memory could not be read: set device_memory (bytes, or e.g. "
                       "'512MiB'; CLI --device-memory). Received: None")
-  plan = planner.plan(variables, budget.num_devices, budget.memory_per_device,
+  plan = layout_search.plan(variables, budget.num_devices, budget.memory_per_device,
                       config.batch_size, slots)
   reason = plan.reason
   if budget.host_memory is not None:  # Say what memory it planned with (no device_memory).
-    reason += (f"; planned with {planner.human_bytes(budget.memory_per_device)} per device: "
-               f"the {planner.human_bytes(budget.host_memory)} of available host memory "
+    reason += (f"; planned with {layout_search.human_bytes(budget.memory_per_device)} per device: "
+               f"the {layout_search.human_bytes(budget.host_memory)} of available host memory "
                f"shared by {budget.num_devices} logical CPU device(s)")
   return _concrete(config, plan), {keys.LAYOUT_CHOSEN: plan.describe(),
                                    keys.LAYOUT_REASON: reason}
@@ -193,12 +193,12 @@ def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[st
   at = variables(model_axis) if callable(variables) else variables
   if at is None:
     return None
-  need = planner.state_bytes_per_device(at, model_axis, slots)
+  need = layout_search.state_bytes_per_device(at, model_axis, slots)
   if need <= budget.memory_per_device:
     return None
-  return (f"layout {what} needs {planner.human_bytes(need)} of training state per device "
+  return (f"layout {what} needs {layout_search.human_bytes(need)} of training state per device "
           f"(parameters, gradients and {slots} optimizer slot(s) per parameter), more than "
-          f"the {planner.human_bytes(budget.memory_per_device)} per device of "
+          f"the {layout_search.human_bytes(budget.memory_per_device)} per device of "
           f"{budget.source}; running it as asked")
 
 
@@ -226,7 +226,7 @@ def apply(config, module, spec, gpus: Optional[List[str]] = None):
     return config, {}
   chosen, record = choose(config, variables, budget, slots)
   line = (f"[trainer] layout auto on {budget.source} of "
-          f"{planner.human_bytes(budget.memory_per_device)}: "
+          f"{layout_search.human_bytes(budget.memory_per_device)}: "
           f"{record[keys.LAYOUT_CHOSEN]} ({record[keys.LAYOUT_REASON]})")
   logging.info("DistributedTrainer: %s", line)
   print(line, flush=True)

@@ -1,6 +1,6 @@
 """The training loop, run in its own process by the executor (one per worker).
 
-    python -m tfx_parallel.components.distributed_trainer.train --job job.json
+    python -m tfx_parallel.components.distributed_trainer.run.train --job job.json
 
 A separate process per training run lets each layout configure its own devices (N
 logical CPUs, or GPUs) before TensorFlow initialises, keeps DTensor and
@@ -20,7 +20,7 @@ from tfx_parallel.pipeline import tfenv
 tfenv.prepare()
 
 from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.distributed_trainer import failures  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.distributed_trainer.run import failures  # pylint: disable=g-import-not-at-top
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
 
 
@@ -72,7 +72,7 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   ``require_gpu`` (or ``device: gpu``) without a visible GPU raises gpu_env.NoGpuError
   with CUDA's own load error. ``gpu_names``: the GPUs present (default: TensorFlow's list).
   """
-  from tfx_parallel.components.distributed_trainer import devices as devices_lib, gpu_env  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib, gpu_env  # pylint: disable=g-import-not-at-top
   gpus = devices_lib.visible_gpus() if gpu_names is None else gpu_names
   if (config.require_gpu or config.device == "gpu") and not gpus:
     raise gpu_env.NoGpuError(gpu_env.no_gpu_message("training process"))
@@ -104,7 +104,8 @@ def builtin_hparams(config: TrainerConfig) -> Dict[str, Any]:
 def resolve_spec(job: Job, config: TrainerConfig):
   """(ModelSpec, normalisation) from the job, or from a scan of the data when the job
   was written without them (e.g. by a test)."""
-  from tfx_parallel.components.distributed_trainer import model_spec as ms, stats  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import stats  # pylint: disable=g-import-not-at-top
   if job.model_spec is not None:
     return ms.ModelSpec.from_dict(job.model_spec), job.normalization
   spec, norm, _ = stats.prepare(
@@ -120,10 +121,10 @@ def resolve_spec(job: Job, config: TrainerConfig):
 def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   """(record, on_load) for config ``cache``: the choice for this worker's share of the
   ``rows``, printed once; ``record`` goes into history.json as ``input_cache`` and
-  ``on_load`` (pass it to data.training_dataset) adds what loading took."""
-  from tfx_parallel.components.distributed_trainer import input_cache  # pylint: disable=g-import-not-at-top
-  choice = input_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
-                              input_cache.example_bytes(spec), input_cache.available_memory())
+  ``on_load`` (pass it to tf_data.training_dataset) adds what loading took."""
+  from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
+  choice = memory_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
+                              memory_cache.example_bytes(spec), memory_cache.available_memory())
   print(f"[train] input cache: {choice.mode} ({choice.reason})", flush=True)
   record = choice.as_record()
 
@@ -155,7 +156,7 @@ def save_checkpoint(job: Job, engine, state, step: int):
   """The one checkpoint path (checkpoint.py): model weights in ``get_weights()`` order and
   optimizer variables in ``optimizer.variables`` order, gathered, so that any layout
   resumes any other's; the run state and the layout it was saved by go along."""
-  from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   weights, optimizer_state = engine.state()
   names = list(optimizer_state)
   checkpoint.save(job.checkpoint_dir, step, {f"w{i:04d}": w for i, w in enumerate(weights)},
@@ -167,7 +168,7 @@ def save_checkpoint(job: Job, engine, state, step: int):
 
 def restore_checkpoint(job: Job, engine):
   """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
-  from tfx_parallel.components.distributed_trainer import checkpoint  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
     return 0, [], [], 0.0
@@ -175,7 +176,7 @@ def restore_checkpoint(job: Job, engine):
   opt = slots.get("optimizer", {})
   names = meta.get("optimizer_names")
   if names is None:  # Written before names were kept: the optimizer's own order.
-    from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
     names = optimizers.variable_names(engine.optimizer)[:len(opt)]
   engine.load_state([values[k] for k in sorted(values)],
                     {n: opt[k] for n, k in zip(names, sorted(opt))})
@@ -197,7 +198,7 @@ def run(job: Job) -> dict:
 
   The one run skeleton of every layout: inputs, run state, callbacks, checkpoints, the
   run record, export and the console lines. The layout's part is its step engine
-  (engines.py: ``FitEngine`` for single / mirrored / multi_worker, ``MeshEngine`` for
+  (engines/__init__.py: ``FitEngine`` for single / mirrored / multi_worker, ``MeshEngine`` for
   the mesh).
   """
   # Before TensorFlow initialises; multi_worker must not initialise it here either
@@ -207,10 +208,14 @@ def run(job: Job) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
-  from tfx_parallel.components.distributed_trainer import callbacks as cb  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import data, engines, export, memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import run_record, user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import engines  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import export  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.plan import memory  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import run_record  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   engine = engines.create(config, plan, device_record)
   spec, normalization = resolve_spec(job, config)
@@ -226,14 +231,14 @@ def run(job: Job) -> dict:
   cache_record, on_load = input_cache_plan(config, spec, job.train_rows, engine.num_workers)
 
   def dataset(batch: int, num_shards: int, index: int, skip: int):
-    files, data_shard = data.shard_files(train_files, config.train_split, num_shards, index)
-    return data.training_dataset(
+    files, data_shard = tf_data.shard_files(train_files, config.train_split, num_shards, index)
+    return tf_data.training_dataset(
         files, pre, batch, cache=cache_record["mode"], seed=config.seed,
         shuffle_buffer=config.shuffle_buffer, skip_missing_labels=config.skip_missing_labels,
         skip_batches=skip, data_shard=data_shard, on_load=on_load)
 
   train_ds = engine.dataset(dataset, start_step)
-  eval_ds = data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
+  eval_ds = tf_data.make_dataset(job.files("eval"), pre, 1024, shuffle=False,
                               drop_remainder=False,
                               skip_missing_labels=config.skip_missing_labels)
 
@@ -367,7 +372,7 @@ def main(argv=None) -> int:
 
 # Exit code of a worker that stopped because a peer failed: retryable (>= 128) under a
 # TFJob's restartPolicy ExitCode; the constant and the reason live in tfjob.py.
-from tfx_parallel.components.distributed_trainer.tfjob import PEER_LOST_EXIT_CODE as PEER_FAILED_EXIT_CODE  # noqa: E402,E501  pylint: disable=g-import-not-at-top,wrong-import-position
+from tfx_parallel.components.distributed_trainer.run.tfjob import PEER_LOST_EXIT_CODE as PEER_FAILED_EXIT_CODE  # noqa: E402,E501  pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import tf_keras
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.distributed_trainer import model_spec as ms
-from tfx_parallel.components.distributed_trainer.preprocess import Preprocessor
+from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor
 
 
 def outputs(logits: tf.Tensor, task: str):
