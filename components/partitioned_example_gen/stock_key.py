@@ -75,7 +75,8 @@ class StockKeyEncoder:
     self._all_float = all(t == "float" for t in self.types.values())
     self._float_encoder = ExampleEncoder(tuple(self.types)) if self._all_float else None
     # Per column, the map-entry prefixes a row picks from (built once, not per batch):
-    # string: by value length; float: [present, empty]; int: [empty, varint of 1..10].
+    # string: by value length; float: (entry prefix, empty entry); int: [empty entry,
+    # prefix for a varint of 1..10 bytes].
     self._prefixes = {}
     for name, typ in self.types.items():
       key_field = self._key_fields[name]
