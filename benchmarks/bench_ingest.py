@@ -80,9 +80,9 @@ _LAUNCHER = (
     "import json, resource, subprocess, sys, time\n"
     "t = time.time()\n"
     "rc = subprocess.call(sys.argv[1:])\n"
-    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print('" + RESULT_PREFIX + "' + json.dumps({'rc': rc, 'peak_rss_kb': rss, "
-    "'wall_seconds': time.time() - t}))\n")
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print('" + RESULT_PREFIX + "' + json.dumps({'rc': rc, 'peak_rss_kb': usage.ru_maxrss, "
+    "'cpu_seconds': usage.ru_utime + usage.ru_stime, 'wall_seconds': time.time() - t}))\n")
 
 
 # ----------------------------------------------------------------------------- data
@@ -513,6 +513,7 @@ def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
         "rows_per_s": round(rows / seconds),
         "process_wall_seconds": round(statistics.median(c["wall_seconds"] for c in children), 1),
         "peak_rss_mb": round(max(c["peak_rss_kb"] for c in children) / 1024),
+        "cpu_seconds": round(statistics.median(c["cpu_seconds"] for c in children), 1),
         "rows_written": children[0]["rows_written"], "runs": len(children),
         "all_seconds": [round(c["seconds"], 1) for c in children],
         "run": children[0]["when"], "load_1min": "/".join(c["load"] for c in children),
@@ -543,10 +544,12 @@ def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
           continue
         runs.append(measure(kind, "ours", smallest, ours(path)))
     ratios = [round(n["seconds"] / m["seconds"], 2) for m, n in zip(mixed_runs, numeric_runs)]
+    cpu_ratios = [round(n["cpu_seconds"] / m["cpu_seconds"], 2)
+                  for m, n in zip(mixed_runs, numeric_runs)]
     if mixed_runs:
       record("mixed", "ours", smallest, paths[smallest], mixed_runs)
     record("numeric", "ours", smallest, numeric_path, numeric_runs,
-           **({"pair_ratios": ratios} if ratios else {}))
+           **({"pair_ratios": ratios, "pair_cpu_ratios": cpu_ratios} if ratios else {}))
   if "stock" in sides and stock_rows in paths:  # Last: the longest run (about 20x ours).
     record("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
            [measure("mixed", "stock CsvExampleGen", stock_rows,
@@ -616,11 +619,13 @@ def mixed_section(results: List[Dict]) -> str:
            "which its RSS includes). Each run alone in a fresh process (a row of several runs "
            "shows their median seconds and largest RSS), on the shared 2-core machine (other jobs ran beside it: the load column); peak RSS "
            "from `getrusage(RUSAGE_CHILDREN)` of a launcher that only waits for it.", "",
-           "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB | run (load, code) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| data | executor | rows | CSV MB | seconds | rows/s | CPU s | peak RSS MB | "
+           "run (load, code) |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in results:
     lines.append(f"| {r['data']} | {r['side']} | {r['rows']:,} | {r['csv_mb']} | "
-                 f"{r['seconds']} | {r['rows_per_s']:,} | {r['peak_rss_mb']} | "
+                 f"{r['seconds']} | {r['rows_per_s']:,} | {r.get('cpu_seconds', '')} | "
+                 f"{r['peak_rss_mb']} | "
                  f"{r.get('run', '?')} ({r.get('load_1min', '?')}, {r.get('commit', '?')}) |")
   lines.append("")
   if mixed:
@@ -636,6 +641,11 @@ def mixed_section(results: List[Dict]) -> str:
                    f"stock {s['rows_per_s']:,}: **{ours['rows_per_s'] / s['rows_per_s']:.1f}x** "
                    f"(target >= 10x). Peak RSS ours {ours['peak_rss_mb']} MB, stock "
                    f"{s['peak_rss_mb']} MB.")
+      if ours.get("cpu_seconds") and s.get("cpu_seconds"):
+        lines.append(f"  CPU seconds (user + sys of the process tree; less sensitive to the "
+                     f"load than wall time, but stock may use both cores where ours uses "
+                     f"one): ours {ours['cpu_seconds']}, stock {s['cpu_seconds']}: "
+                     f"{s['cpu_seconds'] / ours['cpu_seconds']:.1f}x.")
   for n in numeric:
     ours = next((r for r in mixed if r["rows"] == n["rows"]), None)
     if ours:
@@ -646,7 +656,10 @@ def mixed_section(results: List[Dict]) -> str:
         lines.append(f"  Run in {len(n['pair_ratios'])} alternating pairs (seconds: mixed "
                      f"{ours['all_seconds']}, numeric {n['all_seconds']}); each pair's "
                      f"ratio: {n['pair_ratios']}, median "
-                     f"{statistics.median(n['pair_ratios']):.2f}x.")
+                     f"{statistics.median(n['pair_ratios']):.2f}x."
+                     + (f" By CPU seconds: {n['pair_cpu_ratios']}, median "
+                        f"{statistics.median(n['pair_cpu_ratios']):.2f}x."
+                        if n.get("pair_cpu_ratios") else ""))
   lines += ["", f"![ingest_mixed_rss.png](plots/{os.path.basename(MIXED_PLOT)})", ""]
   return "\n".join(lines)
 
