@@ -586,11 +586,15 @@ def _plot_mixed(results: List[Dict], path: str):
              label=label, markersize=8)
     ax2.plot([r["rows"] / 1e6 for r in rs], [r["rows_per_s"] / 1e3 for r in rs], style,
              label=label, markersize=8)
+    for r in rs:  # Runs were made under different loads of the shared machine.
+      ax2.annotate(f"load {str(r.get('load_1min', '?')).split('/')[0]}",
+                   (r["rows"] / 1e6, r["rows_per_s"] / 1e3), textcoords="offset points",
+                   xytext=(4, 4), fontsize=7)
   ax1.set_xlabel("rows of the mixed-type CSV (millions)")
   ax1.set_ylabel("peak RSS of the process (MB)")
   ax1.set_ylim(bottom=0)
   ax2.set_xlabel("rows of the mixed-type CSV (millions)")
-  ax2.set_ylabel("thousand rows/s")
+  ax2.set_ylabel("thousand rows/s (label: 1-min load)")
   ax2.set_ylim(bottom=0)
   for ax in (ax1, ax2):
     ax.grid(True, alpha=0.3)
