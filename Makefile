@@ -18,7 +18,7 @@ $(STAMP): constraints.txt setup.py
 	if [ ! -x $(PY) ]; then echo "Creating $(VENV) with $$PYBIN"; $$PYBIN -m venv $(VENV); fi
 	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -c constraints.txt -e '.[test,dask]'
-	$(PY) -c "import tfx_parallel.pipeline.tfenv, tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed; print('environment OK')"
+	$(PY) -c "import tfx_parallel.components.common.tfenv as e; e.prepare(); import tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed; print('environment OK')"
 	@touch $(STAMP)
 
 run: setup

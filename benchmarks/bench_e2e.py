@@ -107,7 +107,8 @@ def run_stock(csv: str, home: str, steps: int) -> str:
 
 def child(which: str, csv: str, home: str, steps: int, profile: str = "") -> dict:
   """One pipeline run; ``profile``: also write a cProfile of this process there."""
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   profiler = None
   if profile:
     import cProfile  # pylint: disable=g-import-not-at-top
@@ -157,7 +158,7 @@ def profile_top(path: str, n: int = 12) -> List[tuple]:
 def fresh_import_seconds(module: str) -> float:
   """Wall seconds of ``python -c 'import MODULE'`` in a fresh process (interpreter start
   included): what every process that needs the module pays before its first line."""
-  return bu.run_python(["-c", f"import tfx_parallel.pipeline.tfenv; import {module}"],
+  return bu.run_python(["-c", f"import tfx_parallel.components.common.tfenv as e; e.prepare(); import {module}"],
                        timeout=300)["seconds"]
 
 

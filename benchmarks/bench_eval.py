@@ -20,6 +20,8 @@ import time
 from typing import List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# tests/evaluator_fixtures.py builds the model (test-only helpers are not in the wheel).
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import benchutil as bu  # noqa: E402
 
 # 1M rows do not fit the 30-minute budget of `make bench` on 2 cores: the stock
@@ -44,8 +46,9 @@ def prepare(rows: int):
 
 def export_model(path: str):
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  from tfx_parallel.components.convergence_evaluator import testing  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
   # Slightly off the true parameters, so the MSE is not just the noise.
   kernel = (np.asarray(bu.TRUE_WEIGHTS, np.float32) * 0.99).tolist()
   testing.export_linear_model(os.path.dirname(path.rstrip("/")), kernel, bu.TRUE_BIAS + 0.01,
@@ -54,7 +57,8 @@ def export_model(path: str):
 
 def child(which: str, data: str, model_uri: str) -> dict:
   """Runs one evaluation in this process; returns {seconds, mse, examples}."""
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   from tfx.types import artifact_utils, standard_artifacts  # pylint: disable=g-import-not-at-top
   if which == "ours":
     from tfx_parallel.components.convergence_evaluator import quality  # pylint: disable=g-import-not-at-top

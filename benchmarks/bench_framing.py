@@ -181,7 +181,8 @@ def main(argv=None) -> int:
   parser.add_argument("--framing-only", action="store_true")
   parser.add_argument("--out", default=os.path.join(HERE, "framing.json"))
   args = parser.parse_args(argv)
-  import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   load_before = bu.load_average()
   result = {"command": " ".join(["benchmarks/bench_framing.py"] + (argv or sys.argv[1:])),
             "when": time.strftime("%Y-%m-%d %H:%M"),

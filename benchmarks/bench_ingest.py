@@ -174,7 +174,8 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
   """Runs baseline and ours alternately ``repeats`` times; returns Do seconds of each.
   ``run_baseline`` False (Dask without --dask-baseline) skips the stock executor;
   ``sides`` names the executors run."""
-  import tfx_parallel.pipeline.tfenv  # pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   from absl import logging  # pylint: disable=g-import-not-at-top
   from tfx.components.example_gen.csv_example_gen import executor as csv_executor  # pylint: disable=g-import-not-at-top
   from tfx.dsl.components.base import base_beam_executor  # pylint: disable=g-import-not-at-top

@@ -59,7 +59,8 @@ def ingest_limit(rows: int) -> List[float]:
 
 
 def train_limits() -> dict:
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   a = tf.random.normal([1024, 1024])
   mm = tf.function(lambda a: tf.matmul(a, a))

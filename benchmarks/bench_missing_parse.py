@@ -51,7 +51,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
   sys.path.insert(0, os.path.dirname(HERE))
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top

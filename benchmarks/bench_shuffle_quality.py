@@ -33,7 +33,7 @@ SAVED = os.path.join(BENCH_DIR, "shuffle_quality.json")  # the run's figures, ke
 def run(seeds: int, epochs: int) -> dict:
   sz = um.sizes(False)
   data = um.write_data(bu.work_dir(f"user_model_data_{ROWS}"), ROWS, EVAL_ROWS)
-  import tfx_parallel.pipeline.tfenv as tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()

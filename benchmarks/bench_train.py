@@ -21,7 +21,6 @@ batches, paired in one process), not here.
 On a 2-core machine logical devices share the same two cores, so mirrored / mesh
 figures measure the machinery's overhead, not a speed-up.
 """
-import importlib.util
 import json
 import os
 from typing import Dict, List, Optional
@@ -38,8 +37,6 @@ CASES = [  # (case, trainer config overrides; None = the Keras baseline)
     ("mesh 2x1", {"layout": "mesh", "mesh": [2, 1]}),
     ("mesh 2x2", {"layout": "mesh", "mesh": [2, 2]}),
 ]
-if importlib.util.find_spec("tfx_parallel.components.distributed_trainer.engines.mesh_runtime") is None:
-  CASES = [c for c in CASES if not c[0].startswith("mesh")]  # mesh layout not in this build
 SMOKE_CASES = ("keras", "single")
 TRAIN_CMD = "python -m tfx_parallel.components.distributed_trainer.run.train --job job.json"
 

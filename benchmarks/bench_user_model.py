@@ -119,7 +119,8 @@ def write_data(root: str, rows: int, eval_rows: int, shards: int = 4) -> str:
   if os.path.exists(done):
     return root
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   for split, n in (("train", rows), ("eval", eval_rows)):
@@ -210,7 +211,7 @@ class _Timer:
 def child_plain(job_path: str, cached_input: bool = False) -> dict:
   """Plain tf_keras fit on a hand-written input pipeline, or on the trainer's in-memory
   cache (``cached_input``; see the module docstring)."""
-  import tfx_parallel.pipeline.tfenv as tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
@@ -267,7 +268,7 @@ def child_plain(job_path: str, cached_input: bool = False) -> dict:
 def child_wait(job_path: str, smoke: bool = False) -> dict:
   """Steady-state input wait of the trainer's input, per cache mode: fit on it vs fit on
   the same batches held in memory (see the module docstring)."""
-  import tfx_parallel.pipeline.tfenv as tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top

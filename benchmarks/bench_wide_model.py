@@ -64,12 +64,12 @@ def build_fn(vocab: int, dim: int, hidden: int):
 def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup: int,
           steps: int) -> Dict:
   """One mesh 1xM in this process: measured bytes, planner bytes, step times."""
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.split_cpu(model_axis)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.plan import layout_choice, layout_search, memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime, optimizers  # pylint: disable=g-import-not-at-top
 
   build_model = build_fn(vocab, dim, hidden)
   t0 = time.perf_counter()
@@ -83,7 +83,7 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   variables = layout_choice.planner_variables(trainer.model, lambda m: trainer.rules,
                                          "bench_wide_model")(model_axis)
   predicted = layout_search.state_bytes_per_device(variables, model_axis,
-                                             layout_search.SLOTS_PER_PARAM["adam"])
+                                             optimizers.SLOTS_PER_PARAM["adam"])
   rng = np.random.default_rng(0)
   times: List[float] = []
   for step in range(warmup + steps):

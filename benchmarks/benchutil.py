@@ -66,7 +66,8 @@ def write_tfrecords(root: str, splits: Dict[str, int], shards: int = 4, seed: in
     with open(stamp) as f:
       if json.load(f) == want:
         return root
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # An entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   keys = feature_keys()
   for i, (split, n) in enumerate(sorted(splits.items())):

@@ -57,7 +57,8 @@ SMALL_EMULATED = ("mirrored x2", "mesh 1x2")
 _FIRST_KERNEL = """
 import json, time
 t0 = time.perf_counter()
-import tfx_parallel.pipeline.tfenv
+from tfx_parallel.components.common import tfenv
+tfenv.prepare()  # An entry point: before TensorFlow is imported.
 import tensorflow as tf
 t_import = time.perf_counter() - t0
 kind = {kind!r}
@@ -141,7 +142,7 @@ class Runner:
     res = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
                          "--job", path], timeout=900)
     return dict(_history(job), process_s=res["seconds"],
-                plan_lines=[l for l in res["stdout"].splitlines() if "[train] devices:" in l])
+                plan_lines=[l for l in res["stdout"].splitlines() if "[trainer] devices:" in l])
 
   def multi_worker(self, name: str, workers: int) -> Dict:
     from tfx_parallel.components.distributed_trainer.run import launcher  # pylint: disable=g-import-not-at-top

@@ -15,7 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tfx_parallel.pipeline.tfenv  # noqa: E402,F401  pylint: disable=unused-import
+from tfx_parallel.components.common import tfenv
+tfenv.prepare()  # An entry point: before TensorFlow is imported.
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 

@@ -1,10 +1,6 @@
 """tfx_parallel.components: the custom TFX components, one folder each."""
-from tfx_parallel.pipeline import tfenv as _tfenv
-
-_tfenv.prepare()
-
-from tfx_parallel.components.common.quiet import install_if_asked as _install_if_asked  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.common.quiet import quiet  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.common.quiet import install_if_asked as _install_if_asked
+from tfx_parallel.components.common.quiet import quiet
 
 __all__ = ["quiet"]  # tfx_parallel.components.quiet(): see components/common/quiet.py.
 

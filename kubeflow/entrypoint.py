@@ -55,6 +55,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from tfx_parallel.components.common import tfenv
+
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
 ARTIFACT_PATHS = ("local", "remote")
@@ -213,7 +215,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   mount_root = environ.get(MOUNT_ROOT_ENV, "/") if paths == "local" else None
   adapted, remote = adapt(executor_input, inputs_spec, mount_root)
   args.json_serialized_invocation_args = json.dumps(adapted)
-  # Imported here: TFX imports TensorFlow (the package's __init__ has set its environment).
+  # Imported here: TFX imports TensorFlow (main has set its environment).
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
   kubeflow_v2_run_executor._run_executor(args, beam_args)  # pylint: disable=protected-access
@@ -230,6 +232,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
   """Runs the step, then ends the process at once: 0 on success, 1 on an error."""
   logging.basicConfig(level=logging.INFO)
+  tfenv.prepare()  # The container's entry point: before TFX imports TensorFlow.
   status = 1
   try:
     run(sys.argv[1:] if argv is None else argv, os.environ)

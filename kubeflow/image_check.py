@@ -196,7 +196,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--cuda", action="store_true", help="also check TensorFlow's CUDA")
   args = parser.parse_args(argv)
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()  # The image check is an entry point: before TensorFlow is imported.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tfx  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tf_keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import

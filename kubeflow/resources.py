@@ -12,7 +12,7 @@ import json
 from typing import Any, Dict, List
 
 from tfx_parallel.kubeflow.config import ComponentPlacement
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 # Bytes per unit suffix of a Kubernetes memory quantity.
 _MEMORY_UNITS = {
@@ -58,7 +58,7 @@ def container_env(placement: ComponentPlacement) -> List[Dict[str, str]]:
   """``PipelineContainerSpec.env``: the project's TensorFlow defaults plus the config's.
 
   The TFX container entrypoint imports TensorFlow before our executors, so
-  TF_USE_LEGACY_KERAS=1 must already be in the environment (see pipeline/tfenv.py).
+  TF_USE_LEGACY_KERAS=1 must already be in the environment (see components/common/tfenv.py).
   """
   env = {**tfenv.ENV_DEFAULTS, **placement.env, "TF_USE_LEGACY_KERAS": "1"}
   return [{"name": name, "value": env[name]} for name in sorted(env)]

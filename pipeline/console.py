@@ -27,7 +27,7 @@ import sys
 from typing import BinaryIO, List, Optional
 
 from tfx_parallel.components.common import quiet
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 LOG_DIR = "logs"
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import readable
+from tfx_parallel.components.common import run_history
 from tfx_parallel.pipeline import summary
 
 _RUNNING = "Component %s is running."
@@ -45,18 +46,20 @@ def describe_examples(props: Dict[str, Any]) -> str:
   return ", ".join(parts)
 
 
-def describe_history(history: Dict[str, Any]) -> str:
+def describe_history(history: run_history.RunHistory) -> str:
   """"620 steps, final loss 0.0001018, 13,061 ex/s"."""
-  records = history.get("records") or []
-  steps = history.get("steps_run", records[-1]["step"] if records else None)
+  records = history.records or []
+  steps = history.steps_run
+  if steps is None and records:
+    steps = records[-1]["step"]
   parts = []
   if steps is not None:
     parts.append(f"{readable.count(steps)} steps")
   if records:
     parts.append(f"final loss {readable.sig(records[-1].get('loss'))}")
-  if history.get("examples_per_sec") is not None:
-    parts.append(f"{readable.rate(history['examples_per_sec'])} ex/s")
-  if history.get("diverged"):
+  if history.examples_per_sec is not None:
+    parts.append(f"{readable.rate(history.examples_per_sec)} ex/s")
+  if history.diverged:
     parts.append("DIVERGED")
   return ", ".join(parts)
 
@@ -104,7 +107,7 @@ def describe_outputs(artifacts: Sequence[Any], type_names: Dict[int, str]) -> st
     return describe_metrics(dict(props, **(precise or {})))
   if "TrainingHistory" in by_type:
     history = _read_json(by_type["TrainingHistory"].uri, keys.HISTORY_FILE)
-    return describe_history(history) if history else ""
+    return describe_history(run_history.RunHistory.from_dict(history)) if history else ""
   if "Examples" in by_type:
     return describe_examples(summary.artifact_props(by_type["Examples"]))
   return ""

@@ -8,6 +8,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import readable
+from tfx_parallel.components.common import run_history
 
 
 def open_store(metadata_path: str) -> metadata_store.MetadataStore:
@@ -103,23 +104,23 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
   ex = found.get("Examples", {})
   hist = found.get("TrainingHistory", {})
   model = found.get("Model", {})
-  history: Dict[str, object] = {}
+  history = run_history.RunHistory()
   history_file = os.path.join(str(hist.get("uri", "")), keys.HISTORY_FILE)
   if os.path.exists(history_file):
     with open(history_file) as f:
-      history = json.load(f)
-  layout = describe_layout(m.get("layout", history.get("layout")),
-                           m.get("mesh_shape", history.get("mesh_shape")),
-                           m.get("replicas", history.get("replicas")),
+      history = run_history.RunHistory.from_json(f.read(), history_file)
+  layout = describe_layout(m.get("layout", history.layout),
+                           m.get("mesh_shape", history.mesh_shape),
+                           m.get("replicas", history.replicas),
                            m.get("num_devices"))
-  steps = m.get("last_step", history.get("steps_run"))
+  steps = m.get("last_step", history.steps_run)
   lines = [f"layout     {layout}",
            f"training   {readable.count(steps)} steps, final loss "
            f"{readable.sig(m.get('final_loss'))}, "
-           f"{readable.rate(m.get('examples_per_sec', history.get('examples_per_sec')))} ex/s, "
+           f"{readable.rate(m.get('examples_per_sec', history.examples_per_sec))} ex/s, "
            f"state {m.get('convergence_state')}",
            f"eval       {_quality(m)}"]
-  weights = history.get("weights")
+  weights = history.weights
   if weights:
     learned = (f"learned    w={_rounded(w[0] for w in weights['kernel'])} "
                f"b={readable.sig(float(weights['bias'][0]), 5)}")

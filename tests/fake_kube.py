@@ -346,14 +346,14 @@ class FakeCluster:
         s["state"] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
         s["ready"] = True
       pod["metadata"]["annotations"]["fake/log"] = (
-          f"[train] {pod['metadata']['name']} (uid {pod['metadata']['uid']}) started\n")
+          f"[trainer] {pod['metadata']['name']} (uid {pod['metadata']['uid']}) started\n")
       return
     reason = outcome.reason or ("Completed" if outcome.code == 0 else "Error")
     if "running" in tf_status["state"] or "waiting" in tf_status["state"]:
       tf_status["state"] = {"terminated": {"exitCode": outcome.code, "reason": reason}}
       tf_status["ready"] = False
       pod["metadata"]["annotations"]["fake/log"] += (
-          f"[train] {pod['metadata']['name']} exiting with {outcome.code}\n")
+          f"[trainer] {pod['metadata']['name']} exiting with {outcome.code}\n")
     if any("running" in s["state"] for s in status["containerStatuses"]):
       return  # istio-proxy still runs: the pod stays Running.
     status["phase"] = "Succeeded" if outcome.code == 0 else "Failed"

@@ -10,7 +10,7 @@ layout, or the error a layout raised before training.
 import json
 import sys
 
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 HOOKS = ("custom_loss", "sgd_momentum", "adam_schedule", "layout_rule")
 REFUSED = ("legacy_optimizer",)

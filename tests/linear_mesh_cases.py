@@ -10,7 +10,7 @@ numpy per-shard gradient ``X_i^T dL/dY`` of the seed article. Prints one ``RESUL
 """
 import json
 
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 FEATURES, GLOBAL_BATCH, LR, STEPS = 4, 8, 0.1, 2
 MESHES = [(b, m) for b in (1, 2) for m in (1, 2, 4)]

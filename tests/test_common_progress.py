@@ -16,7 +16,7 @@ class FakeClock:
 
 def _run(total, is_tty, steps=None, initial=0, seconds_per_step=0.5):
   stream, clock = io.StringIO(), FakeClock()
-  progress = ProgressReporter(total, "[train]", stream=stream, is_tty=is_tty,
+  progress = ProgressReporter(total, "[trainer]", stream=stream, is_tty=is_tty,
                               initial=initial, clock=clock)
   for step in (steps if steps is not None else range(initial + 1, total + 1)):
     clock.now += seconds_per_step
@@ -30,9 +30,9 @@ def test_not_a_terminal_prints_a_line_at_every_tenth():
   steps = [int(line.split()[2].split("/")[0]) for line in lines]
   assert steps == [62, 124, 186, 248, 310, 372, 434, 496, 558, 620]
   assert all("\r" not in line for line in lines)
-  assert lines[0] == ("[train] step 62/620 (10%) loss 0.01613 12,346 ex/s "
+  assert lines[0] == ("[trainer] step 62/620 (10%) loss 0.01613 12,346 ex/s "
                       "elapsed 31 s ETA 4 min 39 s")
-  assert lines[-1] == "[train] step 620/620 (100%) loss 0.001613 12,346 ex/s in 5 min 10 s"
+  assert lines[-1] == "[trainer] step 620/620 (100%) loss 0.001613 12,346 ex/s in 5 min 10 s"
 
 
 def test_few_steps_print_each_step_at_most_once():
@@ -63,7 +63,7 @@ def test_terminal_rewrites_one_line_and_ends_it_on_close():
   assert out.count("\r") == 50
   assert out.count("\n") == 1 and out.endswith("\n")
   last = out.rstrip("\n").split("\r")[-1]
-  assert last.startswith("[train] ") and "100% step 50/50 loss 0.02 12,346 ex/s in 25 s" in last
+  assert last.startswith("[trainer] ") and "100% step 50/50 loss 0.02 12,346 ex/s in 25 s" in last
   first = out.split("\r")[1]
   assert "  2% step 1/50" in first and first.rstrip().endswith("ETA 24 s")
 

@@ -1,7 +1,6 @@
 """The blessing decision."""
 import math
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx_parallel.components.convergence_evaluator import blessing
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import config as config_lib

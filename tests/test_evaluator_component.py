@@ -1,7 +1,6 @@
 """ConvergenceEvaluator construction: channels, the JSON config property, early errors."""
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx import types
 from tfx.types import standard_artifacts
 

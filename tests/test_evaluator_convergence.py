@@ -5,10 +5,9 @@ import math
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import properties as P
-from tfx_parallel.components.convergence_evaluator import testing
+import evaluator_fixtures as testing
 
 
 def _analyze(losses, target_loss=None, target_fraction=0.01, window=5, rise=0.5,

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.types import standard_artifacts
 
 from tfx_parallel.components.common import artifacts
@@ -14,7 +13,7 @@ from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.convergence_evaluator import executor
 from tfx_parallel.components.convergence_evaluator import properties as P
-from tfx_parallel.components.convergence_evaluator import testing
+import evaluator_fixtures as testing
 from tfx_parallel.components.convergence_evaluator import config as config_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -55,7 +54,7 @@ def _pipeline(root, examples, model, history):
 @pytest.mark.slow
 def test_binary_metrics_in_sqlite_metadata_at_full_precision(tmp_path):
   from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.convergence_evaluator import testing  # pylint: disable=g-import-not-at-top
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
   x, y = testing.classification_data(200, W, B, noise=0.5, seed=3)
   examples = testing.write_examples(
       str(tmp_path / "data"),

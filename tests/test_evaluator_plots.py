@@ -6,7 +6,6 @@ import numpy as np
 from matplotlib import colors
 from matplotlib import image
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx_parallel.components.convergence_evaluator import plots
 
 _DOC = {"target_loss": 0.1,

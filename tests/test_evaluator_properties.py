@@ -1,7 +1,6 @@
 """Property encoding: ML Metadata round trip (incl. non-finite floats), stock constants."""
 import math
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from tfx.components.evaluator import constants as stock

@@ -5,11 +5,10 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.utils import path_utils
 
 from tfx_parallel.components.convergence_evaluator import quality
-from tfx_parallel.components.convergence_evaluator import testing
+import evaluator_fixtures as testing
 
 FEATURES = ["a", "b", "c"]
 
@@ -286,3 +285,36 @@ def test_a_missing_or_mistyped_label_later_in_the_split_is_an_error(model_dir, t
     with pytest.raises(ValueError, match=r"reading label 'label' \(one float32 per example, "
                                          r"as in the first example of .*Split-eval.*" + reason):
       quality.evaluate(model_dir, examples.uri, "eval", "label", 2)
+
+
+def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_dir, tmp_path):
+  """#28 left the evaluator's label parse without the trainer's missing-label rule: an
+  example without a label stopped the evaluation even when the trainer had skipped it
+  (skip_missing_labels). Skipped here on the same rule; without it, the error says how."""
+  from tfx_parallel.components.common import task_contract  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig  # pylint: disable=g-import-not-at-top
+  x, y = testing.synthetic_data(40, [1.0, -2.0, 0.5], 0.25, noise=0.5, seed=5)
+  labelled = testing.serialize_examples(x[:30], y[:30], FEATURES, "label")
+  unlabelled = testing.serialize_examples(x[30:], y[30:], FEATURES, "other")
+  examples = testing.write_examples(str(tmp_path), {"eval": labelled[:15] + unlabelled
+                                                    + labelled[15:]}, FEATURES, "label")
+  skipped = quality.evaluate(model_dir, examples.uri, "eval", "label", 8,
+                             skip_missing_labels=True)
+  predictions = x[:30].astype(np.float64) @ np.array([1.0, -2.0, 0.5]) + 0.25
+  assert skipped.examples == 30
+  assert skipped.mse == pytest.approx(_reference(y[:30].astype(np.float64), predictions)["mse"],
+                                      rel=1e-5)
+  with pytest.raises(ValueError, match=r"is required but could not be found\. Examples without "
+                                       r"the label can be skipped with evaluator "
+                                       r"skip_missing_labels=true"):
+    quality.evaluate(model_dir, examples.uri, "eval", "label", 8)
+  # Who decides: the evaluator's config, else what the trainer did, else its default.
+  decide = executor.skip_missing_labels
+  assert decide(EvaluatorConfig(), {}) is task_contract.SKIP_MISSING_LABELS is False
+  assert decide(EvaluatorConfig(), {"skipped_examples": 10}) is True
+  assert decide(EvaluatorConfig(), {"skipped_examples": 0}) is False
+  assert decide(EvaluatorConfig(skip_missing_labels=False), {"skipped_examples": 10}) is False
+  assert decide(EvaluatorConfig(skip_missing_labels=True), {}) is True
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  assert TrainerConfig().skip_missing_labels is task_contract.SKIP_MISSING_LABELS

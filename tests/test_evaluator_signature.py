@@ -6,14 +6,15 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.types import artifact_utils, standard_artifacts
+
+import evaluator_fixtures as testing
 
 from tfx_parallel.components.common import artifacts, config_util, keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.convergence_evaluator import executor
 from tfx_parallel.components.convergence_evaluator import properties as P
-from tfx_parallel.components.convergence_evaluator import signature, testing
+from tfx_parallel.components.convergence_evaluator import signature
 from tfx_parallel.components.convergence_evaluator.config import (BinaryThresholds,
                                                                   EvaluatorConfig)
 

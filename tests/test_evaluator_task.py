@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.types import standard_artifacts
 
 from tfx_parallel.components.common import artifacts

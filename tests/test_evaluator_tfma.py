@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import path_utils
@@ -17,7 +16,7 @@ from tfx.utils import proto_utils
 
 from tfx_parallel.components.convergence_evaluator import quality
 from tfx_parallel.components.convergence_evaluator import task as task_lib
-from tfx_parallel.components.convergence_evaluator import testing
+import evaluator_fixtures as testing
 from tfx_parallel.components.convergence_evaluator import tfma_stage
 
 FEATURES = ["x0", "x1", "x2", "x3"]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import distributed  # The `dask` extra, installed by `make setup`: a broken import fails.
 import pytest
 
 from tfx_parallel.components.common import keys
@@ -18,8 +19,6 @@ from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 
 import test_example_gen_executor as helpers  # pylint: disable=g-bad-import-order
-
-distributed = pytest.importorskip("distributed")
 
 BIN = os.path.dirname(sys.executable)
 

@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tfx import v1 as tfx
 from tfx.orchestration import metadata
 from tfx.proto import example_gen_pb2

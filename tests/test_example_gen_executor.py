@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import tensorflow as tf
 from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor

@@ -3,7 +3,6 @@ import hashlib
 
 import numpy as np
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import apache_beam as beam
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to

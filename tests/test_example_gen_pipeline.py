@@ -6,7 +6,6 @@ import numpy as np
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx import v1 as tfx
 from tfx.orchestration import metadata

@@ -18,7 +18,6 @@ import textwrap
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import apache_beam as beam
 
 from tfx_parallel.components.partitioned_example_gen import ingest

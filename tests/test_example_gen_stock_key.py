@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import tensorflow as tf
 
 from tfx_parallel.components.partitioned_example_gen import rows as rows_lib

@@ -5,7 +5,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import tensorflow as tf
 from tfx.components.example_gen.csv_example_gen import executor as csv_executor
 from tfx.dsl.components.base import base_beam_executor

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 import apache_beam as beam
 import tensorflow as tf
 from apache_beam.testing.util import assert_that

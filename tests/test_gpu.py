@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv as tfenv
+from tfx_parallel.components.common import tfenv
 import trainer_util as tu
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env
 
@@ -66,7 +66,6 @@ def test_mirrored_over_all_local_gpus_recovers_seed_parameters(examples, tmp_pat
 
 
 @requires_nvidia_gpu
-@pytest.mark.skipif(not tu.MESH_AVAILABLE, reason="mesh_runtime.py not in this build")
 @pytest.mark.slow
 def test_mesh_on_gpus_shards_the_model_axis_and_recovers_seed_parameters(examples, tmp_path):
   """A model axis of 2 always: [n//2, 2] on 2+ GPUs, one GPU split into 2 logical GPUs

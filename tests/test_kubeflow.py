@@ -1,5 +1,4 @@
 """`tfx-parallel compile`: config validation, resources, placement, golden package."""
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import argparse
 import copy

@@ -1,5 +1,4 @@
 """kubeflow/gpu.yaml: the GPU config, and its commented multi-node variant, compile."""
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import copy
 import os

@@ -16,7 +16,6 @@ tests/kfp_backend_protos/<commit>/ and compiled with protoc in a second cached v
 (.venv-kfp-protoc, ``grpcio-tools``). No kfp-kubernetes release carries 2.1.0's pin
 (1.1.0 has no ``tolerations``, 1.2.0 has fields 19a24e3 lacks), hence the pinned files.
 """
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import glob
 import json

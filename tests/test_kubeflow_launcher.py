@@ -5,7 +5,6 @@ pipeline root, to a blessed model.
 Also the entry point's adaptation on its own (kubeflow/entrypoint.py), and the
 driver's rules that the package must satisfy (constant parameters only, no resolvers).
 """
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TFX/TF are imported)
 
 import copy
 import json

@@ -401,46 +401,59 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
 
 
 def _checkpoint_steps(directory):
-  import glob  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
-  return [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.npz$").search,
-                                       glob.glob(os.path.join(directory, "ckpt-*.npz"))) if m]
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
+  return checkpoint.steps(directory)
 
 
 @pytest.mark.slow
-def test_a_replica_oom_killed_once_restarts_and_resumes_from_its_checkpoint(tmp_path):
-  """The fake kubelet runs the replica entry point for real; the first process is
-  SIGKILLed (exit 137, OOMKilled) after its checkpoint at step >= 100. The operator's
-  ExitCode rule recreates the pod; the new process resumes at the checkpointed step
-  and finishes. One replica in total, so no TF_CONFIG (the operator's isDistributed)."""
+@pytest.mark.parametrize("workers,steps", [(1, 400), (2, 300)],
+                         ids=["one_replica", "two_real_workers"])
+def test_a_replica_oom_killed_after_a_checkpoint_restarts_and_all_resume(tmp_path, workers,
+                                                                          steps):
+  """The fake kubelet runs the replica entry point for real; the last worker's first
+  process is SIGKILLed (exit 137, OOMKilled) after a checkpoint at step >= 100, and the
+  operator's ExitCode rule recreates the pod. One replica: no TF_CONFIG (the operator's
+  isDistributed), the new process resumes at the checkpointed step. Two real replicas with
+  the operator's TF_CONFIG (127.0.0.1 services): worker 0 loses its peer and exits with
+  PEER_LOST_EXIT_CODE, which the rule restarts as well; the recreated pair resumes."""
   import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
   examples = str(tmp_path / "examples")
   feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
   job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
-                                    layout="multi_worker", steps=400, epochs=1,
+                                    layout="multi_worker", steps=steps, epochs=1,
                                     checkpoint_every=50, log_every=50, batch_size=32))
   killed_after = []
 
   def oom_now():
-    steps = _checkpoint_steps(job.checkpoint_dir)
-    if steps and max(steps) >= 100:
-      killed_after.append(max(steps))
+    steps_saved = _checkpoint_steps(job.checkpoint_dir)
+    if steps_saved and max(steps_saved) >= 100:
+      killed_after.append(max(steps_saved))
       return True
     return False
 
-  with FakeCluster({"worker-0": [Run(oom_kill_when=oom_now), Run()]}) as cluster:
-    result = tfjob.run(job, _settings(worker_replicas=1, gpus_per_replica=0),
-                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.2)
+  killed = f"worker-{workers - 1}"
+  script = {f"worker-{i}": [Run()] for i in range(workers - 1)}
+  script[killed] = [Run(oom_kill_when=oom_now), Run()]
+  with FakeCluster(script, local_network=workers > 1) as cluster:
+    result = tfjob.run(job, _settings(worker_replicas=workers, gpus_per_replica=0,
+                                      timeout_seconds=900.0),
+                       client=tfjob.TFJobClient(cluster.api_client()),
+                       poll_seconds=0.2 if workers == 1 else 0.5)
     name = cluster.deleted_jobs[0]
-  assert result.succeeded, result.message
-  assert result.restarts == 1 and cluster.incarnations == {f"{name}-worker-0": 2}
-  assert any(e["message"] == f"Pod: ns.{name}-worker-0 exited with code 137"
-             for e in cluster.events)
+  messages = [e["message"] for e in cluster.events]
+  print(f"restarts={result.restarts} incarnations={cluster.incarnations} events={messages}")
+  assert result.succeeded, (result.message, messages, result.logs)
+  assert f"Pod: ns.{name}-{killed} exited with code 137" in messages
+  if workers == 1:
+    assert result.restarts == 1 and cluster.incarnations == {f"{name}-worker-0": 2}
+  else:
+    assert (f"Pod: ns.{name}-worker-0 exited with code {tfjob.PEER_LOST_EXIT_CODE}"
+            in messages), messages
   with open(os.path.join(job.history_dir, "history.json")) as f:
     history = json.load(f)
   # It resumed at a step the killed process had checkpointed, not from scratch.
   assert 100 <= history["resumed_from_step"] <= killed_after[0]
-  assert history["records"][-1]["step"] == 400
+  assert history["records"][-1]["step"] == steps
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
 
 
@@ -559,42 +572,3 @@ def test_documented_manifests_pass_the_operator_sdk_round_trip_and_strict_schema
   assert f"{where}.tolerationSeconds: expected int, got '300'" in report["broken_type"]
   assert any("round trip changed" in e for e in report["broken_type"])
   assert proc.returncode == 1
-
-
-@pytest.mark.slow
-def test_two_real_workers_one_oom_killed_the_survivor_exits_retryable_and_both_resume(
-    tmp_path):
-  """Two real replicas with the operator's TF_CONFIG (127.0.0.1 services). Worker 1 is
-  SIGKILLed after the chief's step-100 checkpoint; worker 0 loses its peer and exits
-  with PEER_LOST_EXIT_CODE, which the ExitCode rule restarts as well; the recreated
-  pair resumes from the checkpoint and finishes."""
-  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
-  examples = str(tmp_path / "examples")
-  feature_keys, _, rows = trainer_util.write_examples(examples, rows=1024)
-  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
-                                    layout="multi_worker", steps=300, epochs=1,
-                                    checkpoint_every=50, log_every=50, batch_size=32))
-  killed_after = []
-
-  def oom_now():
-    steps = _checkpoint_steps(job.checkpoint_dir)
-    if steps and max(steps) >= 100:
-      killed_after.append(max(steps))
-      return True
-    return False
-
-  script = {"worker-1": [Run(oom_kill_when=oom_now), Run()], "worker-0": [Run()]}
-  with FakeCluster(script, local_network=True) as cluster:
-    result = tfjob.run(job, _settings(worker_replicas=2, gpus_per_replica=0,
-                                      timeout_seconds=900.0),
-                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.5)
-    name = cluster.deleted_jobs[0]
-  exits = [e["message"] for e in cluster.events if e["reason"] == "ExitedWithCode"]
-  print(f"restarts={result.restarts} incarnations={cluster.incarnations} exits={exits}")
-  assert result.succeeded, (result.message, exits, result.logs)
-  assert f"Pod: ns.{name}-worker-1 exited with code 137" in exits
-  assert f"Pod: ns.{name}-worker-0 exited with code {tfjob.PEER_LOST_EXIT_CODE}" in exits, exits
-  with open(os.path.join(job.history_dir, "history.json")) as f:
-    history = json.load(f)
-  assert 100 <= history["resumed_from_step"] <= killed_after[0]
-  assert history["records"][-1]["step"] == 300

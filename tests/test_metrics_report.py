@@ -11,7 +11,6 @@ import os
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # pylint: disable=unused-import
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -191,7 +190,7 @@ def _pipeline(name, root, inputs, history_uri):
 @pytest.mark.slow
 def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
   from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.convergence_evaluator import testing  # pylint: disable=g-import-not-at-top
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
   features = ["x0", "x1"]
   x, y = testing.synthetic_data(64, [1.0, 2.0], 0.5, noise=0.1)
   examples = testing.write_examples(

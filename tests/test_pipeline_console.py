@@ -147,14 +147,17 @@ def test_verbose_console_filters_nothing(tmp_path):
 
 # --- Global state: TF_USE_LEGACY_KERAS, matplotlib. --------------------------------------
 
-_IMPORT = ("import os, subprocess, sys, tfx_parallel.pipeline, tfx_parallel.components; "
+# An entry point prepares the environment (importing a package no longer does), then
+# starts a process that is an entry point too (the trainer's training process).
+_PREPARE = "from tfx_parallel.components.common import tfenv; tfenv.prepare()"
+_IMPORT = (f"import os, subprocess, sys; {_PREPARE}; "
            "print(os.environ['TF_USE_LEGACY_KERAS']); "
-           "subprocess.run([sys.executable, '-c', 'import tfx_parallel.pipeline'])")
+           f"subprocess.run([sys.executable, '-c', {_PREPARE!r}])")
 
 
 @pytest.mark.parametrize("value,stdout,warns", [
     (None, "1", False), ("1", "1", False), ("true", "true", False), ("0", "0", True)])
-def test_import_keeps_the_users_tf_use_legacy_keras(value, stdout, warns):
+def test_prepare_keeps_the_users_tf_use_legacy_keras(value, stdout, warns):
   env = {k: v for k, v in os.environ.items()
          if k not in ("TF_USE_LEGACY_KERAS", "TFX_PARALLEL_LEGACY_KERAS_WARNED")}
   if value is not None:
@@ -192,9 +195,9 @@ def test_library_code_never_calls_matplotlib_use():
 
 # The project's own console lines: the CLI's, the components' start / end lines, the
 # summary, and the trainer's (its executor prints "[trainer] ...", e.g. the inferred
-# task; its child process prints "[train] ...").
+# task; its child process too: one prefix).
 PROJECT_LINE = re.compile(
-    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[train\] |\[trainer\] |"
+    r"(tfx-parallel run: |\[\d/\d\] \w+: |=== tfx-parallel summary |\[trainer\] |"
     r"(layout|training|eval|learned|blessed|model|metrics|log) {2,})")
 MAX_LINES = 25  # issue 16: "at most about 25 lines"
 MAX_OWN_LINES = 16  # the CLI's and the summary's share of them
@@ -252,9 +255,9 @@ def test_seed_run_prints_only_project_lines_and_no_warning(seed_run):
   assert code == 0, "\n".join(lines)
   strangers = [line for line in lines if not PROJECT_LINE.match(line)]
   assert not strangers, strangers  # no warning, no noise, no stray log line
-  # The trainer's own lines ("[trainer] " from its executor, "[train] " from its child
-  # process) are counted with all lines, in test_seed_run_prints_at_most_about_25_lines.
-  ours = [line for line in lines if not line.startswith(("[train] ", "[trainer] "))]
+  # The trainer's own lines ("[trainer] ", from its executor and its child process) are
+  # counted with all lines, in test_seed_run_prints_at_most_about_25_lines.
+  ours = [line for line in lines if not line.startswith("[trainer] ")]
   assert len(ours) <= MAX_OWN_LINES, "\n".join(ours)
   assert [line.split(":")[0] for line in ours if re.match(r"\[\d/3\]", line)] == [
       "[1/3] PartitionedExampleGen", "[1/3] PartitionedExampleGen",

@@ -91,7 +91,7 @@ def test_case1_a_rule_that_matches_nothing_fails_before_training_in_one_line(mis
       r"path\)\. Variables: \['embedding/embeddings', 'hidden_1/kernel', .*\]", errors[0]), errors
   console = mistakes.stdout + mistakes.stderr
   for absent in ("Rerun to resume", "rerun to resume", "Traceback", "Execution 2 failed",
-                 "[train] "):  # [train]: no training process was started.
+                 "[trainer] model "):  # No training process was started (it prints its model first).
     assert absent not in console, absent
 
 
@@ -130,11 +130,11 @@ def test_case3_auto_plans_with_the_host_memory_and_says_so(auto):
 def test_case5_odd_headers_train_without_node_name_warnings(auto):
   console = auto.stdout + auto.stderr
   assert "is not a valid node name" not in console
-  model_line, = [l for l in auto.stdout.splitlines() if l.startswith("[train] model ")]
+  model_line, = [l for l in auto.stdout.splitlines() if l.startswith("[trainer] model ")]
   assert ("features trip miles:float32, fare ($):float32, Température:float32, "
           "payment_type:string(vocab 3)") in model_line
   # Case 8: the built-in model by its config name, not its module path.
-  assert model_line.startswith("[train] model mlp (built-in): task regression")
+  assert model_line.startswith("[trainer] model mlp (built-in): task regression")
   assert "tfx_parallel.components.distributed_trainer.models" not in console
   log = re.search(r"^log +(\S+)", auto.stdout, re.M).group(1)
   with open(log if os.path.isabs(log) else os.path.join(os.getcwd(), log),

@@ -7,6 +7,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common.run_history import RunHistory
 from tfx_parallel.pipeline import run_progress
 
 
@@ -94,8 +95,9 @@ def test_describe_metrics_by_task():
 
 
 def test_describe_history_flags_divergence_and_examples_skipped_rows():
-  assert run_progress.describe_history({"records": [{"step": 7, "loss": float("inf")}],
-                                        "diverged": True}) == "7 steps, final loss inf, DIVERGED"
+  assert run_progress.describe_history(RunHistory(records=[{"step": 7, "loss": float("inf")}],
+                                                  diverged=True)) == \
+      "7 steps, final loss inf, DIVERGED"
   assert run_progress.describe_examples({keys.ROW_COUNTS: '{"train": 10}',
                                          keys.SKIPPED_ROWS: 1234}) == \
       "train 10 rows, 1,234 bad rows skipped"

@@ -1,8 +1,6 @@
 """Reliability: real faults (SIGKILL of a worker, divergence, NaN data), no mocks."""
-import glob
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,7 +14,7 @@ import trainer_util as tu
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
-from tfx_parallel.components.distributed_trainer.run import launcher
+from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, PEER_FAILED_EXIT_CODE
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
@@ -55,9 +53,7 @@ def test_worker_death_fails_the_peer_cleanly_and_rerun_resumes(tmp_path):
   try:
     deadline = time.time() + 600
     while killed_at is None and procs[0].poll() is None and time.time() < deadline:
-      steps = [int(m.group(1)) for m in map(re.compile(r"ckpt-(\d+)\.npz$").search,
-                                            glob.glob(os.path.join(job["checkpoint_dir"],
-                                                                   "ckpt-*.npz"))) if m]
+      steps = checkpoint.steps(job["checkpoint_dir"])
       if steps and max(steps) >= 200:
         procs[1].send_signal(signal.SIGKILL)
         killed_at = time.time()

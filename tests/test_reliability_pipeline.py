@@ -26,7 +26,6 @@ import time
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow / TFX)
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
@@ -144,7 +143,6 @@ def _bad_inputs(tmp):
   """name -> (config, expected key, regex the message must match)."""
   data = tmp / "data"
   good = _csv(data / "good.csv")
-  three = _csv(data / "three.csv", header="a,b,c,y")  # 3 numeric features
   no_label = _csv(data / "nolabel.csv", header="a,b,z")
   os.makedirs(data / "dir.csv")
   with open(data / "corrupt.csv.gz", "wb") as f:
@@ -165,17 +163,9 @@ def _bad_inputs(tmp):
       "second_file_other_header": (_pipeline(str(data / "parts" / "*.csv"), "y"),
                                    "example_gen.source",
                                    r"p1\.csv:1: header \['a', 'c', 'y'\] differs"),
-      "csv_features_not_dividing_model_axis": (
-          _pipeline(three, "y", layout="mesh", mesh=(1, 2)), "trainer.mesh",
-          r"model axis \(2\) must divide the feature count \(3 .*three\.csv"),
-      "synthetic_features_not_dividing_model_axis": (
-          _pipeline(layout="mesh", mesh=(2, 3)), "trainer.mesh", r"model axis \(3\)"),
       "batch_not_divisible_by_mesh_replicas": (
           _pipeline(good, "y", layout="mesh", mesh=(3, 1)), "trainer.batch_size",
           r"global batch 64 is not divisible by the 3 replicas"),
-      "mlp_width_not_divisible_by_model_axis": (
-          _pipeline(good, "y", layout="mesh", mesh=(1, 2), model="mlp", hidden_units=(5,)),
-          "trainer.hidden_units", r"hidden width 5"),
       "unknown_layout": (_pipeline(layout="pipeline_parallel"), "trainer.layout",
                          r"unknown layout 'pipeline_parallel'"),
       "negative_steps": (_pipeline(steps=-5), "trainer.steps", r"steps=-5"),
@@ -192,8 +182,7 @@ def _bad_inputs(tmp):
 BAD_INPUT_CASES = [  # the keys of _bad_inputs (which needs tmp_path to build them)
     "missing_label_column", "nonexistent_csv_glob", "nonexistent_csv_file",
     "input_is_a_directory", "corrupt_gzip_csv", "second_file_other_header",
-    "csv_features_not_dividing_model_axis", "synthetic_features_not_dividing_model_axis",
-    "batch_not_divisible_by_mesh_replicas", "mlp_width_not_divisible_by_model_axis",
+    "batch_not_divisible_by_mesh_replicas",
     "unknown_layout", "negative_steps", "zero_workers", "pipeline_name_dotdot",
     "pipeline_name_dot", "pipeline_name_slash", "pipeline_name_empty"]
 
@@ -327,7 +316,8 @@ def test_container_image_runs_as_a_non_root_user():
 # The child: `tfx-parallel run` minus the argument parsing, with the config as JSON.
 _RUN_CHILD = textwrap.dedent("""
     import json, sys, time
-    import tfx_parallel.pipeline.tfenv
+    from tfx_parallel.components.common import tfenv
+    tfenv.prepare()
     from tfx_parallel.pipeline import config as config_lib, local_runner
     config = config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1]))
     t0 = time.monotonic()
@@ -508,7 +498,8 @@ def test_two_runs_at_once_on_one_store_complete_and_leave_it_consistent(tmp_path
 # (components/distributed_trainer/executor.py checkpoint_dir).
 _GATED_RUN_CHILD = textwrap.dedent("""
     import json, os, sys, time
-    import tfx_parallel.pipeline.tfenv
+    from tfx_parallel.components.common import tfenv
+    tfenv.prepare()
     from tfx_parallel.pipeline import config as config_lib, local_runner
     config = config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1]))
     open(sys.argv[3], "w").close()
@@ -520,7 +511,7 @@ _GATED_RUN_CHILD = textwrap.dedent("""
 OVERLAP_CONFIG = {
     "pipeline_name": "overlap",
     "example_gen": {"rows": 2000},
-    "trainer": {"layout": "single", "steps": 8000, "log_every": 100, "checkpoint_every": 1,
+    "trainer": {"layout": "single", "steps": 8000, "log_every": 100, "checkpoint_every": 10,
                 "optimizer": "adam", "learning_rate": 0.05},
     "evaluator": {"require_converged": False},
 }
@@ -562,7 +553,7 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
       if p.poll() is None:
         os.killpg(p.pid, signal.SIGKILL)
   codes = [p.returncode for p in procs]
-  resumed = [re.findall(r"\[train\] resuming from \S+ at step (\d+)", out) for out in results]
+  resumed = [re.findall(r"\[trainer\] resuming from \S+ at step (\d+)", out) for out in results]
   print(f"\n[overlap] exit codes {codes}; run B resumed at step {resumed[1]}; "
         + "; ".join(l.strip() for out in results for l in out.splitlines()
                     if "Error:" in l)[-600:])
@@ -573,6 +564,8 @@ def test_same_name_runs_whose_trainers_overlap_the_second_fails_cleanly(tmp_path
   # trainer execution is FAILED, nothing half-written is LIVE; A then completes.
   assert codes[1] != 0 and CHECKPOINT_IN_USE in results[1], results[1][-3000:]
   assert not resumed[1], resumed[1]
+  # A, finished, removed its checkpoints (a later run of any layout starts afresh).
+  assert not glob.glob(os.path.join(ckpts, "*", "ckpt-*")), os.listdir(ckpts)
   states, live = assert_store_consistent(os.path.join(home, config_lib.METADATA_FILE))
   assert set(states) == {"COMPLETE", "CACHED", "FAILED"}, states
   assert len(states["FAILED"]) == 1, states  # B's trainer

@@ -16,8 +16,6 @@ import textwrap
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
-import trainer_util as tu
 import tensorflow as tf
 from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
@@ -30,8 +28,6 @@ from tfx_parallel.components.convergence_evaluator.config import (BinaryThreshol
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.pipeline import summary
-
-pytestmark = pytest.mark.skipif(not tu.MESH_AVAILABLE, reason="needs the mesh layout")
 
 ROWS = 2000
 LABEL = "big_tipper"

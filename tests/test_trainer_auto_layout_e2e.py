@@ -65,7 +65,7 @@ def test_the_planner_choice_is_printed_and_trains_on_that_mesh(run):
   _, first, store = run
   assert ("[trainer] layout auto on 4 logical CPU device(s), device_memory of 200.0 KiB: "
           "mesh 2x2 (the state needs 256.0 KiB on one device") in first.stdout
-  assert "[train] layout mesh replicas 2 mesh 2x2 devices 4" in first.stdout
+  assert "[trainer] layout mesh replicas 2 mesh 2x2 devices 4" in first.stdout
   history = _props(_artifact(store, "TrainingHistory"))
   assert (history["layout"], history["mesh_shape"], history["replicas"]) == ("mesh", "2x2", 2)
   assert len(json.loads(history["devices"])) == 4
@@ -109,4 +109,4 @@ def test_a_model_that_fits_nowhere_fails_before_training_with_the_numbers(run):
   assert second.returncode != 0
   assert ("needs 64.0 KiB per device even on the widest model axis possible here "
           "(M=4 of 4 device(s)), and each device has 32.0 KiB") in second.stderr
-  assert "[train]" not in second.stdout
+  assert "[trainer] model " not in second.stdout  # No training process started.

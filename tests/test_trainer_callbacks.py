@@ -27,10 +27,10 @@ def test_a_log_gets_a_line_per_tenth_of_the_steps_with_the_latest_eval_loss():
   progress.on_train_end()
   lines = out.getvalue().splitlines()
   assert len(lines) == 10, lines
-  assert lines[0].startswith("[train] step 10/100 (10%) loss 0.1 "), lines[0]
+  assert lines[0].startswith("[trainer] step 10/100 (10%) loss 0.1 "), lines[0]
   assert "eval_loss" not in lines[3]  # before the first epoch ends (step 50)
   assert " eval_loss 0.04 " in lines[4], lines[4]  # step 50: 2 x 0.02
-  assert lines[-1].startswith("[train] step 100/100 (100%) loss 0.01 eval_loss 0.02 "), lines
+  assert lines[-1].startswith("[trainer] step 100/100 (100%) loss 0.01 eval_loss 0.02 "), lines
 
 
 def test_a_terminal_gets_one_updating_line_and_a_resumed_run_counts_from_its_step():
@@ -40,7 +40,7 @@ def test_a_terminal_gets_one_updating_line_and_a_resumed_run_counts_from_its_ste
   progress.on_train_end()
   text = out.getvalue()
   assert text.count("\n") == 1 and text.count("\r") == 6, repr(text)
-  assert text.rstrip().rsplit("\r", 1)[-1].startswith("[train] ")
+  assert text.rstrip().rsplit("\r", 1)[-1].startswith("[trainer] ")
   assert "step 100/100" in text and " 17%" in text  # (50 - 40) / (100 - 40)
 
 
@@ -52,7 +52,7 @@ def test_divergence_is_a_line_of_its_own():
   state.diverged_reason = "training loss is nan (record 2)"
   _feed(progress, state, [20], [math.nan])
   progress.on_train_end()
-  assert ("[train] training diverged at step 20: training loss is nan (record 2); "
+  assert ("[trainer] training diverged at step 20: training loss is nan (record 2); "
           "stopping early") in out.getvalue().splitlines()
 
 

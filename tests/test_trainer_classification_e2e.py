@@ -12,7 +12,6 @@ import os
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator.config import BinaryThresholds, EvaluatorConfig
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
@@ -75,9 +74,8 @@ def run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def defaults_run(run):
-  """The same pipeline with the Python API's TrainerConfig defaults (sgd, learning rate
-  0.1, no normalisation, the built-in linear model: README says they differ from the
-  CLI's): raw trip seconds make it diverge."""
+  """The same pipeline with the Python API's TrainerConfig defaults (Adam at 0.01, no
+  normalisation, the built-in linear model) on the raw columns."""
   _, _, config, tmp = run
   config = config_lib.PipelineConfig(
       pipeline_name="taxi-cls", example_gen=config.example_gen,
@@ -137,17 +135,20 @@ def test_ml_metadata_holds_the_optimizer_config_that_ran(run):
 
 
 @pytest.mark.slow
-def test_the_python_defaults_diverge_stop_early_and_are_not_blessed(defaults_run):
+def test_the_python_defaults_train_the_raw_columns_without_diverging(defaults_run):
+  """#26: the old defaults, SGD at 0.1, diverged here ("eval loss rose 250% in epoch 3")
+  and stopped early. TrainerConfig's defaults are now Adam at 0.01 (the README drop-in
+  block's, and the CLI's for CSV data): the same run trains to the end (measured: eval
+  accuracy 0.87, AUC 0.91, still "improving" after its 250 steps, so not blessed)."""
   found, artifacts = defaults_run
   metrics = found["ConvergenceMetrics"]
   history = artifacts["TrainingHistory"].custom_properties
-  assert metrics[P.CONVERGENCE_STATE] == P.DIVERGED, metrics[P.CONVERGENCE_REASON]
-  assert history["diverged"].int_value == 1 and history["diverged_reason"].string_value
-  assert metrics[P.STOPPED_EARLY] == 1 and metrics[P.LAST_STEP] < metrics[P.TOTAL_STEPS]
-  assert metrics[P.OPTIMIZER] == "SGD"
-  assert json.loads(metrics[P.OPTIMIZER_CONFIG])["learning_rate"] == pytest.approx(0.1)
-  assert metrics[P.BLESSED] == 0 and "diverged" in metrics[P.BLESSING_MESSAGE]
-  assert found["ModelBlessing"]["blessed"] == 0
+  assert metrics[P.CONVERGENCE_STATE] != P.DIVERGED, metrics[P.CONVERGENCE_REASON]
+  assert history["diverged"].int_value == 0
+  assert metrics[P.STOPPED_EARLY] == 0 and metrics[P.LAST_STEP] == metrics[P.TOTAL_STEPS]
+  assert metrics["eval_accuracy"] >= MIN_ACCURACY, metrics
+  assert metrics[P.OPTIMIZER] == "Adam"
+  assert json.loads(metrics[P.OPTIMIZER_CONFIG])["learning_rate"] == pytest.approx(0.01)
 
 
 @pytest.mark.slow

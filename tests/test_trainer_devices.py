@@ -170,7 +170,8 @@ def test_cli_device_flags_reach_the_trainer_config():
   t = parse("--layout", "mirrored", "--device", "cpu", "--gpu-memory", "4GiB")
   assert (t.devices, t.device, t.gpu_memory, t.require_gpu) == (0, "cpu", "4GiB", False)
   assert parse("--layout", "mirrored", "--devices", "3").devices == 3
-  assert parse("--layout", "auto", "--device-memory", "1GiB").devices == 2
+  # Config devices 0: the planner plans for devices.CPU_DEVICES logical CPU devices.
+  assert parse("--layout", "auto", "--device-memory", "1GiB").devices == 0
   assert parse("--require-gpu").require_gpu is True
 
 

@@ -36,6 +36,6 @@ def test_a_config_error_in_the_training_process_is_one_line_and_not_resumable(tm
   assert "Rerun to resume" not in str(raised.value)
   err = capfd.readouterr().err
   assert "Traceback" not in err, err[-3000:]
-  line, = [l for l in err.splitlines() if l.startswith("[train] ERROR: ")]
-  assert line.startswith("[train] ERROR: ShardingError: module ") and \
+  line, = [l for l in err.splitlines() if l.startswith("[trainer] ERROR: ")]
+  assert line.startswith("[trainer] ERROR: ShardingError: module ") and \
       "layout rule 'hidden_1/kernel': matches no variable" in line, line

@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.util import examples_utils

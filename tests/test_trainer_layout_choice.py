@@ -3,7 +3,6 @@ validation, the model -> planner variables bridge under default and user layout 
 ``layout: auto`` rewriting the config, and the warning for an explicit layout."""
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import model_spec as ms

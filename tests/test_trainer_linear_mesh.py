@@ -97,7 +97,6 @@ def test_readme_sentence_on_the_kernel_split_is_what_the_default_rules_do():
   """README: "the linear kernel is split by rows ... the MLP alternates column- and
   row-sharded kernels". Read it, then compare with sharding's default rules on the
   built-in models' variables (model axis 2)."""
-  import tfx_parallel.pipeline.tfenv  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top

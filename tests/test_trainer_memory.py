@@ -10,7 +10,7 @@ import pytest
 
 _MODEL = """
 import json
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 tfenv.split_cpu(2)
 import tensorflow as tf
 import tf_keras

@@ -10,7 +10,7 @@ import trainer_util as tu
 import tensorflow as tf
 import tf_keras
 
-from tfx_parallel.pipeline import tfenv
+from tfx_parallel.components.common import tfenv
 
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.inputs import memory_cache, stats, tf_data

@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 import tensorflow as tf
 from tfx.types import artifact_utils, standard_artifacts
 

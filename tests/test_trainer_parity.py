@@ -25,7 +25,7 @@ CONFIG = dict(steps=12, epochs=1, batch_size=32, learning_rate=0.01, optimizer="
 # same seed), the same module, seed and optimizer; model.fit on numpy arrays.
 _PLAIN_FIT = textwrap.dedent("""
     import json
-    from tfx_parallel.pipeline import tfenv
+    from tfx_parallel.components.common import tfenv
     tfenv.prepare()
     import numpy as np, tensorflow as tf, tf_keras
     tf.config.set_visible_devices([], "GPU")  # As the trainer's device: cpu (trainer_util).
@@ -111,7 +111,7 @@ def test_mirrored_x2_matches_single(examples, single, tmp_path):
   assert history["tf32"] is False
   mirrored = json.loads(tu.run_script(textwrap.dedent(f"""
       import json
-      from tfx_parallel.pipeline import tfenv
+      from tfx_parallel.components.common import tfenv
       tfenv.prepare()
       import tf_keras
       m = tf_keras.models.load_model({job["model_dir"]!r}, compile=False)

@@ -3,7 +3,6 @@ import json
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401
 from tfx_parallel.components.distributed_trainer.run import run_record
 
 

@@ -3,7 +3,6 @@ import logging
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 from tfx_parallel.components.distributed_trainer.engines import sharding as S
 
 V = S.VariableInfo

@@ -12,6 +12,34 @@ trains at N = 3 (one stand-in GPU per worker, one unused); its per-worker share 
 checked for every N without training (N = 1: both workers on the CPU, as
 tests/test_trainer_training.py trains them). `make run` with its defaults runs once, end
 to end, at N = 3.
+
+What the stand-in stands in for, and where real TensorFlow does it (TensorFlow 2.16.2,
+paths under site-packages/tensorflow/ unless said otherwise):
+
+* GPU names and numbering. ``devices.visible_gpus`` names N stand-ins
+  ``/physical_device:GPU:0..N-1``. TensorFlow builds the same names in C++,
+  ``tensorflow/core/common_runtime/gpu/gpu_device.cc`` ``BaseGPUDeviceFactory::
+  ListPhysicalDevices`` (``StrCat("/physical_device:GPU:", platform_device_id)``), over
+  ``CacheDeviceIds``'s ``iota(0, VisibleDeviceCount())``: the GPUs CUDA makes visible,
+  numbered from 0. python/eager/context.py:1578-1580 wraps each name in a PhysicalDevice.
+* ``CUDA_VISIBLE_DEVICES`` picks among the N and the picked ones are numbered from 0 again
+  (``devices.standin_gpus``, then ``visible_gpus``): the same iota over
+  ``VisibleDeviceCount()`` above; the selection itself is CUDA's.
+* N GPUs become N logical CPU devices: ``tf.config.set_logical_device_configuration``
+  (python/framework/config.py:847), fixed once TensorFlow initialises
+  (python/eager/context.py:1840-1842, "Virtual devices cannot be modified after being
+  initialized"): hence one process per N. Real GPUs are hidden first with
+  ``tf.config.set_visible_devices([], "GPU")`` (python/framework/config.py:536).
+* The collectives (``GPU_COLLECTIVE`` below is what the GPUs would use; the stand-in runs
+  the CPU one). mirrored: ``select_cross_device_ops`` picks ``NcclAllReduce`` when every
+  device is a GPU (python/distribute/cross_device_ops.py:1394-1395) and
+  ``ReductionToOneDevice`` when one is not (1389-1392), or when the GPUs are logical GPUs
+  of fewer physical ones (1368-1373). mesh: DTensor uses NCCL on GPUs when
+  ``DTENSOR_GPU_USE_NCCL_COMMUNICATION`` is set (dtensor/python/config.py:212-214), and only
+  with one logical GPU per physical GPU (dtensor/python/accelerator_util.py:212-221).
+  multi_worker: without GPUs, MultiWorkerMirroredStrategy gives each worker one CPU device
+  (python/distribute/collective_all_reduce_strategy.py:370-382), so its replicas are the
+  workers; with G GPUs, G devices per worker.
 """
 import json
 import math
@@ -85,6 +113,18 @@ def examples(tmp_path_factory):
   return root, keys, rows
 
 
+@pytest.mark.parametrize("visible,ids", [
+    (None, ["0", "1", "2", "3"]), ("2,1", ["2", "1"]), ("0,2,-1,1", ["0", "2"]),
+    ("0,7,1", ["0"]), ("", []), ("-1", [])])
+def test_standin_gpus_read_cuda_visible_devices_as_cuda_does(visible, ids):
+  """CUDA (not TensorFlow: gpu_device.cc only numbers what CUDA shows) ends the list at
+  the first invalid index; its guide's own examples are "2,1" and "0,2,-1,1"."""
+  environ = {STANDIN: "4"}
+  if visible is not None:
+    environ[devices.WORKER_GPUS_ENV] = visible
+  assert devices.standin_gpus(environ) == ids
+
+
 @pytest.mark.parametrize("n", range(1, 9))
 def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
   """No TensorFlow: the CLI's defaults and the plan each training process makes."""
@@ -116,8 +156,7 @@ def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
 def test_every_local_layout_default_trains_on_n_standin_gpus(examples, tmp_path, monkeypatch,
                                                              n):
   """One process: (single,) mirrored (every GPU), then the default mesh, to completion."""
-  layouts = (["single"] if n in SINGLE_AT else []) + ["mirrored"] + (
-      ["mesh"] if tu.MESH_AVAILABLE else [])
+  layouts = (["single"] if n in SINGLE_AT else []) + ["mirrored", "mesh"]
   jobs = [job_of(str(tmp_path / layout), examples, cli_trainer_config(monkeypatch, n, layout))
           for layout in layouts]
   tu.run_jobs_in_one_process(jobs, str(tmp_path), env={STANDIN: str(n)})

@@ -4,7 +4,6 @@ import textwrap
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer import user_module

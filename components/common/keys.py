@@ -60,7 +60,6 @@ LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K
 PARAM_COUNT = "param_count"                        # int: trainable parameters.
 PARAM_BYTES_TOTAL = "param_bytes_total"            # int: their bytes, counted once.
 STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: max over devices of params + grads + slots.
-STATE_BYTES_KEYS = (PARAM_COUNT, PARAM_BYTES_TOTAL, STATE_BYTES_PER_DEVICE)
 # layout: auto (distributed_trainer/plan/layout_choice.py): on TrainingHistory and in history.json.
 LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
 LAYOUT_REASON = "layout_reason"    # str: the planner's reason.
@@ -69,4 +68,3 @@ DEVICE_TYPE = "device_type"        # str: "CPU" or "GPU".
 COLLECTIVE = "collective"          # str: a key of devices.COLLECTIVES, e.g. "nccl_all_reduce".
 # int: a test run's stand-in GPUs (devices.STANDIN_GPUS_ENV; absent in real runs).
 STANDIN_GPUS = "standin_gpus"
-DEVICE_PLAN_KEYS = (DEVICE_TYPE, COLLECTIVE, STANDIN_GPUS)

@@ -2,16 +2,16 @@
 
 On a terminal it keeps one line up to date with ``"\\r"`` (like Keras ``fit`` or tqdm):
 
-    [train] ███████░░░░░░░  52% step 322/620 loss 9.281e-05 9,656 ex/s ETA 4.8 s
+    [trainer] ███████░░░░░░░  52% step 322/620 loss 9.281e-05 9,656 ex/s ETA 4.8 s
 
 Otherwise (CI logs, a pipe, a file) it writes a line each time another 10% of the steps
 is done, and the last step, so a log holds about ten lines however long the loop:
 
-    [train] step 62/620 (10%) loss 0.5623 10,602 ex/s elapsed 2.7 s ETA 25 s
+    [trainer] step 62/620 (10%) loss 0.5623 10,602 ex/s elapsed 2.7 s ETA 25 s
 
 Usage::
 
-    progress = ProgressReporter(total=620, label="[train]")
+    progress = ProgressReporter(total=620, label="[trainer]")
     for step in range(1, 621):
       ...
       progress.update(step, loss=loss, examples_per_sec=eps)
@@ -50,7 +50,7 @@ class ProgressReporter:
 
   Args:
     total: the last step number (steps count from ``initial`` + 1 up to ``total``).
-    label: printed at the start of every line, e.g. "[train]".
+    label: printed at the start of every line, e.g. "[trainer]".
     stream: where to write (default: ``sys.stdout`` at construction).
     is_tty: True for the updating line, False for a line every 10%; default: whether
       ``stream`` is a terminal.

@@ -8,6 +8,12 @@ from typing import Optional, Sequence
 
 from tfx_parallel.components.common import keys
 
+# An example without exactly one label value: an error naming the split and the file
+# (False), or skipped and counted (True). The default of TrainerConfig's
+# ``skip_missing_labels``; the evaluator follows what the trainer did
+# (EvaluatorConfig ``skip_missing_labels``), and this default when nothing says.
+SKIP_MISSING_LABELS = False
+
 
 def recorded_num_classes(task: str, spec_num_classes: int) -> int:
   """The ``num_classes`` every artifact records: the number of classes (2 for binary,

@@ -107,6 +107,10 @@ class EvaluatorConfig:
     prediction_key: the serving signature's output to read when the model does not
       return the contract outputs (a stock Trainer's model); None: the single float
       output (signature.py).
+    skip_missing_labels: evaluate without the examples that lack a label (or have more
+      than one value) instead of failing on the first one. None (default): what the
+      trainer did: skip when its TrainingHistory records skipped examples (the trainer's
+      ``skip_missing_labels``), else the trainer's default (fail; task_contract.py).
   """
   target_loss: Optional[float] = None
   target_fraction: float = 0.01
@@ -125,6 +129,7 @@ class EvaluatorConfig:
   batch_size: int = 1024
   label_key: Optional[str] = None
   prediction_key: Optional[str] = None
+  skip_missing_labels: Optional[bool] = None
 
   def validate(self) -> "EvaluatorConfig":
     require(self.target_loss is None or self.target_loss > 0, "target_loss",
@@ -154,6 +159,8 @@ class EvaluatorConfig:
               f"Received: {group!r}")
       group.validate(name + ".")
     require(self.batch_size >= 1, "batch_size", f"must be >= 1. Received: {self.batch_size}")
+    require(self.skip_missing_labels in (None, True, False), "skip_missing_labels",
+            f"must be true, false or null. Received: {self.skip_missing_labels!r}")
     for key in ("label_key", "prediction_key"):
       value = getattr(self, key)
       require(value is None or (isinstance(value, str) and bool(value)), key,

@@ -5,11 +5,6 @@ from typing import Any, Dict, List, Optional
 
 from absl import logging
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
@@ -20,7 +15,10 @@ from tfx.utils import path_utils
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import run_history
 from tfx_parallel.components.common import splits
+from tfx_parallel.components.common import task_contract
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
 from tfx_parallel.components.convergence_evaluator import convergence
 from tfx_parallel.components.convergence_evaluator import plots
@@ -38,6 +36,7 @@ class Executor(base_executor.BaseExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
+    tfenv.prepare()  # An entry point (the model is read through its serving signature).
     config = config_util.from_json(EvaluatorConfig, exec_properties[keys.CONFIG_KEY])
     config.validate()
     model = artifact_utils.get_single_instance(input_dict[keys.MODEL_KEY])
@@ -47,7 +46,8 @@ class Executor(base_executor.BaseExecutor):
     metrics = artifact_utils.get_single_instance(output_dict[keys.METRICS_KEY])
     blessing = artifact_utils.get_single_instance(output_dict[keys.BLESSING_KEY])
 
-    history = read_history(history_artifact.uri) if history_artifact is not None else {}
+    history = (read_history(history_artifact.uri) if history_artifact is not None
+               else run_history.RunHistory())
     label_key = read_label_key(examples, config, history)
     files = splits.artifact_split_files(examples, config.split, "split")
     model_dir = path_utils.serving_model_path(model.uri)
@@ -60,19 +60,20 @@ class Executor(base_executor.BaseExecutor):
                  list(output_map.names))
     quality = quality_lib.evaluate(model_dir, examples.uri, config.split, label_key,
                                    config.batch_size, info, files=files,
-                                   output_map=output_map)
+                                   output_map=output_map,
+                                   skip_missing_labels=skip_missing_labels(config, history))
     if isinstance(quality, quality_lib.MulticlassQuality):
       info = info.with_num_classes(len(quality.class_examples))
     weight_error, bias_error = convergence.parameter_error(
-        history.get("weights"), *read_true_parameters(examples))
+        history.weights, *read_true_parameters(examples))
 
     model_loss, trivial_loss = reference.losses(quality)
     if history_artifact is not None:
-      curves = convergence.curves_from_history(history)
+      curves = convergence.curves_from_history(history.to_dict())
       summary = convergence.analyze(
           curves, convergence.Rules.of(config), trivial_loss, model_loss,
-          flagged_diverged=bool(history.get("diverged")),
-          flagged_reason=str(history.get("diverged_reason") or ""),
+          flagged_diverged=bool(history.diverged),
+          flagged_reason=str(history.diverged_reason or ""),
           non_negative=non_negative_loss(history))
       state = summary.state
       convergence_part = {**convergence_properties(curves, summary, history),
@@ -127,33 +128,43 @@ def read_task(model: types.Artifact, history: Optional[types.Artifact],
   return info
 
 
-def read_history(uri: str) -> Dict[str, Any]:
-  """Parses ``<uri>/history.json`` (python json: NaN / Infinity literals accepted)."""
+def read_history(uri: str) -> run_history.RunHistory:
+  """The typed run record of ``<uri>/history.json`` (NaN / Infinity literals accepted)."""
   path = os.path.join(uri, keys.HISTORY_FILE)
   if not fileio.exists(path):
     raise FileNotFoundError(f"TrainingHistory has no {keys.HISTORY_FILE}: {path}")
   with fileio.open(path, "r") as f:
-    return json.loads(f.read())
+    return run_history.RunHistory.from_json(f.read(), path)
 
 
 def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
-                   history: Dict[str, Any]) -> str:
+                   history: run_history.RunHistory) -> str:
   """Config ``label_key``, else the Examples' ``label_key`` property, else history.json's."""
   if config.label_key:
     return config.label_key
   if examples.has_custom_property(keys.LABEL_KEY):
     return examples.get_string_custom_property(keys.LABEL_KEY)
-  if history.get("label_key"):
-    return str(history["label_key"])
+  if history.label_key:
+    return str(history.label_key)
   raise config_util.ConfigError(
       "label_key", f"not set, and neither the Examples artifact at {examples.uri} (no "
       f"{keys.LABEL_KEY!r} property) nor a TrainingHistory names the label. Received: None")
 
 
-def non_negative_loss(history: Dict[str, Any]) -> bool:
+def skip_missing_labels(config: EvaluatorConfig, history: run_history.RunHistory) -> bool:
+  """Config ``skip_missing_labels``, else what the trainer did (it skipped examples
+  without a label only under its own ``skip_missing_labels``), else the trainer's default."""
+  if config.skip_missing_labels is not None:
+    return config.skip_missing_labels
+  if int(history.skipped_examples or 0) > 0:
+    return True
+  return task_contract.SKIP_MISSING_LABELS
+
+
+def non_negative_loss(history: run_history.RunHistory) -> bool:
   """Whether the run's training loss cannot be negative (divergence.py). A history
   without a ``loss`` record trained with a default loss (MSE or a cross-entropy)."""
-  record = history.get("loss")
+  record = history.loss
   if not isinstance(record, dict) or not record.get("class"):
     return True
   return divergence.is_non_negative(str(record["class"]))
@@ -170,7 +181,7 @@ def read_true_parameters(examples: types.Artifact):
 
 
 def convergence_properties(curves: convergence.Curves, summary: convergence.Convergence,
-                           history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+                           history: run_history.RunHistory) -> Dict[str, P.Scalar]:
   """Properties from the history analysis (names in properties.py)."""
   out = {
       P.INITIAL_LOSS: summary.initial_loss,
@@ -188,8 +199,8 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
       P.EVAL_LOSS_CHANGE: summary.eval_loss_change,
       P.NUM_RECORDS: int(curves.step.size),
       P.LAST_STEP: int(curves.step[-1]),
-      P.TOTAL_STEPS: int(history.get("total_steps", curves.step[-1])),
-      P.STOPPED_EARLY: bool(history.get("stopped_early", False)),
+      P.TOTAL_STEPS: int(curves.step[-1] if history.total_steps is None else history.total_steps),
+      P.STOPPED_EARLY: bool(history.stopped_early),
       P.NUM_EPOCHS: len(curves.epochs),
   }
   for epoch in curves.epochs:
@@ -231,39 +242,45 @@ def mesh_string(mesh_shape: Optional[List[int]]) -> str:
   return "x".join(str(int(d)) for d in mesh_shape) if mesh_shape else ""
 
 
-def run_properties(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+def _or_unknown(value, kind):
+  """``kind(value)``, or P.NOT_AVAILABLE when the history did not record it."""
+  return P.NOT_AVAILABLE if value is None else kind(value)
+
+
+def run_properties(history: run_history.RunHistory) -> Dict[str, P.Scalar]:
   """How the run was laid out, from history.json. Only a mesh layout has a mesh shape
   (the trainer records 1x1 for the others)."""
-  devices = list(history.get("devices") or [])
-  layout = str(history.get("layout", ""))
+  devices = list(history.devices or [])
+  layout = str(history.layout or "")
   return {
       P.LAYOUT: layout,
-      P.MESH_SHAPE: mesh_string(history.get("mesh_shape")) if layout == "mesh" else "",
-      P.REPLICAS: int(history.get("replicas", P.NOT_AVAILABLE)),
+      P.MESH_SHAPE: mesh_string(history.mesh_shape) if layout == "mesh" else "",
+      P.REPLICAS: _or_unknown(history.replicas, int),
       P.DEVICES: json.dumps(devices),
       P.NUM_DEVICES: len(devices),
-      P.GLOBAL_BATCH_SIZE: int(history.get("global_batch_size", P.NOT_AVAILABLE)),
-      P.MODEL_TYPE: str(history.get("model", "")),
-      P.EXAMPLES_PER_SEC: float(history.get("examples_per_sec", P.NOT_AVAILABLE)),
+      P.GLOBAL_BATCH_SIZE: _or_unknown(history.global_batch_size, int),
+      P.MODEL_TYPE: str(history.model or ""),
+      P.EXAMPLES_PER_SEC: _or_unknown(history.examples_per_sec, float),
       **what_ran(history),
-      P.INPUT_WAIT_FRACTION: float(history.get("input_wait_fraction", P.NOT_AVAILABLE)),
-      **{name: int(history.get(name, P.NOT_AVAILABLE)) for name in keys.STATE_BYTES_KEYS},
+      P.PARAM_COUNT: _or_unknown(history.param_count, int),
+      P.PARAM_BYTES_TOTAL: _or_unknown(history.param_bytes_total, int),
+      P.STATE_BYTES_PER_DEVICE: _or_unknown(history.state_bytes_per_device, int),
   }
 
 
-def what_ran(history: Dict[str, Any]) -> Dict[str, P.Scalar]:
+def what_ran(history: run_history.RunHistory) -> Dict[str, P.Scalar]:
   """The optimizer, learning rate and loss the trainer built (history.json's
   ``optimizer_config`` / ``loss`` records, distributed_trainer/run/run_record.py)."""
-  optimizer = history.get("optimizer_config") or {}
-  loss = history.get("loss") if isinstance(history.get("loss"), dict) else {}
+  optimizer = history.optimizer_config or {}
+  loss = history.loss if isinstance(history.loss, dict) else {}
   return {
-      P.OPTIMIZER: str(optimizer.get("class") or history.get("optimizer", "")),
+      P.OPTIMIZER: str(optimizer.get("class") or history.optimizer or ""),
       P.OPTIMIZER_CONFIG: json.dumps(optimizer.get("config") or {}, sort_keys=True),
       P.LEARNING_RATE: json.dumps(optimizer.get("learning_rate")),
       P.LOSS: str(loss.get("class", "")),
       P.LOSS_CONFIG: json.dumps(loss.get("config") or {}, sort_keys=True),
-      P.DIVERGED_REASON: str(history.get("diverged_reason") or ""),
-      P.LAYOUT_RULES: json.dumps(history.get("layout_rules") or {}, sort_keys=True),
+      P.DIVERGED_REASON: str(history.diverged_reason or ""),
+      P.LAYOUT_RULES: json.dumps(history.layout_rules or {}, sort_keys=True),
   }
 
 

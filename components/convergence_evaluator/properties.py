@@ -68,7 +68,7 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `devices` | str | all | JSON list of the devices the trainer used |
 | `num_devices` | int | all | length of `devices` |
 | `global_batch_size` | int | all | global batch size |
-| `model_type` | str | all | trainer model: `linear` or `mlp` |
+| `model_type` | str | all | the model module that trained: `linear` or `mlp` (built-in), else the user module's `module_file` path or `module_path` |
 | `examples_per_sec` | float | all | trainer's overall training throughput |
 | `optimizer` | str | all | class of the optimizer that ran, e.g. `Adam`, `SGD` (a user hook's included; `""` if not recorded) |
 | `optimizer_config` | str | all | JSON `get_config()` of that optimizer as built, learning-rate schedule included (`{}` if not recorded) |
@@ -77,7 +77,6 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `loss_config` | str | all | JSON `get_config()` of the training loss (`{}` for a function) |
 | `diverged_reason` | str | all | why the trainer stopped the run as diverged (`""` if it did not) |
 | `layout_rules` | str | all | mesh runs: JSON {variable-path regex: per-dimension sharding} applied (the module's `layout_rules` or the defaults); `{}` otherwise |
-| `input_wait_fraction` | float | all | fraction of training time spent waiting for input; -1 if not recorded |
 | `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
 | `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
 | `state_bytes_per_device` | int | all | max over devices of parameter + gradient + optimizer-slot bytes, from the variables' real placement (DTensor layouts, replicas); -1 if not recorded |
@@ -153,7 +152,6 @@ LOSS = "loss"
 LOSS_CONFIG = "loss_config"
 DIVERGED_REASON = "diverged_reason"
 LAYOUT_RULES = "layout_rules"
-INPUT_WAIT_FRACTION = "input_wait_fraction"
 # Measured training-state bytes, copied from the trainer's history.json.
 PARAM_COUNT = keys.PARAM_COUNT
 PARAM_BYTES_TOTAL = keys.PARAM_BYTES_TOTAL

@@ -32,11 +32,6 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 
 from tfx_parallel.components.common import keys
@@ -296,12 +291,14 @@ def _outputs_of(info: task_lib.TaskInfo) -> Tuple[str, ...]:
 
 def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size: int,
                     outputs: Sequence[str] = (PREDICTION_KEY,), numeric_label: bool = True,
-                    task: str = task_lib.REGRESSION
+                    task: str = task_lib.REGRESSION, skip_missing_labels: bool = False
                     ) -> Iterator[Tuple[np.ndarray, Dict[str, np.ndarray]]]:
   """Yields (labels [B], {output: [B, ...]}) for every batch of the files, in any order.
 
   Labels are float32 when ``numeric_label``, else as stored (float32, int64 or bytes).
-  ``task`` only names the task in errors.
+  ``task`` only names the task in errors. ``skip_missing_labels``: leave out the examples
+  without exactly one label value (the trainer's rule, preprocess.has_label), else the
+  first one is an error naming the label and the directory.
   """
   loaded = tf.saved_model.load(model_dir)  # Must outlive the signature (owns variables).
   if keys.SERVING_SIGNATURE not in loaded.signatures:
@@ -321,6 +318,11 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
                      f"without its 'task' property?")
   label_spec = {label_key: tf.io.FixedLenFeature([], dtype)}
 
+  def has_label(serialized):
+    values = tf.io.parse_single_example(
+        serialized, {label_key: tf.io.VarLenFeature(dtype)})[label_key].values
+    return tf.equal(tf.size(values), 1)
+
   def predict(serialized):
     label = tf.io.parse_example(serialized, label_spec)[label_key]
     if numeric_label:
@@ -330,8 +332,11 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
 
   options = tf.data.Options()
   options.deterministic = False
-  dataset = (tf.data.TFRecordDataset(files, compression_type="GZIP",
-                                     num_parallel_reads=min(len(files), 4))
+  dataset = tf.data.TFRecordDataset(files, compression_type="GZIP",
+                                    num_parallel_reads=min(len(files), 4))
+  if skip_missing_labels:
+    dataset = dataset.filter(has_label)
+  dataset = (dataset
              .batch(batch_size)
              .map(predict, num_parallel_calls=tf.data.AUTOTUNE)
              .prefetch(2)
@@ -341,26 +346,31 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   except tf.errors.InvalidArgumentError as e:
     # TF's text: "{{function_node ...}} Name: <unknown>, Feature: y ... found.\n\t [[...]]".
     reason = re.sub(r"^\{\{[^}]*\}\}\s*", "", e.message.split("\n")[0]).strip()
+    hint = (" Examples without the label can be skipped with evaluator "
+            "skip_missing_labels=true (the trainer's skip_missing_labels)"
+            if "could not be found" in reason and not skip_missing_labels else "")
     raise ValueError(f"reading label {label_key!r} (one {dtype.name} per example, as in "
                      f"the first example of {files[0]}) from {os.path.dirname(files[0])}: "
-                     f"{reason}") from None
+                     f"{reason}{hint}") from None
 
 
 def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
              batch_size: int, info: task_lib.TaskInfo = task_lib.TaskInfo(),
              files: Optional[Sequence[str]] = None,
-             output_map: Optional["signature.OutputMap"] = None) -> AnyQuality:
+             output_map: Optional["signature.OutputMap"] = None,
+             skip_missing_labels: bool = False) -> AnyQuality:
   """Quality of the SavedModel at ``model_dir`` on ``split`` of the Examples, by task.
 
   ``files``: the split's files (default ``Split-<split>/`` under ``examples_uri``);
   ``output_map``: which signature outputs to read (signature.py; default the contract
-  outputs of the task).
+  outputs of the task); ``skip_missing_labels``: see :func:`predict_batches`.
   """
   start = time.perf_counter()
   files = list(files) if files else split_files(examples_uri, split)
   names = output_map.names if output_map is not None else _outputs_of(info)
   batches = predict_batches(model_dir, files, label_key, batch_size, names,
-                            numeric_label=not info.is_classification, task=info.task)
+                            numeric_label=not info.is_classification, task=info.task,
+                            skip_missing_labels=skip_missing_labels)
   if output_map is not None:
     batches = ((labels, output_map.values(out, info.task)) for labels, out in batches)
   if info.task == task_lib.REGRESSION:

@@ -18,11 +18,6 @@ mapped through a ``label_vocabulary`` are evaluated only by ConvergenceEvaluator
 """
 from typing import Sequence
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow_model_analysis as tfma
 from tfx import types
 from tfx.components import Evaluator

@@ -12,10 +12,11 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_parallel.components.common import config_util, keys, task_contract
+from tfx_parallel.components.common import config_util, keys, run_history, task_contract
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
-from tfx_parallel.components.distributed_trainer.run import launcher, run_record, tfjob
+from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher, tfjob
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
@@ -25,6 +26,8 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
                    module_digest: str = "") -> str:
   """Stable across reruns of the same inputs + config + module file, so a killed run
   resumes (and an edited module file does not resume another model's checkpoint).
+  ``config_json``: checkpoint.run_identity, without the layout, so that a rerun on
+  another layout resumes too.
 
   `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config, module)[:16]>`.
   """
@@ -52,7 +55,9 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              train_rows=int(rows.get(config.train_split, 0)),  # 0: counted by prepare().
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
-             checkpoint_dir=checkpoint_dir(model_uri, examples.uri, config_json, digest),
+             checkpoint_dir=checkpoint_dir(model_uri, examples.uri,
+                                           checkpoint.run_identity(json.loads(config_json)),
+                                           digest),
              num_shards=described.num_shards or 1,
              string_feature_keys=list(described.string_keys),
              train_files=list(described.files[config.train_split]),
@@ -85,7 +90,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   module = user_module.load(config.module_file, config.module_path, config.model)
   # A mesh (or auto, which may choose one) also resolves the module's layout rules here.
   axis = {"mesh": config.mesh_model, "auto": 1}.get(config.layout, 0)
-  user_module.check(module, spec, model_axis=axis)
+  user_module.check(module, spec, model_axis=axis, widths_key="trainer.hparams" if
+                    "hidden_units" in config.hparams else "trainer.hidden_units")
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
                              skipped_examples=skipped, train_rows=train_rows,
@@ -102,6 +108,7 @@ class Executor(base_executor.BaseExecutor):
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
+    tfenv.prepare()  # An entry point: the training process inherits the environment.
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
@@ -124,33 +131,19 @@ class Executor(base_executor.BaseExecutor):
       tfjob.run(job, settings)
     else:
       launcher.launch(job, config.layout, config.workers)
-    with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE)) as f:
-      record = json.load(f)
-    record[missing.RECORD_KEY] = job.missing_values  # Counts and fills, per feature.
+    checkpoint.clear(job.checkpoint_dir)  # Finished: a rerun (any layout) starts afresh.
+    path = os.path.join(history.uri, keys.HISTORY_FILE)
+    with fileio.open(path) as f:
+      record = run_history.RunHistory.from_json(f.read(), path)
+    record.missing_values = job.missing_values  # Counts and fills, per feature.
     if planned:  # The choice goes into history.json too (the evaluator reads it).
-      record = layout_choice.record_in_history(record, planned)
-    with fileio.open(os.path.join(history.uri, keys.HISTORY_FILE), "w") as f:
-      json.dump(record, f, indent=1)
-    history.set_string_custom_property(missing.RECORD_KEY, json.dumps(job.missing_values))
-    layout_choice.write_properties(history, record, planned)
-    for name in ("layout", "model", "optimizer"):
-      history.set_string_custom_property(name, str(record[name]))
-    history.set_string_custom_property("mesh_shape", "x".join(map(str, record["mesh_shape"])))
-    history.set_string_custom_property("devices", json.dumps(record["devices"]))
-    for name in keys.DEVICE_PLAN_KEYS:  # Where it ran and how replicas all-reduced.
-      if name in record:
-        history.set_string_custom_property(name, str(record[name]))
-    history.set_int_custom_property("replicas", int(record["replicas"]))
-    history.set_int_custom_property("steps_run", int(record["steps_run"]))
-    history.set_int_custom_property("diverged", int(record["diverged"]))
-    run_record.write_properties(history, record)  # The optimizer and loss that ran.
-    history.set_float_custom_property("examples_per_sec", float(record["examples_per_sec"]))
-    history.set_int_custom_property("skipped_examples", int(record.get("skipped_examples", 0)))
-    if "input_cache" in record:  # "memory" | "none" (config cache, resolved).
-      history.set_string_custom_property("input_cache", str(record["input_cache"]["mode"]))
+      record = dataclasses.replace(record, **planned)
+    with fileio.open(path, "w") as f:
+      f.write(record.to_json())
+    record.write_properties(history)  # Every TrainingHistory property (run_history.py).
     for artifact in (model, history):
-      task_contract.write_properties(artifact, record["task"], record["num_classes"],
-                                     record.get("label_vocabulary"))
+      task_contract.write_properties(artifact, record.task, record.num_classes,
+                                     record.label_vocabulary)
     if not fileio.exists(job.model_dir):
       raise RuntimeError(f"Training finished but wrote no model to {job.model_dir}")
     logging.info("Training complete. Model written to %s", job.model_dir)

@@ -50,6 +50,7 @@ class UserModule:
   optimizer: Optional[Callable] = None
   layout_rules: Optional[Callable] = None
   config_key: str = "model"       # The trainer config key that chose the module.
+  builtin: Optional[str] = None   # "linear" / "mlp" for a built-in model, else None.
 
 
 def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
@@ -92,7 +93,8 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
                         f"Received: {type(fn).__name__}")
     hooks[hook] = fn
   key = "module_file" if module_file else "module_path" if module_path else "model"
-  return UserModule(name=name, build_model=build, config_key=key, **hooks)
+  return UserModule(name=name, build_model=build, config_key=key,
+                    builtin=None if module_file or module_path else builtin, **hooks)
 
 
 def file_digest(module_file: Optional[str]) -> str:
@@ -162,14 +164,17 @@ def build(module: UserModule, spec: ms.ModelSpec):
 
 
 @contextlib.contextmanager
-def fresh_layer_names():
-  """Builds in the block get the layer names a fresh process gives (``dense``, not
-  ``dense_2``), as in the training process; tf_keras's name counters are restored after."""
+def layer_names(fresh: bool):
+  """Runs a block, then restores tf_keras's auto layer-name counters to where they were,
+  so the next build of the same model gets the same names (``dense`` again, not
+  ``dense_2``). With ``fresh`` the block starts from empty counters: the names a fresh
+  process gives, as in the training process."""
   from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
   uids = backend.get_default_graph_uid_map()
   saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
-  uids.clear()
-  backend.OBSERVED_NAMES.clear()
+  if fresh:
+    uids.clear()
+    backend.OBSERVED_NAMES.clear()
   try:
     yield
   finally:
@@ -202,17 +207,53 @@ def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis
     raise ConfigError(f"trainer.{module.config_key}", str(e)) from None
 
 
-def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
+def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axis: int,
+                        widths_key: str = "trainer.hidden_units"):
+  """A built-in model on a model axis > 1 must split every Dense kernel as the README
+  says (the linear kernel by rows, the mlp's hidden layers as Megatron pairs): where the
+  default rules cannot (sharding.unsplit_kernels, the one divisibility check), a
+  ConfigError names the config key that decides the shape. A user module is not refused
+  here: what nothing divides stays replicated, said on the console by the run.
+  ``widths_key`` names where the mlp's widths came from (``trainer.hparams`` when the
+  user's hparams set them)."""
+  if module.builtin is None or model_axis <= 1:
+    return
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
+  whole = sharding.unsplit_kernels(sharding.describe_variables(model), model_axis)
+  if not whole:
+    return
+  v = whole[0]
+  widths = list(spec.hparams.get("hidden_units", ())) if module.builtin == "mlp" else []
+  uneven = [h for h in widths if h % model_axis]
+  if uneven:
+    raise ConfigError(widths_key,
+                      f"hidden width {uneven[0]} is not divisible by the model axis "
+                      f"{model_axis}: the built-in mlp splits each hidden layer over the model "
+                      f"axis, and {v.path} {list(v.shape)} would stay whole on every device. "
+                      f"Received: hidden_units={widths}, mesh model axis {model_axis}")
+  raise ConfigError("trainer.mesh",
+                    f"the model axis ({model_axis}) must divide the feature count "
+                    f"({v.shape[0]} inputs of {v.path} {list(v.shape)}): the built-in "
+                    f"{module.builtin} model splits this kernel by rows over the model axis "
+                    f"(Y = sum_i X_i W_i). Use a mesh whose model axis divides {v.shape[0]}, "
+                    f"or a user module (module_file), whose undividable variables stay "
+                    f"replicated")
+
+
+def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0,
+          widths_key: str = "trainer.hidden_units"):
   """Builds the model and calls it on a 2-example batch; raises ModuleError naming the
   module when the model is not a tf_keras.Model, does not take the input dict, or returns
   an output that does not fit the task. With ``model_axis`` >= 1 (a mesh layout, or
   ``auto``, which may choose one) the module's layout rules are resolved against the
   model too (:func:`check_layout_rules`). Returns the model."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  with fresh_layer_names():
+  with layer_names(fresh=True):
     model = build(module, spec)
   if model_axis >= 1:
     check_layout_rules(module, spec, model, model_axis)
+    check_builtin_split(module, spec, model, model_axis, widths_key)
   batch = dummy_batch(spec)
   try:
     out = model(batch, training=False)
@@ -235,5 +276,6 @@ def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0):
   if module.loss:
     make_loss(module, spec)
   if module.optimizer:
-    make_optimizer(module, spec, "adam", 0.01)
+    from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+    make_optimizer(module, spec, TrainerConfig.optimizer, TrainerConfig.learning_rate)
   return model

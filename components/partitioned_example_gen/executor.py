@@ -11,6 +11,7 @@ from tfx.types import standard_component_specs as specs
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.partitioned_example_gen import driver
 from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import ingest
@@ -31,6 +32,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
+    tfenv.prepare()  # An entry point: Beam's worker processes inherit the environment.
     self._log_startup(input_dict, output_dict, exec_properties)
     config = config_util.from_json(ExampleGenConfig,
                                    exec_properties[keys.CONFIG_KEY]).validate()

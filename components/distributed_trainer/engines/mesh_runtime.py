@@ -19,15 +19,27 @@ devices (or GPUs when present) with a custom loop:
   into e.g. a concat with a float feature, and fails). The one exception is the
   Megatron hand-off: a column-split Dense whose every consumer is a row-split Dense
   keeps its output split, since those blocks are exactly the next layer's inputs.
-* **Step.** Two ``tf.function``s per step: (1) forward, ``loss_fn(labels, outputs)``
-  (a mean over the global batch, plus the model's regularisation losses) and
-  gradients, each gradient put in its variable's layout (the batch-axis sum of
-  per-device partial gradients happens there, before any non-linear update);
-  (2) a tf_keras optimizer built with ``mesh=`` applies them; its slot variables
+* **Steps.** One ``tf.function`` call runs k steps (``steps_per_execution``) over k
+  global batches stacked on a leading axis and packed onto the mesh once per dtype
+  (:meth:`MeshTrainer.steps_async`), in a ``tf.while_loop``; each step: forward,
+  ``loss_fn(labels, outputs)`` (a mean over the global batch, plus the model's
+  regularisation losses), gradients, each put in its variable's layout (the batch-axis
+  sum of per-device partial gradients happens there, before any non-linear update),
+  then the tf_keras optimizer built with ``mesh=`` applies them; its slot variables
   (momentum, Adam m/v) are created with ``zeros_like(variable)`` and so follow the
-  variable's layout. In ONE function, DTensor does not keep the forward pass's
-  variable reads before the optimizer's writes once the batch axis is split (a 2x1
-  mesh drifted from single-device from the second step on); two functions order them.
+  variable's layout. DTensor does not keep the order of variable reads and writes
+  that automatic control dependencies give once the batch axis is split (a 2x1 mesh
+  with Adam drifted from single-device from the second step on, by up to 0.7), so the
+  order is made explicit: the update waits for the step's gradients, the next step
+  waits for the update. Per step this costs no host round trip: the loop replaced two
+  DTensor calls per step (13.3 ms per mesh 1x1 step of the issue #25 model, against
+  2.0 ms for a fit step; benchmarks/results/mesh_engine.md).
+
+  The input is packed here rather than fed by ``dtensor.DTensorDataset``: its iterator
+  (``_DTensorIterator.__next__``, tensorflow/dtensor/python/input_util.py lines 144-156,
+  TF 2.16.2) takes each element on the host mesh and calls ``copy_to_mesh`` eagerly,
+  between two ``context.async_wait()``, once per step: it cannot run inside the step
+  function and costs what one pack does.
 
   DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
   kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
@@ -43,13 +55,13 @@ devices (or GPUs when present) with a custom loop:
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
 models, or subclassed models built inside ``build_model``) are supported.
 """
-import contextlib
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.engines import optimizers as optimizers_lib
 from tfx_parallel.components.distributed_trainer.engines import sharding as sharding_lib
 
@@ -71,23 +83,6 @@ def create_mesh(mesh_shape: Tuple[int, int]):
                      f"(split the CPU first: tfenv.split_cpu). Received: mesh_shape={mesh_shape}")
   return dtensor.create_mesh([(BATCH_AXIS, b), (MODEL_AXIS, m)],
                              devices=[d.name for d in local[:b * m]], device_type=device_type)
-
-
-@contextlib.contextmanager
-def _rewound_layer_names():
-  """Runs a block, then rewinds tf_keras's auto layer-name counters to where they were,
-  so the next build of the same model gets the same names (``dense`` again, not
-  ``dense_2``): the rules are resolved on the probe's variable paths."""
-  from tf_keras.src import backend  # pylint: disable=g-import-not-at-top
-  uids = backend.get_default_graph_uid_map()
-  saved_uids, saved_observed = dict(uids), set(backend.OBSERVED_NAMES)
-  try:
-    yield
-  finally:
-    uids.clear()
-    uids.update(saved_uids)
-    backend.OBSERVED_NAMES.clear()
-    backend.OBSERVED_NAMES.update(saved_observed)
 
 
 def _check_model(model, module_name: str):
@@ -149,7 +144,8 @@ class MeshTrainer:
       created.append(v)
       return v
 
-    with _rewound_layer_names(), tf.variable_creator_scope(record):
+    # The probe's names are the real build's: the rules are resolved on its paths.
+    with user_module.layer_names(fresh=False), tf.variable_creator_scope(record):
       probe = build_model()
     _check_model(probe, module_name)
     infos = sharding_lib.describe_variables(probe)
@@ -199,9 +195,10 @@ class MeshTrainer:
     self.optimizer.build(self.model.trainable_variables)
     # Layouts are read eagerly (fetch_layout cannot run inside a tf.function).
     self._grad_layouts = [self._d.fetch_layout(v) for v in self.model.trainable_variables]
-    self._gradients_fn = tf.function(self._gradients)
-    self._gradient_fns: Dict[tuple, Callable] = {}  # per grouping of the batch (step_async)
-    self._apply_fn = tf.function(self._apply)
+    # What an update writes: the next step's reads wait for these (_train_steps).
+    self._written = list(self.model.trainable_variables) + list(self.optimizer.variables)
+    self._train_fns: Dict[tuple, Callable] = {}  # per grouping of the batch (steps_async)
+    self._gradients_fn = tf.function(self._gradients)  # one batch's gradients alone
 
   def _hands_off_split_output(self, layer) -> bool:
     """True for a column-split Dense whose every consumer (in a functional model's
@@ -293,15 +290,24 @@ class MeshTrainer:
   def _pack(self, value) -> tf.Tensor:
     """A global-batch host tensor as a DTensor split by rows over the batch axis:
     device (b, m) gets row block b (the mesh orders devices batch-major)."""
-    value = tf.convert_to_tensor(value)
-    if value.shape.rank == 0 or value.shape[0] != self.global_batch:
+    return self._pack_on(tf.convert_to_tensor(value), 0)
+
+  def _pack_steps(self, value) -> tf.Tensor:
+    """k global batches stacked on a leading axis (``[k, global_batch, ...]``), packed the
+    same way: device (b, m) gets row block b of every batch."""
+    return self._pack_on(tf.convert_to_tensor(value), 1)
+
+  def _pack_on(self, value: tf.Tensor, rows: int) -> tf.Tensor:
+    if value.shape.rank <= rows or value.shape[rows] != self.global_batch:
       raise ValueError(f"inputs: every feature and the labels must have the global batch "
-                       f"{self.global_batch} as first dimension. Received: shape {value.shape}")
+                       f"{self.global_batch} as {('first', 'second')[rows]} dimension. "
+                       f"Received: shape {value.shape}")
     b, m = self.mesh_shape
-    blocks = tf.split(value, b, axis=0)
-    layout = self._d.Layout([BATCH_AXIS] + [self._d.UNSHARDED] * (value.shape.rank - 1),
-                            self.mesh)
-    return self._d.pack([blk for blk in blocks for _ in range(m)], layout)
+    blocks = tf.split(value, b, axis=rows)
+    specs = [self._d.UNSHARDED] * value.shape.rank
+    specs[rows] = BATCH_AXIS
+    return self._d.pack([blk for blk in blocks for _ in range(m)],
+                        self._d.Layout(specs, self.mesh))
 
   # --- training -----------------------------------------------------------------
   def _gradients(self, features, labels):
@@ -317,46 +323,72 @@ class MeshTrainer:
     return loss, [self._d.relayout(tf.convert_to_tensor(g), layout)
                   for g, layout in zip(grads, self._grad_layouts)]
 
-  def _apply(self, grads):
-    self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+  def _train_steps(self, features, labels):
+    """k steps in one graph (``features``/``labels`` hold k global batches stacked on a
+    leading axis); returns the k losses. The order of reads and writes is made explicit
+    (module docstring): step i's forward pass waits for ``losses``, which waits for
+    step i-1's update, which waits for step i's gradients."""
+    k = tf.shape(labels)[0]
+    steps = tf.range(k)
+
+    def body(i, losses):
+      # tf.gather, not t[i]: DTensor lays a shrinking strided slice of a
+      # [k, batch-split, ...] tensor out on the wrong dimension.
+      batch = {name: tf.gather(t, i) for name, t in features.items()}
+      with tf.control_dependencies([losses]):
+        loss, grads = self._gradients(batch, tf.gather(labels, i))
+      with tf.control_dependencies(grads):
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        written = [tf.identity(v) for v in self._written]
+      with tf.control_dependencies(written):
+        losses = tf.where(tf.equal(steps, i), tf.cast(loss, losses.dtype), losses)
+      return i + 1, losses
+
+    _, losses = tf.while_loop(lambda i, _: i < k, body, (tf.constant(0), tf.zeros([k])),
+                              parallel_iterations=1)
+    return losses
 
   def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
     """One synchronous step on a global batch; returns the loss.
 
     Every feature and the labels must have exactly ``global_batch`` rows (batch the
-    input with ``drop_remainder=True``). Gradients and the update are two functions
-    (module docstring: one function misorders reads and writes on a split batch axis).
+    input with ``drop_remainder=True``).
     """
-    return self.fetch([self.step_async(features, labels)])[0]
+    stack = lambda t: tf.expand_dims(tf.convert_to_tensor(t), 0)  # pylint: disable=unnecessary-lambda-assignment
+    return self.fetch([self.steps_async({k: stack(v) for k, v in features.items()},
+                                        stack(labels))])[0]
 
-  def step_async(self, features: Dict[str, tf.Tensor], labels: tf.Tensor):
-    """:meth:`step` without waiting for the loss: returns it on the mesh (see fetch)."""
+  def steps_async(self, features: Dict[str, tf.Tensor], labels: tf.Tensor):
+    """k steps in ONE DTensor call, without waiting for the losses: every feature and
+    the labels hold k global batches stacked on a leading axis (``[k, global_batch,
+    ...]``, e.g. ``dataset.batch(k)`` over global batches). Returns the k losses on the
+    mesh (see :meth:`fetch`). One function is traced per grouping of the features and
+    per k."""
     key, groups, singles = self._pack_batch(features, labels)
-    fn = self._gradient_fns.get(key)
+    fn = self._train_fns.get(key)
     if fn is None:
-      fn = self._gradient_fns[key] = tf.function(
-          lambda g, s, _key=key: self._gradients(*self._unpack_batch(_key, g, s)))
-    loss, grads = fn(groups, singles)
-    self._apply_fn(grads)
-    return loss
+      fn = self._train_fns[key] = tf.function(
+          lambda g, s, _key=key: self._train_steps(*self._unpack_batch(_key, g, s)))
+    return fn(groups, singles)
 
   def _pack_batch(self, features, labels):
-    """The batch onto the mesh with one pack per dtype (each pack is an eager round trip
-    that costs as much as a small step): the [B, k] columns of a dtype are concatenated,
-    packed once, and split again inside the step function (:meth:`_unpack_batch`).
-    Returns (static key of the grouping, packed groups, other tensors packed alone)."""
+    """The k stacked batches onto the mesh with one pack per dtype (each pack is an eager
+    round trip that costs as much as a small step): the [k, B, w] columns of a dtype are
+    concatenated, packed once, and split again inside the step function
+    (:meth:`_unpack_batch`). Returns (static key of the grouping, packed groups, other
+    tensors packed alone)."""
     values = {k: tf.convert_to_tensor(v) for k, v in features.items()}
     values[_LABELS] = tf.convert_to_tensor(labels)
     groups: Dict[str, List[Tuple[str, int]]] = {}
     singles = {}
     for k in sorted(values):
       v = values[k]
-      if v.shape.rank == 2 and v.shape[1] is not None:
-        groups.setdefault(v.dtype.name, []).append((k, int(v.shape[1])))
+      if v.shape.rank == 3 and v.shape[2] is not None:
+        groups.setdefault(v.dtype.name, []).append((k, int(v.shape[2])))
       else:
-        singles[k] = self._pack(v)
+        singles[k] = self._pack_steps(v)
     key = tuple((dtype, tuple(members)) for dtype, members in sorted(groups.items()))
-    packed = tuple(self._pack(tf.concat([values[k] for k, _ in members], axis=1))
+    packed = tuple(self._pack_steps(tf.concat([values[k] for k, _ in members], axis=2))
                    for _, members in key)
     return key, packed, singles
 
@@ -364,14 +396,15 @@ class MeshTrainer:
   def _unpack_batch(key, groups, singles):
     values = dict(singles)
     for (_, members), packed in zip(key, groups):
-      parts = tf.split(packed, [w for _, w in members], axis=1)
+      parts = tf.split(packed, [w for _, w in members], axis=2)
       values.update({k: part for (k, _), part in zip(members, parts)})
     labels = values.pop(_LABELS)
     return values, labels
 
   def fetch(self, losses) -> List[float]:
-    """The values of losses returned by :meth:`step_async` (one device read each)."""
-    return [float(self._d.unpack(loss)[0].numpy()) for loss in losses]
+    """The values of the losses that :meth:`steps_async` returned, in step order (one
+    device read per call)."""
+    return [float(x) for loss in losses for x in self._d.unpack(loss)[0].numpy()]
 
   # --- reading back -------------------------------------------------------------
   def full_weights(self) -> List[np.ndarray]:

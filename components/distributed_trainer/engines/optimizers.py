@@ -11,8 +11,13 @@ module and the hook. Nothing is replaced silently.
 """
 from typing import Any, Dict, Optional
 
-OPTIMIZERS = ("sgd", "momentum", "adam")   # config ``optimizer``
 MOMENTUM = 0.9                             # of ``momentum``
+# Config ``optimizer``, the one list of names: name -> (tf_keras.optimizers class, its
+# arguments besides the learning rate, slot variables per parameter the planner counts).
+RULES = {"sgd": ("SGD", {}, 0), "momentum": ("SGD", {"momentum": MOMENTUM}, 1),
+         "adam": ("Adam", {}, 2)}
+OPTIMIZERS = tuple(RULES)
+SLOTS_PER_PARAM = {name: slots for name, (_, _, slots) in RULES.items()}
 HOOK = "optimizer(spec)"
 
 
@@ -66,14 +71,10 @@ def make(name: str, learning_rate: float, mesh=None):
   """Config ``optimizer``: ``sgd``, ``momentum`` (SGD, momentum 0.9) or ``adam``,
   tf_keras defaults otherwise; ``mesh=`` places it on a DTensor mesh."""
   import tf_keras  # pylint: disable=g-import-not-at-top
-  if name == "sgd":
-    opt = tf_keras.optimizers.SGD(learning_rate)
-  elif name == "momentum":
-    opt = tf_keras.optimizers.SGD(learning_rate, momentum=MOMENTUM)
-  elif name == "adam":
-    opt = tf_keras.optimizers.Adam(learning_rate)
-  else:
+  if name not in RULES:
     raise ValueError(f"optimizer: must be one of {list(OPTIMIZERS)}. Received: {name!r}")
+  cls, kwargs, _ = RULES[name]
+  opt = getattr(tf_keras.optimizers, cls)(learning_rate, **kwargs)
   return opt if mesh is None else on_mesh(opt, mesh, f"config optimizer {name!r}")
 
 
@@ -111,44 +112,9 @@ def on_mesh(optimizer, mesh, owner: str, hook: Optional[str] = None):
   return rebuilt
 
 
-def variable_names(optimizer) -> list:
-  """The names of ``optimizer.variables`` without ``:0`` (``iteration``, ``m/hidden/kernel``):
-  the same on every layout, so a checkpoint's optimizer state is matched by name. A
-  leading ``<optimizer name>/`` scope (slots built inside ``fit`` under a multi-worker
-  strategy get ``Adam/m/...``) is dropped."""
-  scope = f"{optimizer.name}/"
-  out = []
-  for v in optimizer.variables:
-    name = v.name[:-2] if v.name.endswith(":0") else v.name
-    out.append(name[len(scope):] if name.startswith(scope) else name)
-  return out
-
-
-def match_state(optimizer, saved: Dict[str, Any]) -> list:
-  """Values for ``optimizer.variables`` (in order) from a checkpoint's ``name -> value``.
-
-  Layouts differ in one place only: stock SGD without momentum keeps a momentum slot per
-  variable that it never reads, the mesh's SGD keeps none (MeshSGD). Such a slot missing
-  from ``saved`` keeps its zeros; one in ``saved`` but not here must be all zeros.
-
-  Raises:
-    ValueError: naming the variables that do not match.
-  """
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  names = variable_names(optimizer)
-  unread = (type(optimizer).__name__ in ("SGD", "MeshSGD")
-            and not optimizer.get_config().get("momentum"))
-  out, missing = [], []
-  for name, v in zip(names, optimizer.variables):
-    if name in saved:
-      out.append(np.asarray(saved[name]))
-    elif unread and name.startswith("m/"):
-      out.append(np.zeros(v.shape.as_list(), v.dtype.as_numpy_dtype))
-    else:
-      missing.append(name)
-  extra = [k for k in saved if k not in names
-           and not (k.startswith("m/") and not np.any(np.asarray(saved[k])))]
-  if missing or extra:
-    raise ValueError(f"checkpoint: the optimizer state does not fit this optimizer "
-                     f"({type(optimizer).__name__}); missing {missing}, unexpected {extra}")
-  return out
+def unread_slots(optimizer) -> bool:
+  """True for SGD without momentum: stock tf_keras SGD keeps an ``m`` slot per variable
+  that it never reads, the mesh's SGD (MeshSGD) keeps none, so a checkpoint of either
+  restores into the other with those slots left as they are (checkpoint.restore)."""
+  return (type(optimizer).__name__ in ("SGD", "MeshSGD")
+          and not optimizer.get_config().get("momentum"))

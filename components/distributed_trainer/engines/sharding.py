@@ -163,6 +163,13 @@ def default_plan(variables: Sequence[VariableInfo], model_axis: int
   return rules, replicated
 
 
+def unsplit_kernels(variables: Sequence[VariableInfo], model_axis: int) -> List[VariableInfo]:
+  """The Dense kernels that no default rule can split on a model axis of ``model_axis``
+  (they would stay whole on every device); pure. The one divisibility check of the
+  built-in models: ``user_module.check_builtin_split`` turns these into a config error."""
+  return [v for v in default_plan(variables, model_axis)[1] if v.kind == DENSE_KERNEL]
+
+
 def default_rules(model, model_axis: int) -> Dict[str, Sharding]:
   """Default rules for a built tf_keras model on a model axis of ``model_axis`` devices."""
   return default_rules_for(describe_variables(model), model_axis)

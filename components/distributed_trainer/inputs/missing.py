@@ -19,7 +19,7 @@ history.json's ``missing_values``.
 A schema (SchemaGen / ImportSchemaGen) is read, not just accepted:
 
 * a feature the schema promises in every example (``presence.min_fraction`` 1 and a
-  ``shape``, as TF Transform reads a schema; inputs.read_schema) is **required**: an
+  ``shape``, as TF Transform reads a schema; description.read_schema) is **required**: an
   example without it fails the run before the first step, naming the split, file and
   feature (:class:`RequiredFeatureError`). Stock SchemaGen gives a column with empty
   cells no shape, so it is optional;
@@ -32,7 +32,6 @@ The label is not filled: a missing label follows config ``skip_missing_labels``.
 """
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-RECORD_KEY = "missing_values"  # history.json key and TrainingHistory property.
 WAY_OUT = ("reduce it to one value per example with TFX Transform (a preprocessing_fn; "
            "pass transform_graph= to the trainer), or leave it out of the schema/columns "
            "and read it in a model module of your own")

@@ -58,7 +58,7 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
          files: Optional[Mapping[str, Sequence[str]]] = None) -> ScanResult:
   """Scans ``splits`` (the first one is the train split for counts and moments).
 
-  ``files``: split -> files (inputs.describe lists them with TFX's split helpers); None
+  ``files``: split -> files (description.describe lists them with TFX's split helpers); None
   reads ``Split-<name>/`` under ``examples_uri``.
   """
   if files is None:

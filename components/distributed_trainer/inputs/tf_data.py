@@ -33,7 +33,7 @@ def shard_files(files: Sequence[str], split: str, num_shards: int, index: int
                f"reads every file and keeps 1 record in {num_shards})")
     if index == 0:
       logging.info("DistributedTrainer: %s", message)
-      print(f"[train] {message}", flush=True)
+      print(f"[trainer] {message}", flush=True)
     return list(files), (num_shards, index)
   return list(files)[index::num_shards], None
 

@@ -1,19 +1,21 @@
 """Built-in ``mlp`` model: numeric features and an embedding per string feature,
 concatenated, then ReLU layers ``hidden_1``, ``hidden_2``, ... and a linear ``output``.
 
-hparams: ``hidden_units`` (list of widths; the trainer passes config ``hidden_units``),
+hparams: ``hidden_units`` (list of widths; the trainer passes config ``hidden_units``,
+whose default applies here too),
 ``embedding_dim`` (default 8). Works for every task (``spec.output_units`` outputs).
 """
 import tf_keras
 
 from tfx_parallel.components.distributed_trainer import models
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 
 DEFAULT_EMBEDDING_DIM = 8
 
 
 def build_model(spec) -> tf_keras.Model:
   inputs = models.inputs(spec)
-  hidden = list(spec.hparams.get("hidden_units", [16]))
+  hidden = list(spec.hparams.get("hidden_units", TrainerConfig.hidden_units))
   dim = int(spec.hparams.get("embedding_dim", DEFAULT_EMBEDDING_DIM))
   parts = []
   numeric = models.numeric_block(spec, inputs)

@@ -29,6 +29,8 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 
 DEVICE_KINDS = ("auto", "cpu", "gpu")
+# Logical CPU devices of "mirrored" and "auto" without a GPU when config ``devices`` is 0.
+CPU_DEVICES = 2
 # gpu_memory: "growth" (take memory as needed), "all" (TensorFlow's default: reserve
 # nearly all of every GPU at start), or a size per GPU ("4GiB": a hard limit).
 GPU_MEMORY_POLICIES = ("growth", "all")
@@ -189,7 +191,7 @@ def plan(layout: str, devices: int, mesh: Sequence[int], device: str, gpu_count:
   on_gpu = device != "cpu" and gpu_count > 0
   hide = device == "cpu" and gpu_count > 0
   if not on_gpu:  # As before: N logical CPU devices, whatever the request.
-    n = {"mirrored": devices or fit_replicas(2, 2, batch_size),
+    n = {"mirrored": devices or fit_replicas(CPU_DEVICES, CPU_DEVICES, batch_size),
          "mesh": mesh[0] * mesh[1]}.get(layout, 1)
     return DevicePlan("CPU", layout, n if layout == "mirrored" else 0,
                       mesh if layout == "mesh" else (1, 1), n if n > 1 else 0, hide,
@@ -234,8 +236,9 @@ def standin_gpus(environ=None) -> Optional[List[str]]:
     raise ValueError(f"{STANDIN_GPUS_ENV} (a test hook) must be a GPU count >= 0. "
                      f"Received: {value!r}")
   count = int(value)
-  return [i for i in parse_visible(environ.get(WORKER_GPUS_ENV), count)
-          if i.isdigit() and int(i) < count]
+  ids = parse_visible(environ.get(WORKER_GPUS_ENV), count)
+  valid = [i.isdigit() and int(i) < count for i in ids]  # Ends at the first invalid, as CUDA.
+  return ids[:valid.index(False)] if False in valid else ids
 
 
 def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
@@ -344,10 +347,15 @@ def worker_gpus(workers: int, gpu_ids: Sequence[str],
 
 
 def parse_visible(value: Optional[str], physical: int) -> List[str]:
-  """The GPU ids a process may use: ``CUDA_VISIBLE_DEVICES`` (None: all ``physical``)."""
+  """The GPU ids a process may use: ``CUDA_VISIBLE_DEVICES`` (None: all ``physical``).
+
+  As CUDA reads it, the list ends at the first invalid entry: "0,2,-1,1" makes GPUs 0 and
+  2 visible, not 1 (CUDA C++ Programming Guide, "CUDA Environment Variables")."""
   if value is None:
     return [str(i) for i in range(physical)]
-  return [v.strip() for v in value.split(",") if v.strip() and v.strip() != "-1"]
+  ids = [v.strip() for v in value.split(",") if v.strip()]
+  invalid = [i for i, v in enumerate(ids) if v.startswith("-")]
+  return ids[:invalid[0]] if invalid else ids
 
 
 _SIZE = re.compile(r"^\s*\d")
@@ -387,7 +395,7 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
               tf32: bool = True) -> None:
   """Applies ``plan_`` to TensorFlow; must run before TensorFlow initialises."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.pipeline import tfenv  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tf.config.experimental.enable_tensor_float_32_execution(tf32)
   gpus = tf.config.list_physical_devices("GPU")
   if plan_.hide_gpus:
@@ -481,5 +489,5 @@ def _even_share_mb(gpu, parts: int) -> int:
     total = 0
   if not total:
     total = 16 * 1024
-    print(f"[train] GPU memory unknown ({details}); assuming {total} MiB", flush=True)
+    print(f"[trainer] GPU memory unknown ({details}); assuming {total} MiB", flush=True)
   return int(total * 0.9) // parts

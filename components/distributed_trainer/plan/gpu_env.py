@@ -2,7 +2,7 @@
 
 TensorFlow reports a CUDA that fails to load (``libcuda.so.1`` not on the library path,
 a driver too old for the wheel's CUDA) only as C++ log lines, which
-``TF_CPP_MIN_LOG_LEVEL=2`` (this project's default, pipeline/tfenv.py) hides; the level
+``TF_CPP_MIN_LOG_LEVEL=2`` (this project's default, components/common/tfenv.py) hides; the level
 is read once per process. Worse, TF 2.16.2 logs the library and its dlerror only at
 verbose level 1: ``GetDsoHandle`` in tsl/platform/default/dso_loader.cc ends with
 ``VLOG(1) << message`` ("Could not load dynamic library '...'; dlerror: ...", logged as

@@ -19,12 +19,13 @@ starts: a model that fits nowhere fails before any step, with the planner's numb
 import dataclasses
 import math
 import re
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
 from tfx_parallel.components.distributed_trainer.engines import sharding
 
@@ -117,7 +118,8 @@ def gpu_memory(gpu_names: List[str]) -> Optional[int]:
 def device_budget(config, gpus: Optional[List[str]] = None,
                   host_memory: Optional[Callable[[], Optional[int]]] = None) -> Budget:
   """Devices and memory per device: the GPUs present (``gpus``, default: listed by
-  TensorFlow), else config ``devices`` logical CPUs (at least 1) with config
+  TensorFlow), else config ``devices`` logical CPUs (0: devices.CPU_DEVICES for mirrored
+  and auto, else 1) with config
   ``device_memory``, or without it the available host memory (``host_memory()``,
   default: Linux ``MemAvailable``, memory_cache.available_memory) shared equally by the
   logical devices, which all live in the one host's memory. On GPUs a configured
@@ -128,7 +130,8 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   if gpus:
     known = [m for m in (gpu_memory(gpus), configured) if m is not None]
     return Budget(len(gpus), min(known) if known else None, f"{len(gpus)} GPU(s)")
-  n = max(config.devices, 1)
+  n = config.devices or (devices_lib.CPU_DEVICES if config.layout in ("mirrored", "auto")
+                         else 1)
   if configured is not None:
     return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
   if host_memory is None:
@@ -239,11 +242,6 @@ def gpu_names() -> List[str]:
   return [g.name for g in tf.config.list_physical_devices("GPU")]
 
 
-def record_in_history(history: Dict, record: Dict[str, str]) -> Dict:
-  """history.json's dict with the planner's choice added (no-op without one)."""
-  return dict(history, **record) if record else history
-
-
 def plan_job(job, config):
   """The executor's entry: (job, config) to launch, with ``layout: auto`` resolved to a
   concrete layout in both, and the properties to record ({} unless auto)."""
@@ -258,18 +256,6 @@ def plan_job(job, config):
     chosen = chosen.validate()
     job = dataclasses.replace(job, config=json.loads(config_util.to_json(chosen)))
   return job, chosen, record
-
-
-def write_properties(artifact, history: Dict, record: Dict[str, str]) -> None:
-  """Measured bytes (from history.json) and the planner's choice on ``artifact``."""
-  for name in keys.STATE_BYTES_KEYS:
-    if name in history:
-      artifact.set_int_custom_property(name, int(history[name]))
-  for name in (keys.LAYOUT_CHOSEN, keys.LAYOUT_REASON):
-    value = record.get(name, history.get(name))
-    if value is not None:
-      artifact.set_string_custom_property(name, str(value))
-
 
 
 # Logical CPU devices of the default CPU mesh (2x2, devices.default_mesh(0)).
@@ -298,10 +284,10 @@ def oversubscription(config, cores: int, gpu_count: int) -> Optional[str]:
   if config.layout == "mesh":
     what, n = f"mesh {config.mesh_batch}x{config.mesh_model}", config.mesh_batch * config.mesh_model
   elif config.layout == "mirrored":
-    n = config.devices or 2
+    n = config.devices or devices_lib.CPU_DEVICES
     what = f"mirrored x{n}"
   elif config.layout == "auto":
-    n = max(config.devices, 1)
+    n = config.devices or devices_lib.CPU_DEVICES
     what = f"layout auto over {n} devices"
   elif config.layout == "multi_worker":
     what, n = f"multi_worker x{config.workers}", config.workers

@@ -21,8 +21,6 @@ import math
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 MODEL_AXIS = "model"
-# Optimizer slot variables per parameter, by optimizer name.
-SLOTS_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2}  # Per optimizers.OPTIMIZERS.
 
 
 class PlanError(ValueError):

@@ -156,7 +156,7 @@ class Progress(tf_keras.callbacks.Callback):
     self.state = state
     self.stop_on_divergence = stop_on_divergence
     self.reporter = progress.ProgressReporter(
-        total=max(state.total, state.start_step), label="[train]", stream=stream,
+        total=max(state.total, state.start_step), label="[trainer]", stream=stream,
         is_tty=is_tty, initial=state.start_step)
     self._records = len(state.records)
     self._diverged = False
@@ -173,7 +173,7 @@ class Progress(tf_keras.callbacks.Callback):
     if st.diverged and not self._diverged:
       self._diverged = True
       self.reporter.message(
-          f"[train] training diverged at step {st.step}: {st.diverged_reason}"
+          f"[trainer] training diverged at step {st.step}: {st.diverged_reason}"
           + ("; stopping early" if self.stop_on_divergence else ""))
 
   def on_train_end(self, logs=None):

@@ -1,46 +1,185 @@
-"""Layout-independent checkpoints: gathered numpy parameters + optimizer slots.
+"""Checkpoints in TensorFlow's own format (``tf.train.Checkpoint``), readable on any layout.
 
-Saved as one .npz (no pickle: `allow_pickle=False` on load) written to a temporary
-name and renamed, so a process killed mid-write never leaves a torn checkpoint. Any
-layout can resume from any other layout's checkpoint.
+A checkpoint directory holds what ``tf.train.latest_checkpoint`` and
+``tf.train.Checkpoint(model=..., optimizer=...).read(prefix)`` expect::
+
+    checkpoint                          TF's CheckpointState: the committed checkpoints
+    ckpt-8.index, ckpt-8.data-*         model and optimizer, keyed by object graph
+    ckpt-8.json                         the run state and the layout that wrote it
+    .lock                               (Lock)
+
+Any layout resumes any other's: the tensors are saved whole, keyed by the model's and
+the optimizer's object graph, not by device. On a mesh each variable is a DVariable,
+whose ``_DVariableSaveable`` saves the DTensor with its *global* shape and restores by
+copying the whole tensor back into the variable's own layout
+(tensorflow/dtensor/python/d_variable.py, TF 2.16: ``DSaveSpec(global_shape=...)``
+and ``_DVariableSaveable.restore`` -> ``api.copy_to_mesh(t, self._original_layout)``);
+functional_saver.py runs a restore into a custom device (DTensor) inside a
+``tf.function`` so the sharded restore sees its target layouts. A mirrored or
+single-device model reads the same keys into its own variables.
+
+Writes are atomic: the tensors and the ``.json`` are written first, then TensorFlow's
+``checkpoint`` state file (a CheckpointState proto, in the text format that
+checkpoint_management.py ``update_checkpoint_state_internal`` writes) is replaced in one
+rename. A process killed mid-write leaves the state naming the previous checkpoint,
+which ``latest`` returns; the torn files are removed by the next save.
 """
-import io
 import json
 import os
+import re
+import time
 import uuid
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional
 
-import numpy as np
-import tensorflow as tf
-
-_PREFIX = "ckpt-"
+_NAME = "ckpt"
+_STATE = "checkpoint"  # The file tf.train.latest_checkpoint reads.
 _KEEP = 2
+_STEP = re.compile(rf"^{_NAME}-(\d+)(?:\.|_temp|$)")
+# Config keys that say where a run trains, not what it computes: a rerun with any of
+# them changed (mesh 2x2 -> mirrored x2, a TFJob restarted with fewer GPUs) resumes the
+# same checkpoints (executor.checkpoint_dir hashes the rest: run_identity).
+LAYOUT_KEYS = ("layout", "devices", "device_memory", "mesh", "workers", "device",
+               "gpu_memory", "require_gpu", "logical_gpus", "tf32", "steps_per_execution")
+# Test hook: "<step>" makes the checkpoint of that step pause (sleep) after its files
+# are written and before it is committed, so that a test can SIGKILL the process
+# mid-write (tests/test_trainer_resume_layouts.py). Unset in real runs.
+PAUSE_ENV = "TFXP_TEST_PAUSE_BEFORE_COMMIT"
 
 
-def _path(directory: str, step: int) -> str:
-  return os.path.join(directory, f"{_PREFIX}{step:010d}.npz")
+def _prefix(directory: str, step: int) -> str:
+  return os.path.join(directory, f"{_NAME}-{step}")
 
 
-def save(directory: str, step: int, values: Dict[str, np.ndarray],
-         slots: Dict[str, Dict[str, np.ndarray]], meta: dict) -> str:
+def save(directory: str, step: int, objects: Dict[str, object], meta: dict) -> str:
+  """Writes ``tf.train.Checkpoint(**objects)`` as ``ckpt-<step>`` with ``meta`` (JSON),
+  commits it, keeps the last two; returns its prefix."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.io.gfile.makedirs(directory)
-  arrays = {f"param/{k}": v for k, v in values.items()}
-  for slot, per_param in slots.items():
-    arrays.update({f"slot/{slot}/{k}": v for k, v in per_param.items()})
-  arrays["meta"] = np.frombuffer(json.dumps(dict(meta, step=step)).encode(), np.uint8)
-  buf = io.BytesIO()
-  np.savez(buf, **arrays)
-  final = _path(directory, step)
-  tmp = f"{final}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-  with tf.io.gfile.GFile(tmp, "wb") as f:
-    f.write(buf.getvalue())
-  tf.io.gfile.rename(tmp, final, overwrite=True)
-  for old in sorted(tf.io.gfile.glob(os.path.join(directory, _PREFIX + "*.npz")))[:-_KEEP]:
+  prefix = _prefix(directory, step)
+  tf.train.Checkpoint(**objects).write(prefix)
+  _write_atomic(prefix + ".json", json.dumps(dict(meta, step=step)))
+  _pause_if_asked(step)
+  kept = [s for s in steps(directory) if s != step][-(_KEEP - 1):] + [step]
+  # TensorFlow's CheckpointState (checkpoint_state.proto, text format), as
+  # checkpoint_management.update_checkpoint_state_internal writes it, with relative paths.
+  names = [os.path.basename(_prefix(directory, s)) for s in kept]
+  _write_atomic(os.path.join(directory, _STATE),
+                f'model_checkpoint_path: "{names[-1]}"\n'
+                + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
+  _remove_all_but(directory, kept)
+  return prefix
+
+
+def steps(directory: str) -> List[int]:
+  """The committed checkpoints' steps, oldest first (none: [])."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  state = tf.train.get_checkpoint_state(directory) if tf.io.gfile.isdir(directory) else None
+  if state is None:
+    return []
+  found = [_STEP.match(os.path.basename(p)) for p in state.all_model_checkpoint_paths]
+  return sorted(int(m.group(1)) for m in found if m)
+
+
+def latest(directory: str) -> Optional[str]:
+  """The prefix of the last committed checkpoint, else None."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not tf.io.gfile.isdir(directory):
+    return None
+  return tf.train.latest_checkpoint(directory)
+
+
+def read_meta(prefix: str) -> dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.io.gfile.GFile(prefix + ".json") as f:
+    return json.load(f)
+
+
+def restore(prefix: str, objects: Dict[str, object], unread_slots: bool = False) -> dict:
+  """Reads ``prefix`` into ``objects`` (built: every variable exists); returns its meta.
+
+  Every variable of ``objects`` must have a value in the checkpoint, unless
+  ``unread_slots`` (an SGD without momentum: a stock one keeps slots it never reads, the
+  mesh's keeps none, optimizers.unread_slots); then the variables the checkpoint has
+  no value for keep theirs. Raises ValueError naming the checkpoint, the layout that
+  wrote it, and what does not fit.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  meta = read_meta(prefix)
+  status = None
+  try:
+    status = tf.train.Checkpoint(**objects).read(prefix)
+    if unread_slots:
+      status.assert_nontrivial_match()
+    else:
+      status.assert_existing_objects_matched()
+  except (AssertionError, ValueError) as e:
+    raise ValueError(
+        f"checkpoint {prefix} (saved by layout {meta.get('layout', '?')}) does not fit "
+        f"this run's {' and '.join(objects)}: {str(e)[:500]}") from e
+  finally:
+    if status is not None:
+      status.expect_partial()
+  return meta
+
+
+def legacy(directory: str) -> List[str]:
+  """Checkpoints in the .npz format written before tf.train.Checkpoint (not resumed)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not tf.io.gfile.isdir(directory):
+    return []
+  return sorted(tf.io.gfile.glob(os.path.join(directory, f"{_NAME}-*.npz")))
+
+
+def run_identity(config: dict) -> str:
+  """The config as JSON without its LAYOUT_KEYS: what names a run's checkpoints."""
+  return json.dumps({k: v for k, v in config.items() if k not in LAYOUT_KEYS},
+                    sort_keys=True)
+
+
+def clear(directory: str):
+  """Deletes a finished run's checkpoints (the executor, once training succeeded): a
+  later run of the same inputs and config, on any layout, trains from step 0."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if tf.io.gfile.isdir(directory):
+    _remove_all_but(directory, [])
     try:
-      tf.io.gfile.remove(old)
+      tf.io.gfile.remove(os.path.join(directory, _STATE))
     except tf.errors.NotFoundError:
       pass
-  return final
+
+
+def _write_atomic(path: str, text: str):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _remove_all_but(directory: str, kept: List[int]):
+  """Deletes the files of every other checkpoint: pruned ones, and torn ones that a
+  killed process left uncommitted (``ckpt-16.data-*``, ``ckpt-16_temp/``, a
+  ``ckpt-16.json.tmp-*``)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for name in tf.io.gfile.listdir(directory):
+    m = _STEP.match(name.rstrip("/"))
+    if not m or (int(m.group(1)) in kept and ".tmp-" not in name):
+      continue
+    path = os.path.join(directory, name.rstrip("/"))
+    try:
+      if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+      else:
+        tf.io.gfile.remove(path)
+    except tf.errors.NotFoundError:
+      pass
+
+
+def _pause_if_asked(step: int):
+  if os.environ.get(PAUSE_ENV) == str(step):
+    print(f"[trainer] checkpoint: step {step} written, pausing before its commit "
+          f"({PAUSE_ENV})", flush=True)
+    time.sleep(600)
 
 
 class Lock:
@@ -74,24 +213,3 @@ class Lock:
   def __exit__(self, *exc):
     if self._file:
       self._file.close()
-
-
-def latest(directory: str) -> Optional[str]:
-  if not tf.io.gfile.exists(directory):
-    return None
-  found = sorted(tf.io.gfile.glob(os.path.join(directory, _PREFIX + "*.npz")))
-  return found[-1] if found else None
-
-
-def load(path: str) -> Tuple[int, Dict[str, np.ndarray], Dict[str, Dict[str, np.ndarray]], dict]:
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = np.load(io.BytesIO(f.read()), allow_pickle=False)
-    meta = json.loads(bytes(data["meta"]).decode())
-    values, slots = {}, {}
-    for key in data.files:
-      parts = key.split("/")
-      if parts[0] == "param":
-        values[parts[1]] = data[key]
-      elif parts[0] == "slot":
-        slots.setdefault(parts[1], {})[parts[2]] = data[key]
-  return int(meta["step"]), values, slots, meta

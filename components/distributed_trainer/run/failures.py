@@ -30,7 +30,7 @@ def resumable(error: BaseException) -> bool:
 
 def one_line(error: BaseException) -> str:
   """The console line of a not-resumable error in the training process."""
-  return f"[train] ERROR: {type(error).__name__}: {error}"
+  return f"[trainer] ERROR: {type(error).__name__}: {error}"
 
 
 class NotResumableError(RuntimeError):
@@ -42,7 +42,7 @@ def process_failed(name: str, code: int) -> RuntimeError:
   if code == NOT_RESUMABLE_EXIT_CODE:
     return NotResumableError(
         f"Training process {name} stopped on a config or model module error (the line "
-        f"'[train] ERROR: ...' above); fix it and run again: a rerun as is fails the same way.")
+        f"'[trainer] ERROR: ...' above); fix it and run again: a rerun as is fails the same way.")
   return RuntimeError(
       f"Training process {name} failed with exit code {code}; the other "
       f"process(es) were stopped. Rerun to resume from the last checkpoint.")

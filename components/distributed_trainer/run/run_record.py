@@ -108,15 +108,3 @@ def mesh_layout(trainer) -> Dict[str, Any]:
       "variable_shardings": {path: list(sharding)
                              for path, sharding in trainer.shardings.items()},
   }
-
-
-def write_properties(artifact, history: Dict[str, Any]):
-  """Sets ``optimizer_config`` (JSON of :func:`optimizer_record`), ``loss`` (JSON of
-  :func:`loss_record`), ``layout_rules`` (mesh runs, JSON of :func:`mesh_layout`'s) and
-  ``diverged_reason`` on the TrainingHistory artifact, from history.json (absent keys:
-  nothing set)."""
-  for name in ("optimizer_config", "loss", "layout_rules"):
-    if isinstance(history.get(name), dict):
-      artifact.set_string_custom_property(name, json.dumps(history[name], sort_keys=True))
-  if history.get("diverged_reason"):
-    artifact.set_string_custom_property("diverged_reason", str(history["diverged_reason"]))

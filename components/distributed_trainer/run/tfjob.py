@@ -77,6 +77,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from tfx_parallel.components.common import tfenv
+
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 # The training operator injects TF_CONFIG into the container with this name only, and
 # reads its exit code (TFJobDefaultContainerName, pkg/apis/kubeflow.org/v1/tensorflow_types.go:26).
@@ -758,6 +760,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
   args = parser.parse_args(argv)
+  tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:

@@ -15,13 +15,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.distributed_trainer.run import failures  # pylint: disable=g-import-not-at-top
-from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+from tfx_parallel.components.distributed_trainer.run import failures
 
 
 @dataclasses.dataclass
@@ -42,7 +39,7 @@ class Job:
   model_spec: Optional[Dict[str, Any]] = None
   normalization: Optional[Dict[str, List[float]]] = None
   skipped_examples: int = 0
-  # From inputs.describe (any Examples artifact); empty: Split-train/ and Split-eval/
+  # From description.describe (any Examples artifact); empty: Split-train/ and Split-eval/
   # under examples_uri, every numeric feature float32.
   train_files: List[str] = dataclasses.field(default_factory=list)
   eval_files: List[str] = dataclasses.field(default_factory=list)
@@ -81,10 +78,10 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   plan = devices_lib.plan(config.layout, config.devices, config.mesh, config.device,
                           len(gpus), config.batch_size, config.logical_gpus)
   if plan.reason:
-    print(f"[train] devices: {plan.reason}", flush=True)
+    print(f"[trainer] devices: {plan.reason}", flush=True)
   plan = devices_lib.stand_in(plan)  # Test hook TFXP_STANDIN_GPUS (else unchanged).
   if plan.standin_gpus:
-    print(f"[train] devices: {plan.describe()}", flush=True)
+    print(f"[trainer] devices: {plan.describe()}", flush=True)
   devices_lib.configure(plan, config.gpu_memory, config.logical_gpus, config.tf32)
   if config.layout == "mirrored":
     config = dataclasses.replace(config, devices=plan.devices)
@@ -125,13 +122,13 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
   choice = memory_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
                               memory_cache.example_bytes(spec), memory_cache.available_memory())
-  print(f"[train] input cache: {choice.mode} ({choice.reason})", flush=True)
+  print(f"[trainer] input cache: {choice.mode} ({choice.reason})", flush=True)
   record = choice.as_record()
 
   def on_load(columns):
     record.update(rows=columns.rows, bytes=columns.nbytes(),
                   load_seconds=round(columns.load_seconds, 3))
-    print(f"[train] input cache: parsed {columns.rows:,} rows into memory "
+    print(f"[trainer] input cache: parsed {columns.rows:,} rows into memory "
           f"({columns.nbytes() / 2**20:,.1f} MB) in {columns.load_seconds:.2f}s", flush=True)
   return record, on_load
 
@@ -153,35 +150,34 @@ def linear_weights(model, spec, normalization) -> Optional[dict]:
 
 
 def save_checkpoint(job: Job, engine, state, step: int):
-  """The one checkpoint path (checkpoint.py): model weights in ``get_weights()`` order and
-  optimizer variables in ``optimizer.variables`` order, gathered, so that any layout
-  resumes any other's; the run state and the layout it was saved by go along."""
+  """The one checkpoint path (checkpoint.py): the engine's model and optimizer as a
+  tf.train.Checkpoint, which any layout reads; the run state and the layout it was saved
+  by go along."""
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
-  weights, optimizer_state = engine.state()
-  names = list(optimizer_state)
-  checkpoint.save(job.checkpoint_dir, step, {f"w{i:04d}": w for i, w in enumerate(weights)},
-                  {"optimizer": {f"v{i:04d}": optimizer_state[n] for i, n in enumerate(names)}},
+  checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
-                   "wall_time": state.wall_time(), "optimizer_names": names,
+                   "wall_time": state.wall_time(),
                    "layout": describe_layout(engine.describe())})
 
 
 def restore_checkpoint(job: Job, engine):
   """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
+    old = checkpoint.legacy(job.checkpoint_dir)
+    if old:
+      print(f"[trainer] checkpoint: {len(old)} checkpoint(s) in the .npz format of earlier "
+            f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
+            flush=True)
     return 0, [], [], 0.0
-  step, values, slots, meta = checkpoint.load(found)
-  opt = slots.get("optimizer", {})
-  names = meta.get("optimizer_names")
-  if names is None:  # Written before names were kept: the optimizer's own order.
-    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
-    names = optimizers.variable_names(engine.optimizer)[:len(opt)]
-  engine.load_state([values[k] for k in sorted(values)],
-                    {n: opt[k] for n, k in zip(names, sorted(opt))})
-  saved_by = meta.get("layout", "an unrecorded layout")
-  print(f"[train] resuming from {found} at step {step} (saved by layout {saved_by}; "
+  meta = checkpoint.restore(found, engine.checkpointed(),
+                            unread_slots=optimizers.unread_slots(engine.optimizer))
+  engine.load_checkpointed()
+  step = int(meta["step"])
+  print(f"[trainer] resuming from {found} at step {step} (saved by layout "
+        f"{meta.get('layout', 'an unrecorded layout')}; "
         f"now {describe_layout(engine.describe())})", flush=True)
   return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
 
@@ -221,7 +217,7 @@ def run(job: Job) -> dict:
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   pre = Preprocessor(spec, normalization)
-  print(f"[train] model {module.name}: {spec.describe()}", flush=True)
+  print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
   start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
 
@@ -245,10 +241,10 @@ def run(job: Job) -> dict:
   desc = engine.describe()
   splits, replicated, split_text = engine.variable_record()
   for path in replicated:
-    print(f"[train] mesh: {path} {splits[path]['per_device']} stays whole on every device: the model axis of "
+    print(f"[trainer] mesh: {path} {splits[path]['per_device']} stays whole on every device: the model axis of "
           f"{desc['mesh_shape'][1]} divides none of the dimensions a default rule would split",
           flush=True)
-  print(f"[train] layout {desc['layout']} replicas {desc['replicas']} mesh "
+  print(f"[trainer] layout {desc['layout']} replicas {desc['replicas']} mesh "
         f"{desc['mesh_shape'][0]}x{desc['mesh_shape'][1]} devices {len(desc['devices'])} "
         f"steps {start_step}->{total} global batch {config.batch_size} "
         f"steps/execution {engine.steps_per_execution} on {desc['device_type']} "
@@ -283,7 +279,7 @@ def run(job: Job) -> dict:
                  label_vocabulary=(list(spec.label_vocabulary)
                                    if spec.label_vocabulary is not None else None),
                  steps_per_execution=engine.steps_per_execution,
-                 skipped_examples=job.skipped_examples, padded_features=0,
+                 skipped_examples=job.skipped_examples,
                  resumed_from_step=start_step, input_cache=cache_record,
                  variable_splits=splits, replicated_variables=replicated)
   history.update(run_record.describe(engine.optimizer, engine.loss, spec.task, spec.num_classes,
@@ -306,17 +302,19 @@ def run(job: Job) -> dict:
       history["weights"] = weights
     export.export(job.model_dir, plain, pre, job.transform_graph_uri)
     write_history(job.history_dir, history)
-    print(f"[train] done: {steps_run} steps in {elapsed:.1f}s, final loss "
+    print(f"[trainer] done: {steps_run} steps in {elapsed:.1f}s, final loss "
           f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)
   return history
 
 
 def write_history(directory: str, history: dict):
+  """history.json through the typed run record (a key outside its schema raises)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import keys  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import keys, run_history  # pylint: disable=g-import-not-at-top
+  record = run_history.RunHistory.from_dict(history, "the training run's history")
   tf.io.gfile.makedirs(directory)
   with tf.io.gfile.GFile(os.path.join(directory, keys.HISTORY_FILE), "w") as f:
-    json.dump(history, f, indent=1)
+    f.write(record.to_json())
   plot_loss(os.path.join(directory, "loss.png"), history)
 
 
@@ -347,6 +345,7 @@ def plot_loss(path: str, history: dict):
 
 
 def main(argv=None) -> int:
+  tfenv.prepare()  # The training process's entry point: before TensorFlow is imported.
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--job", required=True, help="job JSON written by the executor")
   args = parser.parse_args(argv)
@@ -360,7 +359,7 @@ def main(argv=None) -> int:
     # A peer of a multi-worker run died: say so plainly instead of a hang or a
     # page of collective-op traceback.
     first = str(e.message if hasattr(e, "message") else e).strip().splitlines()[0]
-    print(f"[train] ERROR: a peer training process failed or became unreachable "
+    print(f"[trainer] ERROR: a peer training process failed or became unreachable "
           f"({type(e).__name__}: {first[:300]}). Stopping this worker; rerun to resume "
           f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT_CODE

@@ -1,7 +1,11 @@
 """The one place that prepares TensorFlow for this project.
 
-Import this module (or any ``tfx_parallel`` package, whose ``__init__`` calls
-:func:`prepare`) before TensorFlow is imported:
+Importing this module changes nothing. Each ENTRY POINT calls :func:`prepare` before
+TensorFlow is imported: the CLI (pipeline/cli.py), the training process
+(distributed_trainer/run/train.py ``main``), the TFJob replica (run/tfjob.py ``main``), the
+Kubeflow container (kubeflow/entrypoint.py ``main``) and each executor's ``Do``, so a
+user's own pipeline script that imports our components keeps its environment as it was
+until one of our executors runs. What :func:`prepare` sets:
 
 * ``TF_USE_LEGACY_KERAS=1``: TF 2.16 defaults to Keras 3, but TFMA 0.47 and
   ``MultiWorkerMirroredStrategy`` need Keras 2 (``tf_keras``). A value the user set is
@@ -13,6 +17,11 @@ Import this module (or any ``tfx_parallel`` package, whose ``__init__`` calls
 
 The Kubeflow container sets the same variables in its environment, because the TFX
 container entrypoint imports TensorFlow before it imports our executors.
+
+In a user's script ``tf.keras`` may already be Keras 3 when an executor's ``Do`` runs
+(``from tfx import v1`` resolves it at import). That process needs no more: our code
+imports ``tf_keras`` itself, and the user-module check rejects a model that is not a
+tf_keras.Model by name. The processes our executors start (training) inherit the variable.
 """
 import os
 import sys
@@ -113,5 +122,3 @@ def gpus():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.config.list_physical_devices("GPU")
 
-
-prepare()

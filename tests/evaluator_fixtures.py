@@ -1,4 +1,6 @@
-"""Builders of small input artifacts for ConvergenceEvaluator tests and benchmarks.
+"""Builders of small input artifacts for ConvergenceEvaluator tests and benchmarks
+(test-only: it lives under tests/, not in the wheel; tests/conftest.py prepares the
+environment before it imports TensorFlow).
 
 They write exactly what the upstream components promise (see the component docstring
 and the task contract in components/common/keys.py): an ``Examples`` artifact of gzip
@@ -16,11 +18,6 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfx_parallel.pipeline import tfenv
-
-tfenv.prepare()
-
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils

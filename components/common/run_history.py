@@ -1,0 +1,181 @@
+"""The typed run record: one dataclass is the schema of a training run's history.json, of
+the TrainingHistory artifact's ML Metadata properties, and of what the evaluator, the
+summary and the progress lines read.
+
+The training process builds it from what ran (``RunHistory.from_dict`` rejects a key that
+is not a field, so nothing is written outside the schema), the executor adds what it
+decided (``missing_values``; ``layout_chosen`` / ``layout_reason`` under ``layout: auto``)
+and sets the properties with :meth:`RunHistory.write_properties`. Each property's name and
+encoding is declared once, on its field (``_prop``).
+
+A field left ``None`` was not recorded: it is absent from history.json and sets no
+property. Fields marked ``when=`` are written only in that case; every other field is
+written by every run (tests/test_run_history.py checks both ways on real runs).
+"""
+import dataclasses
+import json
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from tfx_parallel.components.common import keys
+
+Scalar = Union[str, int, float]
+
+# The cases in which a conditional field is written.
+WHEN_MESH = "mesh layout"
+WHEN_AUTO = "layout: auto (the executor adds the planner's choice)"
+WHEN_GPU = "GPUs (TensorFlow's peak memory per GPU)"
+WHEN_STANDIN = "stand-in GPUs (tests only)"
+WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model)"
+WHEN_STRING_LABEL = "a string label (class id -> label)"
+WHEN_EXECUTOR = "written by the executor after the training process (not by train.py)"
+
+
+# Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
+RETIRED = frozenset({"input_wait_fraction", "padded_features"})
+
+
+def _json_sorted(value) -> str:
+  return json.dumps(value, sort_keys=True)
+
+
+def _mesh(value) -> str:
+  return "x".join(str(int(d)) for d in value)
+
+
+def _field(default=None, *, when: str = "", prop: Optional[str] = None,
+           encode: Optional[Callable[[Any], Scalar]] = None, doc: str = ""):
+  """A field of the record. ``prop``: the TrainingHistory property name (None: not a
+  property); ``encode``: value -> the property's str / int / float."""
+  return dataclasses.field(default=default, metadata={
+      "when": when, "prop": prop, "encode": encode, "doc": doc})
+
+
+@dataclasses.dataclass
+class RunHistory:
+  """history.json of one training run (written by the chief)."""
+  # Where and how it ran (the step engine's describe() and the device plan).
+  layout: Optional[str] = _field(prop="layout", encode=str,
+                                 doc="single | mirrored | multi_worker | mesh")
+  replicas: Optional[int] = _field(prop="replicas", encode=int,
+                                   doc="data-parallel replicas")
+  mesh_shape: Optional[List[int]] = _field(prop="mesh_shape", encode=_mesh,
+                                           doc="[batch, model]; [1, 1] off the mesh")
+  devices: Optional[List[str]] = _field(prop="devices", encode=json.dumps,
+                                        doc="the devices whose memory holds the variables")
+  device_type: Optional[str] = _field(prop=keys.DEVICE_TYPE, encode=str, doc="CPU or GPU")
+  collective: Optional[str] = _field(prop=keys.COLLECTIVE, encode=str,
+                                     doc="how replicas all-reduce (devices.COLLECTIVES)")
+  collective_detail: Optional[str] = _field(doc="the collective, in words")
+  device_plan_reason: Optional[str] = _field(doc="why the plan differs from the config")
+  standin_gpus: Optional[int] = _field(when=WHEN_STANDIN, prop=keys.STANDIN_GPUS, encode=str)
+  standin_collective: Optional[str] = _field(when=WHEN_STANDIN)
+  tf32: Optional[bool] = _field(doc="config tf32 as applied")
+  steps_per_execution: Optional[int] = _field()
+  # What trained.
+  model: Optional[str] = _field(
+      prop="model", encode=str,
+      doc="the model module: linear or mlp (built-in), else the user module's "
+          "module_file path or module_path")
+  optimizer: Optional[str] = _field(prop="optimizer", encode=str,
+                                    doc="class of the optimizer that ran")
+  optimizer_config: Optional[Dict[str, Any]] = _field(prop="optimizer_config",
+                                                      encode=_json_sorted)
+  loss: Optional[Dict[str, Any]] = _field(prop="loss", encode=_json_sorted)
+  feature_keys: Optional[List[str]] = _field()
+  label_key: Optional[str] = _field()
+  task: Optional[str] = _field(doc="regression | binary | multiclass (task_contract.py)")
+  num_classes: Optional[int] = _field()
+  label_vocabulary: Optional[List[str]] = _field(when=WHEN_STRING_LABEL)
+  # The run.
+  global_batch_size: Optional[int] = _field()
+  total_steps: Optional[int] = _field()
+  steps_run: Optional[int] = _field(prop="steps_run", encode=int)
+  resumed_from_step: Optional[int] = _field()
+  examples_per_sec: Optional[float] = _field(prop="examples_per_sec", encode=float)
+  records: Optional[List[Dict[str, Any]]] = _field(
+      doc="every log_every steps: step, loss, learning_rate, examples_per_sec, wall_time")
+  epochs: Optional[List[Dict[str, Any]]] = _field(doc="epoch, step, train_loss, eval_loss")
+  diverged: Optional[bool] = _field(prop="diverged", encode=int)
+  diverged_reason: Optional[str] = _field(prop="diverged_reason", encode=str)
+  stopped_early: Optional[bool] = _field()
+  skipped_examples: Optional[int] = _field(prop="skipped_examples", encode=int)
+  input_cache: Optional[Dict[str, Any]] = _field(
+      prop="input_cache", encode=lambda v: str(v["mode"]),
+      doc="config cache as resolved: mode memory | none, and why")
+  # Placement of the variables.
+  variable_splits: Optional[Dict[str, Any]] = _field(doc="mesh: per variable; else {}")
+  replicated_variables: Optional[List[str]] = _field(
+      doc="mesh: variables the default rules left whole on a model axis > 1")
+  layout_rules: Optional[Dict[str, Any]] = _field(when=WHEN_MESH, prop="layout_rules",
+                                                  encode=_json_sorted)
+  variable_shardings: Optional[Dict[str, Any]] = _field(when=WHEN_MESH)
+  # Training-state bytes, measured (plan/memory.py).
+  param_count: Optional[int] = _field(prop=keys.PARAM_COUNT, encode=int)
+  param_bytes_total: Optional[int] = _field(prop=keys.PARAM_BYTES_TOTAL, encode=int)
+  state_bytes_per_device: Optional[int] = _field(prop=keys.STATE_BYTES_PER_DEVICE, encode=int)
+  gpu_memory_peak_bytes: Optional[Dict[str, int]] = _field(when=WHEN_GPU)
+  weights: Optional[Dict[str, Any]] = _field(when=WHEN_LINEAR,
+                                             doc="kernel and bias in input units")
+  # Added by the executor.
+  missing_values: Optional[Dict[str, Any]] = _field(when=WHEN_EXECUTOR,
+                                                    prop="missing_values", encode=json.dumps)
+  layout_chosen: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_CHOSEN, encode=str)
+  layout_reason: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_REASON, encode=str)
+
+  @classmethod
+  def from_dict(cls, data: Dict[str, Any], where: str = "history") -> "RunHistory":
+    """The record of a history.json dict; a key that is not a field raises ValueError
+    naming it (and ``where``). Keys of :data:`RETIRED` (a history written before they
+    were dropped, e.g. a cached TrainingHistory) are left out."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    data = {k: v for k, v in data.items() if k not in RETIRED}
+    unknown = sorted(set(data) - names)
+    if unknown:
+      raise ValueError(f"{where}: key(s) {unknown} are not fields of the run record "
+                       f"(components/common/run_history.py). Received: {sorted(data)}")
+    return cls(**data)
+
+  @classmethod
+  def from_json(cls, text: str, where: str = "history.json") -> "RunHistory":
+    """Parses history.json (python json: NaN / Infinity literals accepted)."""
+    return cls.from_dict(json.loads(text), where)
+
+  def to_dict(self) -> Dict[str, Any]:
+    """history.json's dict: the recorded fields (``None`` ones left out)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None}
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=1)
+
+  def to_properties(self) -> Dict[str, Scalar]:
+    """TrainingHistory property name -> value, for the recorded fields that are
+    properties (an empty ``diverged_reason`` is not set)."""
+    out: Dict[str, Scalar] = {}
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      if f.metadata["prop"] is None or value is None or value == "":
+        continue
+      out[f.metadata["prop"]] = f.metadata["encode"](value)
+    return out
+
+  def write_properties(self, artifact) -> None:
+    """Sets :meth:`to_properties` on ``artifact`` (str, int or float properties)."""
+    for name, value in self.to_properties().items():
+      if isinstance(value, bool) or isinstance(value, int):
+        artifact.set_int_custom_property(name, int(value))
+      elif isinstance(value, float):
+        artifact.set_float_custom_property(name, value)
+      else:
+        artifact.set_string_custom_property(name, str(value))
+
+
+def property_names() -> List[str]:
+  """Every TrainingHistory property the record sets (names defined once, above)."""
+  return [f.metadata["prop"] for f in dataclasses.fields(RunHistory) if f.metadata["prop"]]
+
+
+def conditional_fields() -> Dict[str, str]:
+  """Field name -> the case in which it is written, for the fields not every run writes."""
+  return {f.name: f.metadata["when"] for f in dataclasses.fields(RunHistory)
+          if f.metadata["when"]}

@@ -1,0 +1,161 @@
+"""checkpoint.py: TensorFlow's own checkpoint format, committed atomically, pruned, and
+read back by the plain TensorFlow a user's tooling runs (tf.train.latest_checkpoint,
+tf.train.Checkpoint.read). Cross-layout resumes with a real kill are in
+test_trainer_resume_layouts.py."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
+import tensorflow as tf
+import tf_keras
+
+from tfx_parallel.components.distributed_trainer import executor
+from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer.run import checkpoint
+
+
+def _model(width: int = 1):
+  x = tf_keras.Input((3,), name="x")
+  return tf_keras.Model({"x": x}, tf_keras.layers.Dense(width, name="d")(x))
+
+
+def _trained(optimizer, steps: int = 3):
+  """A model and its optimizer after ``steps`` real updates (slots hold state)."""
+  tf_keras.utils.set_random_seed(0)
+  model = _model()
+  model.compile(optimizer=optimizer, loss="mse")
+  x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+  model.fit({"x": x}, x.sum(1, keepdims=True), batch_size=8, epochs=steps, verbose=0)
+  return model, optimizer
+
+
+def _values(model, optimizer):
+  return [v.numpy() for v in model.weights + optimizer.variables]
+
+
+def test_a_checkpoint_is_tensorflows_own_and_plain_tensorflow_reads_it(tmp_path):
+  directory = str(tmp_path / "ckpt")
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  prefix = checkpoint.save(directory, 10, {"model": model, "optimizer": opt},
+                           {"records": [{"step": 10}], "layout": "mesh 2x2"})
+  # What a user's tooling does, with no code of ours.
+  assert tf.train.latest_checkpoint(directory) == prefix == os.path.join(directory, "ckpt-10")
+  fresh, fresh_opt = _model(), tf_keras.optimizers.Adam(0.1)
+  fresh_opt.build(fresh.trainable_variables)
+  tf.train.Checkpoint(model=fresh, optimizer=fresh_opt).read(prefix).assert_consumed()
+  for got, want in zip(_values(fresh, fresh_opt), _values(model, opt)):
+    np.testing.assert_array_equal(got, want)
+  assert int(fresh_opt.iterations.numpy()) == 3
+  keys = [k for k, _ in tf.train.list_variables(prefix)]
+  assert "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE" in keys
+  with open(prefix + ".json") as f:
+    assert json.load(f) == {"records": [{"step": 10}], "layout": "mesh 2x2", "step": 10}
+
+
+def test_restore_returns_the_run_state_and_fills_every_variable(tmp_path):
+  """Written as the mesh engine holds them (a model never compiled), read as the fit
+  engine holds them (compiled: the model tracks its optimizer too)."""
+  directory = str(tmp_path / "ckpt")
+  model, opt = _trained(tf_keras.optimizers.SGD(0.1, momentum=0.5))
+  uncompiled = _model()
+  uncompiled.set_weights(model.get_weights())
+  checkpoint.save(directory, 4, {"model": uncompiled, "optimizer": opt}, {"epochs": [1]})
+  fresh, fresh_opt = _model(), tf_keras.optimizers.SGD(0.1, momentum=0.5)
+  fresh.compile(optimizer=fresh_opt, loss="mse")
+  fresh_opt.build(fresh.trainable_variables)
+  assert not np.allclose(fresh.weights[0].numpy(), model.weights[0].numpy())
+  meta = checkpoint.restore(checkpoint.latest(directory),
+                            {"model": fresh, "optimizer": fresh_opt})
+  assert meta["step"] == 4 and meta["epochs"] == [1]
+  for got, want in zip(_values(fresh, fresh_opt), _values(model, opt)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_last_two_are_kept_and_an_uncommitted_write_is_never_read(tmp_path):
+  directory = str(tmp_path / "ckpt")
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  objects = {"model": model, "optimizer": opt}
+  for step in (10, 20, 30):
+    checkpoint.save(directory, step, objects, {})
+  assert checkpoint.steps(directory) == [20, 30]
+  assert sorted(f for f in os.listdir(directory) if f.startswith("ckpt-")) == [
+      "ckpt-20.data-00000-of-00001", "ckpt-20.index", "ckpt-20.json",
+      "ckpt-30.data-00000-of-00001", "ckpt-30.index", "ckpt-30.json"]
+  # What a kill mid-write leaves: step 40's files, torn, never committed.
+  tf.train.Checkpoint(**objects).write(os.path.join(directory, "ckpt-40"))
+  with open(os.path.join(directory, "ckpt-40.data-00000-of-00001"), "r+b") as f:
+    f.truncate(7)
+  with open(os.path.join(directory, "ckpt-30.json.tmp-1-ab"), "w") as f:  # Killed mid-rename.
+    f.write("{")
+  assert checkpoint.latest(directory).endswith("ckpt-30")
+  checkpoint.save(directory, 50, objects, {})  # The next save removes the torn files.
+  assert checkpoint.steps(directory) == [30, 50]
+  assert not [f for f in os.listdir(directory) if f.startswith("ckpt-40") or ".tmp-" in f]
+  checkpoint.clear(directory)  # A finished run: nothing left to resume.
+  assert checkpoint.latest(directory) is None and checkpoint.steps(directory) == []
+  assert not [f for f in os.listdir(directory) if f.startswith("ckpt")]
+
+
+def test_sgd_state_restores_across_the_stock_and_the_mesh_sgd_a_momentum_slot_does_not(
+    tmp_path):
+  """Stock SGD (momentum 0) keeps an m slot it never reads; the mesh's SGD keeps none.
+  Either one's checkpoint restores into the other; a momentum optimizer, whose slots
+  carry state, refuses a checkpoint without them."""
+  stock_model, stock = _trained(optimizers.make("sgd", 0.1))
+  mesh_model, slotless = _trained(optimizers.mesh_sgd_class()(0.1))
+  assert optimizers.unread_slots(stock) and optimizers.unread_slots(slotless)
+  for name, (model, opt) in {"stock": (stock_model, stock),
+                             "mesh": (mesh_model, slotless)}.items():
+    checkpoint.save(str(tmp_path / name), 3, {"model": model, "optimizer": opt}, {})
+  for source, target_opt in (("stock", optimizers.mesh_sgd_class()(0.1)),
+                             ("mesh", optimizers.make("sgd", 0.1))):
+    target = _model()
+    target_opt.build(target.trainable_variables)
+    checkpoint.restore(checkpoint.latest(str(tmp_path / source)),
+                       {"model": target, "optimizer": target_opt}, unread_slots=True)
+    assert int(target_opt.iterations.numpy()) == 3
+    np.testing.assert_array_equal(target.weights[0].numpy(), stock_model.weights[0].numpy())
+  momentum = optimizers.make("momentum", 0.1)
+  assert not optimizers.unread_slots(momentum)
+  target = _model()
+  momentum.build(target.trainable_variables)
+  with pytest.raises(ValueError, match=r"ckpt-3 \(saved by layout \?\) does not fit "
+                                       r"this run's model and optimizer"):
+    checkpoint.restore(checkpoint.latest(str(tmp_path / "mesh")),
+                       {"model": target, "optimizer": momentum})
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_it(tmp_path):
+  directory = str(tmp_path / "ckpt")
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  checkpoint.save(directory, 5, {"model": model, "optimizer": opt}, {"layout": "single"})
+  wider = _model(width=2)
+  with pytest.raises(ValueError, match=r"ckpt-5 \(saved by layout single\) does not fit "
+                                       r"this run's model: Received incompatible tensor"):
+    checkpoint.restore(checkpoint.latest(directory), {"model": wider})
+
+
+def test_checkpoints_are_named_by_what_the_run_computes_not_where_it_runs():
+  """A rerun with the layout changed (mesh 2x2 -> mirrored x2 or single) finds the
+  killed run's checkpoints; one that computes something else does not."""
+  base = json.loads(json.dumps(dict(layout="mesh", mesh=[2, 2], devices=0, steps=16,
+                                    learning_rate=0.05, steps_per_execution=4)))
+
+  def where(**changes):
+    return executor.checkpoint_dir("/root/DistributedTrainer/model/7", "/ex",
+                                   checkpoint.run_identity(dict(base, **changes)))
+  assert where() == where(layout="mirrored", devices=2) == where(layout="single") \
+      == where(steps_per_execution=1, tf32=False, device="cpu")
+  assert where() != where(steps=24) and where() != where(learning_rate=0.1)
+  assert where().startswith("/root/DistributedTrainer/_checkpoints/")
+
+
+def test_npz_checkpoints_of_earlier_versions_are_listed_not_read(tmp_path):
+  directory = tmp_path / "ckpt"
+  directory.mkdir()
+  (directory / "ckpt-0000000008.npz").write_bytes(b"x")
+  assert checkpoint.legacy(str(directory)) == [str(directory / "ckpt-0000000008.npz")]
+  assert checkpoint.latest(str(directory)) is None
