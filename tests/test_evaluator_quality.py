@@ -1,6 +1,5 @@
 """Quality metrics: the numpy accumulator and the tf.data + serving-signature read."""
 import math
-import os
 
 import numpy as np
 import pytest
