@@ -145,7 +145,8 @@ def test_the_console_names_the_layout_the_checkpoint_came_from(runs, layout, sav
 # evaluator on LocalDagRunner with SQLite ML Metadata), in a process of its own.
 _RUN_PIPELINE = (
     "import json, sys\n"
-    "import tfx_parallel.pipeline.tfenv\n"
+    "from tfx_parallel.components.common import tfenv\n"
+    "tfenv.prepare()\n"
     "from tfx_parallel.pipeline import config as config_lib, local_runner\n"
     "local_runner.run(config_lib.PipelineConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2])\n")
 PIPELINE = {"pipeline_name": "relayout", "example_gen": {"rows": 1000},

@@ -10,7 +10,6 @@ import textwrap
 
 import pytest
 
-import tfx_parallel.pipeline.tfenv  # noqa: F401  (before TensorFlow)
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import executor
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
