@@ -38,6 +38,8 @@ Usage:
   .venv/bin/python benchmarks/bench_ingest.py --scaling         # scaling only
   .venv/bin/python benchmarks/bench_ingest.py --smoke           # tiny sizes, < 1 minute
   .venv/bin/python benchmarks/bench_ingest.py --mixed-scaling   # 1M/4M/10M mixed (~1 h loaded)
+  .venv/bin/python benchmarks/bench_ingest.py --mixed-scaling --mixed-rows 40000000 \
+      --mixed-sides ours --mixed-merge                           # add the 40M-row run
 A benchmark driver calls ``run(smoke)``, which returns the result rows as dicts.
 """
 import argparse
@@ -78,9 +80,9 @@ _LAUNCHER = (
     "import json, resource, subprocess, sys, time\n"
     "t = time.time()\n"
     "rc = subprocess.call(sys.argv[1:])\n"
-    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print('" + RESULT_PREFIX + "' + json.dumps({'rc': rc, 'peak_rss_kb': rss, "
-    "'wall_seconds': time.time() - t}))\n")
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print('" + RESULT_PREFIX + "' + json.dumps({'rc': rc, 'peak_rss_kb': usage.ru_maxrss, "
+    "'cpu_seconds': usage.ru_utime + usage.ru_stime, 'wall_seconds': time.time() - t}))\n")
 
 
 # ----------------------------------------------------------------------------- data
@@ -110,11 +112,35 @@ MIXED_EMPTY_SHARE = 0.05  # Share of empty cells in each float column and in s1.
 MIXED_CATEGORIES = ("Cash", "Credit Card", "No Charge", "Dispute", "Unknown", "Mobile")
 
 
+# Above this many rows, make_mixed_csv repeats the rows of the MIXED_REPEAT_ROWS file
+# instead of generating new ones: pandas wrote the 40M-row file at ~25 MB/min on the
+# loaded 2-core machine (over 2 h); a copy runs at disk speed. Ingest work per row is
+# the same (every row is parsed, hashed and encoded); only the row values repeat.
+MIXED_UNIQUE_ROWS = 10_000_000
+MIXED_REPEAT_ROWS = 1_000_000
+
+
 def make_mixed_csv(path: str, rows: int, seed: int = 0) -> str:
   """Writes a mixed-type CSV unless it already exists: f0..f5 floats (5% empty cells),
   n0 an int, s0 a category (6 values), s1 a free text id (5% empty), y a float label.
-  About 80 bytes a row; written in blocks of 100,000 rows."""
+  About 80 bytes a row; written in blocks of 100,000 rows. Beyond MIXED_UNIQUE_ROWS rows
+  (a multiple of MIXED_REPEAT_ROWS), the data rows of the MIXED_REPEAT_ROWS-row file
+  (same seed) repeated."""
   if os.path.exists(path):
+    return path
+  if rows > MIXED_UNIQUE_ROWS and rows % MIXED_REPEAT_ROWS == 0:
+    base = make_mixed_csv(os.path.join(os.path.dirname(os.path.dirname(path)),
+                                       f"mixed_{MIXED_REPEAT_ROWS}", "data.csv"),
+                          MIXED_REPEAT_ROWS, seed)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(base, "rb") as f:
+      header = f.readline()
+      body = f.read()
+    with open(path + ".tmp", "wb") as f:
+      f.write(header)
+      for _ in range(rows // MIXED_REPEAT_ROWS):
+        f.write(body)
+    os.replace(path + ".tmp", path)
     return path
   import numpy as np  # pylint: disable=g-import-not-at-top
   import pandas as pd  # pylint: disable=g-import-not-at-top
@@ -448,41 +474,102 @@ MIXED_PLOT = os.path.join(HERE, "plots", "ingest_mixed_rss.png")
 MIXED_SECTION = os.path.join(HERE, "results", "ingest_mixed.md")
 
 
+MIXED_SIDES = ("ours", "numeric", "stock")
+
+
 def mixed_scaling(sizes: Sequence[int], data_dir: str, stock_rows: int,
-                  plot_path: Optional[str]) -> List[Dict]:
+                  plot_path: Optional[str], sides: Sequence[str] = MIXED_SIDES,
+                  command: str = "", pairs: int = 1) -> List[Dict]:
   """The mixed-type CSV (make_mixed_csv) at each size through ours (``ingest.run``), and
   through stock CsvExampleGen at ``stock_rows`` only; plus a numeric-only CSV of the
   same column count at the smallest size through ours. One process per run, each under
-  the RSS launcher; in-memory DirectRunner."""
+  the RSS launcher; in-memory DirectRunner. ``sides``: which of MIXED_SIDES to run (a
+  40M-row run of ours alone, merged into the earlier results with --mixed-merge); each
+  row records its ``command``, start time, load average and commit. ``pairs``: runs of
+  ours on the mixed and the numeric CSV at the smallest size, alternating (mixed first,
+  then numeric first, ...), so both see the same load; their rows give the median
+  seconds and each pair's mixed/numeric rows/s ratio."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, HERE)
+  import benchutil  # pylint: disable=g-import-not-at-top
   results = []
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
+                          capture_output=True, check=False).stdout.strip() or "?"
 
-  def record(kind, side, rows, csv_path, child):
+  def measure(kind, side, rows, args):
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load = benchutil.load_average().split()[0]
+    print(f"[bench_ingest] {kind} {side} {rows:,} rows: started {when}", flush=True)
+    child = _run_child(args)
+    child.update(when=when, load=load)
+    print(f"[bench_ingest] {kind} {side} {rows:,} rows: {round(child['seconds'], 1)} s, "
+          f"peak RSS {round(child['peak_rss_kb'] / 1024)} MB", flush=True)
+    return child
+
+  def record(kind, side, rows, csv_path, children, **extra):
+    seconds = statistics.median(c["seconds"] for c in children)
     results.append({
         "benchmark": "ingest_mixed_scaling", "data": kind, "side": side, "rows": rows,
-        "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(child["seconds"], 1),
-        "rows_per_s": round(rows / child["seconds"]),
-        "process_wall_seconds": round(child["wall_seconds"], 1),
-        "peak_rss_mb": round(child["peak_rss_kb"] / 1024),
-        "rows_written": child["rows_written"]})
-    print(f"[bench_ingest] {kind} {side} {rows:,} rows: {results[-1]}", flush=True)
+        "csv_mb": round(os.path.getsize(csv_path) / 2**20), "seconds": round(seconds, 1),
+        "rows_per_s": round(rows / seconds),
+        "process_wall_seconds": round(statistics.median(c["wall_seconds"] for c in children), 1),
+        "peak_rss_mb": round(max(c["peak_rss_kb"] for c in children) / 1024),
+        "cpu_seconds": round(statistics.median(c["cpu_seconds"] for c in children), 1),
+        "rows_written": children[0]["rows_written"], "runs": len(children),
+        "all_seconds": [round(c["seconds"], 1) for c in children],
+        "run": children[0]["when"], "load_1min": "/".join(c["load"] for c in children),
+        "command": command, "commit": commit, **extra})
+
+  def ours(path):
+    return ["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"]
 
   paths = {rows: make_mixed_csv(os.path.join(data_dir, f"mixed_{rows}", "data.csv"), rows)
            for rows in sizes}
-  for rows in sizes:
-    record("mixed", "ours", rows, paths[rows],
-           _run_child(["--_child", "scale_csv", "--csv", paths[rows], "--mode", "in_memory"]))
-  rows = min(sizes)
-  path = make_csv(os.path.join(data_dir, f"ingest_{rows}x{MIXED_FLOATS + 3}", "data.csv"),
-                  rows, MIXED_FLOATS + 3)
-  record("numeric", "ours", rows, path,
-         _run_child(["--_child", "scale_csv", "--csv", path, "--mode", "in_memory"]))
-  if stock_rows in paths:  # Last: the longest run (about 20x ours).
+  smallest = min(sizes)
+  numeric_path = None
+  if "numeric" in sides:
+    numeric_path = make_csv(os.path.join(data_dir, f"ingest_{smallest}x{MIXED_FLOATS + 3}",
+                                         "data.csv"), smallest, MIXED_FLOATS + 3)
+  if "ours" in sides:
+    for rows in sizes:
+      if rows == smallest and numeric_path:
+        continue  # Below, paired with the numeric runs.
+      record("mixed", "ours", rows, paths[rows], [measure("mixed", "ours", rows,
+                                                         ours(paths[rows]))])
+  if numeric_path:
+    mixed_runs, numeric_runs = [], []
+    for i in range(pairs if "ours" in sides else 1):
+      order = [("mixed", paths[smallest], mixed_runs), ("numeric", numeric_path, numeric_runs)]
+      for kind, path, runs in (order if i % 2 == 0 or "ours" not in sides else order[::-1]):
+        if kind == "mixed" and "ours" not in sides:
+          continue
+        runs.append(measure(kind, "ours", smallest, ours(path)))
+    ratios = [round(n["seconds"] / m["seconds"], 2) for m, n in zip(mixed_runs, numeric_runs)]
+    cpu_ratios = [round(n["cpu_seconds"] / m["cpu_seconds"], 2)
+                  for m, n in zip(mixed_runs, numeric_runs)]
+    if mixed_runs:
+      record("mixed", "ours", smallest, paths[smallest], mixed_runs)
+    record("numeric", "ours", smallest, numeric_path, numeric_runs,
+           **({"pair_ratios": ratios, "pair_cpu_ratios": cpu_ratios} if ratios else {}))
+  if "stock" in sides and stock_rows in paths:  # Last: the longest run (about 20x ours).
     record("mixed", "stock CsvExampleGen", stock_rows, paths[stock_rows],
-           _run_child(["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode",
-                       "in_memory", "--rows", str(stock_rows)]))
+           [measure("mixed", "stock CsvExampleGen", stock_rows,
+                    ["--_child", "stock_csv", "--csv", paths[stock_rows], "--mode",
+                     "in_memory", "--rows", str(stock_rows)])])
   if plot_path:
     _plot_mixed(results, plot_path)
   return results
+
+
+def merge_mixed(previous: List[Dict], new: List[Dict]) -> List[Dict]:
+  """``previous`` results with those of ``new`` added, a new row replacing an earlier
+  one of the same data, side and rows; ordered by data, side and rows."""
+  key = lambda r: (r["data"], r["side"], r["rows"])  # pylint: disable=unnecessary-lambda-assignment
+  merged = {key(r): r for r in previous}
+  merged.update({key(r): r for r in new})
+  order = {"mixed": 0, "numeric": 1}
+  return sorted(merged.values(), key=lambda r: (r["side"] != "ours", order.get(r["data"], 2),
+                                                r["rows"]))
 
 
 def _plot_mixed(results: List[Dict], path: str):
@@ -500,11 +587,15 @@ def _plot_mixed(results: List[Dict], path: str):
              label=label, markersize=8)
     ax2.plot([r["rows"] / 1e6 for r in rs], [r["rows_per_s"] / 1e3 for r in rs], style,
              label=label, markersize=8)
+    for r in rs:  # Runs were made under different loads of the shared machine.
+      ax2.annotate(f"load {str(r.get('load_1min', '?')).split('/')[0]}",
+                   (r["rows"] / 1e6, r["rows_per_s"] / 1e3), textcoords="offset points",
+                   xytext=(4, 4), fontsize=7)
   ax1.set_xlabel("rows of the mixed-type CSV (millions)")
   ax1.set_ylabel("peak RSS of the process (MB)")
   ax1.set_ylim(bottom=0)
   ax2.set_xlabel("rows of the mixed-type CSV (millions)")
-  ax2.set_ylabel("thousand rows/s")
+  ax2.set_ylabel("thousand rows/s (label: 1-min load)")
   ax2.set_ylim(bottom=0)
   for ax in (ax1, ax2):
     ax.grid(True, alpha=0.3)
@@ -516,26 +607,31 @@ def _plot_mixed(results: List[Dict], path: str):
   plt.close(fig)
 
 
-def mixed_section(results: List[Dict], command: str, load_before: str, load_after: str,
-                  when: str) -> str:
-  """The RESULTS.md section (benchmarks/results/ingest_mixed.md) of a mixed_scaling run."""
+def mixed_section(results: List[Dict]) -> str:
+  """The RESULTS.md section (benchmarks/results/ingest_mixed.md) of mixed_scaling runs;
+  each row names its run (start time, 1-minute load average, commit) and command."""
   mixed = [r for r in results if r["data"] == "mixed" and r["side"] == "ours"]
   stock = [r for r in results if r["side"] != "ours"]
   numeric = [r for r in results if r["data"] == "numeric"]
+  commands = sorted({r.get("command") or "(not recorded)" for r in results})
   lines = ["## Ingest scaling: mixed-type CSV, rows/s and peak RSS (`benchmarks/bench_ingest.py "
            "--mixed-scaling`)", "",
-           f"Command: `{command}`; run {when}; load average before: {load_before}; after: "
-           f"{load_after}. Data: `make_mixed_csv` (6 float columns with 5% empty cells, an int, "
+           "Commands: " + "; ".join(f"`{c}`" for c in commands) + ". "
+           "Data: `make_mixed_csv` (6 float columns with 5% empty cells, an int, "
            "a 6-value category, a free-text id with 5% empty cells, a float label), split 4:1. "
            "Ours: `ingest.run` (Do without the artifact bookkeeping, no TensorFlow import); "
            "stock: `CsvExampleGen` `Executor.Do` (its process imports TensorFlow and TFX, "
-           "which its RSS includes). Each run alone in a fresh process, one run each; peak RSS "
+           "which its RSS includes). Each run alone in a fresh process (a row of several runs "
+           "shows their median seconds and largest RSS), on the shared 2-core machine (other jobs ran beside it: the load column); peak RSS "
            "from `getrusage(RUSAGE_CHILDREN)` of a launcher that only waits for it.", "",
-           "| data | executor | rows | CSV MB | seconds | rows/s | peak RSS MB |",
-           "|---|---|---|---|---|---|---|"]
+           "| data | executor | rows | CSV MB | seconds | rows/s | CPU s | peak RSS MB | "
+           "run (load, code) |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in results:
     lines.append(f"| {r['data']} | {r['side']} | {r['rows']:,} | {r['csv_mb']} | "
-                 f"{r['seconds']} | {r['rows_per_s']:,} | {r['peak_rss_mb']} |")
+                 f"{r['seconds']} | {r['rows_per_s']:,} | {r.get('cpu_seconds', '')} | "
+                 f"{r['peak_rss_mb']} | "
+                 f"{r.get('run', '?')} ({r.get('load_1min', '?')}, {r.get('commit', '?')}) |")
   lines.append("")
   if mixed:
     lo, hi = min(r["peak_rss_mb"] for r in mixed), max(r["peak_rss_mb"] for r in mixed)
@@ -550,12 +646,25 @@ def mixed_section(results: List[Dict], command: str, load_before: str, load_afte
                    f"stock {s['rows_per_s']:,}: **{ours['rows_per_s'] / s['rows_per_s']:.1f}x** "
                    f"(target >= 10x). Peak RSS ours {ours['peak_rss_mb']} MB, stock "
                    f"{s['peak_rss_mb']} MB.")
+      if ours.get("cpu_seconds") and s.get("cpu_seconds"):
+        lines.append(f"  CPU seconds (user + sys of the process tree; less sensitive to the "
+                     f"load than wall time, but stock may use both cores where ours uses "
+                     f"one): ours {ours['cpu_seconds']}, stock {s['cpu_seconds']}: "
+                     f"{s['cpu_seconds'] / ours['cpu_seconds']:.1f}x.")
   for n in numeric:
     ours = next((r for r in mixed if r["rows"] == n["rows"]), None)
     if ours:
       lines.append(f"- Mixed vs numeric-only (same rows, same 10 columns): "
-                   f"{ours['rows_per_s']:,} vs {n['rows_per_s']:,} rows/s, "
+                   f"{ours['rows_per_s']:,} vs {n['rows_per_s']:,} rows/s (medians), "
                    f"{ours['rows_per_s'] / n['rows_per_s']:.2f}x (target >= 0.7x).")
+      if n.get("pair_ratios"):
+        lines.append(f"  Run in {len(n['pair_ratios'])} alternating pairs (seconds: mixed "
+                     f"{ours['all_seconds']}, numeric {n['all_seconds']}); each pair's "
+                     f"ratio: {n['pair_ratios']}, median "
+                     f"{statistics.median(n['pair_ratios']):.2f}x."
+                     + (f" By CPU seconds: {n['pair_cpu_ratios']}, median "
+                        f"{statistics.median(n['pair_cpu_ratios']):.2f}x."
+                        if n.get("pair_cpu_ratios") else ""))
   lines += ["", f"![ingest_mixed_rss.png](plots/{os.path.basename(MIXED_PLOT)})", ""]
   return "\n".join(lines)
 
@@ -636,6 +745,15 @@ def main(argv=None):
                            "--mixed-rows, stock at the first size); writes "
                            "benchmarks/results/ingest_mixed.md and its plot")
   parser.add_argument("--mixed-rows", default=",".join(str(n) for n in MIXED_SIZES))
+  parser.add_argument("--mixed-sides", default=",".join(MIXED_SIDES),
+                      help="which runs of --mixed-scaling: ours (every size), numeric "
+                           "(ours, smallest size), stock (smallest size)")
+  parser.add_argument("--mixed-pairs", type=int, default=1,
+                      help="alternating runs of ours on the mixed and the numeric CSV at "
+                           "the smallest size (the mixed/numeric ratio is their median)")
+  parser.add_argument("--mixed-merge", action="store_true",
+                      help="merge into benchmarks/ingest_mixed.json (a new row replaces "
+                           "one of the same data, side and rows) and redraw from all rows")
   parser.add_argument("--_child", choices=["compare", "scale", "scale_csv", "stock_csv"],
                       help=argparse.SUPPRESS)
   parser.add_argument("--csv", help=argparse.SUPPRESS)
@@ -652,21 +770,26 @@ def main(argv=None):
           flush=True)
     return
   if args.mixed_scaling:
-    import datetime  # pylint: disable=g-import-not-at-top
-    sys.path.insert(0, HERE)
-    import benchutil  # pylint: disable=g-import-not-at-top
     sizes = [int(float(n)) for n in args.mixed_rows.split(",")]
-    load_before = benchutil.load_average()
-    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    results = mixed_scaling(sizes, args.data_dir or os.path.join(
-        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], MIXED_PLOT)
+    sides = [side for side in args.mixed_sides.split(",") if side]
     command = (f"{os.path.relpath(sys.executable)} benchmarks/bench_ingest.py --mixed-scaling "
-               f"--mixed-rows {args.mixed_rows}")
-    text = mixed_section(results, command, load_before, benchutil.load_average(), when)
+               f"--mixed-rows {args.mixed_rows}"
+               + (f" --mixed-sides {args.mixed_sides}" if tuple(sides) != MIXED_SIDES else "")
+               + (f" --mixed-pairs {args.mixed_pairs}" if args.mixed_pairs != 1 else "")
+               + (" --mixed-merge" if args.mixed_merge else ""))
+    results = mixed_scaling(sizes, args.data_dir or os.path.join(
+        tempfile.gettempdir(), "tfx_parallel_bench"), sizes[0], None, sides, command,
+                            pairs=args.mixed_pairs)
+    json_path = os.path.join(HERE, "ingest_mixed.json")
+    if args.mixed_merge and os.path.exists(json_path):
+      with open(json_path) as f:
+        results = merge_mixed(json.load(f), results)
+    _plot_mixed(results, MIXED_PLOT)
+    text = mixed_section(results)
     os.makedirs(os.path.dirname(MIXED_SECTION), exist_ok=True)
     with open(MIXED_SECTION, "w") as f:
       f.write(text)
-    with open(os.path.join(HERE, "ingest_mixed.json"), "w") as f:
+    with open(json_path, "w") as f:
       json.dump(results, f, indent=1)
     print(text)
     return

@@ -67,6 +67,9 @@ TARGETS = (
 SAME_INPUT_TARGETS = (
     ("ingest_mixed.json", None, 10.0, "mixed-type ingest >= 10x CsvExampleGen",
      "mixed-type CSV (floats with empty cells, int, 2 strings), same file"),
+    ("ingest_mixed.json", "mixed_vs_numeric", 0.7,
+     "mixed-type ingest >= 0.7x numeric-only rows/s",
+     "ours on both CSVs, same rows and column count, alternating runs"),
     ("user_model.json", ["ratio", "auto"], 0.9,
      "single layout within 10% of plain Keras",
      "single vs plain fit, same cached input"),
@@ -94,6 +97,19 @@ def _mixed_ingest_ratio(data) -> Optional[float]:
   return None
 
 
+def _mixed_numeric_ratio(data) -> Optional[float]:
+  """Mixed-type over numeric-only rows/s of ours at the same rows: the median of the
+  alternating pairs' ratios when recorded, else the ratio of the two rows."""
+  import statistics  # pylint: disable=g-import-not-at-top
+  ours = {r["rows"]: r for r in data if r["data"] == "mixed" and r["side"] == "ours"}
+  for r in data:
+    if r["data"] == "numeric" and r["rows"] in ours:
+      if r.get("pair_ratios"):
+        return statistics.median(r["pair_ratios"])
+      return ours[r["rows"]]["rows_per_s"] / r["rows_per_s"]
+  return None
+
+
 def same_input_target_lines(bench_dir: str) -> List[str]:
   """Targets rows from the standalone benchmarks' JSON (SAME_INPUT_TARGETS)."""
   out = []
@@ -106,6 +122,8 @@ def same_input_target_lines(bench_dir: str) -> List[str]:
       data = json.load(f)
     if path is None:
       ratio = _mixed_ingest_ratio(data)
+    elif path == "mixed_vs_numeric":
+      ratio = _mixed_numeric_ratio(data)
     else:
       ratio = data
       for key in path:

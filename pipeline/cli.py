@@ -5,6 +5,7 @@
     tfx-parallel metrics [--pipeline-name NAME] [--last N] [--json] [--plot out.png]
 """
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -211,10 +212,13 @@ def cmd_run(args) -> int:
     print(f"tfx-parallel: invalid config: {e}", file=sys.stderr)
     return 2
   from tfx_parallel.pipeline import console as console_lib  # pylint: disable=g-import-not-at-top
-  with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console:
+  with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console, \
+      contextlib.ExitStack() as early:
     from tfx_parallel.components.distributed_trainer.plan import gpu_env  # pylint: disable=g-import-not-at-top
     if not gpu_env.preflight(config.trainer):  # nvidia-smi's GPUs unseen by TensorFlow.
       return 2
+    # The training process imports TensorFlow while the inputs are checked and TFX loads.
+    early.enter_context(local_runner.trainer_started_early(config))
     # Checking the inputs reads the data with Beam and TensorFlow, whose imports print
     # C++ registration notes and deprecation warnings: they go to the log file.
     try:

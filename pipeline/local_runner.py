@@ -4,6 +4,7 @@ import os
 from absl import logging
 
 from tfx_parallel.components.common.config_util import require
+from tfx_parallel.components.distributed_trainer.run import prestart
 from tfx_parallel.pipeline import config as config_lib
 
 
@@ -29,19 +30,43 @@ def check_home(home: str):
 def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
   """Validates the config and inputs, builds and runs the pipeline. Returns the MLMD
   SQLite path. Raises ConfigError (naming the key) before anything is written."""
+  config.validate()
+  # The training process starts now and imports TensorFlow while this process checks
+  # the inputs, imports TFX and runs the ExampleGen (prestart.py); stopped if unused.
+  with trainer_started_early(config):
+    # Before any directory is created or any component runs.
+    config.check_inputs()
+    check_home(home)
+    return _run(config, home)
+
+
+def trainer_started_early(config: config_lib.PipelineConfig):
+  """Context: the training process started now if the trainer will run one here (see
+  trains_here), stopped on exit unless the launcher took it (prestart.held)."""
+  return prestart.held(trains_here(config))
+
+
+def trains_here(config: config_lib.PipelineConfig) -> bool:
+  """Whether the trainer will run one training process on this machine (the layouts
+  other than multi_worker, no TF_CONFIG, no TFJob): the one the local runner starts early."""
+  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
+  return (config.trainer.layout != "multi_worker" and not os.environ.get("TF_CONFIG")
+          and not os.environ.get(tfjob.ENV_IMAGE))
+
+
+def _run(config: config_lib.PipelineConfig, home: str) -> str:
   # TFX is imported here, not at module import: the CLI checks the config and the
   # home directory first, and sets up its console before TFX's imports log anything.
-  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  # The narrow modules, not `tfx.v1`: see pipeline.py.
+  from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # pylint: disable=g-import-not-at-top
   from tfx_parallel.pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
-  # Before any directory is created or any component runs.
-  config.validate().check_inputs()
-  check_home(home)
   pipeline_root, metadata_path = paths(home, config.pipeline_name)
   os.makedirs(os.path.dirname(metadata_path), exist_ok=True)
   pipeline = pipeline_lib.create_pipeline(
       config, pipeline_root,
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path))
+      metadata.sqlite_metadata_connection_config(metadata_path))
   logging.info("Running %s: pipeline root %s, ML Metadata %s",
                config.pipeline_name, pipeline_root, metadata_path)
-  tfx.orchestration.LocalDagRunner().run(pipeline)
+  LocalDagRunner().run(pipeline)
   return metadata_path

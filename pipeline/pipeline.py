@@ -8,8 +8,10 @@ The same factory is used by the local runner and the Kubeflow compiler.
 """
 from typing import List, Optional
 
-from tfx import v1 as tfx
 from tfx.dsl.components.base import base_node
+# The narrow module, not `tfx.v1` (whose extensions import Google Cloud clients: 8-12 s of
+# a cold start here, benchmarks/results/e2e_overhead.md). tfx.dsl.Pipeline is this class.
+from tfx.orchestration import pipeline as tfx_pipeline
 
 from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
@@ -41,10 +43,10 @@ def create_components(config: PipelineConfig) -> List[base_node.BaseNode]:
 def create_pipeline(config: PipelineConfig,
                     pipeline_root: str,
                     metadata_connection_config=None,
-                    beam_pipeline_args: Optional[List[str]] = None) -> tfx.dsl.Pipeline:
+                    beam_pipeline_args: Optional[List[str]] = None) -> tfx_pipeline.Pipeline:
   """Validates `config` and returns the pipeline; raises ConfigError naming the key."""
   config.validate()
-  return tfx.dsl.Pipeline(
+  return tfx_pipeline.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=pipeline_root,
       components=create_components(config),

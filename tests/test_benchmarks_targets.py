@@ -65,3 +65,21 @@ def test_the_saved_results_render_without_the_cached_single_row(tmp_path):
   targets = text.split("## Targets", 1)[1].split("\n## ", 1)[0]
   assert "| single |" not in targets and "63.61x" not in targets
   assert "same cached input" in targets
+
+
+def test_mixed_over_numeric_ingest_is_the_median_of_the_paired_runs(tmp_path):
+  """Issue 30: mixed-type rows/s >= 0.7x numeric-only, ours on both at the same rows."""
+  _write_json(str(tmp_path))
+  with open(os.path.join(str(tmp_path), "ingest_mixed.json")) as f:
+    data = json.load(f)
+  data.append({"data": "numeric", "side": "ours", "rows": 10, "rows_per_s": 100.0,
+               "pair_ratios": [0.6, 0.9, 0.8]})
+  with open(os.path.join(str(tmp_path), "ingest_mixed.json"), "w") as f:
+    json.dump(data, f)
+  rows = _targets(_results(_train_row("none")), str(tmp_path))
+  assert any("0.7x numeric-only" in r and "| 0.80x | yes |" in r for r in rows), rows
+  data[-1].pop("pair_ratios")  # Without pairs: the two rows' rows/s, 120 / 100.
+  with open(os.path.join(str(tmp_path), "ingest_mixed.json"), "w") as f:
+    json.dump(data, f)
+  rows = _targets(_results(_train_row("none")), str(tmp_path))
+  assert any("0.7x numeric-only" in r and "| 1.20x | yes |" in r for r in rows), rows

@@ -153,3 +153,39 @@ def test_string_matrix_path_writes_the_bytes_of_the_row_by_row_path(monkeypatch,
   assert vectorised.ends.tolist() == by_row.ends.tolist()
   assert _decode(vectorised) == [_expected(numeric, strings, i, int_keys=["i"])
                                  for i in range(n)]
+
+
+def test_varints_are_as_wide_as_the_longest_value():
+  assert varints(np.array([0, 5, 127]))[0].shape == (3, 1)
+  assert varints(np.array([0, 300]))[0].shape == (2, 2)
+  assert varints(np.array([1, -1]))[0].shape == (2, 10)  # Negative: 10 bytes, as protobuf.
+  assert varints(np.array([], dtype=np.int64))[0].shape == (0, 1)
+  data, lengths = varints(np.array([0, 127, 128, 16384]))
+  assert [data[i, :m].tobytes() for i, m in enumerate(lengths.tolist())] == [
+      varint(0), varint(127), varint(128), varint(16384)]
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 7], [70, 2, 900], [1024, 1025, 5], [5000, 1]])
+def test_string_prefixes_are_the_entries_of_values_of_each_length(lengths):
+  """Cached prefixes (lengths up to 1024), grown on demand, and per-batch ones beyond."""
+  key_field = rows._field(0x0A, b"name")  # pylint: disable=protected-access
+  missing = b"\x0a\x03abc"
+  prefixes = rows.StringPrefixes(key_field, missing=missing)
+  prefixes.pick(np.array([2]), np.array([True]))  # A small table first, grown below.
+  lengths = np.array(lengths + [4])
+  present = np.array([True] * (len(lengths) - 1) + [False])
+  head, widths = prefixes.pick(lengths, present)
+  for row, width, m, ok in zip(head, widths.tolist(), lengths.tolist(), present.tolist()):
+    entry = rows._bytes_entry(key_field, b"v" * m)  # pylint: disable=protected-access
+    assert row[:width].tobytes() == (entry[:-m] if ok else missing)
+
+
+def test_string_column_of_csv_cells_is_laid_out_as_string_bytes_lays_out_a_list():
+  cells = ["a", "", "é", "long value", ""]
+  column = rows.string_column(cells)
+  assert list(column) == [b"a", None, "é".encode(), b"long value", None]
+  plain = rows.string_bytes(list(column))
+  assert all(np.array_equal(a, b) for a, b in zip(column.laid_out, plain))
+  assert rows.string_bytes(column) is column.laid_out
+  batch = RowBatch(("f", 1), {}, {"s": column}, [b""] * 5)
+  assert batch.take(np.array([0, 2])).strings["s"] == [b"a", "é".encode()]

@@ -300,3 +300,24 @@ def test_file_ranges_keep_a_compressed_file_whole(tmp_path):
   with gzip.open(path, "wt") as f:
     f.write("a,y\n" + "1,2\n" * 100)
   assert sources.file_ranges([path], 10) == [sources.FileRange(path, 0, None, 1)]
+
+
+@pytest.mark.parametrize("typ", ["float", "int"])
+def test_numeric_column_with_empty_cells_parses_as_cell_by_cell(typ):
+  cells = ["1", "", "-7", "", "250", "12", ""] * 3
+  values, errors = sources._parse_numeric(cells, typ)  # pylint: disable=protected-access
+  expected = [float(c) if c else np.nan for c in cells]
+  np.testing.assert_array_equal(values, expected)
+  assert errors == []
+
+
+def test_bad_cells_beside_empty_cells_are_still_named(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,b,y\n1,2.0,3\n")
+  layout = _layout(path, column_types={"a": "int"})
+  batch, bad = _parse(layout, path, 2, ["1,2,3", ",2,3", "9007199254740993,,3", "x,,3",
+                                        "5,,6", "6,abc,"])
+  assert [line for line, _ in bad] == [4, 5, 7]
+  assert "expected int within +-2**53" in bad[0][1] and "got 'x'" in bad[1][1]
+  assert "column 'b': expected float, got 'abc'" in bad[2][1]
+  np.testing.assert_array_equal(batch.numeric["a"], [1, np.nan, 5])
+  np.testing.assert_array_equal(batch.numeric["b"], [2, 2, np.nan])

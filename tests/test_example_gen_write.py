@@ -136,3 +136,34 @@ def test_frame_tfrecords_matches_tensorflow(tmp_path, records):
 def test_encoded_batch_records_round_trip():
   encoded = EncodedBatch(("s", 0), b"abcdef", np.array([1, 3, 6]))
   assert list(encoded.records()) == [b"a", b"bc", b"def"]
+
+
+def _mixed_batch(n, seed):
+  rng = np.random.default_rng(seed)
+  f = rng.normal(size=n)
+  f[rng.random(n) < 0.2] = np.nan
+  i = rng.integers(-5, 10**6, n).astype(np.float64)
+  i[rng.random(n) < 0.2] = np.nan
+  s = [None if k % 4 == 0 else ("é" * int(m)).encode() for k, m in
+       enumerate(rng.integers(1, 40, n))]
+  keys = [b"key%d" % k for k in rng.integers(0, 10**9, n)]
+  return RowBatch(("src", seed), {"f": f, "i": i}, {"s": s}, keys)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+@pytest.mark.parametrize("mixed", [True, False])
+def test_encode_and_partition_writes_the_chunks_of_partition_then_encode(num_shards, mixed):
+  """One encoding per batch, records dealt out to (split, shard), gives the chunks of
+  partitioning first and encoding each part: the same keys, rows and gzip bytes."""
+  from tfx_parallel.components.partitioned_example_gen.partition import Partitioner  # pylint: disable=g-import-not-at-top
+  splits = [("train", 4), ("eval", 1)]
+  if mixed:  # Floats and ints with missing values, strings: records of many lengths.
+    batch, encoder = _mixed_batch(300, num_shards), ExampleEncoder(["f", "i"], ["s"], ["i"])
+  else:  # Complete floats: every record the same length.
+    batch, encoder = _batch(0, 300), ExampleEncoder(["x"])
+  partitioner = Partitioner(splits, num_shards)
+  expected = [(key, write.to_gzip_chunk(encoder.encode(part)))
+              for key, part in partitioner.partition(batch)]
+  dealt = list(write._EncodeAndPartition(encoder, partitioner).process(batch))  # pylint: disable=protected-access
+  assert len(expected) == 2 * num_shards
+  assert dealt == expected

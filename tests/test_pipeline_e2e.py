@@ -1,6 +1,7 @@
 """End to end: the real LocalDagRunner pipeline with a SQLite ML Metadata store,
 queried afterwards with the plain ml_metadata API."""
 import json
+import logging
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.run import prestart
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.pipeline import config as config_lib
@@ -41,9 +43,13 @@ def _small_config(**trainer):
 
 
 @pytest.mark.slow
-def test_local_pipeline_completes_then_is_served_from_cache(tmp_path):
+def test_local_pipeline_completes_then_is_served_from_cache(tmp_path, caplog):
+  caplog.set_level(logging.INFO, logger="absl")
   config = _small_config()
   path = local_runner.run(config, str(tmp_path))
+  # The training process started with the run trained (prestart.py), not a new one.
+  assert "Training in the process started early" in caplog.text
+  assert "Starting training process" not in caplog.text
   store = _store(path)
   execs = _executions(store)
   by_type = {}
@@ -72,6 +78,7 @@ def test_local_pipeline_completes_then_is_served_from_cache(tmp_path):
   assert len(states) == len(COMPONENTS)
   assert all(s == metadata_store_pb2.Execution.CACHED for s in states), states
   assert len(store.get_artifacts()) == n_artifacts
+  assert prestart._held is None  # Its unused early process was stopped.  pylint: disable=protected-access
 
 
 def test_bad_config_fails_before_any_component_runs(tmp_path):

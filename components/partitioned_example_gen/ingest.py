@@ -25,9 +25,8 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
   encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys, plan.int_keys)
   written = (rows
-             | "PartitionAndShard" >> partition.PartitionAndShard(splits.pairs,
-                                                                  config.num_shards)
-             | "EncodeExamples" >> write.EncodeExamples(encoder)
+             | "EncodeAndPartition" >> write.EncodeAndPartition(encoder, splits.pairs,
+                                                                config.num_shards)
              | "WriteShards" >> write.WriteShards(
                  root, splits.names, config.num_shards,
                  part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None))

@@ -119,16 +119,23 @@ class Partitioner:
   def all_shard_keys(self) -> List[ShardKey]:
     return [(s, i) for s in self.split_names for i in range(self.num_shards)]
 
-  def partition(self, batch: RowBatch) -> Iterator[Tuple[ShardKey, RowBatch]]:
-    """Splits one batch into sub-batches, one per (split, shard) that has rows."""
-    split, shard = self.assign_keys(batch.keys)
+  def cells(self, keys: Union[np.ndarray, Sequence[bytes]]
+            ) -> Iterator[Tuple[ShardKey, np.ndarray]]:
+    """(split, shard) and the positions of its rows, ascending, for each (split, shard)
+    that has rows, in (split, shard) order."""
+    split, shard = self.assign_keys(keys)
     cell = split * self.num_shards + shard
     order = np.argsort(cell, kind="stable")
     cells, starts = np.unique(cell[order], return_index=True)
     ends = list(starts[1:]) + [len(order)]
     for c, start, end in zip(cells.tolist(), starts.tolist(), ends):
       yield ((self.split_names[c // self.num_shards], c % self.num_shards),
-             batch.take(order[start:end]))
+             order[start:end])
+
+  def partition(self, batch: RowBatch) -> Iterator[Tuple[ShardKey, RowBatch]]:
+    """Splits one batch into sub-batches, one per (split, shard) that has rows."""
+    for key, index in self.cells(batch.keys):
+      yield key, batch.take(index)
 
 
 @beam.ptransform_fn

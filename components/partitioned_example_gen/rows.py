@@ -100,12 +100,16 @@ def varint(value: int) -> bytes:
 
 def varints(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   """Protobuf varints of int64 ``values`` (two's complement, as int64 fields are written),
-  vectorised: (bytes [n, 10] uint8, of which row i uses the first lengths[i])."""
+  vectorised: (bytes [n, w] uint8, of which row i uses the first lengths[i]); w <= 10 is
+  the longest varint's length, so small values (message lengths, counts) cost 1 or 2
+  columns, not 10."""
   u = np.asarray(values, dtype=np.int64).view(np.uint64)
-  shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+  top = int(u.max()) if len(u) else 0
+  width = max(1, -(-top.bit_length() // 7))
+  shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
   groups = (u[:, None] >> shifts[None, :]) & np.uint64(0x7F)
   lengths = 1 + np.sum((u[:, None] >> shifts[None, 1:]) != 0, axis=1)
-  more = np.arange(10)[None, :] < (lengths[:, None] - 1)
+  more = np.arange(width)[None, :] < (lengths[:, None] - 1)
   return (groups | (more * 0x80).astype(np.uint64)).astype(np.uint8), lengths
 
 
@@ -204,14 +208,40 @@ class PrefixTable:
     return self.table[index], self.widths[index]
 
 
+class StringColumn(list):
+  """A string column's values (bytes, None where missing) that keeps its byte layout
+  (``string_bytes``) once computed: the stock keys and the encoder both lay out the
+  same column of a batch. Any derived list (``RowBatch.take``) is a plain list."""
+  laid_out = None
+
+
+def string_column(cells: Sequence[str]) -> StringColumn:
+  """The StringColumn of CSV text cells, an empty cell missing, laid out on the way (the
+  UTF-8 bytes are joined once, for the values and the matrix alike)."""
+  filled = [c.encode("utf-8") for c in cells]
+  column = StringColumn([v or None for v in filled])
+  lengths = np.fromiter(map(len, filled), dtype=np.int64, count=len(filled))
+  column.laid_out = _lay_out(filled, lengths, lengths > 0)
+  return column
+
+
 def string_bytes(values: Sequence[Optional[bytes]]
                  ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
   """(value bytes [n, longest] uint8, lengths, present) of a string column, or None if
   that matrix would exceed MAX_STRING_MATRIX_BYTES. Missing values have length 0."""
+  cached = getattr(values, "laid_out", None)
+  if cached is not None:
+    return cached
   n = len(values)
   present = np.fromiter((v is not None for v in values), dtype=bool, count=n)
   filled = values if present.all() else [b"" if v is None else v for v in values]
   lengths = np.fromiter(map(len, filled), dtype=np.int64, count=n)
+  return _lay_out(filled, lengths, present)
+
+
+def _lay_out(filled: Sequence[bytes], lengths: np.ndarray, present: np.ndarray
+             ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  n = len(filled)
   width = int(lengths.max()) if n else 0
   if n * width > MAX_STRING_MATRIX_BYTES:
     return None
@@ -228,6 +258,39 @@ def string_entry_prefixes(key_field: bytes, lengths: np.ndarray
   distinct, index = np.unique(lengths, return_inverse=True)
   prefixes = [_bytes_entry(key_field, b"\0" * m)[:-m or None] for m in distinct.tolist()]
   return prefixes, index
+
+
+class StringPrefixes:
+  """The bytes_list map-entry prefix of one string column's values, by value length.
+
+  The prefix depends only on the key and the value's length, so it is built once per
+  length and kept: ``pick`` is one table lookup per batch, where building the prefixes of
+  a batch's distinct lengths cost a numpy.unique and a protobuf encoding per length.
+  ``missing``: the entry of a missing value (b"": none; stock keys: an empty list).
+  Lengths up to MAX_CACHED_LENGTH are cached; longer values are looked up per batch.
+  """
+  MAX_CACHED_LENGTH = 1024
+
+  def __init__(self, key_field: bytes, missing: bytes = b""):
+    self._key_field = key_field
+    self._missing = missing
+    self._size = 0
+    self._table = self._widths = None
+
+  def pick(self, lengths: np.ndarray, present: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(prefix bytes [n, width] uint8, prefix lengths) of each row."""
+    top = int(lengths.max()) if len(lengths) else 0
+    if top > self.MAX_CACHED_LENGTH:
+      prefixes, index = string_entry_prefixes(self._key_field, lengths)
+      return PrefixTable(prefixes + [self._missing]).pick(
+          np.where(present, index, len(prefixes)))
+    if top >= self._size:
+      self._size = min(max(2 * self._size, top + 1, 64), self.MAX_CACHED_LENGTH + 1)
+      self._table, self._widths = _table(
+          [_bytes_entry(self._key_field, b"\0" * m)[:-m or None] for m in range(self._size)]
+          + [self._missing])
+    index = np.where(present, lengths, self._size)
+    return self._table[index], self._widths[index]
 
 
 class ExampleEncoder:
@@ -249,6 +312,7 @@ class ExampleEncoder:
     self._int_tables = {k: _table(p) for k, p in self._int_prefixes.items()}
     self._prefixes = [float_entry_prefix(k) for k in self.float_keys]
     self._string_key_fields = [_field(_TAG_1, k.encode("utf-8")) for k in self.string_keys]
+    self._string_prefixes = [StringPrefixes(f) for f in self._string_key_fields]
     # Fixed layout of a row with every numeric feature present.
     features_len = sum(len(p) + 4 for p in self._prefixes)
     head = bytes([_TAG_1]) + varint(features_len)
@@ -316,10 +380,8 @@ class ExampleEncoder:
         block[:, :len(prefix)] = prefix
         block[:, len(prefix):] = floats[j].view(np.uint8).reshape(n, 4)
         body.add(block, np.where(np.isnan(values[j]), 0, len(prefix) + 4))
-    for key_field, (matrix, lengths, present) in zip(self._string_key_fields, strings):
-      prefixes, index = string_entry_prefixes(key_field, lengths)
-      table, widths = PrefixTable(prefixes).pick(index)
-      body.add(table, np.where(present, widths, 0))
+    for prefixes, (matrix, lengths, present) in zip(self._string_prefixes, strings):
+      body.add(*prefixes.pick(lengths, present))
       body.add(matrix, np.where(present, lengths, 0))
     data, ends = body.records()
     return EncodedBatch(sort_key, data, ends)

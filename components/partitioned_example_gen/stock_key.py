@@ -74,6 +74,22 @@ class StockKeyEncoder:
     self._key_fields = {name: _ld(0x0A, name.encode("utf-8")) for name in self.types}
     self._all_float = all(t == "float" for t in self.types.values())
     self._float_encoder = ExampleEncoder(tuple(self.types)) if self._all_float else None
+    # Per column, the map-entry prefixes a row picks from (built once, not per batch):
+    # string: by value length; float: (entry prefix, empty entry); int: [empty entry,
+    # prefix for a varint of 1..10 bytes].
+    self._prefixes = {}
+    for name, typ in self.types.items():
+      key_field = self._key_fields[name]
+      empty = _ld(0x0A, key_field + _ld(0x12, _EMPTY[typ]))
+      if typ == "string":
+        self._prefixes[name] = rows_lib.StringPrefixes(key_field, missing=empty)
+      elif typ == "float":  # The whole entry: prefix and float32 bytes, or the empty one.
+        prefix = rows_lib.float_entry_prefix(name)
+        self._prefixes[name] = (np.frombuffer(prefix, dtype=np.uint8),
+                                np.frombuffer(empty, dtype=np.uint8))
+      else:
+        self._prefixes[name] = rows_lib.PrefixTable(
+            [empty] + [rows_lib.int_entry_prefix(name, m) for m in range(1, 11)])
 
   def example_keys(self, numeric: Dict[str, np.ndarray],
                    strings: Dict[str, List[Optional[bytes]]], n: int) -> List[bytes]:
@@ -110,32 +126,28 @@ class StockKeyEncoder:
     string column's values are too long for the matrix (rows.string_bytes)."""
     body = rows_lib.Slots(n)
     for name, typ in self.types.items():
-      key_field = self._key_fields[name]
-      empty = _ld(0x0A, key_field + _ld(0x12, _EMPTY[typ]))
+      prefixes = self._prefixes[name]
       if typ == "string":
         laid_out = rows_lib.string_bytes(strings[name])
         if laid_out is None:
           return None
         matrix, lengths, present = laid_out
-        prefixes, index = rows_lib.string_entry_prefixes(key_field, lengths)
-        table = rows_lib.PrefixTable(prefixes + [empty])
-        head, widths = table.pick(np.where(present, index, len(prefixes)))
-        body.add(head, widths)
+        body.add(*prefixes.pick(lengths, present))
         body.add(matrix, np.where(present, lengths, 0))
         continue
       values = np.asarray(numeric[name], dtype=np.float64)
       present = ~np.isnan(values)
       if typ == "float":
-        head, widths = rows_lib.PrefixTable(
-            [rows_lib.float_entry_prefix(name), empty]).pick((~present).astype(np.int64))
-        body.add(head, widths)
-        body.add(values.astype("<f4").view(np.uint8).reshape(n, 4), present * 4)
+        prefix, empty = prefixes
+        block = np.empty((n, len(prefix) + 4), dtype=np.uint8)
+        block[:, :len(prefix)] = prefix
+        block[:, len(prefix):] = values.astype("<f4").view(np.uint8).reshape(n, 4)
+        if not present.all():
+          block[~present, :len(empty)] = empty
+        body.add(block, np.where(present, len(prefix) + 4, len(empty)))
       else:  # int: the prefix depends on the varint's length (1..10); 0 is the empty one.
         data, lengths = rows_lib.varints(np.where(present, values, 0).astype(np.int64))
-        head, widths = rows_lib.PrefixTable(
-            [empty] + [rows_lib.int_entry_prefix(name, m) for m in range(1, 11)]
-        ).pick(np.where(present, lengths, 0))
-        body.add(head, widths)
+        body.add(*prefixes.pick(np.where(present, lengths, 0)))
         body.add(data, np.where(present, lengths, 0))
     data, ends = body.records()
     starts = [0] + ends[:-1].tolist()

@@ -21,6 +21,7 @@ from absl import logging
 from tfx_parallel.components.distributed_trainer.run import checkpoint
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer.run import prestart
 from tfx_parallel.components.distributed_trainer.run.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
@@ -98,8 +99,11 @@ def launch(job: Job, layout: str, workers: int, device: Optional[str] = None,
     with open(job_path, "w") as f:
       json.dump(dataclasses.asdict(job), f)
     if layout != "multi_worker" or os.environ.get("TF_CONFIG"):
-      logging.info("Starting training process: %s", " ".join(_command(job_path)))
-      proc = subprocess.Popen(_command(job_path), env=dict(os.environ))
+      env = dict(os.environ)  # The process started early if it matches (prestart.py).
+      proc = prestart.take(_command(job_path), env)
+      if proc is None:
+        logging.info("Starting training process: %s", " ".join(_command(job_path)))
+        proc = subprocess.Popen(_command(job_path), env=env)
       try:
         _wait_all([proc], ["trainer"])
       finally:
