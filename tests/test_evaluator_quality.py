@@ -309,11 +309,13 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
                                        r"skip_missing_labels=true"):
     quality.evaluate(model_dir, examples.uri, "eval", "label", 8)
   # Who decides: the evaluator's config, else what the trainer did, else its default.
+  from tfx_parallel.components.common.run_history import RunHistory  # pylint: disable=g-import-not-at-top
   decide = executor.skip_missing_labels
-  assert decide(EvaluatorConfig(), {}) is task_contract.SKIP_MISSING_LABELS is False
-  assert decide(EvaluatorConfig(), {"skipped_examples": 10}) is True
-  assert decide(EvaluatorConfig(), {"skipped_examples": 0}) is False
-  assert decide(EvaluatorConfig(skip_missing_labels=False), {"skipped_examples": 10}) is False
-  assert decide(EvaluatorConfig(skip_missing_labels=True), {}) is True
+  assert decide(EvaluatorConfig(), RunHistory()) is task_contract.SKIP_MISSING_LABELS is False
+  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=10)) is True
+  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=0)) is False
+  assert decide(EvaluatorConfig(skip_missing_labels=False),
+                RunHistory(skipped_examples=10)) is False
+  assert decide(EvaluatorConfig(skip_missing_labels=True), RunHistory()) is True
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   assert TrainerConfig().skip_missing_labels is task_contract.SKIP_MISSING_LABELS
