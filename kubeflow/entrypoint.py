@@ -32,6 +32,14 @@ adapting what the open-source KFP v2 driver and launcher hand over
   in the args only so that the driver's cache fingerprint, which covers image, command
   and args but not resources or env (``driver/cache.go`` ``getFingerPrint``), changes
   with them; it is logged and otherwise unused.
+* **Model ids in a blessing.** A ModelBlessing records ``current_model_id`` (and
+  ``baseline_model_id``): the Model's ML Metadata id. In the pod TFX knows only a hash of
+  the artifact's KFP name as its id (tensorflow/tfx v1.16.0 ``kubeflow_v2_entrypoint_utils
+  .py``:68-76 ``_get_hashed_id``) and maps it back only for the stock Evaluator
+  (``kubeflow_v2_run_executor.py``:142-147 ``refactor_model_blessing``), so our evaluator
+  would record a sha256 near 1e18. The id is set again from the input artifact whose URI
+  the blessing names (``current_model``): its KFP name, which is its ML Metadata id
+  (``backend/src/v2/metadata/converter.go``:187 ``toRuntimeArtifact``), as a number.
 * **Metadata values the launcher cannot record** (``null``: ``StructValueToMLMDValue``
   rejects it) are left out of the executor output.
 * **Exit.** The process ends with ``os._exit`` once the executor output is written: the
@@ -161,15 +169,43 @@ def _remote_value(value: Any, paths: Mapping[str, str]) -> Any:
   return value
 
 
+# A ModelBlessing's {URI property: id property} (tfx/components/evaluator/constants.py).
+_MODEL_ID_PROPERTIES = (("current_model", "current_model_id"),
+                        ("baseline_model", "baseline_model_id"))
+
+
+def input_ids(executor_input: Mapping[str, Any]) -> Dict[str, Any]:
+  """{remote URI: ML Metadata id} of the input artifacts: the KFP name, a number on
+  open-source KFP (an id); kept as the name where it is not one (Vertex AI)."""
+  result = {}
+  for artifacts in executor_input.get("inputs", {}).get("artifacts", {}).values():
+    for artifact in artifacts.get("artifacts", []):
+      name = artifact.get("name", "")
+      if artifact.get("uri") and name:
+        result[artifact["uri"]] = int(name) if name.isdigit() else name
+  return result
+
+
+def _model_ids(metadata: Dict[str, Any], ids: Mapping[str, Any]) -> None:
+  """Sets a blessing's model id properties from the inputs the URI properties name."""
+  for uri_key, id_key in _MODEL_ID_PROPERTIES:
+    if id_key in metadata and metadata.get(uri_key) in ids:
+      metadata[id_key] = ids[metadata[uri_key]]
+
+
 def restore(executor_output: Dict[str, Any], remote: Mapping[str, List[str]],
-            paths: Mapping[str, str] = None) -> Dict[str, Any]:
-  """The executor output with remote URIs again and without null metadata values.
+            paths: Mapping[str, str] = None,
+            ids: Mapping[str, Any] = None) -> Dict[str, Any]:
+  """The executor output with remote URIs again, ML Metadata ids for model ids, and
+  without null metadata values.
 
   Args:
     executor_output: ExecutorOutput JSON as TFX's entry point wrote it.
     remote: {output key: the original URIs}, from :func:`adapt`.
     paths: {local path: remote URI} (:func:`local_to_remote`), for metadata values
       that name an artifact's files, e.g. a blessing's ``current_model``.
+    ids: {remote URI: ML Metadata id} of the inputs (:func:`input_ids`), for a
+      blessing's ``current_model_id`` and ``baseline_model_id``.
   """
   restored = copy.deepcopy(executor_output)
   for key, artifacts in restored.get("artifacts", {}).items():
@@ -185,6 +221,7 @@ def restore(executor_output: Dict[str, Any], remote: Mapping[str, List[str]],
           del metadata[name]
         else:
           metadata[name] = _remote_value(metadata[name], paths or {})
+      _model_ids(metadata, ids or {})
   return restored
 
 
@@ -224,7 +261,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     executor_output = json.loads(f.read())
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
-                               local_to_remote(executor_input, mount_root)),
+                               local_to_remote(executor_input, mount_root),
+                               input_ids(executor_input)),
                        indent=2, sort_keys=True, allow_nan=False))  # protojson rejects NaN.
   logging.info("Executor output written to %s", output_file)
 

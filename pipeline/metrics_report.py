@@ -3,7 +3,12 @@
 Reads the SQLite store with the plain ``ml_metadata`` API. Every ``ConvergenceMetrics``
 artifact is linked (attribution) to the contexts TFX 1.16 creates: a ``pipeline`` context
 (named after the pipeline) and one ``pipeline_run`` context per run (named by the run
-id). A run that hit the cache is linked to the artifact of the earlier run: ``--json``
+id). A store written by Kubeflow Pipelines v2 (a copy of the cluster's, or the tables
+read through this API) is read too: there the type is named by its schema title
+(``tfx_parallel.components.common.artifacts.ConvergenceMetrics``), the contexts are
+``system.Pipeline`` and ``system.PipelineRun`` (kubeflow/pipelines
+``backend/src/v2/metadata/client.go``:54-55, 1209), and the properties are decoded as
+the launcher recorded them (properties.read_properties). A run that hit the cache is linked to the artifact of the earlier run: ``--json``
 lists it with ``cached`` true; the table folds it into the run it reused ("+1 cached"),
 so the table has one row per run that trained. When an artifact has no attribution,
 the contexts of the execution that output it are used instead. The layout column says
@@ -41,6 +46,12 @@ from tfx_parallel.pipeline import summary
 METRICS_TYPE = "ConvergenceMetrics"
 PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "pipeline_run"
+# The same on Kubeflow Pipelines v2: the type's schema title (its import path, written by
+# kubeflow/artifact_types.retitle; a test checks it), and the driver's context types.
+KFP_METRICS_TYPE = "tfx_parallel.components.common.artifacts.ConvergenceMetrics"
+METRICS_TYPES = (METRICS_TYPE, KFP_METRICS_TYPE)
+PIPELINE_CONTEXTS = (PIPELINE_CONTEXT, "system.Pipeline")
+RUN_CONTEXTS = (RUN_CONTEXT, "system.PipelineRun")
 
 # (header, property, format) of the table; the pipeline, run and layout columns come
 # first, then the state, the task's quality columns, the trivial predictor's loss on the
@@ -110,9 +121,14 @@ def _contexts_of(store, artifact_id: int) -> List[metadata_store_pb2.Context]:
   return out
 
 
+_TF_SCHEMES = ("gs://",)  # Remote files TensorFlow reads without extra plugins.
+
+
 def read_artifact_json(uri: str, name: str) -> Optional[Any]:
   """Parses the JSON file ``name`` in the artifact directory ``uri``; None if absent."""
   path = os.path.join(uri, name)
+  if "://" in path and not path.startswith(_TF_SCHEMES):
+    return None  # minio:// or s3:// (a KFP root): precise_values in ML Metadata suffices.
   if "://" in path:  # Remote (gs://...): TFX's filesystem layer; local reads need no TF.
     from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
     if not fileio.exists(path):
@@ -137,10 +153,12 @@ def _exact_properties(uri: str, properties: Dict[str, Any]) -> Dict[str, Any]:
 def find_runs(store, pipeline_name: Optional[str] = None,
               last: Optional[int] = None) -> List[RunMetrics]:
   """Runs with ConvergenceMetrics, oldest first; optionally one pipeline's, the last N."""
-  try:
-    artifacts = store.get_artifacts_by_type(METRICS_TYPE)
-  except mlmd_errors.NotFoundError:
-    return []
+  artifacts = []
+  for type_name in METRICS_TYPES:
+    try:
+      artifacts += store.get_artifacts_by_type(type_name)
+    except mlmd_errors.NotFoundError:
+      pass
   type_names = {t.id: t.name for t in store.get_context_types()}
   rows = []
   for artifact in artifacts:
@@ -148,11 +166,12 @@ def find_runs(store, pipeline_name: Optional[str] = None,
     by_type: Dict[str, List[metadata_store_pb2.Context]] = {}
     for context in contexts:
       by_type.setdefault(type_names.get(context.type_id, ""), []).append(context)
-    pipelines = [c.name for c in by_type.get(PIPELINE_CONTEXT, [])]
+    pipelines = [c.name for name in PIPELINE_CONTEXTS for c in by_type.get(name, [])]
     pipeline = pipelines[0] if pipelines else ""
     if pipeline_name and pipeline != pipeline_name:
       continue
-    runs = sorted(by_type.get(RUN_CONTEXT, []), key=lambda c: (c.create_time_since_epoch, c.id))
+    runs = sorted((c for name in RUN_CONTEXTS for c in by_type.get(name, [])),
+                  key=lambda c: (c.create_time_since_epoch, c.id))
     properties = _exact_properties(artifact.uri, P.read_properties(artifact.custom_properties))
     for index, run in enumerate(runs or [None]):
       rows.append(RunMetrics(

@@ -51,6 +51,19 @@ driver's cache key (``driver/cache.go``:87-129 ``getFingerPrint``,
 whose fingerprint is in :attr:`Launcher.cache` is not run, its recorded outputs are
 reused.
 
+ML Metadata is a real ``ml_metadata`` store (SQLite) written as the KFP metadata client
+writes the cluster's (:class:`KfpMetadata`, ``backend/src/v2/metadata/client.go`` and
+``converter.go``): artifact types named by schema title (``tfx.Examples``,
+``tfx_parallel.components.common.artifacts.ConvergenceMetrics``), every metadata key a
+custom property, every number a double, lists and structs wrapped, contexts
+``system.Pipeline`` / ``system.PipelineRun``. Doubles keep 6 decimals there as on the
+cluster's server: both are ml-metadata's ``QueryConfigExecutor::Bind(double)``
+(google/ml-metadata ``ml_metadata/metadata_store/query_config_executor.cc``,
+``std::to_string``, i.e. ``%f``). The driver reads input artifacts back from that store.
+A task whose ``cachingOptions.enableCache`` is false is never looked up in the cache
+(``driver/cache.go``:133 at master, ``driver/driver.go``:1648 at 2.1.0). PVC names are
+part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
+
 Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
 container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
 downloaded for it. The bucket is a directory of files keyed by object name.
@@ -69,7 +82,10 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from google.protobuf import json_format
+from google.protobuf import struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
 
 # LocalPathForURI, launcher_v2.go.
 _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
@@ -148,18 +164,149 @@ def resolve_parameters(task_name: str, task: Mapping[str, Any],
   return values
 
 
-def to_mlmd_value(key: str, value: Any) -> Any:
-  """``StructValueToMLMDValue``: what ML Metadata keeps of a metadata value."""
+def to_mlmd_value(key: str, value: Any) -> metadata_store_pb2.Value:
+  """``StructValueToMLMDValue`` (``metadata/converter.go``:138-171): a string stays a
+  string, every number becomes a double, a bool an int, a list ``{"list": [...]}`` and a
+  struct ``{"struct": {...}}`` (struct values); null is rejected."""
+  result = metadata_store_pb2.Value()
   if value is None:
     raise LauncherError(f"metadata {key!r}: unknown/unsupported value type "
                         "*structpb.Value_NullValue")
   if isinstance(value, bool):
-    return int(value)
-  if isinstance(value, list):
-    return {"list": value}
-  if isinstance(value, dict):
-    return {"struct": value}
-  return value
+    result.int_value = int(value)
+  elif isinstance(value, (int, float)):
+    result.double_value = float(value)
+  elif isinstance(value, str):
+    result.string_value = value
+  elif isinstance(value, list):
+    json_format.ParseDict({"list": value}, result.struct_value)
+  elif isinstance(value, dict):
+    json_format.ParseDict({"struct": value}, result.struct_value)
+  else:
+    raise LauncherError(f"metadata {key!r}: unknown/unsupported value type "
+                        f"{type(value).__name__}")
+  return result
+
+
+def to_metadata_value(value: metadata_store_pb2.Value) -> Any:
+  """``toRuntimeArtifact``'s ``propertiesToMetadata`` (``converter.go``:194-212): the JSON
+  value a downstream ExecutorInput gets (ints as numbers, structs as they are stored)."""
+  kind = value.WhichOneof("value")
+  if kind == "string_value":
+    return value.string_value
+  if kind == "double_value":
+    return value.double_value
+  if kind == "int_value":
+    return float(value.int_value)
+  if kind == "struct_value":
+    return json_format.MessageToDict(value.struct_value)
+  raise LauncherError(f"unknown property type in MLMD artifact: {kind}")
+
+
+def schema_title(artifact_type: Mapping[str, Any]) -> str:
+  """``SchemaToArtifactType`` (``client.go``:1199-1211 at master): the type's name is the
+  schema title (``schemaTitle``, else the ``title`` of the instance schema YAML)."""
+  if artifact_type.get("schemaTitle"):
+    return artifact_type["schemaTitle"]
+  import yaml  # pylint: disable=g-import-not-at-top
+  title = (yaml.safe_load(artifact_type.get("instanceSchema") or "") or {}).get("title")
+  if not title:
+    raise LauncherError("No title specified")  # glog.Fatal in the launcher.
+  return title
+
+
+class KfpMetadata:
+  """An ML Metadata store written the way the KFP v2 driver and launcher write the
+  cluster's (kubeflow/pipelines ``backend/src/v2/metadata/client.go`` at master 7b70c7b;
+  the same at 2.1.0 apart from line numbers), in a real ``ml_metadata`` SQLite store."""
+
+  PIPELINE = "system.Pipeline"  # client.go:54
+  PIPELINE_RUN = "system.PipelineRun"  # client.go:55
+  CONTAINER_EXECUTION = "system.ContainerExecution"  # client.go:96
+
+  def __init__(self, path: str):
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = path
+    config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+    self.path = path
+    self.store = metadata_store.MetadataStore(config)
+
+  def _type_id(self, put, message_cls, name: str) -> int:
+    return put(message_cls(name=name))  # Schemaless types (client.go:100-115).
+
+  def _context(self, type_name: str, name: str, properties: Mapping[str, str]) -> int:
+    """``getOrInsertContext`` (client.go:1390)."""
+    type_id = self._type_id(self.store.put_context_type, metadata_store_pb2.ContextType,
+                            type_name)
+    found = self.store.get_context_by_type_and_name(type_name, name)
+    if found is not None:
+      return found.id
+    context = metadata_store_pb2.Context(type_id=type_id, name=name)
+    for key, value in properties.items():
+      context.custom_properties[key].string_value = value
+    return self.store.put_contexts([context])[0]
+
+  def pipeline(self, pipeline_name: str, run_id: str, pipeline_root: str) -> List[int]:
+    """``GetPipeline`` (client.go:410-470): [pipeline context, run context], the run a
+    child of the pipeline."""
+    pipeline_id = self._context(self.PIPELINE, pipeline_name, {})
+    run_id_ = self._context(self.PIPELINE_RUN, run_id, {
+        "namespace": "kubeflow", "resource_name": f"{pipeline_name}-{run_id}",
+        "pipeline_root": f"{pipeline_root.rstrip('/')}/{pipeline_name}/{run_id}",
+        "store_session_info": MINIO_SESSION_INFO})
+    if not self.store.get_parent_contexts_by_context(run_id_):
+      self.store.put_parent_contexts([metadata_store_pb2.ParentContext(
+          child_id=run_id_, parent_id=pipeline_id)])
+    return [pipeline_id, run_id_]
+
+  def record_artifact(self, output_name: str, artifact_type: Mapping[str, Any],
+                      uri: str, metadata: Mapping[str, Any]) -> int:
+    """``RecordArtifact`` (client.go:1214-1260): ``toMLMDArtifact`` (converter.go:110-136,
+    every metadata key a custom property), the type named by schema title, and
+    ``display_name`` / ``store_session_info`` unless the executor set them."""
+    type_id = self._type_id(self.store.put_artifact_type, metadata_store_pb2.ArtifactType,
+                            schema_title(artifact_type))
+    artifact = metadata_store_pb2.Artifact(type_id=type_id, uri=uri,
+                                           state=metadata_store_pb2.Artifact.LIVE)
+    for key, value in metadata.items():
+      if key != "_kfp_workspace":  # converter.go:124
+        artifact.custom_properties[key].CopyFrom(to_mlmd_value(key, value))
+    if "display_name" not in artifact.custom_properties:
+      artifact.custom_properties["display_name"].string_value = output_name
+    if "store_session_info" not in artifact.custom_properties:
+      artifact.custom_properties["store_session_info"].string_value = MINIO_SESSION_INFO
+    return self.store.put_artifacts([artifact])[0]
+
+  def publish_execution(self, task_name: str, contexts: Sequence[int],
+                        outputs: Mapping[str, int], cached: bool = False) -> int:
+    """``CreateExecution`` + ``PublishExecution`` (client.go:558-610): a
+    ``system.ContainerExecution`` with an OUTPUT event (path: the output key) per
+    artifact, put with the pipeline's contexts (ML Metadata then attributes the
+    artifacts to them, a cached task's too)."""
+    type_id = self._type_id(self.store.put_execution_type, metadata_store_pb2.ExecutionType,
+                            self.CONTAINER_EXECUTION)
+    state = (metadata_store_pb2.Execution.CACHED if cached
+             else metadata_store_pb2.Execution.COMPLETE)
+    execution = metadata_store_pb2.Execution(type_id=type_id, last_known_state=state)
+    execution.custom_properties["task_name"].string_value = task_name
+    pairs = []
+    for name, artifact_id in sorted(outputs.items()):
+      event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT,
+                                       artifact_id=artifact_id)
+      event.path.steps.add().key = name
+      pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    contexts_ = self.store.get_contexts_by_id(list(contexts))
+    execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
+                                                  reuse_context_if_already_exist=True)
+    return execution_id
+
+  def runtime_artifact(self, artifact_id: int) -> Dict[str, Any]:
+    """``toRuntimeArtifact`` (converter.go:181-221): name = the id, uri, and every
+    property and custom property as metadata."""
+    artifact = self.store.get_artifacts_by_id([artifact_id])[0]
+    metadata = {k: to_metadata_value(v) for k, v in artifact.properties.items()}
+    metadata.update({k: to_metadata_value(v) for k, v in artifact.custom_properties.items()})
+    return {"name": str(artifact.id), "uri": artifact.uri, "metadata": metadata}
 
 
 def _reject_constant(name: str):
@@ -229,11 +376,13 @@ class Launcher:
   def __init__(self, package: Mapping[str, Any], workdir: str, pipeline_root: str,
                run_id: str = "run-1", timeout: int = 900, publish_logs: bool = True,
                output_file: str = "task_root",
-               platform_spec: Optional[Mapping[str, Any]] = None):
+               platform_spec: Optional[Mapping[str, Any]] = None,
+               pvc_cache_key: bool = True):
     if output_file not in OUTPUT_FILES:
       raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
     self.publish_logs = publish_logs
     self.output_file = output_file
+    self.pvc_cache_key = pvc_cache_key  # 2.15.0 and later (commit 1b3decdc81).
     self.k8s = ((platform_spec or {}).get("platforms", {}).get("kubernetes", {})
                 .get("deploymentSpec", {}).get("executors", {}))
     self.cache: Dict[str, Dict[str, Dict[str, Any]]] = {}  # fingerprint -> recorded outputs
@@ -241,12 +390,29 @@ class Launcher:
     self.cached_tasks: List[str] = []
     self.spec = package
     self.workdir = workdir
+    self.pipeline_root = pipeline_root
+    self.run_id = run_id
     self.root = f"{pipeline_root.rstrip('/')}/{package['pipelineInfo']['name']}/{run_id}"
     self.bucket = os.path.join(workdir, "object-store")
     self.timeout = timeout
-    self.mlmd: Dict[str, Dict[str, Dict[str, Any]]] = {}  # task -> key -> artifact
+    # task -> key -> {"id", "uri", "type", "custom_properties"}: what the store holds,
+    # custom properties as toRuntimeArtifact hands them downstream.
+    self.mlmd: Dict[str, Dict[str, Dict[str, Any]]] = {}
     self.executor_inputs: Dict[str, Dict[str, Any]] = {}
-    self._next_id = 1
+    self._metadata: Optional[KfpMetadata] = None
+
+  @property
+  def metadata(self) -> "KfpMetadata":
+    """The run's ML Metadata (``<workdir>/mlmd.sqlite``), opened on first use."""
+    if self._metadata is None:
+      os.makedirs(self.workdir, exist_ok=True)
+      self._metadata = KfpMetadata(os.path.join(self.workdir, "mlmd.sqlite"))
+    return self._metadata
+
+  def new_run(self, run_id: str) -> None:
+    """Starts another run of the same package (same store, same cache)."""
+    self.run_id = run_id
+    self.root = f"{self.pipeline_root.rstrip('/')}/{self.spec['pipelineInfo']['name']}/{run_id}"
 
   # The object store: files keyed by their path below the scheme.
   def _object_dir(self, uri: str) -> str:
@@ -286,10 +452,11 @@ class Launcher:
                             f"inputs are resolved in this test, got {sorted(spec)}")
       producer = spec["taskOutputArtifact"]["producerTask"]
       recorded = self.mlmd[producer][spec["taskOutputArtifact"]["outputArtifactKey"]]
-      artifacts[key] = {"artifacts": [{  # toRuntimeArtifact + OutputArtifact.Schema == "".
-          "name": str(recorded["id"]), "uri": recorded["uri"],
-          "metadata": copy.deepcopy(recorded["custom_properties"]),
-          "type": {"instanceSchema": ""}}]}
+      artifact = (self.metadata.runtime_artifact(recorded["id"]) if self._metadata is not None
+                  else {"name": str(recorded["id"]), "uri": recorded["uri"],
+                        "metadata": copy.deepcopy(recorded["custom_properties"])})
+      artifact["type"] = {"instanceSchema": ""}  # OutputArtifact.Schema is never filled.
+      artifacts[key] = {"artifacts": [artifact]}
     return artifacts
 
   def executor_input(self, task_name: str) -> Dict[str, Any]:
@@ -335,11 +502,18 @@ class Launcher:
         "container"]
     executor_input = self.executor_input(task_name)
     self.executor_inputs[task_name] = executor_input
-    key_of_task = fingerprint(executor_input, container,
-                              self.pvc_names(component["executorLabel"]))
+    key_of_task = fingerprint(
+        executor_input, container,
+        self.pvc_names(component["executorLabel"]) if self.pvc_cache_key else ())
     self.fingerprints[task_name] = key_of_task
-    if key_of_task in self.cache:  # driver/container.go: a hit reuses the recorded outputs.
+    caching = bool(task.get("cachingOptions", {}).get("enableCache"))
+    contexts = self.metadata.pipeline(self.spec["pipelineInfo"]["name"], self.run_id,
+                                      self.pipeline_root)
+    if caching and key_of_task in self.cache:  # A hit reuses the recorded outputs.
       self.mlmd[task_name] = copy.deepcopy(self.cache[key_of_task])
+      self.metadata.publish_execution(
+          task_name, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
+          cached=True)
       self.cached_tasks.append(task_name)
       return {}
     if self.publish_logs:  # launcher_v2.go:538-597, retry index 0.
@@ -396,14 +570,15 @@ class Launcher:
         artifact.setdefault("metadata", {}).update(produced[0].get("metadata", {}))
       local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
       self.upload(local, artifact["uri"])
-      properties = {k: to_mlmd_value(k, v) for k, v in artifact.get("metadata", {}).items()}
-      properties.setdefault("display_name", key)  # metadata/client.go:1234-1249.
-      properties.setdefault("store_session_info", MINIO_SESSION_INFO)
+      artifact_id = self.metadata.record_artifact(key, artifact["type"], artifact["uri"],
+                                                  artifact.get("metadata", {}))
       self.mlmd[task_name][key] = {
-          "id": self._next_id, "uri": artifact["uri"], "type": artifact["type"],
-          "custom_properties": properties}
-      self._next_id += 1
-    self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
+          "id": artifact_id, "uri": artifact["uri"], "type": artifact["type"],
+          "custom_properties": self.metadata.runtime_artifact(artifact_id)["metadata"]}
+    self.metadata.publish_execution(task_name, contexts,
+                                    {k: a["id"] for k, a in self.mlmd[task_name].items()})
+    if caching:  # launcher_v2.go: a cache entry only for a task with a fingerprint.
+      self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output
 
   def run(self) -> List[str]:

@@ -24,7 +24,7 @@ STRING_FEATURE_KEYS = "string_feature_keys"  # JSON list of the string ones amon
 LABEL_KEY = "label_key"              # str.
 SOURCE = "source"                    # "synthetic" | "taxi" | the CSV glob.
 TRUE_WEIGHTS = "true_weights"        # JSON list (synthetic only).
-TRUE_BIAS = "true_bias"              # float (synthetic only).
+TRUE_BIAS = "true_bias"              # str: the float, exact (synthetic only).
 # Column types of CSV sources (not set for synthetic, whose columns are all float). The
 # trainer reads numeric features from FEATURE_KEYS; these say what else is there.
 COLUMN_TYPES = "column_types"        # JSON {column: "float" | "int" | "string"}, header

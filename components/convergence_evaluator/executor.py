@@ -13,6 +13,7 @@ from tfx.utils import io_utils
 from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import custom_properties
 from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import run_history
@@ -143,7 +144,7 @@ def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
   if config.label_key:
     return config.label_key
   if examples.has_custom_property(keys.LABEL_KEY):
-    return examples.get_string_custom_property(keys.LABEL_KEY)
+    return str(custom_properties.value(examples, keys.LABEL_KEY))
   if history.label_key:
     return str(history.label_key)
   raise config_util.ConfigError(
@@ -171,12 +172,13 @@ def non_negative_loss(history: run_history.RunHistory) -> bool:
 
 
 def read_true_parameters(examples: types.Artifact):
-  """(true_weights list or None, true_bias float or None) of synthetic Examples."""
-  weights = bias = None
+  """(true_weights list or None, true_bias float or None) of synthetic Examples; a bias
+  of 0 is 0.0, locally and on Kubeflow (custom_properties.py)."""
+  weights = None
   if examples.has_custom_property(keys.TRUE_WEIGHTS):
-    weights = json.loads(examples.get_string_custom_property(keys.TRUE_WEIGHTS))
-  if examples.has_custom_property(keys.TRUE_BIAS):
-    bias = float(examples.get_custom_property(keys.TRUE_BIAS))
+    weights = json.loads(custom_properties.value(examples, keys.TRUE_WEIGHTS))
+  bias = custom_properties.number(examples, keys.TRUE_BIAS,
+                                  f"Examples artifact at {examples.uri}")
   return weights, bias
 
 

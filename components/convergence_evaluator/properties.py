@@ -228,18 +228,36 @@ def precise_values(scalars: Mapping[str, Scalar]) -> Dict[str, Union[float, str]
           if isinstance(value, float)}
 
 
+def _unwrapped(struct):
+  """A struct value as written locally: the KFP launcher records a struct metadata value
+  ``v`` as ``{"struct": v}`` (kubeflow/pipelines ``backend/src/v2/metadata/converter.go``
+  :160-166 ``StructValueToMLMDValue``)."""
+  if set(struct.fields) == {"struct"} and struct.fields["struct"].WhichOneof(
+      "kind") == "struct_value":
+    return struct.fields["struct"].struct_value
+  return struct
+
+
 def read_properties(custom_properties: Mapping[str, Any]) -> Dict[str, Scalar]:
   """Python values of an ML Metadata artifact's ``custom_properties`` map (``Value``
   protos), with the full-precision ``precise_values`` overlaid on the rounded doubles.
 
-  Works on an artifact written before ``precise_values`` existed (doubles as stored).
+  Works on an artifact written before ``precise_values`` existed (doubles as stored), and
+  on one the Kubeflow Pipelines launcher recorded: ``precise_values`` wrapped in
+  ``{"struct": ...}``, and every number a double (converter.go:149-150), so a double
+  that is not a float property (not in ``precise_values``) and is whole is an int again.
   """
   out = {name: decode(value) for name, value in custom_properties.items()
          if name != PRECISE_VALUES}
   if PRECISE_VALUES in custom_properties:
     struct = custom_properties[PRECISE_VALUES]
     if struct.WhichOneof("value") == "struct_value":
-      for name, value in struct.struct_value.fields.items():
+      fields = _unwrapped(struct.struct_value).fields
+      for name, value in out.items():
+        if (name not in fields and isinstance(value, float) and math.isfinite(value)
+            and value == int(value)):
+          out[name] = int(value)
+      for name, value in fields.items():
         kind = value.WhichOneof("kind")
         if kind == "number_value":
           out[name] = value.number_value

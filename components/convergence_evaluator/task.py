@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfx_parallel.components.common import custom_properties
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.task_contract import write_properties  # noqa: F401  (re-export)
 
@@ -47,22 +48,25 @@ class TaskInfo:
 
 
 def read_properties(artifact) -> Dict[str, Any]:
-  """The contract properties an artifact has: a subset of task, num_classes, label_vocabulary."""
+  """The contract properties an artifact has: a subset of task, num_classes,
+  label_vocabulary (read as set, locally and on Kubeflow: custom_properties.py)."""
   out: Dict[str, Any] = {}
   if artifact is None:
     return out
   where = f"{artifact.type_name} artifact at {artifact.uri}"
   if artifact.has_custom_property(keys.TASK):
-    out[keys.TASK] = str(artifact.get_custom_property(keys.TASK))
+    out[keys.TASK] = str(custom_properties.value(artifact, keys.TASK))
   if artifact.has_custom_property(keys.NUM_CLASSES):
-    value = artifact.get_custom_property(keys.NUM_CLASSES)
-    try:
+    value = custom_properties.value(artifact, keys.NUM_CLASSES)
+    try:  # A float on Kubeflow (every number is a double there); whole numbers only.
+      if float(value) != int(value):
+        raise ValueError(value)
       out[keys.NUM_CLASSES] = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
       raise ValueError(f"{where}: custom property {keys.NUM_CLASSES!r} must be an "
                        f"integer. Received: {value!r}") from None
   if artifact.has_custom_property(keys.LABEL_VOCABULARY):
-    value = artifact.get_custom_property(keys.LABEL_VOCABULARY)
+    value = custom_properties.value(artifact, keys.LABEL_VOCABULARY)
     try:
       vocabulary = json.loads(value) if isinstance(value, str) else value
       vocabulary = list(vocabulary)

@@ -56,7 +56,8 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
     examples.set_string_custom_property(keys.TRUE_WEIGHTS,
                                         json.dumps([float(w) for w in true_weights]))
   if true_bias is not None:
-    examples.set_float_custom_property(keys.TRUE_BIAS, float(true_bias))
+    # As text: ML Metadata keeps 6 decimals of a double (a bias of 3e-7 would read 0).
+    examples.set_string_custom_property(keys.TRUE_BIAS, repr(float(true_bias)))
   if column_types is not None:
     examples.set_string_custom_property(keys.COLUMN_TYPES, column_types)
   if type_inference is not None:

@@ -34,6 +34,7 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tfx_parallel.components.common import custom_properties
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.common.splits import artifact_split_files
@@ -238,7 +239,8 @@ def transform_features(transform_graph_uri: str, label_key: str) -> Dict[str, st
 
 
 def _hint(examples, name: str):
-  return examples.get_custom_property(name) if examples.has_custom_property(name) else None
+  """The Examples' custom property as set (0 and "" too, on Kubeflow as locally)."""
+  return custom_properties.value(examples, name)
 
 
 def describe(examples, train_split: str = "train", eval_split: str = "eval",
