@@ -45,9 +45,10 @@ TITLES = {"examples": "title: tfx.Examples\ntype: object\n",
                       "type: object\n")}
 
 
-def _recorded(store, key, artifact, uri, executor_input=None):
+def record_through_kfp(store, key, artifact, uri, instance_schema, executor_input=None):
   """Steps 2-3: the ExecutorOutput TFX's entry point writes for `artifact` (an output
-  `key` at `uri`), restored by ours, parsed as the launcher does and recorded; the id."""
+  `key` at `uri`), restored by ours, parsed as the launcher does and recorded in `store`
+  (a KfpMetadata) with the type `instance_schema`; returns the artifact's id."""
   name_from_id = {}
   output = tfx_kfp.translate_executor_output({key: [artifact]}, name_from_id)
   text = json_format.MessageToJson(pipeline_spec_pb2.ExecutorOutput(artifacts=output))
@@ -55,8 +56,12 @@ def _recorded(store, key, artifact, uri, executor_input=None):
                                 entrypoint.input_ids(executor_input or {}))
   parsed = parse_executor_output(json.dumps(restored, allow_nan=False), "output_metadata.json")
   produced = parsed["artifacts"][key]["artifacts"][0]
-  return store.record_artifact(key, {"instanceSchema": TITLES[key]}, produced["uri"],
+  return store.record_artifact(key, {"instanceSchema": instance_schema}, produced["uri"],
                                produced.get("metadata", {}))
+
+
+def _recorded(store, key, artifact, uri, executor_input=None):
+  return record_through_kfp(store, key, artifact, uri, TITLES[key], executor_input)
 
 
 def _executor_input(store, ids):

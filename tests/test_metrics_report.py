@@ -149,6 +149,105 @@ def test_regression_and_classification_runs_each_show_their_tasks_columns(tmp_pa
   assert lines[6].split()[-3:] == ["0", "training", "diverged"]
 
 
+# --- A store written the way Kubeflow Pipelines v2 writes the cluster's. ----------------
+
+KFP_TITLE = f"title: {metrics_report.KFP_METRICS_TYPE}\ntype: object\n"
+KFP_SCALARS = {P.LAYOUT: "mirrored", P.MESH_SHAPE: "", P.REPLICAS: 2, P.STEPS_TO_TARGET: 0,
+               P.EXAMPLES_PER_SEC: 12345.678901, P.BLESSED: 1, P.BLESSING_MESSAGE: "",
+               P.CONVERGENCE_STATE: "converged", P.TASK: "regression", P.NUM_CLASSES: 1,
+               P.FINAL_LOSS: 3.2e-9, P.EVAL_MSE: 0.0123456789, P.EVAL_R2: 0.0,
+               P.TRIVIAL_LOSS: 1.5, P.EVAL_LOSS_CHANGE: math.nan, P.STOPPED_EARLY: False,
+               P.PARAM_COUNT: 16385}
+
+
+def test_kfp_type_name_is_the_compiled_schema_title():
+  """kubeflow/artifact_types.retitle writes the class's import path as the title."""
+  cls = artifacts.ConvergenceMetrics
+  assert metrics_report.KFP_METRICS_TYPE == f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _kfp_store(path):
+  """Two KFP runs of one pipeline, the second served from the cache, recorded by the
+  launcher stand-in's KfpMetadata (client.go / converter.go) from what TFX's entry point
+  writes for a ConvergenceMetrics artifact set by our own properties.set_properties."""
+  from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
+  from test_kubeflow_records import record_through_kfp  # pylint: disable=g-import-not-at-top
+  store = KfpMetadata(path)
+  root = "minio://mlpipeline/v2/artifacts"
+  contexts = store.pipeline("tfx-parallel", "9b1d-run-1", root)
+  metrics = artifacts.ConvergenceMetrics()
+  metrics.uri = f"{root}/tfx-parallel/9b1d-run-1/ConvergenceEvaluator/s/metrics"
+  P.set_properties(metrics, KFP_SCALARS)
+  metrics_id = record_through_kfp(store, "metrics", metrics, metrics.uri, KFP_TITLE)
+  store.publish_execution("ConvergenceEvaluator", contexts, {"metrics": metrics_id})
+  cached = store.pipeline("tfx-parallel", "9b1d-run-2", root)
+  store.publish_execution("ConvergenceEvaluator", cached, {"metrics": metrics_id}, cached=True)
+  return store
+
+
+def test_metrics_read_a_store_written_the_way_kfp_writes_it(tmp_path, capsys):
+  store = _kfp_store(str(tmp_path / "metadata.sqlite"))
+  [stored] = store.store.get_artifacts_by_type(metrics_report.KFP_METRICS_TYPE)
+  assert stored.custom_properties[P.BLESSED].WhichOneof("value") == "double_value"
+  assert stored.custom_properties[P.FINAL_LOSS].double_value == 0.0  # 6 decimals.
+  assert set(stored.custom_properties[P.PRECISE_VALUES].struct_value.fields) == {"struct"}
+
+  rows = metrics_report.find_runs(store.store)
+  assert [(r.pipeline, r.run, r.cached) for r in rows] == [
+      ("tfx-parallel", "9b1d-run-1", False), ("tfx-parallel", "9b1d-run-2", True)]
+  properties = rows[0].properties
+  expected = {k: (int(v) if isinstance(v, bool) else v) for k, v in KFP_SCALARS.items()}
+  assert math.isnan(properties[P.EVAL_LOSS_CHANGE])
+  del expected[P.EVAL_LOSS_CHANGE]
+  assert {k: properties[k] for k in expected} == expected
+  assert all(type(properties[k]) is type(v) for k, v in expected.items()), properties
+
+  assert metrics_report.main(["--home", str(tmp_path)]) == 0
+  table = capsys.readouterr().out.splitlines()
+  assert table[1].split()[:9] == ["tfx-parallel", "9b1d-run-1", "(+1", "cached)", "mirrored",
+                                  "x2", "2", "converged", "0"], table
+  assert "12,346" in table[1] and " 1 " in table[1] and "1.0" not in table[1]
+
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+RECIPE_MARKER = "<!-- ML Metadata recipe: run by tests/test_metrics_report.py -->"
+
+
+def _readme_recipe():
+  import re  # pylint: disable=g-import-not-at-top
+  with open(README, encoding="utf-8") as f:
+    text = f.read()
+  assert RECIPE_MARKER in text, f"README.md lost its marker {RECIPE_MARKER!r}"
+  match = re.match(r"\s*```python\n(.*?)\n```", text.split(RECIPE_MARKER, 1)[1], re.S)
+  assert match, "no ```python block right after the marker"
+  return match.group(1)
+
+
+@pytest.mark.parametrize("written_by", ["local", "kfp"])
+def test_the_readme_recipe_reads_local_and_kfp_stores(tmp_path, monkeypatch, capsys,
+                                                      written_by):
+  """The README's plain-ml_metadata recipe, run as written from a directory holding
+  runs/metadata.sqlite: a local store (TFX's type names, typed values) and one written
+  as KFP writes it."""
+  path = tmp_path / "runs" / "metadata.sqlite"
+  path.parent.mkdir()
+  if written_by == "kfp":
+    _kfp_store(str(path))
+  else:
+    local = artifacts.ConvergenceMetrics()
+    local.uri = "/nowhere"
+    P.set_properties(local, KFP_SCALARS)
+    store = _store(str(path.parent))
+    [stored] = store.get_artifacts_by_id([_add_run(store, "tfx-parallel", "run-1", {})])
+    for name, value in local.mlmd_artifact.custom_properties.items():  # As TFX sets them.
+      stored.custom_properties[name].CopyFrom(value)
+    store.put_artifacts([stored])
+  monkeypatch.chdir(tmp_path)
+  exec(compile(_readme_recipe(), "README.md", "exec"), {})  # pylint: disable=exec-used
+  lines = capsys.readouterr().out.splitlines()
+  assert lines == ["regression mirrored 2 converged 0 3.2e-09 0.0123456789"], lines
+
+
 def test_missing_store_and_empty_store(tmp_path, capsys):
   assert metrics_report.main(["--home", str(tmp_path / "nothing")]) == 1
   assert "No ML Metadata store" in capsys.readouterr().err
