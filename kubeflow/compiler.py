@@ -38,7 +38,8 @@ def compile_package(config: config_lib.KubeflowConfig,
   from tfx_parallel.kubeflow import package  # pylint: disable=g-import-not-at-top  # TFX: slow
   result = package.build(config, pipeline)
   if target == "vertex":
-    result = package.Package(pipeline_spec=result.pipeline_spec, platform_spec={})
+    result = package.Package(pipeline_spec=result.pipeline_spec, platform_spec={},
+                             uncached=result.uncached)
   return result
 
 
@@ -79,4 +80,6 @@ def run(args: argparse.Namespace) -> int:
         f"({len(executors)} components, pipeline root "
         f"{result.pipeline_spec['defaultPipelineRoot']}). Upload it in the KFP UI or with "
         f"kfp.Client().upload_pipeline({args.output!r}).")
+  for task, reason in sorted(result.uncached.items()):
+    print(f"{task}: {reason} (docs/KUBEFLOW.md, \"Caching\").")
   return 0

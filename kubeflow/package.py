@@ -20,7 +20,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_component
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.kubeflow import artifact_types, platform_spec, resources
+from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
@@ -32,9 +32,11 @@ ENTRYPOINT_COMMAND = ("python", "-m", "tfx_parallel.kubeflow.entrypoint")
 
 @dataclasses.dataclass(frozen=True)
 class Package:
-  """A compiled pipeline: the bare PipelineSpec and the Kubernetes PlatformSpec."""
+  """A compiled pipeline: the bare PipelineSpec and the Kubernetes PlatformSpec, and
+  {task: why KFP's cache is off for it} (kubeflow/cache.py)."""
   pipeline_spec: Dict[str, Any]
   platform_spec: Dict[str, Any]
+  uncached: Dict[str, str] = dataclasses.field(default_factory=dict)
 
   def documents(self) -> List[Dict[str, Any]]:
     return [self.pipeline_spec] + ([self.platform_spec] if self.platform_spec else [])
@@ -144,5 +146,8 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     _inputs_spec_arg(executors[label]["container"], component.get("inputDefinitions", {}))
     _complete_executor(executors[label]["container"], placement, beam_args[task_id])
     placements[label] = placement
+  uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}
+  cache.switch_off(spec, uncached)
   check_open_source(spec)
-  return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements))
+  return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements),
+                 uncached=uncached)

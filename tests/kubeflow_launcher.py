@@ -519,7 +519,7 @@ class Launcher:
     if self.publish_logs:  # launcher_v2.go:538-597, retry index 0.
       logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
       logs["uri"] += "-0"
-    pod = os.path.join(self.workdir, "pods", task_name)  # Stands for the pod's "/".
+    pod = os.path.join(self.workdir, "pods", self.run_id, task_name)  # The pod's "/".
     os.makedirs(os.path.join(pod, "home"))
     for artifacts in executor_input["inputs"]["artifacts"].values():
       for artifact in artifacts["artifacts"]:

@@ -374,3 +374,69 @@ def test_placement_flag_is_consumed_not_passed_to_beam():
       "--executor_class_path", "x.Y", "--json_serialized_invocation_args", "{}",
       "--placement", '{"accelerator": null}', "--runner=DirectRunner"])
   assert args.placement == '{"accelerator": null}' and beam_args == ["--runner=DirectRunner"]
+
+
+# --- No stale Examples from the cache (kubeflow/cache.py). ------------------------------
+
+def _csv_config(pattern):
+  data = _small_config()
+  data["pipeline"]["example_gen"] = {"source": pattern, "label": "y"}
+  return data
+
+
+def _write_csv(path, rows):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text("x,y\n" + "".join(f"{i},{2 * i + 1}\n" for i in range(rows)))
+
+
+def test_a_csv_ingest_is_never_cached_and_compile_says_why(tmp_path, capsys):
+  """The file ExampleGen's task has KFP caching off, the others keep it; the fingerprint
+  the driver would look up does not change with the file (why it must be off)."""
+  csv = tmp_path / "data" / "train.csv"
+  _write_csv(csv, 5)
+  data = _csv_config(str(tmp_path / "data" / "*.csv"))
+  package = compile_mapping(data)
+  tasks = package.pipeline_spec["root"]["dag"]["tasks"]
+  assert {name: task["cachingOptions"].get("enableCache", False)
+          for name, task in tasks.items()} == {"PartitionedExampleGen": False,
+                                               "DistributedTrainer": True,
+                                               "ConvergenceEvaluator": True}
+  assert list(package.uncached) == ["PartitionedExampleGen"]
+  before = _fingerprints(data)["PartitionedExampleGen"]
+  _write_csv(csv, 7)  # Same path, other rows.
+  assert _fingerprints(data)["PartitionedExampleGen"] == before
+  # Synthetic rows are a function of the config: cached as before.
+  assert all(task["cachingOptions"]["enableCache"] for task in
+             compile_mapping(_small_config()).pipeline_spec["root"]["dag"]["tasks"].values())
+
+  import argparse  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  config_path = tmp_path / "kubeflow.yaml"
+  config_path.write_text(yaml.safe_dump(data))
+  assert compiler.run(argparse.Namespace(config=str(config_path), output=str(tmp_path / "p.yaml"),
+                                         target="kfp")) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[1:] == ["PartitionedExampleGen: reads input files, and the KFP cache key does "
+                       "not cover them (a changed file at the same path would be served "
+                       'stale): caching off for this step (docs/KUBEFLOW.md, "Caching").'], lines
+
+
+@pytest.mark.slow
+def test_a_changed_csv_at_the_same_path_gives_new_examples_on_kfp(tmp_path):
+  """The compiled ingest runs twice through the launcher stand-in with the file changed
+  in between: the second run is not served from the cache and counts the new rows."""
+  csv = tmp_path / "data" / "train.csv"
+  _write_csv(csv, 40)
+  package = compile_mapping(_csv_config(str(tmp_path / "data" / "*.csv"))).pipeline_spec
+  launcher = Launcher(package, str(tmp_path / "kfp"), PIPELINE_ROOT, publish_logs=False)
+  counts, fingerprints = [], []
+  for run, rows in (("run-1", 40), ("run-2", 60)):
+    _write_csv(csv, rows)
+    launcher.new_run(run)
+    launcher.run_task("PartitionedExampleGen")
+    fingerprints.append(launcher.fingerprints["PartitionedExampleGen"])
+    examples = launcher.mlmd["PartitionedExampleGen"]["examples"]
+    counts.append(sum(json.loads(examples["custom_properties"]["row_counts"]).values()))
+  assert launcher.cached_tasks == [] and counts == [40, 60]
+  assert fingerprints[0] == fingerprints[1]  # With caching on, the lookup would have hit.
