@@ -198,11 +198,12 @@ def test_tasks_run_after_their_producers(package):
 
 # --- The driver's cache. ---------------------------------------------------------------
 
-def _fingerprints(data):
-  """{task: the driver's fingerprint} for config `data`, upstream outputs given fixed ids."""
+def _fingerprints(data, pvc_cache_key=True):
+  """{task: the driver's fingerprint} for config `data`, upstream outputs given fixed ids
+  (`pvc_cache_key`: backend 2.15.0 or later)."""
   package = compile_mapping(data)
   launcher = Launcher(package.pipeline_spec, "/nonexistent", PIPELINE_ROOT,
-                      platform_spec=package.platform_spec)
+                      platform_spec=package.platform_spec, pvc_cache_key=pvc_cache_key)
   tasks = package.pipeline_spec["root"]["dag"]["tasks"]
   result = {}
   for i, name in enumerate(topological_order(tasks)):
@@ -211,7 +212,8 @@ def _fingerprints(data):
     container = package.pipeline_spec["deploymentSpec"]["executors"][
         component["executorLabel"]]["container"]
     result[name] = fingerprint(launcher.executor_input(name), container,
-                               launcher.pvc_names(component["executorLabel"]))
+                               launcher.pvc_names(component["executorLabel"])
+                               if pvc_cache_key else ())
     launcher.mlmd[name] = {key: {"id": 10 * i + j, "uri": f"minio://b/{name}/{key}",
                                  "custom_properties": {}}
                            for j, key in enumerate(sorted(component["outputDefinitions"]["artifacts"]))}
@@ -262,6 +264,19 @@ def test_cache_fingerprint_changes_with_image_config_gpus_and_env(path, value, r
   node[path[-1]] = value
   before, after = _fingerprints(base), _fingerprints(changed)
   assert {task for task in before if before[task] != after[task]} == rerun
+
+
+def test_pvc_names_enter_the_cache_key_only_from_2_15():
+  """driver/cache.go getFingerPrint takes the PVC names from 2.15.0 (commit 1b3decdc81);
+  through 2.14.x another claim at the same path is served from the cache."""
+  base = _changed(("components", "DistributedTrainer", "pvc_mounts"),
+                  {"cuda-jit-cache": "/var/cache/cuda"})
+  other = _changed(("components", "DistributedTrainer", "pvc_mounts"),
+                   {"other-cache": "/var/cache/cuda"})
+  for pvc_cache_key, rerun in ((True, {"DistributedTrainer"}), (False, set())):
+    before = _fingerprints(base, pvc_cache_key)
+    after = _fingerprints(other, pvc_cache_key)
+    assert {task for task in before if before[task] != after[task]} == rerun, pvc_cache_key
 
 
 def test_fingerprint_covers_the_drivers_fields_only():
