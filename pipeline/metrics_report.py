@@ -17,8 +17,11 @@ beside it. Property values come from the artifact's
 ``metrics.json`` when it is readable (ML Metadata keeps only 6 decimals of a double; see
 properties.py), else from ML Metadata.
 
-    tfx-parallel metrics [--home runs] [--pipeline-name NAME] [--last N] [--json]
-                         [--plot loss.png]
+    tfx-parallel metrics [--home runs | --grpc HOST:PORT] [--pipeline-name NAME]
+                         [--last N] [--json] [--plot loss.png]
+
+``--grpc`` reads a Kubeflow cluster's ML Metadata through its gRPC service, e.g. after
+``kubectl -n kubeflow port-forward svc/metadata-grpc-service 8080:8080``.
 
 ``--plot`` draws one curve per run, named "<pipeline> <layout>", against step and
 against wall-clock seconds since training started (time to target).
@@ -33,6 +36,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ml_metadata import errors as mlmd_errors
+from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import readable
@@ -291,6 +295,10 @@ def add_arguments(parser: argparse.ArgumentParser):
   """Adds the ``metrics`` subcommand's flags to ``parser``."""
   parser.add_argument("--home", default=config_lib.DEFAULT_HOME,
                       help="directory holding metadata.sqlite (default: %(default)s)")
+  parser.add_argument("--grpc", default=None, metavar="HOST:PORT",
+                      help="read a Kubeflow cluster's ML Metadata through its gRPC service "
+                           "instead (kubectl -n kubeflow port-forward "
+                           "svc/metadata-grpc-service 8080:8080, then --grpc localhost:8080)")
   parser.add_argument("--pipeline-name", default=None,
                       help="only runs of this pipeline")
   parser.add_argument("--last", type=int, default=None, metavar="N",
@@ -307,11 +315,27 @@ def run(args: argparse.Namespace) -> int:
     print(f"--last must be >= 1. Received: {args.last}", file=sys.stderr)
     return 2
   metadata_path = os.path.join(args.home, config_lib.METADATA_FILE)
-  try:
-    store = summary.open_store(metadata_path)
-  except FileNotFoundError as e:
-    print(str(e), file=sys.stderr)
-    return 1
+  if args.grpc:
+    host, _, port = args.grpc.rpartition(":")
+    if not host or not port.isdigit():
+      print(f"--grpc must be HOST:PORT, e.g. localhost:8080. Received: {args.grpc!r}",
+            file=sys.stderr)
+      return 2
+    metadata_path = f"ML Metadata at {args.grpc}"
+    try:
+      store = metadata_store.MetadataStore(metadata_store_pb2.MetadataStoreClientConfig(
+          host=host, port=int(port)))
+      store.get_artifact_types()
+    except mlmd_errors.UnavailableError as e:
+      print(f"Cannot reach {metadata_path} (is `kubectl -n kubeflow port-forward "
+            f"svc/metadata-grpc-service {port}:8080` running?): {e}", file=sys.stderr)
+      return 1
+  else:
+    try:
+      store = summary.open_store(metadata_path)
+    except FileNotFoundError as e:
+      print(str(e), file=sys.stderr)
+      return 1
   rows = find_runs(store, args.pipeline_name, args.last)
   if args.json:
     print(json.dumps([r.to_json() for r in rows], indent=1, allow_nan=False))

@@ -248,6 +248,14 @@ def test_the_readme_recipe_reads_local_and_kfp_stores(tmp_path, monkeypatch, cap
   assert lines == ["regression mirrored 2 converged 0 3.2e-09 0.0123456789"], lines
 
 
+def test_grpc_address_is_checked_and_an_unreachable_one_named(capsys):
+  assert metrics_report.main(["--grpc", "localhost"]) == 2
+  assert "--grpc must be HOST:PORT, e.g. localhost:8080. Received: 'localhost'" in \
+      capsys.readouterr().err
+  assert metrics_report.main(["--grpc", "127.0.0.1:9"]) == 1  # Nothing listens there.
+  assert "Cannot reach ML Metadata at 127.0.0.1:9" in capsys.readouterr().err
+
+
 def test_missing_store_and_empty_store(tmp_path, capsys):
   assert metrics_report.main(["--home", str(tmp_path / "nothing")]) == 1
   assert "No ML Metadata store" in capsys.readouterr().err
