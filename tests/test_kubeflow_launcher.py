@@ -369,6 +369,15 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   blessing = recorded[("ConvergenceEvaluator", "blessing")]
   assert int(blessing["custom_properties"]["blessed"]) == 1
   assert blessing["custom_properties"]["current_model"] == model["uri"]
+  assert blessing["custom_properties"]["current_model_id"] == model["id"]  # Not a hash.
+  # The run's ML Metadata, as the cluster's holds it, read by `tfx-parallel metrics`.
+  from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
+  [row] = metrics_report.find_runs(launcher.metadata.store)
+  assert (row.pipeline, row.run, row.metrics_id) == ("tfx-parallel-fixture", "run-1",
+                                                     recorded[("ConvergenceEvaluator",
+                                                               "metrics")]["id"])
+  assert row.properties["convergence_state"] == "converged"
+  assert row.properties["blessed"] == 1 and isinstance(row.properties["replicas"], int)
   assert os.path.isfile(os.path.join(launcher.object_path(blessing["uri"]), "BLESSED"))
 
   for task in order:  # The launcher's log artifact, recorded beside TFX's outputs.
