@@ -117,6 +117,14 @@ def test_restore_puts_back_remote_uris_in_artifacts_and_metadata():
   blessing = restored["artifacts"]["blessing"]["artifacts"][0]
   assert blessing["uri"] == "minio://b/run/Eval/s/blessing"
   assert blessing["metadata"] == {"current_model": "minio://b/run/Train/s/model", "blessed": 1}
+  # The model id TFX knows in the pod is a hash of the KFP name; the input's id replaces it.
+  output["artifacts"]["blessing"]["artifacts"][0]["metadata"]["current_model_id"] = 7.3e18
+  executor_input = {"inputs": {"artifacts": {"model": {"artifacts": [
+      {"name": "42", "uri": "minio://b/run/Train/s/model"}]}}}}
+  assert entrypoint.input_ids(executor_input) == {"minio://b/run/Train/s/model": 42}
+  restored = entrypoint.restore(output, {"blessing": ["minio://b/run/Eval/s/blessing"]},
+                                local_to_remote, entrypoint.input_ids(executor_input))
+  assert restored["artifacts"]["blessing"]["artifacts"][0]["metadata"]["current_model_id"] == 42
 
 
 def test_executor_output_is_parsed_as_strictly_as_protojson(tmp_path):
