@@ -82,7 +82,6 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from google.protobuf import json_format
-from google.protobuf import struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -282,7 +281,8 @@ class KfpMetadata:
     """``CreateExecution`` + ``PublishExecution`` (client.go:558-610): a
     ``system.ContainerExecution`` with an OUTPUT event (path: the output key) per
     artifact, put with the pipeline's contexts (ML Metadata then attributes the
-    artifacts to them, a cached task's too)."""
+    artifacts to them). A cache hit is published CACHED with the earlier outputs
+    (``driver/container.go``:234 at master)."""
     type_id = self._type_id(self.store.put_execution_type, metadata_store_pb2.ExecutionType,
                             self.CONTAINER_EXECUTION)
     state = (metadata_store_pb2.Execution.CACHED if cached
