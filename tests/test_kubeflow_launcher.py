@@ -206,10 +206,10 @@ def test_tasks_run_after_their_producers(package):
 
 # --- The driver's cache. ---------------------------------------------------------------
 
-def _fingerprints(data, pvc_cache_key=True):
-  """{task: the driver's fingerprint} for config `data`, upstream outputs given fixed ids
-  (`pvc_cache_key`: backend 2.15.0 or later)."""
-  package = compile_mapping(data)
+def _fingerprints(data, pvc_cache_key=True, package=None):
+  """{task: the driver's fingerprint} for config `data` (or its compiled `package`),
+  upstream outputs given fixed ids (`pvc_cache_key`: backend 2.15.0 or later)."""
+  package = package or compile_mapping(data)
   launcher = Launcher(package.pipeline_spec, "/nonexistent", PIPELINE_ROOT,
                       platform_spec=package.platform_spec, pvc_cache_key=pvc_cache_key)
   tasks = package.pipeline_spec["root"]["dag"]["tasks"]
@@ -421,37 +421,39 @@ def _write_csv(path, rows):
   path.write_text("x,y\n" + "".join(f"{i},{2 * i + 1}\n" for i in range(rows)))
 
 
-def test_a_csv_ingest_is_never_cached_and_compile_says_why(tmp_path, capsys):
-  """The file ExampleGen's task has KFP caching off, the others keep it; the fingerprint
-  the driver would look up does not change with the file (why it must be off)."""
-  csv = tmp_path / "data" / "train.csv"
-  _write_csv(csv, 5)
-  data = _csv_config(str(tmp_path / "data" / "*.csv"))
-  package = compile_mapping(data)
-  tasks = package.pipeline_spec["root"]["dag"]["tasks"]
-  assert {name: task["cachingOptions"].get("enableCache", False)
-          for name, task in tasks.items()} == {"PartitionedExampleGen": False,
-                                               "DistributedTrainer": True,
-                                               "ConvergenceEvaluator": True}
-  assert list(package.uncached) == ["PartitionedExampleGen"]
-  before = _fingerprints(data)["PartitionedExampleGen"]
-  _write_csv(csv, 7)  # Same path, other rows.
-  assert _fingerprints(data)["PartitionedExampleGen"] == before
-  # Synthetic rows are a function of the config: cached as before.
-  assert all(task["cachingOptions"]["enableCache"] for task in
-             compile_mapping(_small_config()).pipeline_spec["root"]["dag"]["tasks"].values())
-
+def test_a_csv_ingest_is_never_cached_and_compile_says_why(tmp_path, capsys, package):
+  """`tfx-parallel compile` turns KFP caching off for the file ExampleGen's task (the
+  others keep it) and says why; the fingerprint the driver would look up does not change
+  with the file, which is why it must be off."""
   import argparse  # pylint: disable=g-import-not-at-top
   import yaml  # pylint: disable=g-import-not-at-top
   from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.kubeflow.package import Package  # pylint: disable=g-import-not-at-top
+  csv = tmp_path / "data" / "train.csv"
+  _write_csv(csv, 5)
   config_path = tmp_path / "kubeflow.yaml"
-  config_path.write_text(yaml.safe_dump(data))
-  assert compiler.run(argparse.Namespace(config=str(config_path), output=str(tmp_path / "p.yaml"),
+  config_path.write_text(yaml.safe_dump(_csv_config(str(tmp_path / "data" / "*.csv"))))
+  output = tmp_path / "pipeline.yaml"
+  assert compiler.run(argparse.Namespace(config=str(config_path), output=str(output),
                                          target="kfp")) == 0
   lines = capsys.readouterr().out.splitlines()
   assert lines[1:] == ["PartitionedExampleGen: reads input files, and the KFP cache key does "
                        "not cover them (a changed file at the same path would be served "
                        'stale): caching off for this step (docs/KUBEFLOW.md, "Caching").'], lines
+  documents = list(yaml.safe_load_all(output.read_text()))
+  compiled = Package(pipeline_spec=documents[0],
+                     platform_spec=documents[1] if len(documents) > 1 else {})
+  tasks = compiled.pipeline_spec["root"]["dag"]["tasks"]
+  assert {name: task["cachingOptions"].get("enableCache", False)
+          for name, task in tasks.items()} == {"PartitionedExampleGen": False,
+                                               "DistributedTrainer": True,
+                                               "ConvergenceEvaluator": True}
+  before = _fingerprints(None, package=compiled)["PartitionedExampleGen"]
+  _write_csv(csv, 7)  # Same path, other rows.
+  assert _fingerprints(None, package=compiled)["PartitionedExampleGen"] == before
+  # Synthetic rows are a function of the config: cached as before.
+  assert all(task["cachingOptions"]["enableCache"]
+             for task in package["root"]["dag"]["tasks"].values())
 
 
 @pytest.mark.slow
