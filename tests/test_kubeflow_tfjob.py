@@ -5,6 +5,7 @@ fake API server with the training operator's (v1.9.0) reconcile rules and a kube
 behind it, in a thread (conditions in the operator's order, pod phases, an Istio
 sidecar as a second container, 400 for a log read without container=).
 """
+import datetime
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
+from fake_kube import CreateRefused, Exit, FakeCluster, PullFails, Run, Stuck, Unschedulable
 from tfx_parallel.components.distributed_trainer.run import tfjob
 from tfx_parallel.components.distributed_trainer.run.train import Job
 
@@ -345,7 +346,8 @@ def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path
                                                                          needle):
   with FakeCluster({"worker-0": [outcome]}) as cluster:
     with pytest.raises(RuntimeError) as e:
-      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0), seconds_per_poll=10)
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0,
+                                        unschedulable_grace_seconds=30.0), seconds_per_poll=10)
     name = cluster.deleted_jobs[0]
     polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
   message = str(e.value)
@@ -357,6 +359,131 @@ def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path
   if isinstance(outcome, Stuck):
     assert f'(no log: 400 Bad Request: container "tensorflow" in pod "{name}-worker-0" is ' \
         f'waiting to start: {outcome.reason})' in message
+
+
+def test_the_fake_kubelet_alternates_pull_failures_with_a_doubling_back_off():
+  """[images] in fake_kube: ErrImagePull at 10 s, 20 s, 40 s, 80 s, ... after the first,
+  ImagePullBackOff between, the gap capped at 300 s."""
+  with FakeCluster({"worker-0": [PullFails()]}) as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns", worker_replicas=1)))
+    reasons = []
+    for _ in range(160):  # 10 s a GET.
+      k8s.get("train-1", "ns")
+      pod = cluster.pods.get("train-1-worker-0")
+      state = pod and pod["status"]["containerStatuses"][0]["state"]
+      reasons.append((state or {}).get("waiting", {}).get("reason"))
+  pulls = [i * 10 for i, r in enumerate(reasons) if r == "ErrImagePull"]
+  gaps = [b - a for a, b in zip(pulls, pulls[1:])]
+  assert gaps[:5] == [10, 20, 40, 80, 160] and set(gaps[5:]) == {300}, gaps
+  assert "ImagePullBackOff" in reasons
+
+
+def test_an_image_that_cannot_be_pulled_fails_at_the_default_grace_across_the_alternation(
+    tmp_path):
+  """The kubelet's back-off reaches the default grace (300 s = MaxImageBackOff), so a
+  timer restarted at each change of reason never fired (kubeflow#41, item 4)."""
+  with FakeCluster({"worker-0": [PullFails()]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=300.0, timeout_seconds=3600.0))
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert f"pod {name}-worker-0 is stuck: " in message
+  assert "more than the 300 s grace period" in message and "Failed" in message
+  assert polls * 10 <= 300 + 3 * 10  # Timed from the first failed pull, not the last.
+
+
+def test_pod_watch_keeps_the_timer_across_reasons_of_one_group_and_drops_it_on_start():
+  def pod(reason=None, uid="u1"):
+    state = {"waiting": {"reason": reason, "message": "m"}} if reason else {"running": {}}
+    return {"metadata": {"name": "p", "uid": uid},
+            "status": {"containerStatuses": [{"name": "tensorflow", "state": state}]}}
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  assert watch.observe([pod("ErrImagePull")], 0) is None
+  assert watch.observe([pod("ImagePullBackOff")], 20) is None
+  assert "stuck: ErrImagePull" in watch.observe([pod("ErrImagePull")], 30)
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  watch.observe([pod("ErrImagePull")], 0)
+  watch.observe([pod()], 10)  # Started: the timer ends.
+  assert watch.observe([pod("ErrImagePull")], 35) is None
+  watch.observe([pod("ErrImagePull", uid="u2")], 36)  # A new pod: its own timer.
+  assert watch.observe([pod("ErrImagePull", uid="u2")], 60) is None
+
+
+def test_unschedulable_pods_get_the_autoscaler_grace_and_it_is_a_setting():
+  assert tfjob.UNSCHEDULABLE_GRACE_SECONDS == 1200.0  # 15 min provisioning + 5 min.
+  pod = {"metadata": {"name": "p", "uid": "u"}, "status": {"conditions": [
+      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}]}}
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30, unschedulable_grace_seconds=900)
+  assert watch.observe([pod], 0) is None and watch.observe([pod], 899) is None
+  assert "Unschedulable: m (for 900 s, more than the 900 s grace" in watch.observe([pod], 900)
+  settings = tfjob.settings_from_env({tfjob.ENV_IMAGE: "i", tfjob.ENV_PREFIX
+                                      + "UNSCHEDULABLE_GRACE_SECONDS": "600"}, "multi_worker", 2)
+  assert settings.unschedulable_grace_seconds == 600.0
+  assert tfjob.settings_from_env({tfjob.ENV_IMAGE: "i"}, "multi_worker", 2) \
+      .unschedulable_grace_seconds == 1200.0
+
+
+def test_a_pod_the_api_server_refuses_fails_the_step_within_the_grace(tmp_path):
+  """Under a ResourceQuota no pod appears and no condition changes: only the
+  operator's FailedCreatePod event says why [pod_control]."""
+  with FakeCluster({"worker-0": [CreateRefused()]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=60.0))
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert (f'the training operator cannot create a replica pod: FailedCreatePod: Error creating:'
+          f' pods "{name}-worker-0" is forbidden: exceeded quota: gpu-quota') in message
+  assert "more than the 60 s grace period" in message
+  assert polls * 10 <= 60 + 3 * 10
+
+
+def test_the_fake_correlates_events_like_client_go():
+  """[events]: the 10th distinct message of one reason is combined; a burst of 25 writes
+  about one object, then one per 300 s; events expire after 1 h."""
+  with FakeCluster() as cluster:
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"}}
+    for i in range(12):
+      cluster.record_event(job, "Normal", "ExitedWithCode", f"Pod: ns.j-worker-{i} exited with code 137")
+    messages = [e["message"] for e in cluster.events]
+    assert len(messages) == 10 and messages[-1] == (
+        "(combined from similar events): Pod: ns.j-worker-11 exited with code 137")
+    assert cluster.events[-1]["count"] == 3
+    for _ in range(20):
+      cluster.record_event(job, "Warning", "TFJobRestarting", "restarting")
+    assert next(e for e in cluster.events if e["reason"] == "TFJobRestarting")["count"] == 13
+    cluster.now += datetime.timedelta(seconds=3601)
+    assert cluster.route("GET", ["api", "v1", "namespaces", "ns", "events"], {}, None)[1][
+        "items"] == []
+
+
+@pytest.mark.parametrize("events", ["aggregated", "forbidden"])
+def test_the_cause_survives_aggregated_or_unreadable_events(tmp_path, events):
+  """Aggregated events still name the pod; with no events (a Role without `list
+  events`, or expired) the pods' own terminated states do."""
+  with FakeCluster({"worker-1": [Exit(1)]}) as cluster:
+    if events == "forbidden":
+      cluster.events_forbidden = True
+    else:
+      job = {"metadata": {"name": "other", "namespace": "ns", "uid": "u"}}
+      original = cluster.record_event
+      def record(job_, kind, reason, message):  # Nine other pods' exits came first.
+        if reason == "ExitedWithCode" and not cluster.events:
+          for i in range(9):
+            original(job_, kind, reason, f"Pod: ns.{job_['metadata']['name']}-old-{i} "
+                                         f"exited with code 1")
+        original(job_, kind, reason, message)
+      cluster.record_event = record
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+    if events == "aggregated":
+      assert any(ev["message"].startswith("(combined from similar events): ")
+                 for ev in cluster.events)
+  assert (f"Last failure: pod {name}-worker-1: container tensorflow exited with code 1 "
+          f"(permanent under restartPolicy ExitCode)") in str(e.value)
 
 
 @pytest.mark.parametrize("when", ["create", "wait"])

@@ -25,7 +25,10 @@ launcher runs, unchanged. Settings, all read and checked once by
     TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS  default 86400; also the TFJob's activeDeadlineSeconds
     TFX_PARALLEL_TFJOB_MAX_RESTARTS   job restarts allowed after retryable failures (3)
     TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS  how long a pod may be stuck (image pull,
-                                      unschedulable) before the step fails (300)
+                                      container config) or uncreated (FailedCreatePod)
+                                      before the step fails (300)
+    TFX_PARALLEL_TFJOB_UNSCHEDULABLE_GRACE_SECONDS  how long a pod may be Unschedulable
+                                      (1200: a cluster autoscaler's node provisioning)
     TFX_PARALLEL_TFJOB_TTL_SECONDS    ttlSecondsAfterFinished (600)
 
 What happens on failure (training-operator v1.9.0, cited per rule):
@@ -107,6 +110,25 @@ MAX_POLL_ERRORS = 5
 # Container waiting reasons that mean the pod will not start by itself soon.
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
+# One failure seen under reasons that alternate: the kubelet answers a failed pull with
+# ErrImagePull and then, while the pull backs off (10 s doubling to MaxImageBackOff =
+# 300 s: imageBackOffPeriod and MaxImageBackOff in kubernetes pkg/kubelet/kubelet.go,
+# doubled by flowcontrol.Backoff.Next), with ImagePullBackOff (EnsureImageExists,
+# pkg/kubelet/images/image_manager.go, commit 00a3928). A crashing container alternates
+# CrashLoopBackOff with its own terminated state the same way. The grace period is
+# timed from the first reason of a group, across the alternation.
+_REASON_GROUPS = {"ErrImagePull": "image pull", "ImagePullBackOff": "image pull",
+                  "InvalidImageName": "image pull"}
+# The operator's event when the API server refuses a replica pod (a ResourceQuota, an
+# admission webhook): FailedCreatePodReason, recorded on the TFJob with "Error creating:
+# <err>" (kubeflow/training-operator v1.9.0 pkg/controller.v1/control/pod_control.go:153).
+# No pod appears and no condition changes, so it is read from the events.
+FAILED_CREATE_POD = "FailedCreatePod"
+# Cluster autoscaler's --max-node-provision-time default (15 min: kubernetes/autoscaler
+# cluster-autoscaler/config/flags/flags.go; main.go before 1.30) plus 5 min for the new node to join and pull the image:
+# an Unschedulable pod on a cluster that scales GPU nodes up from zero is normal for
+# that long, so its grace is longer than the one for pods that cannot start.
+UNSCHEDULABLE_GRACE_SECONDS = 1200.0
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
 # tfjob_webhook.go:75).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -268,22 +290,42 @@ def describe_exit(code: int, reason: str = "") -> str:
 # pod in the same reconcile (pod.go:350-366), usually before a poll can see it.
 EXITED_WITH_CODE = "ExitedWithCode"
 _EXITED = re.compile(r"^Pod: (?P<namespace>[^.]+)\.(?P<pod>\S+) exited with code (?P<code>\d+)$")
+# After 10 distinct messages of one reason about one object in 600 s, client-go's
+# EventAggregator records the rest as one event whose message is this prefix and the
+# latest message (EventAggregatorByReasonMessageFunc, defaultAggregateMaxEvents,
+# staging/src/k8s.io/client-go/tools/record/events_cache.go, commit 00080d4).
+COMBINED_PREFIX = "(combined from similar events): "
+
+
+def _uncombined(message: str) -> str:
+  return message[len(COMBINED_PREFIX):] if message.startswith(COMBINED_PREFIX) else message
 
 
 class PodWatch:
   """What the executor has seen of a job's pods across polls, and when to give up.
 
   Pure: feed it the pods (the API's JSON, camelCase) and the time with :meth:`observe`,
-  and the job's events with :meth:`cause`. Restarts are counted as the most
-  incarnations (pod UIDs) any one replica has had, minus one: a lost peer restarts
-  every replica once, which is one job restart.
+  the job's events with :meth:`observe_events` and :meth:`cause`. Restarts are counted
+  as the most incarnations (pod UIDs) any one replica has had, minus one: a lost peer
+  restarts every replica once, which is one job restart.
+
+  A pod is stuck from the first poll that shows it waiting for a reason in
+  :data:`STUCK_REASONS` (or Unschedulable) until it starts, terminates or is replaced:
+  reasons of one group (an image pull's ErrImagePull / ImagePullBackOff) share one
+  timer, so the kubelet's alternation does not restart it. Unschedulable pods get
+  ``unschedulable_grace_seconds`` (a cluster autoscaler may be adding a node).
   """
 
-  def __init__(self, max_restarts: int, grace_seconds: float):
+  def __init__(self, max_restarts: int, grace_seconds: float,
+               unschedulable_grace_seconds: Optional[float] = None):
     self.max_restarts = max_restarts
     self.grace_seconds = grace_seconds
+    self.unschedulable_grace_seconds = (grace_seconds if unschedulable_grace_seconds is None
+                                        else unschedulable_grace_seconds)
     self._uids: Dict[str, List[str]] = {}
-    self._stuck_since: Dict[Tuple[str, str], float] = {}
+    # (pod, uid, reason group) -> (first seen, latest reason, latest message)
+    self._stuck: Dict[Tuple[str, str, str], Tuple[float, str, str]] = {}
+    self._create_failed: Dict[str, Tuple[float, str]] = {}  # message -> (first seen, text)
     self._reasons: Dict[Tuple[str, int], str] = {}  # (pod, exit code) -> kubelet reason
     self._seen: List[Tuple[str, int]] = []  # Failed exits seen on pods, in order.
 
@@ -292,8 +334,9 @@ class PodWatch:
     return max((len(uids) - 1 for uids in self._uids.values()), default=0)
 
   def observe(self, pods: Sequence[Mapping[str, Any]], now: float) -> Optional[str]:
-    """A message when a pod has been stuck past the grace period, else None."""
-    stuck_now = set()
+    """A message when a pod has been stuck past its grace period, else None."""
+    stuck_now: Dict[Tuple[str, str, str], Tuple[str, str]] = {}
+    waiting_pods = set()  # (pod, uid) still waiting to start: their timers go on.
     for pod in pods:
       meta, status = pod.get("metadata") or {}, pod.get("status") or {}
       name, uid = meta.get("name", "?"), meta.get("uid", "")
@@ -310,19 +353,49 @@ class PodWatch:
           self._reasons[key] = terminated.get("reason", "")
           if key not in self._seen:
             self._seen.append(key)
-        if waiting and waiting.get("reason") in STUCK_REASONS:
-          stuck_now.add((name, waiting["reason"], waiting.get("message", "")))
+        if waiting:
+          waiting_pods.add((name, uid))
+          reason = waiting.get("reason", "")
+          if reason in STUCK_REASONS:
+            group = _REASON_GROUPS.get(reason, reason)
+            stuck_now[(name, uid, group)] = (reason, waiting.get("message", ""))
       for condition in status.get("conditions") or []:
         if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
             and condition.get("reason") == "Unschedulable"):
-          stuck_now.add((name, "Unschedulable", condition.get("message", "")))
-    keys = {(name, reason) for name, reason, _ in stuck_now}
-    self._stuck_since = {k: t for k, t in self._stuck_since.items() if k in keys}
-    for name, reason, message in sorted(stuck_now):
-      since = self._stuck_since.setdefault((name, reason), now)
-      if now - since >= self.grace_seconds:
+          waiting_pods.add((name, uid))
+          stuck_now[(name, uid, "Unschedulable")] = ("Unschedulable",
+                                                     condition.get("message", ""))
+    # A timer ends when its pod starts, terminates or is gone; a pod still waiting keeps
+    # it through a poll that shows another reason of its group, or none.
+    self._stuck = {k: v for k, v in self._stuck.items() if k[:2] in waiting_pods}
+    for key, (reason, message) in stuck_now.items():
+      since = self._stuck.get(key, (now,))[0]
+      self._stuck[key] = (since, reason, message)
+    for (name, _, group), (since, reason, message) in sorted(self._stuck.items()):
+      grace = self.unschedulable_grace_seconds if group == "Unschedulable" \
+          else self.grace_seconds
+      if now - since >= grace:
         return (f"pod {name} is stuck: {reason}: {message} (for {now - since:g} s, "
-                f"more than the {self.grace_seconds:g} s grace period)")
+                f"more than the {grace:g} s grace period)")
+    return None
+
+  def observe_events(self, events: Sequence[Mapping[str, Any]], now: float,
+                     pods_missing: bool) -> Optional[str]:
+    """A message when the operator has failed to create a replica pod
+    (:data:`FAILED_CREATE_POD`) for longer than the grace period while a replica has no
+    pod, else None. Timed from the first poll that shows the event."""
+    if not pods_missing:
+      self._create_failed.clear()
+      return None
+    for event in events:
+      if event.get("reason") == FAILED_CREATE_POD:
+        message = _uncombined(event.get("message") or "")
+        self._create_failed.setdefault(message, (now, message))
+    for since, message in sorted(self._create_failed.values()):
+      if now - since >= self.grace_seconds:
+        return (f"the training operator cannot create a replica pod: {FAILED_CREATE_POD}: "
+                f"{message} (for {now - since:g} s, more than the {self.grace_seconds:g} s "
+                f"grace period; a ResourceQuota or an admission webhook refuses it)")
     return None
 
   @property
@@ -334,7 +407,7 @@ class PodWatch:
     a peer (else the latest exit), from the operator's events, else from the pods."""
     exits = []
     for event in events:
-      match = _EXITED.match(event.get("message") or "")
+      match = _EXITED.match(_uncombined(event.get("message") or ""))
       if event.get("reason") == EXITED_WITH_CODE and match and int(match["code"]) != 0:
         when = event.get("lastTimestamp") or event.get("eventTime") or ""
         exits.append((when, match["pod"], int(match["code"])))
@@ -418,6 +491,7 @@ class TFJobClient:
   def wait(self, name: str, namespace: str, timeout_seconds: float,
            poll_seconds: float = 10.0, max_restarts: int = 3,
            grace_seconds: float = 300.0,
+           unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS,
            clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep) -> TFJobResult:
     """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
@@ -426,7 +500,7 @@ class TFJobClient:
     from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
     import urllib3  # pylint: disable=g-import-not-at-top
     deadline = clock() + timeout_seconds
-    watch = PodWatch(max_restarts, grace_seconds)
+    watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds)
     errors = 0
     while True:
       try:
@@ -450,7 +524,14 @@ class TFJobClient:
         sleep(poll_seconds)
         continue
       state, message = job_state(job)
-      stuck = watch.observe(pods, clock())
+      now = clock()
+      stuck = watch.observe(pods, now)
+      if state is None and not stuck and len(pods) < _replica_count(job):
+        # A replica without a pod: the operator may be failing to create it, which
+        # only its events say (no pod, no condition).
+        stuck = watch.observe_events(self.events(name, namespace), now, pods_missing=True)
+      else:
+        watch.observe_events((), now, pods_missing=False)
       if state == FAILED:
         cause = watch.cause(self.events(name, namespace))
         if cause:
@@ -467,6 +548,11 @@ class TFJobClient:
         return TFJobResult(state=state, message=message, logs=self.logs(name, namespace),
                            restarts=watch.restarts)
       sleep(poll_seconds)
+
+
+def _replica_count(tfjob: Mapping[str, Any]) -> int:
+  specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
+  return sum(int(spec.get("replicas", 1)) for spec in specs.values())
 
 
 def _body(e) -> str:
@@ -501,6 +587,7 @@ class TFJobSettings:
   timeout_seconds: float = 86400.0
   max_restarts: int = 3
   pending_grace_seconds: float = 300.0
+  unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS
   ttl_seconds: int = 600
   owner: Optional[Tuple[str, str]] = None
 
@@ -511,7 +598,8 @@ _SETTINGS = {
     "CHIEF": "chief_replicas", "GPUS": "gpus_per_replica", "NODE_SELECTOR": "node_selector",
     "TOLERATIONS": "tolerations", "RESOURCES": "resources",
     "TIMEOUT_SECONDS": "timeout_seconds", "MAX_RESTARTS": "max_restarts",
-    "PENDING_GRACE_SECONDS": "pending_grace_seconds", "TTL_SECONDS": "ttl_seconds",
+    "PENDING_GRACE_SECONDS": "pending_grace_seconds",
+    "UNSCHEDULABLE_GRACE_SECONDS": "unschedulable_grace_seconds", "TTL_SECONDS": "ttl_seconds",
 }
 
 
@@ -648,6 +736,8 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
       timeout_seconds=read("TIMEOUT_SECONDS", seconds, 86400.0),
       max_restarts=read("MAX_RESTARTS", count(0), 3),
       pending_grace_seconds=read("PENDING_GRACE_SECONDS", seconds, 300.0),
+      unschedulable_grace_seconds=read("UNSCHEDULABLE_GRACE_SECONDS", seconds,
+                                       UNSCHEDULABLE_GRACE_SECONDS),
       ttl_seconds=read("TTL_SECONDS", count(1), 600),
       owner=owner)
 
@@ -727,7 +817,9 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
                    settings.gpus_per_replica, job_uri)
       result = client.wait(name, settings.namespace, settings.timeout_seconds,
                            poll_seconds=poll_seconds, max_restarts=settings.max_restarts,
-                           grace_seconds=settings.pending_grace_seconds, clock=clock)
+                           grace_seconds=settings.pending_grace_seconds,
+                           unschedulable_grace_seconds=settings.unschedulable_grace_seconds,
+                           clock=clock)
     except ExecutorTerminated as e:
       raise ExecutorTerminated(f"TFJob {settings.namespace}/{name}: the executor {e}; "
                                f"the TFJob is deleted. Job file: {job_uri}") from None
