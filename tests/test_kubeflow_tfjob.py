@@ -248,7 +248,7 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["tensorflow"] for q in logs)
   posted = cluster.requests[0][3]
-  assert posted["metadata"]["name"] == name and name.endswith("-1700000000")
+  assert posted["metadata"]["name"] == name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
   assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
@@ -486,6 +486,89 @@ def test_the_cause_survives_aggregated_or_unreadable_events(tmp_path, events):
           f"(permanent under restartPolicy ExitCode)") in str(e.value)
 
 
+def test_the_job_name_is_the_checkpoint_directory_s_so_a_retry_finds_it():
+  name = tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name == tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name != tfjob.job_name("gs://b/root/run-2/trainer/_checkpoints/abc")
+  tfjob.manifest(_spec(name=name))  # A DNS-1035 label.
+
+
+@pytest.mark.parametrize("earlier,how,creates", [
+    (None, "Submitted", 1), ("running", "Adopted", 1), ("failed", "Replaced", 2)])
+def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_path, earlier,
+                                                                         how, creates):
+  """A KFP retry (same checkpoint directory, so same job name) never runs a second job:
+  a running one is waited for, a failed one deleted and replaced."""
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+    if earlier:
+      k8s.create(tfjob.manifest(_spec(name=name, namespace="ns", worker_replicas=2)))
+      if earlier == "failed":
+        cluster.set_condition(cluster.jobs[name], "Failed", "TFJobFailed", "earlier attempt")
+    logged = []
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    original = absl_logging.info
+    absl_logging.info = lambda fmt, *args: logged.append(fmt % args)
+    try:
+      result = _run(cluster, tmp_path)
+    finally:
+      absl_logging.info = original
+  assert result.succeeded, result.message
+  assert any(line.startswith(f"{how} TFJob ns/{name}") for line in logged), logged
+  posts = [p for m, p, _, _ in cluster.requests if m == "POST"]
+  assert len(posts) == creates + (1 if earlier else 0)
+  assert len(cluster.deleted_jobs) == (2 if earlier == "failed" else 1)
+
+
+def test_the_executor_beats_and_the_replicas_watch(tmp_path):
+  """The replica env names the heartbeat; the executor writes it before the job exists
+  and then at most once a minute; a stale one stops the replica with a 1-127 code."""
+  spec = tfjob.spec_for(_settings(orphan_seconds=120.0), "j", "gs://b/_tfjobs/j.json")
+  assert spec.env[tfjob.ENV_HEARTBEAT] == "gs://b/_tfjobs/j.json.alive"
+  assert spec.env[tfjob.ENV_ORPHAN] == "120.0"
+  assert 1 <= tfjob.ORPHANED_EXIT_CODE <= 127  # Permanent: the job fails, pods stop.
+  writes, t = [], [0.0]
+  beat = tfjob.Heartbeat("u", lambda uri, text: writes.append(text), now=lambda: 1e9 + t[0],
+                         clock=lambda: t[0])
+  for t[0] in (0.0, 30.0, 59.0, 60.0, 100.0, 121.0):
+    beat.beat()
+  assert writes == [repr(1e9), repr(1e9 + 60), repr(1e9 + 121)]
+  value, t = ["a"], [0.0]
+  def read():
+    if value[0] is None:
+      raise OSError("store unavailable")
+    return value[0]
+  watch = tfjob.Watchdog(read, stale_seconds=600, clock=lambda: t[0])
+  assert watch.check() is None
+  t[0], value[0] = 500.0, "b"
+  assert watch.check() is None  # Changed: alive.
+  t[0], value[0] = 1000.0, None  # Unreadable counts as unchanged.
+  assert watch.check() is None
+  t[0] = 1100.0
+  assert "has not written its heartbeat for 600 s" in watch.check()
+  with FakeCluster() as cluster:
+    _run(cluster, tmp_path)
+  alive = tmp_path / "DistributedTrainer" / "_tfjobs"
+  assert [p.name for p in alive.iterdir() if p.name.endswith(".alive")]
+
+
+def test_a_replica_whose_executor_was_killed_stops_with_the_orphan_code(tmp_path):
+  """The replica's own watchdog thread, in a real process, with a heartbeat file that
+  stops changing (the executor was SIGKILLed): the process exits ORPHANED_EXIT_CODE."""
+  alive = tmp_path / "j.json.alive"
+  alive.write_text("1")
+  script = ("import sys, time\n"
+            "from tfx_parallel.components.distributed_trainer.run import tfjob\n"
+            "tfjob.start_watchdog({tfjob.ENV_HEARTBEAT: sys.argv[1], tfjob.ENV_ORPHAN: '2'},\n"
+            "                     tfjob.read_text, tfjob.stop_replica)\n"
+            "time.sleep(120)\n")
+  proc = subprocess.run([sys.executable, "-c", script, str(alive)], capture_output=True,
+                        text=True, timeout=110)
+  assert proc.returncode == tfjob.ORPHANED_EXIT_CODE, proc.stderr[-2000:]
+  assert "has not written its heartbeat" in proc.stderr
+
+
 @pytest.mark.parametrize("when", ["create", "wait"])
 def test_sigterm_deletes_the_tfjob(tmp_path, when):
   """A cancelled KFP run sends SIGTERM to the executor: the TFJob is deleted, also when
@@ -671,7 +754,7 @@ def _documented_manifests():
   for label, env in settings_by_label.items():
     settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
                                        "multi_worker", 2)
-    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c", 1.7e9),
+    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c"),
                                                "gs://b/_tfjobs/j.json"))
   return out
 

@@ -30,6 +30,8 @@ launcher runs, unchanged. Settings, all read and checked once by
     TFX_PARALLEL_TFJOB_UNSCHEDULABLE_GRACE_SECONDS  how long a pod may be Unschedulable
                                       (1200: a cluster autoscaler's node provisioning)
     TFX_PARALLEL_TFJOB_TTL_SECONDS    ttlSecondsAfterFinished (600)
+    TFX_PARALLEL_TFJOB_ORPHAN_SECONDS how long replicas train without the executor's
+                                      heartbeat before they stop (600)
 
 What happens on failure (training-operator v1.9.0, cited per rule):
 
@@ -49,8 +51,15 @@ What happens on failure (training-operator v1.9.0, cited per rule):
   job past ``TFX_PARALLEL_TFJOB_MAX_RESTARTS``, naming the last failure it saw.
 * No orphans: the TFJob has an ownerReference to the KFP pod when ``KFP_POD_NAME`` and
   ``KFP_POD_UID`` are set (the KFP v2 driver sets them through the downward API) and
-  the job is in the pod's namespace; ``activeDeadlineSeconds`` and
-  ``ttlSecondsAfterFinished`` bound it even if the executor is killed; SIGTERM deletes it.
+  the job is in the pod's namespace; SIGTERM deletes it. KFP keeps a finished step's
+  pod until the workflow's TTL (a day), so for an executor killed outright (SIGKILL,
+  OOM, node loss) the bound is the heartbeat: the executor writes ``<job file>.alive``
+  every HEARTBEAT_SECONDS and each replica stops (exit ORPHANED_EXIT_CODE, which fails
+  the job) once it has not changed for ``TFX_PARALLEL_TFJOB_ORPHAN_SECONDS`` (600);
+  ``activeDeadlineSeconds`` and ``ttlSecondsAfterFinished`` stay as the last bounds.
+  The job's name is the checkpoint directory's digest, so a KFP retry of the step
+  adopts the job of the attempt before (running or succeeded) or replaces a failed
+  one: never two jobs on one checkpoint directory.
 * Istio: the replica pods carry ``sidecar.istio.io/inject: "false"`` (as the operator's
   own SDK does, sdk/python/kubeflow/training/utils/utils.py:259): with a sidecar a pod
   never reaches ``Succeeded`` and the operator's success test needs that phase
@@ -129,6 +138,17 @@ FAILED_CREATE_POD = "FailedCreatePod"
 # an Unschedulable pod on a cluster that scales GPU nodes up from zero is normal for
 # that long, so its grace is longer than the one for pods that cannot start.
 UNSCHEDULABLE_GRACE_SECONDS = 1200.0
+# How often the executor proves it is alive to its replicas, and how long they wait
+# for a proof before stopping (TFX_PARALLEL_TFJOB_ORPHAN_SECONDS): an executor killed
+# with SIGKILL (OOM, node loss) cannot delete its TFJob, and KFP keeps the step's pod,
+# so the ownerReference frees nothing, until the workflow's TTL (a day by default).
+HEARTBEAT_SECONDS = 60.0
+ORPHAN_SECONDS = 600.0
+# The replicas' own variables (not TFX_PARALLEL_TFJOB_*: those are the executor's settings).
+ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_SECONDS"
+# Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
+# operator fails the job instead of restarting the pod (restartPolicy ExitCode).
+ORPHANED_EXIT_CODE = 3
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
 # tfjob_webhook.go:75).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -493,7 +513,8 @@ class TFJobClient:
            grace_seconds: float = 300.0,
            unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS,
            clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep) -> TFJobResult:
+           sleep: Callable[[float], None] = time.sleep,
+           heartbeat: Callable[[], None] = lambda: None) -> TFJobResult:
     """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
     grace period, too many restarts, or the timeout; never raises on the job's
     outcome. Returns the state, the message and the pods' logs."""
@@ -503,6 +524,7 @@ class TFJobClient:
     watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds)
     errors = 0
     while True:
+      heartbeat()
       try:
         job = self.get(name, namespace)
         pods = self.pods(name, namespace)
@@ -589,6 +611,7 @@ class TFJobSettings:
   pending_grace_seconds: float = 300.0
   unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS
   ttl_seconds: int = 600
+  orphan_seconds: float = ORPHAN_SECONDS
   owner: Optional[Tuple[str, str]] = None
 
 
@@ -600,6 +623,7 @@ _SETTINGS = {
     "TIMEOUT_SECONDS": "timeout_seconds", "MAX_RESTARTS": "max_restarts",
     "PENDING_GRACE_SECONDS": "pending_grace_seconds",
     "UNSCHEDULABLE_GRACE_SECONDS": "unschedulable_grace_seconds", "TTL_SECONDS": "ttl_seconds",
+    "ORPHAN_SECONDS": "orphan_seconds",
 }
 
 
@@ -739,13 +763,91 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
       unschedulable_grace_seconds=read("UNSCHEDULABLE_GRACE_SECONDS", seconds,
                                        UNSCHEDULABLE_GRACE_SECONDS),
       ttl_seconds=read("TTL_SECONDS", count(1), 600),
+      orphan_seconds=read("ORPHAN_SECONDS", seconds, ORPHAN_SECONDS),
       owner=owner)
 
 
-def job_name(checkpoint_dir: str, now: float) -> str:
-  """A fresh DNS-1035 name per submission: the checkpoint digest and a timestamp."""
-  digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:10]
-  return f"tfx-parallel-train-{digest}-{int(now)}"
+def job_name(checkpoint_dir: str) -> str:
+  """The DNS-1035 name of the one TFJob that may train into `checkpoint_dir`.
+
+  Deterministic, so that a KFP retry of the step (same run, same task, same output
+  URIs, so the same checkpoint directory) finds the job of the attempt before it
+  instead of starting a second one on the same checkpoints: see :func:`_submit`."""
+  digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:16]
+  return f"tfx-parallel-train-{digest}"
+
+
+
+
+class Heartbeat:
+  """The executor's side: writes the time to `uri` at most every HEARTBEAT_SECONDS."""
+
+  def __init__(self, uri: str, write: Callable[[str, str], None],
+               now: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic):
+    self.uri, self._write, self._now, self._clock = uri, write, now, clock
+    self._last: Optional[float] = None
+
+  def beat(self) -> None:
+    if self._last is not None and self._clock() - self._last < HEARTBEAT_SECONDS:
+      return
+    self._last = self._clock()
+    try:
+      self._write(self.uri, repr(self._now()))
+    except Exception as e:  # pylint: disable=broad-except
+      # A store having a bad moment must not end the step; ORPHAN_SECONDS is 10 beats.
+      from absl import logging  # pylint: disable=g-import-not-at-top
+      logging.warning("Could not write the TFJob heartbeat %s: %s", self.uri, e)
+
+
+class Watchdog:
+  """The replica's side: whether the executor's heartbeat has changed in the last
+  `stale_seconds`, timed on this replica's own clock (no clock skew across nodes). A
+  heartbeat that cannot be read counts as unchanged."""
+
+  def __init__(self, read: Callable[[], str], stale_seconds: float,
+               clock: Callable[[], float] = time.monotonic):
+    self._read, self.stale_seconds, self._clock = read, stale_seconds, clock
+    self._value: Optional[str] = None
+    self._since = clock()
+
+  def check(self) -> Optional[str]:
+    """None while the executor is alive, else the message to stop with."""
+    try:
+      value = self._read()
+    except Exception:  # pylint: disable=broad-except  # Any store error: not a beat.
+      value = self._value
+    now = self._clock()
+    if value != self._value:
+      self._value, self._since = value, now
+      return None
+    if now - self._since >= self.stale_seconds:
+      return (f"[trainer] ERROR: the executor that submitted this TFJob has not written "
+              f"its heartbeat for {now - self._since:g} s (more than {ENV_ORPHAN}="
+              f"{self.stale_seconds:g}): it was killed (OOM, node loss) without deleting the "
+              f"job. Stopping this replica so that its GPUs are freed.")
+    return None
+
+
+def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
+                   stop: Callable[[str], None]) -> Optional[threading.Thread]:
+  """On a replica whose job names a heartbeat, a daemon thread that calls `stop` with
+  the message once the heartbeat is stale."""
+  uri = environ.get(ENV_HEARTBEAT)
+  if not uri:
+    return None
+  watchdog = Watchdog(lambda: read(uri), float(environ.get(ENV_ORPHAN, ORPHAN_SECONDS)))
+  interval = min(HEARTBEAT_SECONDS, watchdog.stale_seconds / 10)
+
+  def loop():
+    while True:
+      time.sleep(interval)
+      message = watchdog.check()
+      if message:
+        stop(message)
+        return
+  thread = threading.Thread(target=loop, name="tfjob-watchdog", daemon=True)
+  thread.start()
+  return thread
 
 
 def replica_command(job_uri: str) -> Tuple[str, ...]:
@@ -761,7 +863,9 @@ def spec_for(settings: TFJobSettings, name: str, job_uri: str) -> TFJobSpec:
                    gpus_per_replica=settings.gpus_per_replica,
                    resources=settings.resources, node_selector=settings.node_selector,
                    tolerations=settings.tolerations,
-                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                        ENV_HEARTBEAT: job_uri + ".alive",
+                        ENV_ORPHAN: repr(float(settings.orphan_seconds))},
                    owner=settings.owner,
                    active_deadline_seconds=max(1, int(settings.timeout_seconds)),
                    ttl_seconds_after_finished=settings.ttl_seconds)
@@ -800,7 +904,7 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   devices.check_multi_worker_batch(settings.worker_replicas + settings.chief_replicas,  # Chief trains too.
                                    settings.gpus_per_replica, job.config.get("batch_size"), "TFJob")
-  name = job_name(job.checkpoint_dir, now())
+  name = job_name(job.checkpoint_dir)
   job_dir = os.path.join(os.path.dirname(os.path.dirname(job.checkpoint_dir.rstrip("/"))),
                          "_tfjobs")
   job_uri = os.path.join(job_dir, name + ".json")
@@ -808,18 +912,24 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
+
+  def write(uri, text):
+    with fileio.open(uri, "w") as f:
+      f.write(text)
+  heartbeat = Heartbeat(job_uri + ".alive", write, now=now, clock=clock)
+  heartbeat.beat()  # Before the replicas exist: they find a beat at once.
   client = client or TFJobClient()
   with _raise_on_sigterm():
     try:
-      client.create(body)  # Inside the try: a SIGTERM during the call still deletes.
-      logging.info("Submitted TFJob %s/%s (%d workers, %d GPUs each); job file %s",
+      how = _submit(client, body)  # Inside the try: a SIGTERM during the call still deletes.
+      logging.info("%s TFJob %s/%s (%d workers, %d GPUs each); job file %s", how,
                    settings.namespace, name, settings.worker_replicas,
                    settings.gpus_per_replica, job_uri)
       result = client.wait(name, settings.namespace, settings.timeout_seconds,
                            poll_seconds=poll_seconds, max_restarts=settings.max_restarts,
                            grace_seconds=settings.pending_grace_seconds,
                            unschedulable_grace_seconds=settings.unschedulable_grace_seconds,
-                           clock=clock)
+                           clock=clock, heartbeat=heartbeat.beat)
     except ExecutorTerminated as e:
       raise ExecutorTerminated(f"TFJob {settings.namespace}/{name}: the executor {e}; "
                                f"the TFJob is deleted. Job file: {job_uri}") from None
@@ -835,6 +945,38 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   return result
 
 
+def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = time.sleep,
+            attempts: int = 30) -> str:
+  """Creates the TFJob, or finds the one an earlier attempt of this step left (its name
+  is the checkpoint directory's: :func:`job_name`). One that is running or succeeded is
+  adopted (waited for; its replicas keep their progress); a failed one is deleted and
+  replaced. So a KFP retry never runs two jobs on one checkpoint directory. Returns
+  "Submitted", "Adopted" or "Replaced"."""
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+  try:
+    client.create(body)
+    return "Submitted"
+  except ApiException as e:
+    if e.status != 409:
+      raise
+  state, _ = job_state(client.get(name, namespace))
+  if state != FAILED:
+    return "Adopted"
+  _delete_quietly(client, name, namespace)
+  for _ in range(attempts):  # Deletion is asynchronous (finalizers, the garbage collector).
+    try:
+      client.create(body)
+      return "Replaced"
+    except ApiException as e:
+      if e.status != 409:
+        raise
+    sleep(2.0)
+  raise RuntimeError(f"TFJob {namespace}/{name}: a failed job of an earlier attempt is "
+                     f"still being deleted after {2 * attempts} s; delete it "
+                     f"(kubectl delete tfjob -n {namespace} {name}) and retry the step")
+
+
 def _delete_quietly(client, name: str, namespace: str) -> None:
   """Deletes the TFJob; a failure to delete is logged, not raised over the job's own
   outcome (ownerReference, activeDeadlineSeconds and the TTL still bound it)."""
@@ -848,6 +990,17 @@ def _delete_quietly(client, name: str, namespace: str) -> None:
 
 # --- Replica side: fetch the job file, then train. -----------------------------------
 
+def read_text(uri: str) -> str:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.io.gfile.GFile(uri) as f:
+    return f.read()
+
+
+def stop_replica(message: str) -> None:
+  """Ends this replica at once: the training threads would hold up a normal exit."""
+  print(message, file=sys.stderr, flush=True)
+  os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
@@ -855,6 +1008,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  start_watchdog(os.environ, read_text, stop_replica)
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)
