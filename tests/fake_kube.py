@@ -138,6 +138,10 @@ class FakeCluster:
     self.deleted_jobs: List[str] = []
     self.fail_next = 0  # GETs to answer with 503 before answering again.
     self.events_forbidden = False  # A Role without `list events` (standalone KFP's).
+    # (verb, group, resource[/subresource]) the caller may not do: answered by
+    # SelfSubjectAccessReview (authorization.k8s.io/v1; kubernetes
+    # pkg/registry/authorization/selfsubjectaccessreview/rest.go) and enforced with 403.
+    self.denied = set()
     self._pull_backoff: Dict[str, tuple] = {}  # pod uid -> (last pull, back-off) [images]
     self._aggregates: Dict[tuple, tuple] = {}  # [events] aggregation records
     self._spam: Dict[str, tuple] = {}  # [events] token buckets: (tokens, last refill)
@@ -173,7 +177,7 @@ class FakeCluster:
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
-        if self.command == "POST" and fake.on_create is not None:
+        if self.command == "POST" and url.path.endswith("/tfjobs") and fake.on_create is not None:
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
@@ -212,6 +216,13 @@ class FakeCluster:
                   "message": message, "reason": reason, "code": code}, "application/json"
 
   def route(self, method, parts, query, body):
+    if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] \
+        and method == "POST":
+      attrs = body["spec"]["resourceAttributes"]
+      resource = attrs["resource"] + ("/" + attrs["subresource"] if attrs.get("subresource")
+                                      else "")
+      allowed = (attrs["verb"], attrs.get("group", ""), resource) not in self.denied
+      return 201, dict(body, status={"allowed": allowed}), "application/json"
     if parts[:3] == ["apis", "kubeflow.org", "v1"] and len(parts) >= 6 and parts[5] == "tfjobs":
       name = parts[6] if len(parts) > 6 else None
       if method == "POST":

@@ -247,7 +247,7 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   assert "exiting with 0" in result.logs[f"{name}-worker-0"]
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["tensorflow"] for q in logs)
-  posted = cluster.requests[0][3]
+  posted = next(b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/tfjobs"))
   assert posted["metadata"]["name"] == name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
@@ -516,7 +516,7 @@ def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_pat
       absl_logging.info = original
   assert result.succeeded, result.message
   assert any(line.startswith(f"{how} TFJob ns/{name}") for line in logged), logged
-  posts = [p for m, p, _, _ in cluster.requests if m == "POST"]
+  posts = [p for m, p, _, _ in cluster.requests if m == "POST" and p.endswith("/tfjobs")]
   assert len(posts) == creates + (1 if earlier else 0)
   assert len(cluster.deleted_jobs) == (2 if earlier == "failed" else 1)
 
@@ -567,6 +567,44 @@ def test_a_replica_whose_executor_was_killed_stops_with_the_orphan_code(tmp_path
                         text=True, timeout=110)
   assert proc.returncode == tfjob.ORPHANED_EXIT_CODE, proc.stderr[-2000:]
   assert "has not written its heartbeat" in proc.stderr
+
+
+@pytest.mark.parametrize("denied,needle", [
+    ({("create", "kubeflow.org", "tfjobs")}, "may not create tfjobs (kubeflow.org)"),
+    ({("list", "", "events"), ("get", "", "pods/log")}, "may not get pods/log, list events"),
+])
+def test_missing_rbac_fails_before_the_job_naming_the_verb(tmp_path, denied, needle):
+  with FakeCluster() as cluster:
+    cluster.denied = denied
+    with pytest.raises(PermissionError, match="tfx-parallel rbac --namespace ns") as e:
+      _run(cluster, tmp_path)
+    assert needle in str(e.value)
+    assert not [m for m, p, _, _ in cluster.requests if "/tfjobs" in p]  # Nothing created.
+  assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()  # No job file either.
+
+
+def test_the_generated_role_grants_exactly_what_the_preflight_asks():
+  role, binding = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
+  granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+             for resource in rule["resources"] for verb in rule["verbs"]}
+  assert granted == set(tfjob.REQUIRED_ACCESS)
+  assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
+                                  "namespace": "kubeflow"}]
+  assert binding["roleRef"]["name"] == role["metadata"]["name"]
+  for doc, model in ((role, "V1Role"), (binding, "V1RoleBinding")):  # The API's schema.
+    tfjob._check_model(doc, model, doc["kind"])  # pylint: disable=protected-access
+
+
+def test_the_rbac_command_prints_the_role_and_the_docs_show_the_same(capsys):
+  import yaml  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(["rbac", "--namespace", "kubeflow-user"]) == 0
+  printed = list(yaml.safe_load_all(capsys.readouterr().out))
+  assert printed == tfjob.rbac_manifests("kubeflow-user", "default-editor")
+  doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "KUBEFLOW.md")).read()
+  block = doc[doc.index("**RBAC.**"):]
+  block = block[block.index("```yaml\n") + 8:]
+  assert list(yaml.safe_load_all(block[:block.index("```")])) == printed
 
 
 @pytest.mark.parametrize("when", ["create", "wait"])

@@ -149,6 +149,34 @@ ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_S
 # Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
 # operator fails the job instead of restarting the pod (restartPolicy ExitCode).
 ORPHANED_EXIT_CODE = 3
+# What the executor does with the API, as (API group, resource, verb): checked by
+# TFJobClient.check_access before the job, and granted by rbac_manifests.
+REQUIRED_ACCESS = (
+    (GROUP, PLURAL, "create"), (GROUP, PLURAL, "get"), (GROUP, PLURAL, "delete"),
+    ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"))
+
+
+def rbac_manifests(namespace: str, service_account: str) -> List[Dict[str, Any]]:
+  """The Role and RoleBinding that let `service_account` run TFJobs in `namespace`: exactly
+  :data:`REQUIRED_ACCESS`. Standalone KFP runs steps as ``pipeline-runner`` in its own
+  namespace (``kubeflow``); a Kubeflow profile as ``default-editor`` in the profile's."""
+  rules: Dict[Tuple[str, str], List[str]] = {}
+  for group, resource, verb in REQUIRED_ACCESS:
+    rules.setdefault((group, resource), []).append(verb)
+  name = "tfx-parallel-tfjob"
+  role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+          "metadata": {"name": name, "namespace": namespace},
+          "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs}
+                    for (group, resource), verbs in rules.items()]}
+  binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": name, "namespace": namespace},
+             "subjects": [{"kind": "ServiceAccount", "name": service_account,
+                           "namespace": namespace}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                         "name": name}}
+  return [role, binding]
+
+
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
 # tfjob_webhook.go:75).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -460,6 +488,32 @@ class TFJobClient:
     self._api = api_client
     self._custom = client.CustomObjectsApi(api_client)
     self._core = client.CoreV1Api(api_client)
+
+  def can_i(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+    """The API server's answer to a SelfSubjectAccessReview (authorization.k8s.io/v1)
+    for this pod's service account: may it `verb` `resource` ("pods/log" names a
+    subresource) in `namespace`?"""
+    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    resource, _, subresource = resource.partition("/")
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+        resource_attributes=client.V1ResourceAttributes(
+            namespace=namespace, verb=verb, group=group, resource=resource,
+            subresource=subresource or None)))
+    answer = client.AuthorizationV1Api(self._api).create_self_subject_access_review(review)
+    return bool(answer.status and answer.status.allowed)
+
+  def check_access(self, namespace: str) -> None:
+    """Raises PermissionError naming every missing verb, before anything is created."""
+    missing = [f"{verb} {resource}" + (f" ({group})" if group else "")
+               for group, resource, verb in REQUIRED_ACCESS
+               if not self.can_i(verb, group, resource, namespace)]
+    if missing:
+      raise PermissionError(
+          f"The step's service account may not {', '.join(missing)} in namespace "
+          f"{namespace!r}; the TFJob was not created. Apply the Role and RoleBinding that "
+          f"'tfx-parallel rbac --namespace {namespace} --service-account <account>' prints "
+          f"(the account is pipeline-runner on standalone KFP, default-editor in a "
+          f"Kubeflow profile): see docs/KUBEFLOW.md, RBAC.")
 
   def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
     namespace = body["metadata"]["namespace"]
@@ -909,6 +963,8 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
                          "_tfjobs")
   job_uri = os.path.join(job_dir, name + ".json")
   body = manifest(spec_for(settings, name, job_uri))  # Checks the spec before any I/O.
+  client = client or TFJobClient()
+  client.check_access(settings.namespace)  # Before the job file and the job.
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
@@ -918,7 +974,6 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
       f.write(text)
   heartbeat = Heartbeat(job_uri + ".alive", write, now=now, clock=clock)
   heartbeat.beat()  # Before the replicas exist: they find a beat at once.
-  client = client or TFJobClient()
   with _raise_on_sigterm():
     try:
       how = _submit(client, body)  # Inside the try: a SIGTERM during the call still deletes.
