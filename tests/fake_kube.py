@@ -142,6 +142,9 @@ class FakeCluster:
     # SelfSubjectAccessReview (authorization.k8s.io/v1; kubernetes
     # pkg/registry/authorization/selfsubjectaccessreview/rest.go) and enforced with 403.
     self.denied = set()
+    # What API discovery answers (GET /apis/<group>/<version>): the training operator's
+    # TFJob by default; Kubeflow 1.11's default install serves only Trainer v2's kinds.
+    self.served = {"kubeflow.org/v1": ["tfjobs", "pytorchjobs", "mpijobs"]}
     self._pull_backoff: Dict[str, tuple] = {}  # pod uid -> (last pull, back-off) [images]
     self._aggregates: Dict[tuple, tuple] = {}  # [events] aggregation records
     self._spam: Dict[str, tuple] = {}  # [events] token buckets: (tokens, last refill)
@@ -216,6 +219,13 @@ class FakeCluster:
                   "message": message, "reason": reason, "code": code}, "application/json"
 
   def route(self, method, parts, query, body):
+    if method == "GET" and len(parts) == 3 and parts[0] == "apis":
+      group_version = "/".join(parts[1:])
+      if group_version not in self.served:
+        return self.status(404, "NotFound", "the server could not find the requested resource")
+      return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                   "resources": [{"name": r, "namespaced": True, "kind": r[:-1]}
+                                 for r in self.served[group_version]]}, "application/json"
     if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] \
         and method == "POST":
       attrs = body["spec"]["resourceAttributes"]

@@ -583,6 +583,22 @@ def test_missing_rbac_fails_before_the_job_naming_the_verb(tmp_path, denied, nee
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()  # No job file either.
 
 
+@pytest.mark.parametrize("served,needle", [
+    ({"trainer.kubeflow.org/v1alpha1": ["trainjobs", "trainingruntimes"]},
+     "It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11"),
+    ({}, "This cluster serves no TFJob (kubeflow.org/v1)"),
+])
+def test_a_cluster_without_tfjob_fails_before_anything_naming_what_to_install(tmp_path, served,
+                                                                              needle):
+  with FakeCluster() as cluster:
+    cluster.served = served
+    with pytest.raises(RuntimeError, match="Install the training operator v1.9.4") as e:
+      _run(cluster, tmp_path)
+    assert needle in str(e.value) and tfjob.TRAINING_OPERATOR_INSTALL in str(e.value)
+    assert [m for m, _, _, _ in cluster.requests] == ["GET"] * len(cluster.requests)
+  assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
+
+
 def test_the_generated_role_grants_exactly_what_the_preflight_asks():
   role, binding = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
   granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]

@@ -149,6 +149,13 @@ ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_S
 # Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
 # operator fails the job instead of restarting the pod (restartPolicy ExitCode).
 ORPHANED_EXIT_CODE = 3
+# Multi-node training needs the Kubeflow training operator v1 (TFJob); its last line is
+# release-1.9 (v1.9.4). Kubeflow 1.11's default install has Trainer v2 instead.
+TRAINER_V2_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+TRAINING_OPERATOR_INSTALL = (
+    'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/'
+    f'standalone?ref={TRAINING_OPERATOR_VERSION}"')
 # What the executor does with the API, as (API group, resource, verb): checked by
 # TFJobClient.check_access before the job, and granted by rbac_manifests.
 REQUIRED_ACCESS = (
@@ -488,6 +495,36 @@ class TFJobClient:
     self._api = api_client
     self._custom = client.CustomObjectsApi(api_client)
     self._core = client.CoreV1Api(api_client)
+
+  def serves(self, group_version: str, plural: str) -> bool:
+    """API discovery: does the API server serve `plural` in `group_version` (the CRD is
+    installed)? GET /apis/<group>/<version> answers 404 when nothing serves it."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    try:
+      found = self._api.call_api(f"/apis/{group_version}", "GET", response_type="object",
+                                 auth_settings=["BearerToken"], _return_http_data_only=True)
+    except ApiException as e:
+      if e.status == 404:
+        return False
+      raise
+    return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
+
+  def check_backend(self) -> None:
+    """Raises RuntimeError before anything is created when no TFJob is served, naming
+    what to install (Kubeflow 1.11 installs Trainer v2, whose CRDs are only
+    trainer.kubeflow.org, and no TFJob: kubeflow/manifests v1.11.0
+    example/kustomization.yaml; Trainer v2 ships no TensorFlow runtime)."""
+    if self.serves(f"{GROUP}/{VERSION}", PLURAL):
+      return
+    trainer_v2 = self.serves(TRAINER_V2_GROUP_VERSION, "trainjobs")
+    raise RuntimeError(
+        f"This cluster serves no TFJob ({GROUP}/{VERSION}), so multi-node training cannot "
+        f"start; nothing was created. "
+        + ("It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11 "
+           "installs it, and Trainer v2 ships no TensorFlow runtime. " if trainer_v2 else "")
+        + f"Install the training operator {TRAINING_OPERATOR_VERSION} (Kubeflow 1.10 "
+        f"installs v1.9.2, which works too): {TRAINING_OPERATOR_INSTALL}. Or train on one "
+        f"node: unset {ENV_IMAGE}.")
 
   def can_i(self, verb: str, group: str, resource: str, namespace: str) -> bool:
     """The API server's answer to a SelfSubjectAccessReview (authorization.k8s.io/v1)
@@ -964,7 +1001,8 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   job_uri = os.path.join(job_dir, name + ".json")
   body = manifest(spec_for(settings, name, job_uri))  # Checks the spec before any I/O.
   client = client or TFJobClient()
-  client.check_access(settings.namespace)  # Before the job file and the job.
+  client.check_backend()  # Before the job file and the job: is a TFJob served at all,
+  client.check_access(settings.namespace)  # and may this account use it?
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
