@@ -299,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
   compiler.add_arguments(p)
   p.set_defaults(func=compiler.run)
 
+  p = sub.add_parser("rbac", help="print the Role and RoleBinding multi-node training needs",
+                     description="Prints the Kubernetes Role and RoleBinding that let the "
+                                 "pipeline's service account run TFJobs (kubectl apply -f -).")
+  from tfx_parallel.kubeflow import rbac  # pylint: disable=g-import-not-at-top
+  rbac.add_arguments(p)
+  p.set_defaults(func=rbac.run)
+
   p = sub.add_parser("metrics", help="print runs' metrics read from ML Metadata",
                      description="Prints a table of runs read from ML Metadata: layout, mesh, "
                                  "steps to target, final loss, eval MSE, examples/s, blessed.")

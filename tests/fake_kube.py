@@ -11,6 +11,16 @@ Each rule follows the real source, cited where it is implemented:
   [core/pod]   ... pkg/core/pod.go
   [strategy]   kubernetes pkg/registry/core/pod/strategy.go (validateContainer)
   [kubelet]    kubernetes pkg/kubelet/kubelet_pods.go (validateContainerLogStatus)
+  [images]     kubernetes pkg/kubelet/images/image_manager.go (EnsureImageExists), commit
+               00a3928; back-off imageBackOffPeriod = 10 s doubling (flowcontrol.Backoff.Next)
+               to MaxImageBackOff = 300 s, pkg/kubelet/kubelet.go
+  [pod_control] kubeflow/training-operator v1.9.0 pkg/controller.v1/control/pod_control.go:153
+               (FailedCreatePodReason, "Error creating: %v")
+  [events]     kubernetes staging/src/k8s.io/client-go/tools/record/events_cache.go, commit
+               00080d4: EventCorrelator = aggregation (10 distinct messages per source,
+               object, type and reason in 600 s, then "(combined from similar events): ")
+               and a spam filter (burst 25 per source and object, refill 1 per 300 s)
+  [event-ttl]  kube-apiserver --event-ttl default 1h (cmd/kube-apiserver/app/options)
 
 The operator reconciles once per GET of the TFJob (the executor polls with GET), after
 the kubelet has moved every pod one step, so that a test is deterministic. What each
@@ -54,6 +64,29 @@ class Exit:
 class Stuck:
   reason: str = "ImagePullBackOff"
   message: str = 'Back-off pulling image "registry.example.com/missing:1"'
+
+
+@dataclasses.dataclass(frozen=True)
+class PullFails:
+  """An image that cannot be pulled: each pull fails with `message` (ErrImagePull), and
+  between pulls the kubelet backs off (ImagePullBackOff) [images]."""
+  message: str = ('rpc error: code = NotFound desc = failed to pull and unpack image '
+                  '"registry.example.com/missing:1": not found')
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateRefused:
+  """The API server refuses the replica pod (a ResourceQuota, an admission webhook): no
+  pod, only the operator's FailedCreatePod event on the TFJob [pod_control]."""
+  message: str = ('pods "{pod}" is forbidden: exceeded quota: gpu-quota, requested: '
+                  'requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4, limited: '
+                  'requests.nvidia.com/gpu=4')
+
+
+IMAGE_BACKOFF_SECONDS, MAX_IMAGE_BACKOFF_SECONDS = 10, 300  # [images]
+AGGREGATE_MAX_EVENTS, AGGREGATE_INTERVAL_SECONDS = 10, 600  # [events]
+SPAM_BURST, SPAM_REFILL_SECONDS = 25, 300  # [events]
+EVENT_TTL_SECONDS = 3600  # [event-ttl]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +137,18 @@ class FakeCluster:
     self.now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     self.deleted_jobs: List[str] = []
     self.fail_next = 0  # GETs to answer with 503 before answering again.
+    self.events_forbidden = False  # A Role without `list events` (standalone KFP's).
+    # (verb, group, resource[/subresource]) the caller may not do: answered by
+    # SelfSubjectAccessReview (authorization.k8s.io/v1; kubernetes
+    # pkg/registry/authorization/selfsubjectaccessreview/rest.go) and enforced with 403.
+    self.denied = set()
+    # What API discovery answers (GET /apis/<group>/<version>): the training operator's
+    # TFJob by default; Kubeflow 1.11's default install serves only Trainer v2's kinds.
+    self.served = {"kubeflow.org/v1": ["tfjobs", "pytorchjobs", "mpijobs"]}
+    self._pull_backoff: Dict[str, tuple] = {}  # pod uid -> (last pull, back-off) [images]
+    self._aggregates: Dict[tuple, tuple] = {}  # [events] aggregation records
+    self._spam: Dict[str, tuple] = {}  # [events] token buckets: (tokens, last refill)
+    self._event_keys: Dict[tuple, dict] = {}  # eventObserve's cache: key -> event
     self.on_create = None  # Called in the server thread after a TFJob POST is stored,
     # before it is answered.
     self._uids = itertools.count(1)
@@ -135,7 +180,7 @@ class FakeCluster:
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
-        if self.command == "POST" and fake.on_create is not None:
+        if self.command == "POST" and url.path.endswith("/tfjobs") and fake.on_create is not None:
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
@@ -174,6 +219,20 @@ class FakeCluster:
                   "message": message, "reason": reason, "code": code}, "application/json"
 
   def route(self, method, parts, query, body):
+    if method == "GET" and len(parts) == 3 and parts[0] == "apis":
+      group_version = "/".join(parts[1:])
+      if group_version not in self.served:
+        return self.status(404, "NotFound", "the server could not find the requested resource")
+      return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                   "resources": [{"name": r, "namespaced": True, "kind": r[:-1]}
+                                 for r in self.served[group_version]]}, "application/json"
+    if parts == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] \
+        and method == "POST":
+      attrs = body["spec"]["resourceAttributes"]
+      resource = attrs["resource"] + ("/" + attrs["subresource"] if attrs.get("subresource")
+                                      else "")
+      allowed = (attrs["verb"], attrs.get("group", ""), resource) not in self.denied
+      return 201, dict(body, status={"allowed": allowed}), "application/json"
     if parts[:3] == ["apis", "kubeflow.org", "v1"] and len(parts) >= 6 and parts[5] == "tfjobs":
       name = parts[6] if len(parts) > 6 else None
       if method == "POST":
@@ -201,6 +260,12 @@ class FakeCluster:
       if len(parts) == 7 and parts[6] == "log" and method == "GET":
         return self.log(parts[5], (query.get("container") or [""])[0])
     if parts[:2] == ["api", "v1"] and len(parts) == 5 and parts[4] == "events":
+      if self.events_forbidden:
+        return self.status(403, "Forbidden", 'events is forbidden: User "system:serviceaccount:'
+                           'kubeflow:pipeline-runner" cannot list resource "events" in API '
+                           f'group "" in the namespace "{parts[3]}"')
+      horizon = self.now - datetime.timedelta(seconds=EVENT_TTL_SECONDS)
+      self.events = [e for e in self.events if self.parse_time(e["lastTimestamp"]) > horizon]
       wanted = dict(term.split("=", 1) for term in
                     (query.get("fieldSelector") or [""])[0].split(",") if term)
       items = [e for e in self.events if e["metadata"]["namespace"] == parts[3] and all(
@@ -278,16 +343,39 @@ class FakeCluster:
     return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True"
                for c in job["status"]["conditions"])
 
+  @staticmethod
+  def parse_time(stamp):
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+
   def record_event(self, job, kind, reason, message):
-    """The operator's EventRecorder; identical events are counted, not repeated
-    (client-go tools/record's EventCorrelator)."""
+    """The operator's EventRecorder through client-go's EventCorrelator [events]:
+    EventAggregate, then eventObserve (an identical event is counted, not repeated),
+    then the spam filter, which drops the write when the object's bucket is empty."""
     stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    for event in self.events:
-      if (event["involvedObject"]["name"] == job["metadata"]["name"]
-          and event["reason"] == reason and event["message"] == message):
-        event["count"] += 1
-        event["lastTimestamp"] = stamp
-        return
+    name = job["metadata"]["name"]
+    group = (name, kind, reason)  # EventAggregatorByReasonFunc: all but the message.
+    messages, last = self._aggregates.get(group, (set(), None))
+    if last is None or (self.now - last).total_seconds() > AGGREGATE_INTERVAL_SECONDS:
+      messages = set()
+    messages = messages | {message}
+    self._aggregates[group] = (messages, self.now)
+    key = (name, kind, reason, message)
+    if len(messages) >= AGGREGATE_MAX_EVENTS:
+      message = "(combined from similar events): " + message
+      key = group  # The aggregate event is one record, overwritten.
+    tokens, refilled = self._spam.get(name, (SPAM_BURST, self.now))
+    tokens = min(SPAM_BURST, tokens + (self.now - refilled).total_seconds() / SPAM_REFILL_SECONDS)
+    if tokens < 1:
+      self._spam[name] = (tokens, self.now)
+      return  # Filtered as spam: never reaches the API server.
+    self._spam[name] = (tokens - 1, self.now)
+    event = self._event_keys.get(key)
+    if event is not None and any(e is event for e in self.events):  # Not expired.
+      event["count"] += 1
+      event["lastTimestamp"] = stamp
+      event["message"] = message
+      return
     self.events.append({
         "metadata": {"name": f"{job['metadata']['name']}.{len(self.events)}",
                      "namespace": job["metadata"]["namespace"]},
@@ -298,6 +386,7 @@ class FakeCluster:
         "type": kind, "reason": reason, "message": message, "count": 1,
         "firstTimestamp": stamp, "lastTimestamp": stamp,
         "source": {"component": "tfjob-controller"}})
+    self._event_keys[key] = self.events[-1]
 
   # --- One step of kubelet and operator -----------------------------------------------
 
@@ -335,6 +424,9 @@ class FakeCluster:
     if isinstance(outcome, Stuck):
       tf_status["state"] = {"waiting": {"reason": outcome.reason, "message": outcome.message}}
       return
+    if isinstance(outcome, PullFails):
+      tf_status["state"] = {"waiting": self.pull(pod, tf_status["image"], outcome)}
+      return
     if isinstance(outcome, Run):
       if not self.run_step(pod, outcome, tf_status):
         return
@@ -357,6 +449,19 @@ class FakeCluster:
     if any("running" in s["state"] for s in status["containerStatuses"]):
       return  # istio-proxy still runs: the pod stays Running.
     status["phase"] = "Succeeded" if outcome.code == 0 else "Failed"
+
+  def pull(self, pod, image, outcome):
+    """One sync of EnsureImageExists for an image that cannot be pulled [images]: in
+    back-off (IsInBackOffSinceUpdate: now - last pull < back-off) ImagePullBackOff, else
+    a pull that fails, ErrImagePull, and Backoff.Next (10 s, then doubled to 300 s)."""
+    uid = pod["metadata"]["uid"]
+    last, backoff = self._pull_backoff.get(uid, (None, 0))
+    if last is not None and (self.now - last).total_seconds() < backoff:
+      return {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+    backoff = IMAGE_BACKOFF_SECONDS if last is None else min(2 * backoff,
+                                                             MAX_IMAGE_BACKOFF_SECONDS)
+    self._pull_backoff[uid] = (self.now, backoff)
+    return {"reason": "ErrImagePull", "message": outcome.message}
 
   def run_step(self, pod, outcome, tf_status):
     """Starts, watches or OOM-kills the real process; True once it has terminated."""
@@ -458,6 +563,11 @@ class FakeCluster:
         pod_name = f"{name}-{rtype.lower()}-{index}"
         pod = self.pods.get(pod_name)
         if pod is None:
+          refused = self.outcome(f"{rtype.lower()}-{index}", self.incarnations.get(pod_name, 0))
+          if isinstance(refused, CreateRefused):  # [pod_control]
+            self.record_event(job, "Warning", "FailedCreatePod",
+                              "Error creating: " + refused.message.format(pod=pod_name))
+            continue
           self.new_pod(job, rtype, index)
           continue
         code = NO_EXIT_CODE

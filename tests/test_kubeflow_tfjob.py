@@ -5,6 +5,7 @@ fake API server with the training operator's (v1.9.0) reconcile rules and a kube
 behind it, in a thread (conditions in the operator's order, pod phases, an Istio
 sidecar as a second container, 400 for a log read without container=).
 """
+import datetime
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from fake_kube import Exit, FakeCluster, Run, Stuck, Unschedulable
+from fake_kube import CreateRefused, Exit, FakeCluster, PullFails, Run, Stuck, Unschedulable
 from tfx_parallel.components.distributed_trainer.run import tfjob
 from tfx_parallel.components.distributed_trainer.run.train import Job
 
@@ -246,8 +247,8 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   assert "exiting with 0" in result.logs[f"{name}-worker-0"]
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["tensorflow"] for q in logs)
-  posted = cluster.requests[0][3]
-  assert posted["metadata"]["name"] == name and name.endswith("-1700000000")
+  posted = next(b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/tfjobs"))
+  assert posted["metadata"]["name"] == name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
   assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
@@ -345,7 +346,8 @@ def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path
                                                                          needle):
   with FakeCluster({"worker-0": [outcome]}) as cluster:
     with pytest.raises(RuntimeError) as e:
-      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0), seconds_per_poll=10)
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=30.0,
+                                        unschedulable_grace_seconds=30.0), seconds_per_poll=10)
     name = cluster.deleted_jobs[0]
     polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
   message = str(e.value)
@@ -357,6 +359,268 @@ def test_a_pod_that_cannot_start_fails_the_step_within_the_grace_period(tmp_path
   if isinstance(outcome, Stuck):
     assert f'(no log: 400 Bad Request: container "tensorflow" in pod "{name}-worker-0" is ' \
         f'waiting to start: {outcome.reason})' in message
+
+
+def test_the_fake_kubelet_alternates_pull_failures_with_a_doubling_back_off():
+  """[images] in fake_kube: ErrImagePull at 10 s, 20 s, 40 s, 80 s, ... after the first,
+  ImagePullBackOff between, the gap capped at 300 s."""
+  with FakeCluster({"worker-0": [PullFails()]}) as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s.create(tfjob.manifest(_spec(namespace="ns", worker_replicas=1)))
+    reasons = []
+    for _ in range(160):  # 10 s a GET.
+      k8s.get("train-1", "ns")
+      pod = cluster.pods.get("train-1-worker-0")
+      state = pod and pod["status"]["containerStatuses"][0]["state"]
+      reasons.append((state or {}).get("waiting", {}).get("reason"))
+  pulls = [i * 10 for i, r in enumerate(reasons) if r == "ErrImagePull"]
+  gaps = [b - a for a, b in zip(pulls, pulls[1:])]
+  assert gaps[:5] == [10, 20, 40, 80, 160] and set(gaps[5:]) == {300}, gaps
+  assert "ImagePullBackOff" in reasons
+
+
+def test_an_image_that_cannot_be_pulled_fails_at_the_default_grace_across_the_alternation(
+    tmp_path):
+  """The kubelet's back-off reaches the default grace (300 s = MaxImageBackOff), so a
+  timer restarted at each change of reason never fired (kubeflow#41, item 4)."""
+  with FakeCluster({"worker-0": [PullFails()]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=300.0, timeout_seconds=3600.0))
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert f"pod {name}-worker-0 is stuck: " in message
+  assert "more than the 300 s grace period" in message and "Failed" in message
+  assert polls * 10 <= 300 + 3 * 10  # Timed from the first failed pull, not the last.
+
+
+def test_pod_watch_keeps_the_timer_across_reasons_of_one_group_and_drops_it_on_start():
+  def pod(reason=None, uid="u1"):
+    state = {"waiting": {"reason": reason, "message": "m"}} if reason else {"running": {}}
+    return {"metadata": {"name": "p", "uid": uid},
+            "status": {"containerStatuses": [{"name": "tensorflow", "state": state}]}}
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  assert watch.observe([pod("ErrImagePull")], 0) is None
+  assert watch.observe([pod("ImagePullBackOff")], 20) is None
+  assert "stuck: ErrImagePull" in watch.observe([pod("ErrImagePull")], 30)
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  watch.observe([pod("ErrImagePull")], 0)
+  watch.observe([pod()], 10)  # Started: the timer ends.
+  assert watch.observe([pod("ErrImagePull")], 35) is None
+  watch.observe([pod("ErrImagePull", uid="u2")], 36)  # A new pod: its own timer.
+  assert watch.observe([pod("ErrImagePull", uid="u2")], 60) is None
+
+
+def test_unschedulable_pods_get_the_autoscaler_grace_and_it_is_a_setting():
+  assert tfjob.UNSCHEDULABLE_GRACE_SECONDS == 1200.0  # 15 min provisioning + 5 min.
+  pod = {"metadata": {"name": "p", "uid": "u"}, "status": {"conditions": [
+      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}]}}
+  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30, unschedulable_grace_seconds=900)
+  assert watch.observe([pod], 0) is None and watch.observe([pod], 899) is None
+  assert "Unschedulable: m (for 900 s, more than the 900 s grace" in watch.observe([pod], 900)
+  settings = tfjob.settings_from_env({tfjob.ENV_IMAGE: "i", tfjob.ENV_PREFIX
+                                      + "UNSCHEDULABLE_GRACE_SECONDS": "600"}, "multi_worker", 2)
+  assert settings.unschedulable_grace_seconds == 600.0
+  assert tfjob.settings_from_env({tfjob.ENV_IMAGE: "i"}, "multi_worker", 2) \
+      .unschedulable_grace_seconds == 1200.0
+
+
+def test_a_pod_the_api_server_refuses_fails_the_step_within_the_grace(tmp_path):
+  """Under a ResourceQuota no pod appears and no condition changes: only the
+  operator's FailedCreatePod event says why [pod_control]."""
+  with FakeCluster({"worker-0": [CreateRefused()]}) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=60.0))
+    name = cluster.deleted_jobs[0]
+    polls = sum(1 for m, p, _, _ in cluster.requests if m == "GET" and "/tfjobs/" in p)
+  message = str(e.value)
+  assert (f'the training operator cannot create a replica pod: FailedCreatePod: Error creating:'
+          f' pods "{name}-worker-0" is forbidden: exceeded quota: gpu-quota') in message
+  assert "more than the 60 s grace period" in message
+  assert polls * 10 <= 60 + 3 * 10
+
+
+def test_the_fake_correlates_events_like_client_go():
+  """[events]: the 10th distinct message of one reason is combined; a burst of 25 writes
+  about one object, then one per 300 s; events expire after 1 h."""
+  with FakeCluster() as cluster:
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"}}
+    for i in range(12):
+      cluster.record_event(job, "Normal", "ExitedWithCode", f"Pod: ns.j-worker-{i} exited with code 137")
+    messages = [e["message"] for e in cluster.events]
+    assert len(messages) == 10 and messages[-1] == (
+        "(combined from similar events): Pod: ns.j-worker-11 exited with code 137")
+    assert cluster.events[-1]["count"] == 3
+    for _ in range(20):
+      cluster.record_event(job, "Warning", "TFJobRestarting", "restarting")
+    assert next(e for e in cluster.events if e["reason"] == "TFJobRestarting")["count"] == 13
+    cluster.now += datetime.timedelta(seconds=3601)
+    assert cluster.route("GET", ["api", "v1", "namespaces", "ns", "events"], {}, None)[1][
+        "items"] == []
+
+
+@pytest.mark.parametrize("events", ["aggregated", "forbidden"])
+def test_the_cause_survives_aggregated_or_unreadable_events(tmp_path, events):
+  """Aggregated events still name the pod; with no events (a Role without `list
+  events`, or expired) the pods' own terminated states do."""
+  with FakeCluster({"worker-1": [Exit(1)]}) as cluster:
+    if events == "forbidden":
+      cluster.events_forbidden = True
+    else:
+      job = {"metadata": {"name": "other", "namespace": "ns", "uid": "u"}}
+      original = cluster.record_event
+      def record(job_, kind, reason, message):  # Nine other pods' exits came first.
+        if reason == "ExitedWithCode" and not cluster.events:
+          for i in range(9):
+            original(job_, kind, reason, f"Pod: ns.{job_['metadata']['name']}-old-{i} "
+                                         f"exited with code 1")
+        original(job_, kind, reason, message)
+      cluster.record_event = record
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    name = cluster.deleted_jobs[0]
+    if events == "aggregated":
+      assert any(ev["message"].startswith("(combined from similar events): ")
+                 for ev in cluster.events)
+  assert (f"Last failure: pod {name}-worker-1: container tensorflow exited with code 1 "
+          f"(permanent under restartPolicy ExitCode)") in str(e.value)
+
+
+def test_the_job_name_is_the_checkpoint_directory_s_so_a_retry_finds_it():
+  name = tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name == tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name != tfjob.job_name("gs://b/root/run-2/trainer/_checkpoints/abc")
+  tfjob.manifest(_spec(name=name))  # A DNS-1035 label.
+
+
+@pytest.mark.parametrize("earlier,how,creates", [
+    (None, "Submitted", 1), ("running", "Adopted", 1), ("failed", "Replaced", 2)])
+def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_path, earlier,
+                                                                         how, creates):
+  """A KFP retry (same checkpoint directory, so same job name) never runs a second job:
+  a running one is waited for, a failed one deleted and replaced."""
+  with FakeCluster() as cluster:
+    k8s = tfjob.TFJobClient(cluster.api_client())
+    name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+    if earlier:
+      k8s.create(tfjob.manifest(_spec(name=name, namespace="ns", worker_replicas=2)))
+      if earlier == "failed":
+        cluster.set_condition(cluster.jobs[name], "Failed", "TFJobFailed", "earlier attempt")
+    logged = []
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    original = absl_logging.info
+    absl_logging.info = lambda fmt, *args: logged.append(fmt % args)
+    try:
+      result = _run(cluster, tmp_path)
+    finally:
+      absl_logging.info = original
+  assert result.succeeded, result.message
+  assert any(line.startswith(f"{how} TFJob ns/{name}") for line in logged), logged
+  posts = [p for m, p, _, _ in cluster.requests if m == "POST" and p.endswith("/tfjobs")]
+  assert len(posts) == creates + (1 if earlier else 0)
+  assert len(cluster.deleted_jobs) == (2 if earlier == "failed" else 1)
+
+
+def test_the_executor_beats_and_the_replicas_watch(tmp_path):
+  """The replica env names the heartbeat; the executor writes it before the job exists
+  and then at most once a minute; a stale one stops the replica with a 1-127 code."""
+  spec = tfjob.spec_for(_settings(orphan_seconds=120.0), "j", "gs://b/_tfjobs/j.json")
+  assert spec.env[tfjob.ENV_HEARTBEAT] == "gs://b/_tfjobs/j.json.alive"
+  assert spec.env[tfjob.ENV_ORPHAN] == "120.0"
+  assert 1 <= tfjob.ORPHANED_EXIT_CODE <= 127  # Permanent: the job fails, pods stop.
+  writes, t = [], [0.0]
+  beat = tfjob.Heartbeat("u", lambda uri, text: writes.append(text), now=lambda: 1e9 + t[0],
+                         clock=lambda: t[0])
+  for t[0] in (0.0, 30.0, 59.0, 60.0, 100.0, 121.0):
+    beat.beat()
+  assert writes == [repr(1e9), repr(1e9 + 60), repr(1e9 + 121)]
+  value, t = ["a"], [0.0]
+  def read():
+    if value[0] is None:
+      raise OSError("store unavailable")
+    return value[0]
+  watch = tfjob.Watchdog(read, stale_seconds=600, clock=lambda: t[0])
+  assert watch.check() is None
+  t[0], value[0] = 500.0, "b"
+  assert watch.check() is None  # Changed: alive.
+  t[0], value[0] = 1000.0, None  # Unreadable counts as unchanged.
+  assert watch.check() is None
+  t[0] = 1100.0
+  assert "has not written its heartbeat for 600 s" in watch.check()
+  with FakeCluster() as cluster:
+    _run(cluster, tmp_path)
+  alive = tmp_path / "DistributedTrainer" / "_tfjobs"
+  assert [p.name for p in alive.iterdir() if p.name.endswith(".alive")]
+
+
+def test_a_replica_whose_executor_was_killed_stops_with_the_orphan_code(tmp_path):
+  """The replica's own watchdog thread, in a real process, with a heartbeat file that
+  stops changing (the executor was SIGKILLed): the process exits ORPHANED_EXIT_CODE."""
+  alive = tmp_path / "j.json.alive"
+  alive.write_text("1")
+  script = ("import sys, time\n"
+            "from tfx_parallel.components.distributed_trainer.run import tfjob\n"
+            "tfjob.start_watchdog({tfjob.ENV_HEARTBEAT: sys.argv[1], tfjob.ENV_ORPHAN: '2'},\n"
+            "                     tfjob.read_text, tfjob.stop_replica)\n"
+            "time.sleep(120)\n")
+  proc = subprocess.run([sys.executable, "-c", script, str(alive)], capture_output=True,
+                        text=True, timeout=110)
+  assert proc.returncode == tfjob.ORPHANED_EXIT_CODE, proc.stderr[-2000:]
+  assert "has not written its heartbeat" in proc.stderr
+
+
+@pytest.mark.parametrize("denied,needle", [
+    ({("create", "kubeflow.org", "tfjobs")}, "may not create tfjobs (kubeflow.org)"),
+    ({("list", "", "events"), ("get", "", "pods/log")}, "may not get pods/log, list events"),
+])
+def test_missing_rbac_fails_before_the_job_naming_the_verb(tmp_path, denied, needle):
+  with FakeCluster() as cluster:
+    cluster.denied = denied
+    with pytest.raises(PermissionError, match="tfx-parallel rbac --namespace ns") as e:
+      _run(cluster, tmp_path)
+    assert needle in str(e.value)
+    assert not [m for m, p, _, _ in cluster.requests if "/tfjobs" in p]  # Nothing created.
+  assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()  # No job file either.
+
+
+@pytest.mark.parametrize("served,needle", [
+    ({"trainer.kubeflow.org/v1alpha1": ["trainjobs", "trainingruntimes"]},
+     "It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11"),
+    ({}, "This cluster serves no TFJob (kubeflow.org/v1)"),
+])
+def test_a_cluster_without_tfjob_fails_before_anything_naming_what_to_install(tmp_path, served,
+                                                                              needle):
+  with FakeCluster() as cluster:
+    cluster.served = served
+    with pytest.raises(RuntimeError, match="Install the training operator v1.9.4") as e:
+      _run(cluster, tmp_path)
+    assert needle in str(e.value) and tfjob.TRAINING_OPERATOR_INSTALL in str(e.value)
+    assert [m for m, _, _, _ in cluster.requests] == ["GET"] * len(cluster.requests)
+  assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
+
+
+def test_the_generated_role_grants_exactly_what_the_preflight_asks():
+  role, binding = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
+  granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+             for resource in rule["resources"] for verb in rule["verbs"]}
+  assert granted == set(tfjob.REQUIRED_ACCESS)
+  assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
+                                  "namespace": "kubeflow"}]
+  assert binding["roleRef"]["name"] == role["metadata"]["name"]
+  for doc, model in ((role, "V1Role"), (binding, "V1RoleBinding")):  # The API's schema.
+    tfjob._check_model(doc, model, doc["kind"])  # pylint: disable=protected-access
+
+
+def test_the_rbac_command_prints_the_role_and_the_docs_show_the_same(capsys):
+  import yaml  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(["rbac", "--namespace", "kubeflow-user"]) == 0
+  printed = list(yaml.safe_load_all(capsys.readouterr().out))
+  assert printed == tfjob.rbac_manifests("kubeflow-user", "default-editor")
+  doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "KUBEFLOW.md")).read()
+  block = doc[doc.index("**RBAC.**"):]
+  block = block[block.index("```yaml\n") + 8:]
+  assert list(yaml.safe_load_all(block[:block.index("```")])) == printed
 
 
 @pytest.mark.parametrize("when", ["create", "wait"])
@@ -544,7 +808,7 @@ def _documented_manifests():
   for label, env in settings_by_label.items():
     settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
                                        "multi_worker", 2)
-    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c", 1.7e9),
+    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c"),
                                                "gs://b/_tfjobs/j.json"))
   return out
 

@@ -25,8 +25,13 @@ launcher runs, unchanged. Settings, all read and checked once by
     TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS  default 86400; also the TFJob's activeDeadlineSeconds
     TFX_PARALLEL_TFJOB_MAX_RESTARTS   job restarts allowed after retryable failures (3)
     TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS  how long a pod may be stuck (image pull,
-                                      unschedulable) before the step fails (300)
+                                      container config) or uncreated (FailedCreatePod)
+                                      before the step fails (300)
+    TFX_PARALLEL_TFJOB_UNSCHEDULABLE_GRACE_SECONDS  how long a pod may be Unschedulable
+                                      (1200: a cluster autoscaler's node provisioning)
     TFX_PARALLEL_TFJOB_TTL_SECONDS    ttlSecondsAfterFinished (600)
+    TFX_PARALLEL_TFJOB_ORPHAN_SECONDS how long replicas train without the executor's
+                                      heartbeat before they stop (600)
 
 What happens on failure (training-operator v1.9.0, cited per rule):
 
@@ -46,8 +51,15 @@ What happens on failure (training-operator v1.9.0, cited per rule):
   job past ``TFX_PARALLEL_TFJOB_MAX_RESTARTS``, naming the last failure it saw.
 * No orphans: the TFJob has an ownerReference to the KFP pod when ``KFP_POD_NAME`` and
   ``KFP_POD_UID`` are set (the KFP v2 driver sets them through the downward API) and
-  the job is in the pod's namespace; ``activeDeadlineSeconds`` and
-  ``ttlSecondsAfterFinished`` bound it even if the executor is killed; SIGTERM deletes it.
+  the job is in the pod's namespace; SIGTERM deletes it. KFP keeps a finished step's
+  pod until the workflow's TTL (a day), so for an executor killed outright (SIGKILL,
+  OOM, node loss) the bound is the heartbeat: the executor writes ``<job file>.alive``
+  every HEARTBEAT_SECONDS and each replica stops (exit ORPHANED_EXIT_CODE, which fails
+  the job) once it has not changed for ``TFX_PARALLEL_TFJOB_ORPHAN_SECONDS`` (600);
+  ``activeDeadlineSeconds`` and ``ttlSecondsAfterFinished`` stay as the last bounds.
+  The job's name is the checkpoint directory's digest, so a KFP retry of the step
+  adopts the job of the attempt before (running or succeeded) or replaces a failed
+  one: never two jobs on one checkpoint directory.
 * Istio: the replica pods carry ``sidecar.istio.io/inject: "false"`` (as the operator's
   own SDK does, sdk/python/kubeflow/training/utils/utils.py:259): with a sidecar a pod
   never reaches ``Succeeded`` and the operator's success test needs that phase
@@ -107,6 +119,71 @@ MAX_POLL_ERRORS = 5
 # Container waiting reasons that mean the pod will not start by itself soon.
 STUCK_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff")
+# One failure seen under reasons that alternate: the kubelet answers a failed pull with
+# ErrImagePull and then, while the pull backs off (10 s doubling to MaxImageBackOff =
+# 300 s: imageBackOffPeriod and MaxImageBackOff in kubernetes pkg/kubelet/kubelet.go,
+# doubled by flowcontrol.Backoff.Next), with ImagePullBackOff (EnsureImageExists,
+# pkg/kubelet/images/image_manager.go, commit 00a3928). A crashing container alternates
+# CrashLoopBackOff with its own terminated state the same way. The grace period is
+# timed from the first reason of a group, across the alternation.
+_REASON_GROUPS = {"ErrImagePull": "image pull", "ImagePullBackOff": "image pull",
+                  "InvalidImageName": "image pull"}
+# The operator's event when the API server refuses a replica pod (a ResourceQuota, an
+# admission webhook): FailedCreatePodReason, recorded on the TFJob with "Error creating:
+# <err>" (kubeflow/training-operator v1.9.0 pkg/controller.v1/control/pod_control.go:153).
+# No pod appears and no condition changes, so it is read from the events.
+FAILED_CREATE_POD = "FailedCreatePod"
+# Cluster autoscaler's --max-node-provision-time default (15 min: kubernetes/autoscaler
+# cluster-autoscaler/config/flags/flags.go; main.go before 1.30) plus 5 min for the new node to join and pull the image:
+# an Unschedulable pod on a cluster that scales GPU nodes up from zero is normal for
+# that long, so its grace is longer than the one for pods that cannot start.
+UNSCHEDULABLE_GRACE_SECONDS = 1200.0
+# How often the executor proves it is alive to its replicas, and how long they wait
+# for a proof before stopping (TFX_PARALLEL_TFJOB_ORPHAN_SECONDS): an executor killed
+# with SIGKILL (OOM, node loss) cannot delete its TFJob, and KFP keeps the step's pod,
+# so the ownerReference frees nothing, until the workflow's TTL (a day by default).
+HEARTBEAT_SECONDS = 60.0
+ORPHAN_SECONDS = 600.0
+# The replicas' own variables (not TFX_PARALLEL_TFJOB_*: those are the executor's settings).
+ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_SECONDS"
+# Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
+# operator fails the job instead of restarting the pod (restartPolicy ExitCode).
+ORPHANED_EXIT_CODE = 3
+# Multi-node training needs the Kubeflow training operator v1 (TFJob); its last line is
+# release-1.9 (v1.9.4). Kubeflow 1.11's default install has Trainer v2 instead.
+TRAINER_V2_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+TRAINING_OPERATOR_INSTALL = (
+    'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/'
+    f'standalone?ref={TRAINING_OPERATOR_VERSION}"')
+# What the executor does with the API, as (API group, resource, verb): checked by
+# TFJobClient.check_access before the job, and granted by rbac_manifests.
+REQUIRED_ACCESS = (
+    (GROUP, PLURAL, "create"), (GROUP, PLURAL, "get"), (GROUP, PLURAL, "delete"),
+    ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"))
+
+
+def rbac_manifests(namespace: str, service_account: str) -> List[Dict[str, Any]]:
+  """The Role and RoleBinding that let `service_account` run TFJobs in `namespace`: exactly
+  :data:`REQUIRED_ACCESS`. Standalone KFP runs steps as ``pipeline-runner`` in its own
+  namespace (``kubeflow``); a Kubeflow profile as ``default-editor`` in the profile's."""
+  rules: Dict[Tuple[str, str], List[str]] = {}
+  for group, resource, verb in REQUIRED_ACCESS:
+    rules.setdefault((group, resource), []).append(verb)
+  name = "tfx-parallel-tfjob"
+  role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+          "metadata": {"name": name, "namespace": namespace},
+          "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs}
+                    for (group, resource), verbs in rules.items()]}
+  binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": name, "namespace": namespace},
+             "subjects": [{"kind": "ServiceAccount", "name": service_account,
+                           "namespace": namespace}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                         "name": name}}
+  return [role, binding]
+
+
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
 # tfjob_webhook.go:75).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -268,22 +345,42 @@ def describe_exit(code: int, reason: str = "") -> str:
 # pod in the same reconcile (pod.go:350-366), usually before a poll can see it.
 EXITED_WITH_CODE = "ExitedWithCode"
 _EXITED = re.compile(r"^Pod: (?P<namespace>[^.]+)\.(?P<pod>\S+) exited with code (?P<code>\d+)$")
+# After 10 distinct messages of one reason about one object in 600 s, client-go's
+# EventAggregator records the rest as one event whose message is this prefix and the
+# latest message (EventAggregatorByReasonMessageFunc, defaultAggregateMaxEvents,
+# staging/src/k8s.io/client-go/tools/record/events_cache.go, commit 00080d4).
+COMBINED_PREFIX = "(combined from similar events): "
+
+
+def _uncombined(message: str) -> str:
+  return message[len(COMBINED_PREFIX):] if message.startswith(COMBINED_PREFIX) else message
 
 
 class PodWatch:
   """What the executor has seen of a job's pods across polls, and when to give up.
 
   Pure: feed it the pods (the API's JSON, camelCase) and the time with :meth:`observe`,
-  and the job's events with :meth:`cause`. Restarts are counted as the most
-  incarnations (pod UIDs) any one replica has had, minus one: a lost peer restarts
-  every replica once, which is one job restart.
+  the job's events with :meth:`observe_events` and :meth:`cause`. Restarts are counted
+  as the most incarnations (pod UIDs) any one replica has had, minus one: a lost peer
+  restarts every replica once, which is one job restart.
+
+  A pod is stuck from the first poll that shows it waiting for a reason in
+  :data:`STUCK_REASONS` (or Unschedulable) until it starts, terminates or is replaced:
+  reasons of one group (an image pull's ErrImagePull / ImagePullBackOff) share one
+  timer, so the kubelet's alternation does not restart it. Unschedulable pods get
+  ``unschedulable_grace_seconds`` (a cluster autoscaler may be adding a node).
   """
 
-  def __init__(self, max_restarts: int, grace_seconds: float):
+  def __init__(self, max_restarts: int, grace_seconds: float,
+               unschedulable_grace_seconds: Optional[float] = None):
     self.max_restarts = max_restarts
     self.grace_seconds = grace_seconds
+    self.unschedulable_grace_seconds = (grace_seconds if unschedulable_grace_seconds is None
+                                        else unschedulable_grace_seconds)
     self._uids: Dict[str, List[str]] = {}
-    self._stuck_since: Dict[Tuple[str, str], float] = {}
+    # (pod, uid, reason group) -> (first seen, latest reason, latest message)
+    self._stuck: Dict[Tuple[str, str, str], Tuple[float, str, str]] = {}
+    self._create_failed: Dict[str, Tuple[float, str]] = {}  # message -> (first seen, text)
     self._reasons: Dict[Tuple[str, int], str] = {}  # (pod, exit code) -> kubelet reason
     self._seen: List[Tuple[str, int]] = []  # Failed exits seen on pods, in order.
 
@@ -292,8 +389,9 @@ class PodWatch:
     return max((len(uids) - 1 for uids in self._uids.values()), default=0)
 
   def observe(self, pods: Sequence[Mapping[str, Any]], now: float) -> Optional[str]:
-    """A message when a pod has been stuck past the grace period, else None."""
-    stuck_now = set()
+    """A message when a pod has been stuck past its grace period, else None."""
+    stuck_now: Dict[Tuple[str, str, str], Tuple[str, str]] = {}
+    waiting_pods = set()  # (pod, uid) still waiting to start: their timers go on.
     for pod in pods:
       meta, status = pod.get("metadata") or {}, pod.get("status") or {}
       name, uid = meta.get("name", "?"), meta.get("uid", "")
@@ -310,19 +408,49 @@ class PodWatch:
           self._reasons[key] = terminated.get("reason", "")
           if key not in self._seen:
             self._seen.append(key)
-        if waiting and waiting.get("reason") in STUCK_REASONS:
-          stuck_now.add((name, waiting["reason"], waiting.get("message", "")))
+        if waiting:
+          waiting_pods.add((name, uid))
+          reason = waiting.get("reason", "")
+          if reason in STUCK_REASONS:
+            group = _REASON_GROUPS.get(reason, reason)
+            stuck_now[(name, uid, group)] = (reason, waiting.get("message", ""))
       for condition in status.get("conditions") or []:
         if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
             and condition.get("reason") == "Unschedulable"):
-          stuck_now.add((name, "Unschedulable", condition.get("message", "")))
-    keys = {(name, reason) for name, reason, _ in stuck_now}
-    self._stuck_since = {k: t for k, t in self._stuck_since.items() if k in keys}
-    for name, reason, message in sorted(stuck_now):
-      since = self._stuck_since.setdefault((name, reason), now)
-      if now - since >= self.grace_seconds:
+          waiting_pods.add((name, uid))
+          stuck_now[(name, uid, "Unschedulable")] = ("Unschedulable",
+                                                     condition.get("message", ""))
+    # A timer ends when its pod starts, terminates or is gone; a pod still waiting keeps
+    # it through a poll that shows another reason of its group, or none.
+    self._stuck = {k: v for k, v in self._stuck.items() if k[:2] in waiting_pods}
+    for key, (reason, message) in stuck_now.items():
+      since = self._stuck.get(key, (now,))[0]
+      self._stuck[key] = (since, reason, message)
+    for (name, _, group), (since, reason, message) in sorted(self._stuck.items()):
+      grace = self.unschedulable_grace_seconds if group == "Unschedulable" \
+          else self.grace_seconds
+      if now - since >= grace:
         return (f"pod {name} is stuck: {reason}: {message} (for {now - since:g} s, "
-                f"more than the {self.grace_seconds:g} s grace period)")
+                f"more than the {grace:g} s grace period)")
+    return None
+
+  def observe_events(self, events: Sequence[Mapping[str, Any]], now: float,
+                     pods_missing: bool) -> Optional[str]:
+    """A message when the operator has failed to create a replica pod
+    (:data:`FAILED_CREATE_POD`) for longer than the grace period while a replica has no
+    pod, else None. Timed from the first poll that shows the event."""
+    if not pods_missing:
+      self._create_failed.clear()
+      return None
+    for event in events:
+      if event.get("reason") == FAILED_CREATE_POD:
+        message = _uncombined(event.get("message") or "")
+        self._create_failed.setdefault(message, (now, message))
+    for since, message in sorted(self._create_failed.values()):
+      if now - since >= self.grace_seconds:
+        return (f"the training operator cannot create a replica pod: {FAILED_CREATE_POD}: "
+                f"{message} (for {now - since:g} s, more than the {self.grace_seconds:g} s "
+                f"grace period; a ResourceQuota or an admission webhook refuses it)")
     return None
 
   @property
@@ -334,7 +462,7 @@ class PodWatch:
     a peer (else the latest exit), from the operator's events, else from the pods."""
     exits = []
     for event in events:
-      match = _EXITED.match(event.get("message") or "")
+      match = _EXITED.match(_uncombined(event.get("message") or ""))
       if event.get("reason") == EXITED_WITH_CODE and match and int(match["code"]) != 0:
         when = event.get("lastTimestamp") or event.get("eventTime") or ""
         exits.append((when, match["pod"], int(match["code"])))
@@ -367,6 +495,62 @@ class TFJobClient:
     self._api = api_client
     self._custom = client.CustomObjectsApi(api_client)
     self._core = client.CoreV1Api(api_client)
+
+  def serves(self, group_version: str, plural: str) -> bool:
+    """API discovery: does the API server serve `plural` in `group_version` (the CRD is
+    installed)? GET /apis/<group>/<version> answers 404 when nothing serves it."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    try:
+      found = self._api.call_api(f"/apis/{group_version}", "GET", response_type="object",
+                                 auth_settings=["BearerToken"], _return_http_data_only=True)
+    except ApiException as e:
+      if e.status == 404:
+        return False
+      raise
+    return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
+
+  def check_backend(self) -> None:
+    """Raises RuntimeError before anything is created when no TFJob is served, naming
+    what to install (Kubeflow 1.11 installs Trainer v2, whose CRDs are only
+    trainer.kubeflow.org, and no TFJob: kubeflow/manifests v1.11.0
+    example/kustomization.yaml; Trainer v2 ships no TensorFlow runtime)."""
+    if self.serves(f"{GROUP}/{VERSION}", PLURAL):
+      return
+    trainer_v2 = self.serves(TRAINER_V2_GROUP_VERSION, "trainjobs")
+    raise RuntimeError(
+        f"This cluster serves no TFJob ({GROUP}/{VERSION}), so multi-node training cannot "
+        f"start; nothing was created. "
+        + ("It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11 "
+           "installs it, and Trainer v2 ships no TensorFlow runtime. " if trainer_v2 else "")
+        + f"Install the training operator {TRAINING_OPERATOR_VERSION} (Kubeflow 1.10 "
+        f"installs v1.9.2, which works too): {TRAINING_OPERATOR_INSTALL}. Or train on one "
+        f"node: unset {ENV_IMAGE}.")
+
+  def can_i(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+    """The API server's answer to a SelfSubjectAccessReview (authorization.k8s.io/v1)
+    for this pod's service account: may it `verb` `resource` ("pods/log" names a
+    subresource) in `namespace`?"""
+    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    resource, _, subresource = resource.partition("/")
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+        resource_attributes=client.V1ResourceAttributes(
+            namespace=namespace, verb=verb, group=group, resource=resource,
+            subresource=subresource or None)))
+    answer = client.AuthorizationV1Api(self._api).create_self_subject_access_review(review)
+    return bool(answer.status and answer.status.allowed)
+
+  def check_access(self, namespace: str) -> None:
+    """Raises PermissionError naming every missing verb, before anything is created."""
+    missing = [f"{verb} {resource}" + (f" ({group})" if group else "")
+               for group, resource, verb in REQUIRED_ACCESS
+               if not self.can_i(verb, group, resource, namespace)]
+    if missing:
+      raise PermissionError(
+          f"The step's service account may not {', '.join(missing)} in namespace "
+          f"{namespace!r}; the TFJob was not created. Apply the Role and RoleBinding that "
+          f"'tfx-parallel rbac --namespace {namespace} --service-account <account>' prints "
+          f"(the account is pipeline-runner on standalone KFP, default-editor in a "
+          f"Kubeflow profile): see docs/KUBEFLOW.md, RBAC.")
 
   def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
     namespace = body["metadata"]["namespace"]
@@ -418,17 +602,20 @@ class TFJobClient:
   def wait(self, name: str, namespace: str, timeout_seconds: float,
            poll_seconds: float = 10.0, max_restarts: int = 3,
            grace_seconds: float = 300.0,
+           unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS,
            clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep) -> TFJobResult:
+           sleep: Callable[[float], None] = time.sleep,
+           heartbeat: Callable[[], None] = lambda: None) -> TFJobResult:
     """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
     grace period, too many restarts, or the timeout; never raises on the job's
     outcome. Returns the state, the message and the pods' logs."""
     from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
     import urllib3  # pylint: disable=g-import-not-at-top
     deadline = clock() + timeout_seconds
-    watch = PodWatch(max_restarts, grace_seconds)
+    watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds)
     errors = 0
     while True:
+      heartbeat()
       try:
         job = self.get(name, namespace)
         pods = self.pods(name, namespace)
@@ -450,7 +637,14 @@ class TFJobClient:
         sleep(poll_seconds)
         continue
       state, message = job_state(job)
-      stuck = watch.observe(pods, clock())
+      now = clock()
+      stuck = watch.observe(pods, now)
+      if state is None and not stuck and len(pods) < _replica_count(job):
+        # A replica without a pod: the operator may be failing to create it, which
+        # only its events say (no pod, no condition).
+        stuck = watch.observe_events(self.events(name, namespace), now, pods_missing=True)
+      else:
+        watch.observe_events((), now, pods_missing=False)
       if state == FAILED:
         cause = watch.cause(self.events(name, namespace))
         if cause:
@@ -467,6 +661,11 @@ class TFJobClient:
         return TFJobResult(state=state, message=message, logs=self.logs(name, namespace),
                            restarts=watch.restarts)
       sleep(poll_seconds)
+
+
+def _replica_count(tfjob: Mapping[str, Any]) -> int:
+  specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
+  return sum(int(spec.get("replicas", 1)) for spec in specs.values())
 
 
 def _body(e) -> str:
@@ -501,7 +700,9 @@ class TFJobSettings:
   timeout_seconds: float = 86400.0
   max_restarts: int = 3
   pending_grace_seconds: float = 300.0
+  unschedulable_grace_seconds: float = UNSCHEDULABLE_GRACE_SECONDS
   ttl_seconds: int = 600
+  orphan_seconds: float = ORPHAN_SECONDS
   owner: Optional[Tuple[str, str]] = None
 
 
@@ -511,7 +712,9 @@ _SETTINGS = {
     "CHIEF": "chief_replicas", "GPUS": "gpus_per_replica", "NODE_SELECTOR": "node_selector",
     "TOLERATIONS": "tolerations", "RESOURCES": "resources",
     "TIMEOUT_SECONDS": "timeout_seconds", "MAX_RESTARTS": "max_restarts",
-    "PENDING_GRACE_SECONDS": "pending_grace_seconds", "TTL_SECONDS": "ttl_seconds",
+    "PENDING_GRACE_SECONDS": "pending_grace_seconds",
+    "UNSCHEDULABLE_GRACE_SECONDS": "unschedulable_grace_seconds", "TTL_SECONDS": "ttl_seconds",
+    "ORPHAN_SECONDS": "orphan_seconds",
 }
 
 
@@ -648,14 +851,94 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
       timeout_seconds=read("TIMEOUT_SECONDS", seconds, 86400.0),
       max_restarts=read("MAX_RESTARTS", count(0), 3),
       pending_grace_seconds=read("PENDING_GRACE_SECONDS", seconds, 300.0),
+      unschedulable_grace_seconds=read("UNSCHEDULABLE_GRACE_SECONDS", seconds,
+                                       UNSCHEDULABLE_GRACE_SECONDS),
       ttl_seconds=read("TTL_SECONDS", count(1), 600),
+      orphan_seconds=read("ORPHAN_SECONDS", seconds, ORPHAN_SECONDS),
       owner=owner)
 
 
-def job_name(checkpoint_dir: str, now: float) -> str:
-  """A fresh DNS-1035 name per submission: the checkpoint digest and a timestamp."""
-  digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:10]
-  return f"tfx-parallel-train-{digest}-{int(now)}"
+def job_name(checkpoint_dir: str) -> str:
+  """The DNS-1035 name of the one TFJob that may train into `checkpoint_dir`.
+
+  Deterministic, so that a KFP retry of the step (same run, same task, same output
+  URIs, so the same checkpoint directory) finds the job of the attempt before it
+  instead of starting a second one on the same checkpoints: see :func:`_submit`."""
+  digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:16]
+  return f"tfx-parallel-train-{digest}"
+
+
+
+
+class Heartbeat:
+  """The executor's side: writes the time to `uri` at most every HEARTBEAT_SECONDS."""
+
+  def __init__(self, uri: str, write: Callable[[str, str], None],
+               now: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic):
+    self.uri, self._write, self._now, self._clock = uri, write, now, clock
+    self._last: Optional[float] = None
+
+  def beat(self) -> None:
+    if self._last is not None and self._clock() - self._last < HEARTBEAT_SECONDS:
+      return
+    self._last = self._clock()
+    try:
+      self._write(self.uri, repr(self._now()))
+    except Exception as e:  # pylint: disable=broad-except
+      # A store having a bad moment must not end the step; ORPHAN_SECONDS is 10 beats.
+      from absl import logging  # pylint: disable=g-import-not-at-top
+      logging.warning("Could not write the TFJob heartbeat %s: %s", self.uri, e)
+
+
+class Watchdog:
+  """The replica's side: whether the executor's heartbeat has changed in the last
+  `stale_seconds`, timed on this replica's own clock (no clock skew across nodes). A
+  heartbeat that cannot be read counts as unchanged."""
+
+  def __init__(self, read: Callable[[], str], stale_seconds: float,
+               clock: Callable[[], float] = time.monotonic):
+    self._read, self.stale_seconds, self._clock = read, stale_seconds, clock
+    self._value: Optional[str] = None
+    self._since = clock()
+
+  def check(self) -> Optional[str]:
+    """None while the executor is alive, else the message to stop with."""
+    try:
+      value = self._read()
+    except Exception:  # pylint: disable=broad-except  # Any store error: not a beat.
+      value = self._value
+    now = self._clock()
+    if value != self._value:
+      self._value, self._since = value, now
+      return None
+    if now - self._since >= self.stale_seconds:
+      return (f"[trainer] ERROR: the executor that submitted this TFJob has not written "
+              f"its heartbeat for {now - self._since:g} s (more than {ENV_ORPHAN}="
+              f"{self.stale_seconds:g}): it was killed (OOM, node loss) without deleting the "
+              f"job. Stopping this replica so that its GPUs are freed.")
+    return None
+
+
+def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
+                   stop: Callable[[str], None]) -> Optional[threading.Thread]:
+  """On a replica whose job names a heartbeat, a daemon thread that calls `stop` with
+  the message once the heartbeat is stale."""
+  uri = environ.get(ENV_HEARTBEAT)
+  if not uri:
+    return None
+  watchdog = Watchdog(lambda: read(uri), float(environ.get(ENV_ORPHAN, ORPHAN_SECONDS)))
+  interval = min(HEARTBEAT_SECONDS, watchdog.stale_seconds / 10)
+
+  def loop():
+    while True:
+      time.sleep(interval)
+      message = watchdog.check()
+      if message:
+        stop(message)
+        return
+  thread = threading.Thread(target=loop, name="tfjob-watchdog", daemon=True)
+  thread.start()
+  return thread
 
 
 def replica_command(job_uri: str) -> Tuple[str, ...]:
@@ -671,7 +954,9 @@ def spec_for(settings: TFJobSettings, name: str, job_uri: str) -> TFJobSpec:
                    gpus_per_replica=settings.gpus_per_replica,
                    resources=settings.resources, node_selector=settings.node_selector,
                    tolerations=settings.tolerations,
-                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"},
+                   env={"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                        ENV_HEARTBEAT: job_uri + ".alive",
+                        ENV_ORPHAN: repr(float(settings.orphan_seconds))},
                    owner=settings.owner,
                    active_deadline_seconds=max(1, int(settings.timeout_seconds)),
                    ttl_seconds_after_finished=settings.ttl_seconds)
@@ -710,24 +995,34 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   devices.check_multi_worker_batch(settings.worker_replicas + settings.chief_replicas,  # Chief trains too.
                                    settings.gpus_per_replica, job.config.get("batch_size"), "TFJob")
-  name = job_name(job.checkpoint_dir, now())
+  name = job_name(job.checkpoint_dir)
   job_dir = os.path.join(os.path.dirname(os.path.dirname(job.checkpoint_dir.rstrip("/"))),
                          "_tfjobs")
   job_uri = os.path.join(job_dir, name + ".json")
   body = manifest(spec_for(settings, name, job_uri))  # Checks the spec before any I/O.
+  client = client or TFJobClient()
+  client.check_backend()  # Before the job file and the job: is a TFJob served at all,
+  client.check_access(settings.namespace)  # and may this account use it?
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
-  client = client or TFJobClient()
+
+  def write(uri, text):
+    with fileio.open(uri, "w") as f:
+      f.write(text)
+  heartbeat = Heartbeat(job_uri + ".alive", write, now=now, clock=clock)
+  heartbeat.beat()  # Before the replicas exist: they find a beat at once.
   with _raise_on_sigterm():
     try:
-      client.create(body)  # Inside the try: a SIGTERM during the call still deletes.
-      logging.info("Submitted TFJob %s/%s (%d workers, %d GPUs each); job file %s",
+      how = _submit(client, body)  # Inside the try: a SIGTERM during the call still deletes.
+      logging.info("%s TFJob %s/%s (%d workers, %d GPUs each); job file %s", how,
                    settings.namespace, name, settings.worker_replicas,
                    settings.gpus_per_replica, job_uri)
       result = client.wait(name, settings.namespace, settings.timeout_seconds,
                            poll_seconds=poll_seconds, max_restarts=settings.max_restarts,
-                           grace_seconds=settings.pending_grace_seconds, clock=clock)
+                           grace_seconds=settings.pending_grace_seconds,
+                           unschedulable_grace_seconds=settings.unschedulable_grace_seconds,
+                           clock=clock, heartbeat=heartbeat.beat)
     except ExecutorTerminated as e:
       raise ExecutorTerminated(f"TFJob {settings.namespace}/{name}: the executor {e}; "
                                f"the TFJob is deleted. Job file: {job_uri}") from None
@@ -743,6 +1038,38 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   return result
 
 
+def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = time.sleep,
+            attempts: int = 30) -> str:
+  """Creates the TFJob, or finds the one an earlier attempt of this step left (its name
+  is the checkpoint directory's: :func:`job_name`). One that is running or succeeded is
+  adopted (waited for; its replicas keep their progress); a failed one is deleted and
+  replaced. So a KFP retry never runs two jobs on one checkpoint directory. Returns
+  "Submitted", "Adopted" or "Replaced"."""
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+  try:
+    client.create(body)
+    return "Submitted"
+  except ApiException as e:
+    if e.status != 409:
+      raise
+  state, _ = job_state(client.get(name, namespace))
+  if state != FAILED:
+    return "Adopted"
+  _delete_quietly(client, name, namespace)
+  for _ in range(attempts):  # Deletion is asynchronous (finalizers, the garbage collector).
+    try:
+      client.create(body)
+      return "Replaced"
+    except ApiException as e:
+      if e.status != 409:
+        raise
+    sleep(2.0)
+  raise RuntimeError(f"TFJob {namespace}/{name}: a failed job of an earlier attempt is "
+                     f"still being deleted after {2 * attempts} s; delete it "
+                     f"(kubectl delete tfjob -n {namespace} {name}) and retry the step")
+
+
 def _delete_quietly(client, name: str, namespace: str) -> None:
   """Deletes the TFJob; a failure to delete is logged, not raised over the job's own
   outcome (ownerReference, activeDeadlineSeconds and the TTL still bound it)."""
@@ -756,6 +1083,17 @@ def _delete_quietly(client, name: str, namespace: str) -> None:
 
 # --- Replica side: fetch the job file, then train. -----------------------------------
 
+def read_text(uri: str) -> str:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.io.gfile.GFile(uri) as f:
+    return f.read()
+
+
+def stop_replica(message: str) -> None:
+  """Ends this replica at once: the training threads would hold up a normal exit."""
+  print(message, file=sys.stderr, flush=True)
+  os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
@@ -763,6 +1101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  start_watchdog(os.environ, read_text, stop_replica)
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)

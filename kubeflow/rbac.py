@@ -1,0 +1,33 @@
+"""`tfx-parallel rbac`: prints the Role and RoleBinding that multi-node training needs.
+
+The DistributedTrainer step creates a TFJob and reads its pods, their logs and the
+job's events (run/tfjob.py REQUIRED_ACCESS); before it creates anything it asks the API
+server (SelfSubjectAccessReview) and fails naming each missing verb. This prints what
+grants exactly that, for the account the step runs as:
+
+* standalone KFP: ``pipeline-runner`` in KFP's namespace (``kubeflow``);
+* a Kubeflow profile (multi-user): ``default-editor`` in the profile's namespace.
+
+Apply it with ``tfx-parallel rbac --namespace NS --service-account SA | kubectl apply -f -``.
+"""
+import argparse
+import sys
+
+import yaml
+
+from tfx_parallel.components.distributed_trainer.run import tfjob
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--namespace", required=True,
+                      help="where the pipeline's steps run: kubeflow on standalone KFP, the "
+                           "profile's namespace on multi-user Kubeflow")
+  parser.add_argument("--service-account", default="default-editor",
+                      help="the steps' service account: pipeline-runner on standalone KFP, "
+                           "default-editor in a Kubeflow profile (default)")
+
+
+def run(args: argparse.Namespace) -> int:
+  docs = tfjob.rbac_manifests(args.namespace, args.service_account)
+  sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+  return 0
