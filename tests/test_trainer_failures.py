@@ -58,7 +58,7 @@ def _user_errors():
       "config": ConfigError("trainer.mesh", "the model axis must divide 3"),
       "module contract / import": user_module.ModuleError("m.py: importing the module failed"),
       "optimizer on the mesh": optimizers.OptimizerError("m.py: optimizer(spec) returned ..."),
-      "layout rule": sharding.ShardingError("module 'm': layout rule 'x' matches no variable"),
+      "layout rule": sharding.ShardingError("m", "x", None, "matches no variable"),
       "checkpoint that does not fit": checkpoint.CheckpointMismatchError("ckpt-8 ..."),
   }
 

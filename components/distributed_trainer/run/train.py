@@ -184,7 +184,7 @@ def restore_checkpoint(job: Job, engine, module=None):
   saved = checkpoint.read_meta(found).get("module_digest", "")
   if saved != digest:
     print(f"[trainer] checkpoint: {found} is not resumed: it was written by other source "
-          f"of module {module.name} (sha256 {saved[:12] or 'not recorded'}, now "
+          f"of module {getattr(module, 'name', '?')} (sha256 {saved[:12] or 'not recorded'}, now "
           f"{digest[:12] or 'none'}); training starts at step 0", flush=True)
     if engine.chief:
       checkpoint.clear(job.checkpoint_dir)
@@ -232,11 +232,12 @@ def run(job: Job) -> dict:
   engine = engines.create(config, plan, device_record)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
+  # Refused here, before any build, when the layout cannot honour one of them.
+  user_callbacks = user_module.make_callbacks(module, spec, config.layout)
   pre = Preprocessor(spec, normalization)
   print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
   start_step, records, epochs, wall_offset = restore_checkpoint(job, engine, module)
-  user_callbacks = user_module.make_callbacks(module, spec, config.layout)
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
