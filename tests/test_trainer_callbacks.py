@@ -151,7 +151,8 @@ def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_pat
   module.write_text(COUNTING_MODULE)
   root = str(tmp_path / "ex")
   feats, _, rows = tu.write_examples(root, rows=64, eval_rows=32)
-  layouts = {"single": {}, "mirrored": {"devices": 2}, "mesh": {"mesh": [1, 2]}}
+  # One process: TensorFlow is split into 2 logical CPUs by the first job.
+  layouts = {"mirrored": {"devices": 2}, "mesh": {"mesh": [1, 2]}, "single": {}}
   jobs = [tu.job_dict(str(tmp_path / name), root, feats, rows, layout=name, steps=6,
                       batch_size=16, steps_per_execution=2, log_every=2, checkpoint_every=0,
                       module_file=str(module),
