@@ -5,8 +5,9 @@ mesh (B, M) with B in {1, 2}, M in {1, 2, 4} (F = 4 features, global batch 8), b
 the built-in ``models/linear.py`` model on a MeshTrainer with the DEFAULT rules, trains
 two SGD steps, and reads back from the DTensor itself (``dtensor.fetch_layout`` and
 ``dtensor.unpack``): each device's kernel block, the bias, the per-device state bytes
-(memory.measure) and, on the first batch, each device's gradient block, next to the
-numpy per-shard gradient ``X_i^T dL/dY`` of the seed article. Prints one ``RESULT{json}``.
+(memory.measure) and, on the first batch, each device's gradient block (after the
+relayout into the kernel's layout, and as the tape gives it before), next to the numpy
+per-shard gradient ``X_i^T dL/dY`` of the seed article. Prints one ``RESULT{json}``.
 """
 import json
 
