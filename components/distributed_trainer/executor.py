@@ -96,6 +96,21 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                              missing_values=prepared.missing_values)
 
 
+def fit_mesh(config: TrainerConfig, gpu_names: List[str]) -> TrainerConfig:
+  """A ``mesh`` fitted to the GPUs present, once, here (devices.plan; the training
+  process is started on this machine's devices and gets the fitted mesh as it is, so
+  its own plan changes nothing): the module's rules and the built-in split are checked
+  against the mesh that trains. Says so when it shrinks the mesh."""
+  if config.layout != "mesh":
+    return config
+  plan = devices.plan(config.layout, config.devices, config.mesh, config.device,
+                      len(gpu_names), config.batch_size, config.logical_gpus)
+  if tuple(plan.mesh) == tuple(config.mesh):
+    return config
+  print(f"[trainer] devices: {plan.reason}", flush=True)
+  return dataclasses.replace(config, mesh=tuple(plan.mesh)).validate()
+
+
 def check_on_layout(job: Job, config: TrainerConfig):
   """Builds the optimizer and the module's callbacks as the training process will on
   ``config.layout`` (concrete: after ``layout: auto`` is resolved): on a mesh, the
@@ -128,6 +143,7 @@ class Executor(base_executor.BaseExecutor):
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     if not remote:  # More logical devices than cores: one line with both numbers.
       layout_choice.warn_if_oversubscribed(config, [] if config.device == "cpu" else layout_choice.gpu_names())
+      config = fit_mesh(config, [] if config.device == "cpu" else layout_choice.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
