@@ -210,8 +210,10 @@ class MeshEngine:
     return self.trainer.full_weights()
 
   def checkpointed(self) -> Dict[str, object]:
-    """What a checkpoint holds: a host copy of the model and optimizer (the same
-    classes and config, outside the mesh), refreshed from the mesh.
+    """What a checkpoint holds: a host copy of the model and of the optimizer as the
+    user wrote it (``written_optimizer``'s class and config, outside the mesh: the keys
+    any layout's checkpoint has, a plain SGD's unread momentum slots as zeros),
+    refreshed from the mesh.
 
     The DVariables themselves would save through tf.train.Checkpoint too, whole
     (run/checkpoint.py), but each save then traces and DTensor-compiles a new function
