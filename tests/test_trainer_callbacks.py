@@ -99,6 +99,27 @@ def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_r
   assert [e["eval_loss"] for e in state.epochs] == [0.6931] * 3
 
 
+def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
+  """The rate is read from the optimizer when the record is written (so a checkpoint
+  saved mid-run keeps it), not the config's rate patched in after training."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import run_record  # pylint: disable=g-import-not-at-top
+  schedule = tf_keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10,
+                                                            decay_rate=0.5)
+  optimizer = tf_keras.optimizers.SGD(schedule)
+  state = _state(total=30)
+  recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
+                         eval_loss=lambda: 0.5,
+                         learning_rate_at=lambda step: run_record.learning_rate_at(optimizer,
+                                                                                   step))
+  recorder.model = _Model()
+  _run(recorder, [0.7] * 20)
+  saved = [dict(r) for r in state.records]  # What a checkpoint at step 20 holds.
+  assert [r["learning_rate"] for r in saved] == pytest.approx([0.1 * 0.5 ** 0.9,
+                                                               0.1 * 0.5 ** 1.9])
+  assert state.learning_rate == 0.1  # The config's rate, recorded nowhere.
+
+
 # A user module whose callbacks(spec) hook counts every Keras callback hook and writes
 # the counts (and the batch indices the batch hooks got) at on_train_end.
 COUNTING_MODULE = '''
