@@ -152,7 +152,8 @@ def test_a_checkpoint_of_edited_module_source_is_not_resumed_and_the_console_say
   package.mkdir()
   (package / "__init__.py").write_text("")
   source = "import tf_keras\ndef build_model(spec):\n  return None  # {}\n"
-  (package / "m.py").write_text(source.format("v1"))
+  (package / "helpers.py").write_text(source.format("v1"))
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v1\n")
   monkeypatch.syspath_prepend(str(tmp_path))
   file_module = user_module.load(module_file=str(package / "m.py"))
   path_module = user_module.load(module_path="usermods.m")
@@ -166,7 +167,12 @@ def test_a_checkpoint_of_edited_module_source_is_not_resumed_and_the_console_say
                       learning_rate=0.1, records=[{"step": 4, "loss": 1.0}])
   train.save_checkpoint(job, engine, state, 4, path_module.source_digest)
   assert train.restore_checkpoint(job, engine, path_module)[:2] == (4, state.records)
-  (package / "m.py").write_text(source.format("v2"))  # Edited: a module_path's source too.
+  # Edited: the module's own source, or the helper of its package it takes build_model from.
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v2\n")
+  assert user_module.load(module_path="usermods.m").source_digest != path_module.source_digest
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v1\n")
+  assert user_module.load(module_path="usermods.m").source_digest == path_module.source_digest
+  (package / "helpers.py").write_text(source.format("v2"))
   edited = user_module.load(module_path="usermods.m")
   assert edited.source_digest != path_module.source_digest
   capsys.readouterr()

@@ -108,14 +108,46 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
 
 
 def source_digest(module) -> str:
-  """sha256 of an imported module's source file (``module_file`` and ``module_path``
-  alike: what ``__file__`` names), "" when it has none (a namespace or built-in module).
-  Only the module's own file: modules it imports are not part of it."""
+  """sha256 over the source files of an imported user module (``module_file`` and
+  ``module_path`` alike): its own ``__file__``, and the files of the modules of its own
+  directory tree that its top-level names come from (``from helpers import build_model``),
+  followed transitively. "" when it has no source file."""
+  files = source_files(module)
+  if not files:
+    return ""
+  digest = hashlib.sha256()
+  base = os.path.dirname(files[0]) if len(files) == 1 else os.path.commonpath(files)
+  for path in files:  # Named relative to each other: the same source anywhere.
+    with open(path, "rb") as f:
+      digest.update(os.path.relpath(path, base).encode() + b"\0" + f.read() + b"\0")
+  return digest.hexdigest()
+
+
+def source_files(module) -> list:
+  """The files :func:`source_digest` hashes, sorted (see there)."""
   path = getattr(module, "__file__", None)
   if not path or not os.path.isfile(path):
-    return ""
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()
+    return []
+  path = os.path.abspath(path)
+  top = sys.modules.get(module.__name__.split(".")[0], module)
+  # The tree of the user's code: its top-level package, or the single module's directory
+  # (not an installation's site-packages, which holds everyone's code).
+  root = os.path.dirname(os.path.abspath(top.__file__) if hasattr(top, "__path__") and
+                         getattr(top, "__file__", None) else path)
+  if os.path.basename(root).endswith("-packages"):
+    return [path]
+  seen, todo = {path}, [module]
+  while todo:
+    for value in list(vars(todo.pop()).values()):
+      name = value.__name__ if isinstance(value, type(sys)) else getattr(value, "__module__", None)
+      other = sys.modules.get(name) if isinstance(name, str) else None
+      other_file = os.path.abspath(getattr(other, "__file__", None) or "")
+      if (other is None or not os.path.isfile(other_file) or other_file in seen
+          or not other_file.startswith(root + os.sep)):
+        continue
+      seen.add(other_file)
+      todo.append(other)
+  return sorted(seen)
 
 
 def default_loss(task: str):
