@@ -5,7 +5,8 @@ engine as ``single`` and as ``mirrored`` x2 (2 logical CPUs); ``python tests/hoo
 mesh`` with the mesh engine on meshes 1x1, 1x2, 2x1 and 2x2 (4 logical CPUs; DTensor and
 MirroredStrategy cannot share a process). Same data, STEPS steps of GLOBAL_BATCH rows.
 Prints one ``RESULT{json}``: final weights and the optimizer's class/config per hook and
-layout, or the error a layout raised before training.
+layout (on the meshes, each variable's layout and per-device block, read back from the
+DTensors), or the error a layout raised before training.
 """
 import json
 import sys
@@ -59,7 +60,12 @@ def train(hook: str, layout: dict) -> dict:
   opt = engine.optimizer
   lr = opt.learning_rate  # A tensor (schedules), a variable, or a MirroredVariable.
   lr = lr.numpy() if hasattr(lr, "values") else lr
-  return {"weights": [w.tolist() for w in engine.weights()],
+  out = {}
+  if layout.get("layout") == "mesh":  # Where each variable landed, read from the DTensors.
+    out = {"layouts": {k: list(v) for k, v in engine.trainer.layouts().items()},
+           "shard_shapes": {k: list(v) for k, v in engine.trainer.shard_shapes().items()}}
+  return {**out, "weights": [w.tolist() for w in engine.weights()],
+          "recorded_optimizer": type(engine.written_optimizer).__name__,
           "optimizer": type(opt).__name__,
           "learning_rate": float(lr),  # after STEPS steps (schedules decay)
           "iterations": int(opt.iterations.numpy()),

@@ -5,8 +5,9 @@ mesh (B, M) with B in {1, 2}, M in {1, 2, 4} (F = 4 features, global batch 8), b
 the built-in ``models/linear.py`` model on a MeshTrainer with the DEFAULT rules, trains
 two SGD steps, and reads back from the DTensor itself (``dtensor.fetch_layout`` and
 ``dtensor.unpack``): each device's kernel block, the bias, the per-device state bytes
-(memory.measure) and, on the first batch, each device's gradient block, next to the
-numpy per-shard gradient ``X_i^T dL/dY`` of the seed article. Prints one ``RESULT{json}``.
+(memory.measure) and, on the first batch, each device's gradient block (after the
+relayout into the kernel's layout, and as the tape gives it before), next to the numpy
+per-shard gradient ``X_i^T dL/dY`` of the seed article. Prints one ``RESULT{json}``.
 """
 import json
 
@@ -61,6 +62,15 @@ def main():
     _, grads = tr._gradients_fn(packed, tr._pack(y0))  # pylint: disable=protected-access
     kernel_grad = grads[[v.name for v in tr.model.trainable_variables].index(kernel.name)]
     grad_blocks = [g.numpy().tolist() for g in dtensor.unpack(kernel_grad)]
+    # The same gradient as the tape gives it, before _gradients relayouts it: the layout
+    # DTensor's SPMD expansion chose for X^T dL/dY, and each device's block of it.
+
+    @tf.function
+    def raw_gradient(features, labels, _tr=tr, _kernel=kernel):
+      with tf.GradientTape() as tape:
+        loss = _tr.loss_fn(labels, _tr.model(features, training=True))
+      return tape.gradient(loss, _kernel)
+    raw = raw_gradient(packed, tr._pack(y0))  # pylint: disable=protected-access
     for f, y in data:
       tr.step(f, y)
     full_kernel = tr.full_weights()[[v.name for v in tr.model.weights].index(kernel.name)]
@@ -73,6 +83,8 @@ def main():
         "kernel_devices": [str(d) for d in dtensor.fetch_layout(kernel).mesh.local_devices()],
         "full_kernel": full_kernel.tolist(),
         "grad_blocks": grad_blocks,
+        "raw_grad_layout": list(dtensor.fetch_layout(raw).sharding_specs),
+        "raw_grad_blocks": [g.numpy().tolist() for g in dtensor.unpack(raw)],
         "state_bytes_per_device": memory.measure(tr.model.trainable_variables,
                                                  tr.optimizer.variables).state_bytes_per_device,
         "kernel_bytes_by_device": dict(memory.bytes_by_device([kernel])),

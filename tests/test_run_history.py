@@ -10,20 +10,6 @@ import pytest
 from tfx_parallel.components.common import keys, run_history
 from tfx_parallel.components.common.run_history import RunHistory
 
-# The fields not every run writes, and when they are written. A new one must be added
-# here on purpose (and written by a real run in the case named).
-CONDITIONAL = {
-    "standin_gpus": run_history.WHEN_STANDIN,
-    "standin_collective": run_history.WHEN_STANDIN,
-    "layout_rules": run_history.WHEN_MESH,
-    "variable_shardings": run_history.WHEN_MESH,
-    "gpu_memory_peak_bytes": run_history.WHEN_GPU,
-    "weights": run_history.WHEN_LINEAR,
-    "label_vocabulary": run_history.WHEN_STRING_LABEL,
-    "missing_values": run_history.WHEN_EXECUTOR,
-    "layout_chosen": run_history.WHEN_AUTO,
-    "layout_reason": run_history.WHEN_AUTO,
-}
 FIELDS = {f.name for f in dataclasses.fields(RunHistory)}
 
 
@@ -37,10 +23,6 @@ def test_a_history_from_before_the_retired_keys_were_dropped_still_reads():
   old = RunHistory.from_dict({"layout": "single", "input_wait_fraction": -1.0,
                               "padded_features": 0})
   assert old.to_dict() == {"layout": "single"}
-
-
-def test_only_the_declared_fields_are_conditional():
-  assert run_history.conditional_fields() == CONDITIONAL
 
 
 def test_json_round_trip_leaves_out_what_was_not_recorded():
@@ -79,21 +61,40 @@ def test_the_properties_are_named_once_and_typed_as_ml_metadata_stores_them():
   assert len(names) == len(set(names))
 
 
+def _when(case: str) -> set:
+  return {name for name, when in run_history.conditional_fields().items() if when == case}
+
+
 @pytest.mark.slow
 def test_real_runs_write_every_field_and_nothing_else(tmp_path):
-  """Two tiny runs (single, mesh 1x2; a process each): the history.json keys are exactly
-  the unconditional fields, plus the mesh's and the linear model's own."""
+  """Two tiny runs (single, mesh 1x2 with what an executor decides; a process each): the
+  history.json keys are exactly the fields every run writes, plus those of each run's
+  own case, written once by the training process. A field declared conditional that
+  its case does not write, or a field no run writes, fails here."""
   import trainer_util as tu  # pylint: disable=g-import-not-at-top
   feats, _, rows = tu.write_examples(str(tmp_path / "ex"), rows=128, eval_rows=32)
-  jobs = [tu.job_dict(str(tmp_path / layout), str(tmp_path / "ex"), feats, rows, layout=layout,
-                      steps=4, batch_size=32, log_every=2, checkpoint_every=0, **extra)
-          for layout, extra in (("single", {}), ("mesh", {"mesh": [1, 2]}))]
+  decided = {"missing_values": {"x0": {"train": 0, "eval": 0, "fill": 0.0}},
+             "layout_choice": {keys.LAYOUT_CHOSEN: "mesh 1x2", keys.LAYOUT_REASON: "fits"}}
+  jobs = [dict(tu.job_dict(str(tmp_path / layout), str(tmp_path / "ex"), feats, rows,
+                           layout=layout, steps=4, batch_size=32, log_every=2,
+                           checkpoint_every=0, **extra), **job_extra)
+          for layout, extra, job_extra in (("single", {}, {}),
+                                           ("mesh", {"mesh": [1, 2]}, decided))]
   for job in jobs:
     tu.run_jobs_in_one_process([job], os.path.dirname(job["history_dir"]))
   written = {}
   for job in jobs:
     with open(os.path.join(job["history_dir"], keys.HISTORY_FILE)) as f:
-      written[job["config"]["layout"]] = set(json.load(f))
-  every_run = FIELDS - set(CONDITIONAL)
-  assert written["single"] == every_run | {"weights"}, written["single"] ^ every_run
-  assert written["mesh"] == every_run | {"weights", "layout_rules", "variable_shardings"}
+      written[job["config"]["layout"]] = json.load(f)
+  every_run = FIELDS - set(run_history.conditional_fields())
+  linear = _when(run_history.WHEN_LINEAR)
+  assert set(written["single"]) == every_run | linear, set(written["single"]) ^ every_run
+  assert set(written["mesh"]) == (every_run | linear | _when(run_history.WHEN_MESH)
+                                  | _when(run_history.WHEN_EXECUTOR)
+                                  | _when(run_history.WHEN_AUTO))
+  assert written["mesh"]["missing_values"] == decided["missing_values"]
+  assert written["mesh"]["layout_chosen"] == "mesh 1x2"
+  # What the user wrote (config optimizer sgd), on the mesh too (not MeshSGD).
+  for record in written.values():
+    assert record["optimizer"] == record["optimizer_config"]["class"] == "SGD"
+  assert written["mesh"]["optimizer_config"] == written["single"]["optimizer_config"]

@@ -1,6 +1,9 @@
-"""The trainer's progress output: ProgressReporter lines from the history records."""
+"""The trainer's callbacks: progress lines from the history records, the recorder's
+divergence stops, and a user's callbacks(spec) driven alike on every layout."""
 import io
 import math
+
+import pytest
 
 from tfx_parallel.components.distributed_trainer.run import callbacks as cb
 
@@ -94,3 +97,132 @@ def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_r
   steps = _run(_recorder(state, [0.6931] * 3), [0.7] * 150)
   assert steps == 150 and not state.diverged
   assert [e["eval_loss"] for e in state.epochs] == [0.6931] * 3
+
+
+def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
+  """The rate is read from the optimizer when the record is written (so a checkpoint
+  saved mid-run keeps it), not the config's rate patched in after training."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import run_record  # pylint: disable=g-import-not-at-top
+  schedule = tf_keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10,
+                                                            decay_rate=0.5)
+  optimizer = tf_keras.optimizers.SGD(schedule)
+  state = _state(total=30)
+  recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
+                         eval_loss=lambda: 0.5,
+                         learning_rate_at=lambda step: run_record.learning_rate_at(optimizer,
+                                                                                   step))
+  recorder.model = _Model()
+  _run(recorder, [0.7] * 20)
+  saved = [dict(r) for r in state.records]  # What a checkpoint at step 20 holds.
+  assert [r["learning_rate"] for r in saved] == pytest.approx([0.1 * 0.5 ** 0.9,
+                                                               0.1 * 0.5 ** 1.9])
+  assert state.learning_rate == 0.1  # The config's rate, recorded nowhere.
+
+
+# A user module whose callbacks(spec) hook counts every Keras callback hook and writes
+# the counts (and the batch indices the batch hooks got) at on_train_end.
+COUNTING_MODULE = '''
+import collections, json
+import tf_keras
+
+HOOKS = [f"on_{w}_{h}" for w in ("train", "test", "predict") for h in ("begin", "end")] + [
+    f"on_{w}_batch_{h}" for w in ("train", "test", "predict") for h in ("begin", "end")] + [
+    "on_epoch_begin", "on_epoch_end"]
+
+
+class Counting(tf_keras.callbacks.Callback):
+  def __init__(self, path):
+    super().__init__()
+    self.path, self.counts, self.batches = path, collections.Counter(), []
+
+  def _seen(self, hook, *args):
+    self.counts[hook] += 1
+    if "train_batch" in hook:
+      self.batches.append([hook, int(args[0]), sorted((args[1] or {}) if len(args) > 1 else {})])
+    if hook == "on_train_end":
+      with open(self.path, "w") as f:
+        json.dump({"counts": self.counts, "batches": self.batches,
+                   "stop_training": self.model.stop_training}, f)
+
+for _hook in HOOKS:
+  setattr(Counting, _hook, lambda self, *a, _h=_hook, **k: self._seen(_h, *a, *k.values()))
+
+
+def build_model(spec):
+  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
+
+
+def callbacks(spec):
+  return [Counting(spec.hparams["counts_file"])]
+'''
+
+
+@pytest.mark.slow
+def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_path):
+  """6 steps, 2 per execution, 4 steps per epoch: fit's protocol (3 batch hooks each,
+  at steps 0/2/4 and 1/3/5, with the loss; one Keras epoch) and a test run at each
+  evaluation (steps 4 and 6), the same on every layout (one process, three jobs)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  module = tmp_path / "counting.py"
+  module.write_text(COUNTING_MODULE)
+  root = str(tmp_path / "ex")
+  feats, _, rows = tu.write_examples(root, rows=64, eval_rows=32)
+  # One process: TensorFlow is split into 2 logical CPUs by the first job.
+  layouts = {"mirrored": {"devices": 2}, "mesh": {"mesh": [1, 2]}, "single": {}}
+  jobs = [tu.job_dict(str(tmp_path / name), root, feats, rows, layout=name, steps=6,
+                      batch_size=16, steps_per_execution=2, log_every=2, checkpoint_every=0,
+                      module_file=str(module),
+                      hparams={"counts_file": str(tmp_path / f"{name}.json")}, **extra)
+          for name, extra in layouts.items()]
+  tu.run_jobs_in_one_process(jobs, str(tmp_path))
+  seen = {}
+  for name in layouts:
+    with open(os.path.join(tmp_path, f"{name}.json")) as f:
+      seen[name] = json.load(f)
+  assert seen["single"]["counts"] == {
+      "on_train_begin": 1, "on_epoch_begin": 1, "on_train_batch_begin": 3,
+      "on_train_batch_end": 3, "on_test_begin": 2, "on_test_batch_begin": 2,
+      "on_test_batch_end": 2, "on_test_end": 2, "on_epoch_end": 1, "on_train_end": 1}
+  assert seen["single"]["batches"] == [
+      ["on_train_batch_begin", 0, []], ["on_train_batch_end", 1, ["loss"]],
+      ["on_train_batch_begin", 2, []], ["on_train_batch_end", 3, ["loss"]],
+      ["on_train_batch_begin", 4, []], ["on_train_batch_end", 5, ["loss"]]]
+  assert seen["mirrored"] == seen["single"]
+  assert seen["mesh"] == seen["single"]
+
+
+def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name(tmp_path):
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  import hook_cases  # pylint: disable=g-import-not-at-top
+
+  def load(returned: str):
+    path = tmp_path / f"m{abs(hash(returned))}.py"
+    path.write_text("import tf_keras\nfrom hook_modules.model import build_model\n"
+                    f"def callbacks(spec):\n  return {returned}\n")
+    return user_module.load(module_file=str(path))
+
+  spec = hook_cases.spec()
+  board = load("[tf_keras.callbacks.TensorBoard('/tmp/tb')]")
+  assert isinstance(user_module.make_callbacks(board, spec, "single")[0],
+                    tf_keras.callbacks.TensorBoard)
+  with pytest.raises(user_module.ModuleError,
+                     match=r"callbacks\(spec\) returned tf_keras\.src\.callbacks\.TensorBoard, "
+                           r"which the trainer cannot honour: on the mesh layout it traces"):
+    user_module.make_callbacks(board, spec, "mesh")
+  backup = load("[tf_keras.callbacks.BackupAndRestore('/tmp/b')]")
+  for layout in ("single", "mirrored", "mesh"):
+    with pytest.raises(user_module.ModuleError, match=r"BackupAndRestore, which the trainer "
+                                                      r"cannot honour: the trainer checkpoints"):
+      user_module.make_callbacks(backup, spec, layout)
+  with pytest.raises(user_module.ModuleError, match=r"returned builtins\.object, which is not "
+                                                    r"a tf_keras\.callbacks\.Callback"):
+    user_module.make_callbacks(load("[object()]"), spec, "single")
+  with pytest.raises(user_module.ModuleError, match=r"must return a list of tf_keras\.callbacks"
+                                                    r"\.Callback\. Received: dict"):
+    user_module.make_callbacks(load("{}"), spec, "single")

@@ -4,6 +4,7 @@ tf.train.Checkpoint.read). Cross-layout resumes with a real kill are in
 test_trainer_resume_layouts.py."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -98,33 +99,88 @@ def test_the_last_two_are_kept_and_an_uncommitted_write_is_never_read(tmp_path):
   assert not [f for f in os.listdir(directory) if f.startswith("ckpt")]
 
 
-def test_sgd_state_restores_across_the_stock_and_the_mesh_sgd_a_momentum_slot_does_not(
-    tmp_path):
-  """Stock SGD (momentum 0) keeps an m slot it never reads; the mesh's SGD keeps none.
-  Either one's checkpoint restores into the other; a momentum optimizer, whose slots
-  carry state, refuses a checkpoint without them."""
-  stock_model, stock = _trained(optimizers.make("sgd", 0.1))
-  mesh_model, slotless = _trained(optimizers.mesh_sgd_class()(0.1))
-  assert optimizers.unread_slots(stock) and optimizers.unread_slots(slotless)
-  for name, (model, opt) in {"stock": (stock_model, stock),
-                             "mesh": (mesh_model, slotless)}.items():
-    checkpoint.save(str(tmp_path / name), 3, {"model": model, "optimizer": opt}, {})
-  for source, target_opt in (("stock", optimizers.mesh_sgd_class()(0.1)),
-                             ("mesh", optimizers.make("sgd", 0.1))):
-    target = _model()
-    target_opt.build(target.trainable_variables)
-    checkpoint.restore(checkpoint.latest(str(tmp_path / source)),
-                       {"model": target, "optimizer": target_opt}, unread_slots=True)
-    assert int(target_opt.iterations.numpy()) == 3
-    np.testing.assert_array_equal(target.weights[0].numpy(), stock_model.weights[0].numpy())
-  momentum = optimizers.make("momentum", 0.1)
-  assert not optimizers.unread_slots(momentum)
-  target = _model()
-  momentum.build(target.trainable_variables)
-  with pytest.raises(ValueError, match=r"ckpt-3 \(saved by layout \?\) does not fit "
-                                       r"this run's model and optimizer"):
-    checkpoint.restore(checkpoint.latest(str(tmp_path / "mesh")),
-                       {"model": target, "optimizer": momentum})
+def test_restore_is_strict_under_plain_sgd_too(tmp_path):
+  """Every model and optimizer variable must have a value: a model variable the
+  checkpoint lacks is refused (as for any optimizer), naming the directory to remove;
+  a plain SGD's unread momentum slots are part of every layout's checkpoint."""
+  model, opt = _trained(optimizers.make("sgd", 0.1))
+  assert len(optimizers.unread_slots(opt)) == 2  # kernel and bias: saved like any slot
+  directory = str(tmp_path / "ckpt")
+  checkpoint.save(directory, 3, {"model": model, "optimizer": opt}, {"layout": "mesh 1x2"})
+  same, same_opt = _model(), optimizers.make("sgd", 0.1)
+  same_opt.build(same.trainable_variables)
+  checkpoint.restore(checkpoint.latest(directory), {"model": same, "optimizer": same_opt})
+  assert int(same_opt.iterations.numpy()) == 3
+  x = tf_keras.Input((3,), name="x")
+  deeper = tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, name="e")(
+      tf_keras.layers.Dense(1, name="d")(x)))
+  deeper_opt = optimizers.make("sgd", 0.1)
+  deeper_opt.build(deeper.trainable_variables)
+  with pytest.raises(checkpoint.CheckpointMismatchError,
+                     match=r"ckpt-3 \(saved by layout mesh 1x2\) does not fit this run's model "
+                           r"and optimizer: "):
+    checkpoint.restore(checkpoint.latest(directory), {"model": deeper, "optimizer": deeper_opt})
+  with pytest.raises(checkpoint.CheckpointMismatchError,
+                     match=rf"Remove {re.escape(directory)} to train from step 0"):
+    checkpoint.restore(checkpoint.latest(directory), {"model": deeper, "optimizer": deeper_opt})
+
+
+class _Engine:
+  """The engine surface restore_checkpoint uses (engines/__init__.py), over a real
+  tf_keras model and optimizer on one device."""
+  chief = True
+
+  def __init__(self):
+    self.model, self.optimizer = _trained(tf_keras.optimizers.Adam(0.1))
+
+  def checkpointed(self):
+    return {"model": self.model, "optimizer": self.optimizer}
+
+  def load_checkpointed(self):
+    pass
+
+  def describe(self):
+    return {"layout": "single", "replicas": 1}
+
+
+def test_a_checkpoint_of_edited_module_source_is_not_resumed_and_the_console_says_why(
+    tmp_path, capsys, monkeypatch):
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
+  package = tmp_path / "usermods"
+  package.mkdir()
+  (package / "__init__.py").write_text("")
+  source = "import tf_keras\ndef build_model(spec):\n  return None  # {}\n"
+  (package / "helpers.py").write_text(source.format("v1"))
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v1\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  file_module = user_module.load(module_file=str(package / "m.py"))
+  path_module = user_module.load(module_path="usermods.m")
+  assert file_module.source_digest == path_module.source_digest != ""
+  assert user_module.load(builtin="linear").source_digest == ""
+  job = train.Job(config={}, examples_uri="", feature_keys=[], label_key="y", train_rows=8,
+                  model_dir="", model_run_dir="", history_dir="",
+                  checkpoint_dir=str(tmp_path / "ckpt"))
+  engine = _Engine()
+  state = cb.RunState(total=8, start_step=0, global_batch=8, steps_per_epoch=4,
+                      learning_rate=0.1, records=[{"step": 4, "loss": 1.0}])
+  train.save_checkpoint(job, engine, state, 4, path_module.source_digest)
+  assert train.restore_checkpoint(job, engine, path_module)[:2] == (4, state.records)
+  # Edited: the module's own source, or the helper of its package it takes build_model from.
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v2\n")
+  assert user_module.load(module_path="usermods.m").source_digest != path_module.source_digest
+  (package / "m.py").write_text("from usermods.helpers import build_model  # v1\n")
+  assert user_module.load(module_path="usermods.m").source_digest == path_module.source_digest
+  (package / "helpers.py").write_text(source.format("v2"))
+  edited = user_module.load(module_path="usermods.m")
+  assert edited.source_digest != path_module.source_digest
+  capsys.readouterr()
+  assert train.restore_checkpoint(job, engine, edited) == (0, [], [], 0.0)
+  assert (f"[trainer] checkpoint: {job.checkpoint_dir}/ckpt-4 is not resumed: it was written "
+          f"by other source of module usermods.m (sha256 {path_module.source_digest[:12]}, now "
+          f"{edited.source_digest[:12]}); training starts at step 0") in capsys.readouterr().out
+  assert checkpoint.latest(job.checkpoint_dir) is None  # Removed: it cannot be resumed.
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_it(tmp_path):

@@ -69,6 +69,24 @@ def test_mesh_shrinks_to_the_largest_that_fits(gpus, mesh, want):
     assert p.reason == ""
 
 
+def test_the_executor_fits_the_mesh_once_and_the_training_process_keeps_it(capsys):
+  """executor.fit_mesh: the parent fits the mesh to the GPUs present (the module's
+  checks then see the mesh that trains); the training process's own plan of that mesh
+  changes nothing and says nothing."""
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  config = TrainerConfig(layout="mesh", mesh=(2, 2), batch_size=64).validate()
+  fitted = executor.fit_mesh(config, ["GPU:0", "GPU:1"])
+  assert fitted.mesh == (1, 2)
+  assert "[trainer] devices: mesh 2x2 needs 4 devices, 2 GPU(s) present: mesh 1x2" in \
+      capsys.readouterr().out
+  again = _plan("mesh", 2, mesh=fitted.mesh)
+  assert again.mesh == (1, 2) and again.reason == ""
+  assert executor.fit_mesh(config, []) is config  # Logical CPUs: the mesh as asked.
+  assert executor.fit_mesh(dataclasses.replace(config, layout="single"), ["GPU:0"]).mesh \
+      == (2, 2)
+
+
 def test_one_gpu_split_into_logical_gpus_stands_in_for_several():
   p = _plan("mesh", 1, mesh=(2, 2), logical=4)
   assert (p.mesh, p.collective, p.reason) == ((2, 2), "dtensor_gpu", "")

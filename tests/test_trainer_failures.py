@@ -2,7 +2,7 @@
 trainer/failures.py): one line on the console, no traceback, and the launcher's error
 does not say "rerun to resume". Here the error is a layout rule that matches nothing,
 met in the training process itself (a job handed to the launcher directly, so no
-pre-flight check ran)."""
+pre-flight check ran). The table: every error class, resumable or not."""
 import textwrap
 
 import pytest
@@ -39,3 +39,103 @@ def test_a_config_error_in_the_training_process_is_one_line_and_not_resumable(tm
   line, = [l for l in err.splitlines() if l.startswith("[trainer] ERROR: ")]
   assert line.startswith("[trainer] ERROR: ShardingError: module ") and \
       "layout rule 'hidden_1/kernel': matches no variable" in line, line
+
+
+def _tf_errors():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return {name: getattr(tf.errors, name) for name in dir(tf.errors)
+          if isinstance(getattr(tf.errors, name), type)
+          and issubclass(getattr(tf.errors, name), tf.errors.OpError)
+          and getattr(tf.errors, name) is not tf.errors.OpError}
+
+
+def _user_errors():
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import optimizers, sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
+  return {
+      "config": ConfigError("trainer.mesh", "the model axis must divide 3"),
+      "module contract / import": user_module.ModuleError("m.py: importing the module failed"),
+      "optimizer on the mesh": optimizers.OptimizerError("m.py: optimizer(spec) returned ..."),
+      "layout rule": sharding.ShardingError("m", "x", None, "matches no variable"),
+      "checkpoint that does not fit": checkpoint.CheckpointMismatchError("ckpt-8 ..."),
+  }
+
+
+# Every tf.errors class, by what a rerun of the same config, module and data meets.
+TF_RESUMABLE = {"UnavailableError": "a peer or the network went away",
+                "AbortedError": "a collective was aborted by a dead peer",
+                "CancelledError": "cancelled with the step",
+                "DeadlineExceededError": "a deadline passed",
+                "ResourceExhaustedError": "out of memory",
+                "InternalError": "the runtime failed",
+                "UnknownError": "the runtime failed",
+                "DataLossError": "a torn read"}
+TF_NOT_RESUMABLE = {"InvalidArgumentError": "a shape or layout the op cannot take",
+                    "NotFoundError": "a missing file",
+                    "FailedPreconditionError": "state code did not set up",
+                    "UnimplementedError": "an op DTensor cannot split",
+                    "PermissionDeniedError": "a forbidden path",
+                    "OutOfRangeError": "the data ran out",
+                    "AlreadyExistsError": "a path in the way",
+                    "UnauthenticatedError": "credentials"}
+PYTHON = [(OSError("connection reset"), True), (ConnectionResetError(), True),
+          (TimeoutError(), True), (MemoryError(), True),
+          (FileNotFoundError("/x/y.tfrecord"), False), (PermissionError("/x"), False),
+          (ValueError("Shapes (8, 2) and (8, 3) are incompatible"), False),
+          (TypeError("call() got an unexpected keyword"), False),
+          (KeyError("x3"), False), (AttributeError("no attribute 'kernel'"), False),
+          (ModuleNotFoundError("No module named 'my_model'"), False),
+          (ImportError("cannot import name 'f'"), False),
+          (RuntimeError("build_model() must be deterministic"), False)]
+
+
+def test_every_error_class_is_classified_by_what_a_rerun_meets_again():
+  """The table: every tf.errors class (a new one fails here until it is classified),
+  the user-facing errors of the trainer, and Python's own. A config or user-code error
+  (optimizer, layout, shape, import) is never resumable."""
+  tf_errors = _tf_errors()
+  assert set(tf_errors) == set(TF_RESUMABLE) | set(TF_NOT_RESUMABLE), sorted(tf_errors)
+  for name, cls in tf_errors.items():
+    assert failures.resumable(cls(None, None, "x")) == (name in TF_RESUMABLE), name
+  for what, error in _user_errors().items():
+    assert not failures.resumable(error), what
+    assert isinstance(error, failures.user_error_types()), what
+  for error, want in PYTHON:
+    assert failures.resumable(error) == want, repr(error)
+    assert not isinstance(error, failures.user_error_types()), repr(error)
+
+
+def _main_with(monkeypatch, tmp_path, error):
+  import json  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "job.json"
+  path.write_text(json.dumps(tu.job_dict(str(tmp_path), str(tmp_path), ["x0"], 8)))
+
+  def run(job):
+    raise error
+  monkeypatch.setattr(train, "run", run)
+  return train.main(["--job", str(path)])
+
+
+@pytest.mark.parametrize("what", ["optimizer on the mesh", "checkpoint that does not fit"])
+def test_a_user_error_in_the_training_process_exits_not_resumable_in_one_line(
+    monkeypatch, tmp_path, capfd, what):
+  error = _user_errors()[what]
+  assert _main_with(monkeypatch, tmp_path, error) == failures.NOT_RESUMABLE_EXIT_CODE
+  err = capfd.readouterr().err
+  assert "Traceback" not in err
+  assert err.strip().splitlines()[-1] == f"[trainer] ERROR: {type(error).__name__}: {error}"
+
+
+def test_a_code_error_exits_not_resumable_with_its_traceback_and_an_os_error_is_raised(
+    monkeypatch, tmp_path, capfd):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  shape = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [6,2] vs. [6,4]")
+  assert _main_with(monkeypatch, tmp_path, shape) == failures.NOT_RESUMABLE_EXIT_CODE
+  err = capfd.readouterr().err
+  assert "Traceback" in err and err.strip().splitlines()[-1] == (
+      "[trainer] ERROR: InvalidArgumentError: Incompatible shapes: [6,2] vs. [6,4]")
+  with pytest.raises(OSError, match="connection reset"):
+    _main_with(monkeypatch, tmp_path, OSError("connection reset"))

@@ -57,9 +57,29 @@ def test_each_hook_really_changed_the_training():
       assert np.abs(got - plain).max() > 1e-3, (hook, layout)
   assert r["custom_loss"]["mesh 2x2"]["loss"] == "LossFunctionWrapper:power_loss"
   assert r["sgd_momentum"]["mesh 2x2"]["optimizer"] == "SGD"
+  # A plain SGD runs as MeshSGD on the mesh; the run records the user's class.
+  assert r["layout_rule"]["mesh 2x2"]["optimizer"] == "MeshSGD"
+  assert r["layout_rule"]["mesh 2x2"]["recorded_optimizer"] == "SGD"
   assert r["adam_schedule"]["mesh 2x2"]["optimizer"] == "Adam"
   # ExponentialDecay(0.05, decay_steps=2, decay_rate=0.5) moved on with the steps.
   assert r["adam_schedule"]["mesh 2x2"]["learning_rate"] < 0.05 / 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", MESHES)
+def test_the_layout_rule_placed_each_variable_where_it_says(layout):
+  """Read back from the DTensors: the rule's kernel split by rows over the model axis
+  (each device holds 4/M rows), every other variable
+  whole (a rule map leaves unmatched variables replicated, as tf_keras's LayoutMap)."""
+  got = _results()["layout_rule"][layout]
+  m = int(layout.split("x")[1])
+  assert got["layouts"]["model/hidden/kernel"] == ["model", "unsharded"]
+  assert got["shard_shapes"]["hidden/kernel"] == [4 // m, 4]
+  for path in ("hidden/bias", "head/kernel", "head/bias"):
+    assert set(got["layouts"][f"model/{path}"]) == {"unsharded"}, path
+  assert got["shard_shapes"]["head/kernel"] == [4, 1]
+  plain = _results()["custom_loss"][layout]  # The same model without the rule.
+  assert plain["layouts"]["model/hidden/kernel"] != ["model", "unsharded"] or m == 1
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The seed's model parallelism on the built-in linear model: the kernel split by ROWS over
-the model axis, Y = sum_i X_i W_i, each shard's gradient X_i^T dL/dY. Read from the
+the model axis, Y = sum_i X_i W_i, each shard's gradient block X_i^T dL/dY once in the
+kernel's layout (the tape's gradient before that relayout is whole). Read from the
 DTensor itself on every mesh 1xM and BxM that divides (one process for all meshes:
 tests/linear_mesh_cases.py), and the README's sentence read back."""
 import functools
@@ -68,7 +69,12 @@ def test_mesh_training_matches_single_device_fit(mesh):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mesh", [i for i in MESH_IDS if not i.endswith("x1")])
-def test_each_shards_gradient_is_x_i_transposed_times_dl_dy(mesh):
+def test_each_devices_gradient_block_after_the_relayout_is_its_rows_of_x_transposed_dl_dy(
+    mesh):
+  """What the step applies: the gradient once ``_gradients`` has put it in the kernel's
+  layout. Each device's block equals its rows of X^T dL/dY; read after the relayout,
+  this cannot tell a local product X_i^T dL/dY from a whole gradient sliced afterwards
+  (the next test reads it before)."""
   r = _run()
   b, m = (int(x) for x in mesh.split("x"))
   x, dl_dy = np.array(r["x0"]), np.array(r["dl_dy"])
@@ -80,6 +86,24 @@ def test_each_shards_gradient_is_x_i_transposed_times_dl_dy(mesh):
     want = x[:, mi * rows:(mi + 1) * rows].T @ dl_dy  # X_i^T dL/dY over the global batch
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6, err_msg=f"{mesh} device {i}")
   assert not np.allclose(grads[0], grads[1 % len(grads)]) or m == 1  # Distinct shards.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", [i for i in MESH_IDS if not i.endswith("x1")])
+def test_the_tapes_kernel_gradient_before_the_relayout_is_whole_on_every_device(mesh):
+  """Observed before any relayout (the tape's gradient as a DTensor function returns
+  it): DTensor's SPMD expansion lays X^T dL/dY out replicated, so every device holds the
+  whole [F, 1] gradient, not only its X_i^T dL/dY rows; the relayout into the row-split
+  kernel's layout then slices it. When this fails because the gradient comes out split
+  by rows, the per-shard product is computed locally: update this test, not the code."""
+  r = _run()
+  x, dl_dy = np.array(r["x0"]), np.array(r["dl_dy"])
+  b, m = (int(v) for v in mesh.split("x"))
+  assert r[mesh]["raw_grad_layout"] == ["unsharded", "unsharded"]
+  assert len(r[mesh]["raw_grad_blocks"]) == b * m
+  for i, block in enumerate(r[mesh]["raw_grad_blocks"]):
+    np.testing.assert_allclose(np.array(block), x.T @ dl_dy, rtol=1e-5, atol=1e-6,
+                               err_msg=f"{mesh} device {i}")
 
 
 @pytest.mark.slow

@@ -65,3 +65,29 @@ def test_mesh_job_resumes_from_its_checkpoint_on_the_same_batches(tmp_path):
                     ([resumed["weights"]["bias"]], [straight["weights"]["bias"]])):
     for a, b in zip(got, want):
       assert a == pytest.approx(b, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_a_plain_sgd_mesh_checkpoint_resumes_strictly_on_single_to_the_same_weights(tmp_path):
+  """Plain SGD runs as MeshSGD (no momentum slots) on the mesh, yet its checkpoint holds
+  what the user's SGD holds on any layout (the host copy is the user's class), so the
+  strict restore on single matches every variable: resumed at 4, the weights of an
+  uninterrupted single run."""
+  root = str(tmp_path / "ex")
+  keys, _, rows = tu.write_examples(root, rows=256, eval_rows=32)
+  cfg = dict(batch_size=32, learning_rate=0.1, optimizer="sgd", log_every=4)
+  mesh = tu.job_dict(str(tmp_path / "mesh"), root, keys, rows, layout="mesh", mesh=[1, 2],
+                     steps=8, checkpoint_every=4, **cfg)
+  tu.run_job(mesh, str(tmp_path / "mesh"))
+  straight = tu.job_dict(str(tmp_path / "straight"), root, keys, rows, layout="single",
+                         steps=12, checkpoint_every=0, **cfg)
+  resumed = dict(tu.job_dict(str(tmp_path / "resumed"), root, keys, rows, layout="single",
+                             steps=12, checkpoint_every=0, **cfg),
+                 checkpoint_dir=mesh["checkpoint_dir"])
+  out = tu.run_jobs_in_one_process([straight, resumed], str(tmp_path / "single"))
+  assert "resuming from " in out and "at step 4 (saved by layout mesh 1x2; now single)" in out
+  got, want = tu.read_history(resumed), tu.read_history(straight)
+  assert got["resumed_from_step"] == 4 and got["optimizer"] == "SGD"
+  for a, b in zip(got["weights"]["kernel"] + [got["weights"]["bias"]],
+                  want["weights"]["kernel"] + [want["weights"]["bias"]]):
+    assert a == pytest.approx(b, abs=1e-5)

@@ -3,8 +3,9 @@ the TrainingHistory artifact's ML Metadata properties, and of what the evaluator
 summary and the progress lines read.
 
 The training process builds it from what ran (``RunHistory.from_dict`` rejects a key that
-is not a field, so nothing is written outside the schema), the executor adds what it
-decided (``missing_values``; ``layout_chosen`` / ``layout_reason`` under ``layout: auto``)
+is not a field, so nothing is written outside the schema), what the executor decided
+included (``missing_values``; ``layout_chosen`` / ``layout_reason`` under ``layout:
+auto``: carried by the job), and writes history.json once; the executor only reads it
 and sets the properties with :meth:`RunHistory.write_properties`. Each property's name and
 encoding is declared once, on its field (``_prop``).
 
@@ -22,12 +23,12 @@ Scalar = Union[str, int, float]
 
 # The cases in which a conditional field is written.
 WHEN_MESH = "mesh layout"
-WHEN_AUTO = "layout: auto (the executor adds the planner's choice)"
+WHEN_AUTO = "layout: auto (the planner's choice, carried by the job)"
 WHEN_GPU = "GPUs (TensorFlow's peak memory per GPU)"
 WHEN_STANDIN = "stand-in GPUs (tests only)"
 WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model)"
 WHEN_STRING_LABEL = "a string label (class id -> label)"
-WHEN_EXECUTOR = "written by the executor after the training process (not by train.py)"
+WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
 
 
 # Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
@@ -116,7 +117,7 @@ class RunHistory:
   gpu_memory_peak_bytes: Optional[Dict[str, int]] = _field(when=WHEN_GPU)
   weights: Optional[Dict[str, Any]] = _field(when=WHEN_LINEAR,
                                              doc="kernel and bias in input units")
-  # Added by the executor.
+  # Decided by the executor, written by the training process (train.Job).
   missing_values: Optional[Dict[str, Any]] = _field(when=WHEN_EXECUTOR,
                                                     prop="missing_values", encode=json.dumps)
   layout_chosen: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_CHOSEN, encode=str)

@@ -22,17 +22,17 @@ from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
 
 
-def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
-                   module_digest: str = "") -> str:
-  """Stable across reruns of the same inputs + config + module file, so a killed run
-  resumes (and an edited module file does not resume another model's checkpoint).
+def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str) -> str:
+  """Stable across reruns of the same inputs + config, so a killed run resumes.
   ``config_json``: checkpoint.run_identity, without the layout, so that a rerun on
-  another layout resumes too.
+  another layout resumes too. The module's source is not part of the name: each
+  checkpoint records its digest, and the training process refuses to resume one
+  written by other source, saying so (run/train.py restore_checkpoint).
 
-  `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config, module)[:16]>`.
+  `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config)[:16]>`.
   """
   component_root = os.path.dirname(os.path.dirname(model_uri.rstrip("/")))
-  text = f"{examples_uri}\n{config_json}" + (f"\n{module_digest}" if module_digest else "")
+  text = f"{examples_uri}\n{config_json}"
   digest = hashlib.sha256(text.encode()).hexdigest()[:16]
   return os.path.join(component_root, "_checkpoints", digest)
 
@@ -48,7 +48,6 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
       schema.uri if schema is not None else None,
       transform_graph.uri if transform_graph is not None else None)
   config_json = config_util.to_json(config)
-  digest = user_module.file_digest(config.module_file)
   rows = described.rows or {}
   return Job(config=json.loads(config_json), examples_uri=examples.uri,
              feature_keys=described.feature_keys, label_key=described.label_key,
@@ -56,8 +55,7 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
              checkpoint_dir=checkpoint_dir(model_uri, examples.uri,
-                                           checkpoint.run_identity(json.loads(config_json)),
-                                           digest),
+                                           checkpoint.run_identity(json.loads(config_json))),
              num_shards=described.num_shards or 1,
              string_feature_keys=list(described.string_keys),
              train_files=list(described.files[config.train_split]),
@@ -98,6 +96,34 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                              missing_values=prepared.missing_values)
 
 
+def fit_mesh(config: TrainerConfig, gpu_names: List[str]) -> TrainerConfig:
+  """A ``mesh`` fitted to the GPUs present, once, here (devices.plan; the training
+  process is started on this machine's devices and gets the fitted mesh as it is, so
+  its own plan changes nothing): the module's rules and the built-in split are checked
+  against the mesh that trains. Says so when it shrinks the mesh."""
+  if config.layout != "mesh":
+    return config
+  plan = devices.plan(config.layout, config.devices, config.mesh, config.device,
+                      len(gpu_names), config.batch_size, config.logical_gpus)
+  if tuple(plan.mesh) == tuple(config.mesh):
+    return config
+  print(f"[trainer] devices: {plan.reason}", flush=True)
+  return dataclasses.replace(config, mesh=tuple(plan.mesh)).validate()
+
+
+def check_on_layout(job: Job, config: TrainerConfig):
+  """Builds the optimizer and the module's callbacks as the training process will on
+  ``config.layout`` (concrete: after ``layout: auto`` is resolved): on a mesh, the
+  optimizer rebuilt with ``mesh=`` (user_module.check_optimizer). An optimizer or callback
+  the layout cannot honour fails here, before training, naming the hook."""
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  module = user_module.load(config.module_file, config.module_path, config.model)
+  spec = ms.ModelSpec.from_dict(job.model_spec)
+  user_module.check_optimizer(module, spec, config.optimizer, config.learning_rate,
+                              config.layout)
+  user_module.make_callbacks(module, spec, config.layout)
+
+
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
               ) -> Optional[types.Artifact]:
   found = input_dict.get(key) or []
@@ -117,6 +143,7 @@ class Executor(base_executor.BaseExecutor):
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
     if not remote:  # More logical devices than cores: one line with both numbers.
       layout_choice.warn_if_oversubscribed(config, [] if config.device == "cpu" else layout_choice.gpu_names())
+      config = fit_mesh(config, [] if config.device == "cpu" else layout_choice.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
@@ -126,6 +153,9 @@ class Executor(base_executor.BaseExecutor):
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
                                      schema, transform_graph), config)
     job, config, planned = layout_choice.plan_job(job, config)  # layout: auto -> concrete
+    check_on_layout(job, config)
+    # The choice goes into history.json too (the evaluator reads it), written by the child.
+    job = dataclasses.replace(job, layout_choice=dict(planned))
     settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
       tfjob.run(job, settings)
@@ -133,13 +163,8 @@ class Executor(base_executor.BaseExecutor):
       launcher.launch(job, config.layout, config.workers)
     checkpoint.clear(job.checkpoint_dir)  # Finished: a rerun (any layout) starts afresh.
     path = os.path.join(history.uri, keys.HISTORY_FILE)
-    with fileio.open(path) as f:
+    with fileio.open(path) as f:  # Written once, by the training process; only read here.
       record = run_history.RunHistory.from_json(f.read(), path)
-    record.missing_values = job.missing_values  # Counts and fills, per feature.
-    if planned:  # The choice goes into history.json too (the evaluator reads it).
-      record = dataclasses.replace(record, **planned)
-    with fileio.open(path, "w") as f:
-      f.write(record.to_json())
     record.write_properties(history)  # Every TrainingHistory property (run_history.py).
     for artifact in (model, history):
       task_contract.write_properties(artifact, record.task, record.num_classes,

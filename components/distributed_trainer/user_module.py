@@ -18,7 +18,11 @@ Optional hooks:
 * ``optimizer(spec) -> tf_keras optimizer`` (default: config ``optimizer`` and
   ``learning_rate``);
 * ``layout_rules(spec) -> {variable-path regex: per-dimension sharding}`` for mesh
-  layouts (default: components/distributed_trainer/engines/sharding.py).
+  layouts (default: components/distributed_trainer/engines/sharding.py);
+* ``callbacks(spec) -> [tf_keras.callbacks.Callback, ...]``: driven with the whole Keras
+  protocol (train, epoch, batch and, at each per-epoch evaluation, test hooks) the same
+  way on every layout; one the trainer cannot honour is refused before training
+  (:func:`make_callbacks`).
 
 :func:`load` imports the module and :func:`check` builds the model on a tiny batch and
 resolves its layout rules, before training starts; every error names the module.
@@ -35,7 +39,7 @@ from typing import Any, Callable, Dict, Optional
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 BUILTIN_PACKAGE = "tfx_parallel.components.distributed_trainer.models"
-HOOKS = ("loss", "optimizer", "layout_rules")
+HOOKS = ("loss", "optimizer", "layout_rules", "callbacks")
 
 
 class ModuleError(ValueError):
@@ -49,8 +53,12 @@ class UserModule:
   loss: Optional[Callable] = None
   optimizer: Optional[Callable] = None
   layout_rules: Optional[Callable] = None
+  callbacks: Optional[Callable] = None
   config_key: str = "model"       # The trainer config key that chose the module.
   builtin: Optional[str] = None   # "linear" / "mlp" for a built-in model, else None.
+  # sha256 of the source the module was loaded from ("" for a built-in): a checkpoint
+  # written by other source is not resumed (run/train.py restore_checkpoint).
+  source_digest: str = ""
 
 
 def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
@@ -94,15 +102,52 @@ def load(module_file: Optional[str] = None, module_path: Optional[str] = None,
     hooks[hook] = fn
   key = "module_file" if module_file else "module_path" if module_path else "model"
   return UserModule(name=name, build_model=build, config_key=key,
-                    builtin=None if module_file or module_path else builtin, **hooks)
+                    builtin=None if module_file or module_path else builtin,
+                    source_digest=source_digest(module) if module_file or module_path else "",
+                    **hooks)
 
 
-def file_digest(module_file: Optional[str]) -> str:
-  """sha256 of the module file's bytes ("" without a file): part of a run's identity."""
-  if not module_file or not os.path.isfile(module_file):
+def source_digest(module) -> str:
+  """sha256 over the source files of an imported user module (``module_file`` and
+  ``module_path`` alike): its own ``__file__``, and the files of the modules of its own
+  directory tree that its top-level names come from (``from helpers import build_model``),
+  followed transitively. "" when it has no source file."""
+  files = source_files(module)
+  if not files:
     return ""
-  with open(module_file, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()
+  digest = hashlib.sha256()
+  base = os.path.dirname(files[0]) if len(files) == 1 else os.path.commonpath(files)
+  for path in files:  # Named relative to each other: the same source anywhere.
+    with open(path, "rb") as f:
+      digest.update(os.path.relpath(path, base).encode() + b"\0" + f.read() + b"\0")
+  return digest.hexdigest()
+
+
+def source_files(module) -> list:
+  """The files :func:`source_digest` hashes, sorted (see there)."""
+  path = getattr(module, "__file__", None)
+  if not path or not os.path.isfile(path):
+    return []
+  path = os.path.abspath(path)
+  top = sys.modules.get(module.__name__.split(".")[0], module)
+  # The tree of the user's code: its top-level package, or the single module's directory
+  # (not an installation's site-packages, which holds everyone's code).
+  root = os.path.dirname(os.path.abspath(top.__file__) if hasattr(top, "__path__") and
+                         getattr(top, "__file__", None) else path)
+  if os.path.basename(root).endswith("-packages"):
+    return [path]
+  seen, todo = {path}, [module]
+  while todo:
+    for value in list(vars(todo.pop()).values()):
+      name = value.__name__ if isinstance(value, type(sys)) else getattr(value, "__module__", None)
+      other = sys.modules.get(name) if isinstance(name, str) else None
+      other_file = os.path.abspath(getattr(other, "__file__", None) or "")
+      if (other is None or not os.path.isfile(other_file) or other_file in seen
+          or not other_file.startswith(root + os.sep)):
+        continue
+      seen.add(other_file)
+      todo.append(other)
+  return sorted(seen)
 
 
 def default_loss(task: str):
@@ -132,12 +177,81 @@ def make_loss(module: UserModule, spec: ms.ModelSpec):
 def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float,
                    mesh=None):
   """The optimizer of every layout (optimizers.py): the hook's, or config ``optimizer``;
-  on a DTensor ``mesh`` rebuilt there, or optimizers.OptimizerError naming the module."""
+  on a DTensor ``mesh`` rebuilt there (:func:`place_optimizer`)."""
   from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
-  if not module.optimizer:
-    return optimizers.make(name, learning_rate, mesh)
-  opt = module.optimizer(spec)
-  return opt if mesh is None else optimizers.on_mesh(opt, mesh, module.name, optimizers.HOOK)
+  opt = module.optimizer(spec) if module.optimizer else optimizers.make(name, learning_rate)
+  return opt if mesh is None else place_optimizer(module, opt, mesh, name)
+
+
+def place_optimizer(module: UserModule, optimizer, mesh, name: str):
+  """``optimizer`` (from :func:`make_optimizer`) rebuilt on a DTensor ``mesh``, or
+  optimizers.OptimizerError naming the hook (or config ``optimizer`` ``name``)."""
+  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
+  return optimizers.on_mesh(optimizer, mesh,
+                            *optimizers.owner(module.name, bool(module.optimizer), name))
+
+
+def check_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float,
+                    layout: str):
+  """Builds the optimizer as the training process will: the hook's (or config ``name``
+  and ``learning_rate``) and, on a ``mesh`` layout, rebuilt with ``mesh=`` on a one-device
+  DTensor mesh of this process's first CPU (the same rebuild as on the run's mesh; the
+  mesh's size does not enter it). Raises optimizers.OptimizerError before training."""
+  optimizer = make_optimizer(module, spec, name, learning_rate)
+  if layout == "mesh":
+    from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    cpu = tf.config.list_logical_devices("CPU")[0].name
+    mesh = dtensor.create_mesh([("batch", 1), ("model", 1)], devices=[cpu], device_type="CPU")
+    place_optimizer(module, optimizer, mesh, name)
+  return optimizer
+
+
+# Stock tf_keras callbacks the trainer cannot honour, with the reason and what to use.
+REFUSED_CALLBACKS = {
+    "BackupAndRestore": "the trainer checkpoints and resumes the run itself (config "
+                        "checkpoint_every); a second resume mechanism would restore over it",
+}
+# ... and those it cannot honour on a mesh: they save or trace the model through
+# ``model.fit``'s own functions, which a mesh run does not have.
+REFUSED_ON_MESH = {
+    "ModelCheckpoint": "the mesh model's variables are DTensors split over devices; the "
+                       "trainer's own checkpoints (checkpoint_every) and export save them",
+    "TensorBoard": "it traces fit's train function, which a mesh run does not have; the "
+                   "trainer writes its TensorBoard scalars to the ModelRun artifact",
+}
+
+
+def make_callbacks(module: UserModule, spec: ms.ModelSpec, layout: str) -> list:
+  """The module's ``callbacks(spec)`` ([] without the hook), checked: each must be a
+  tf_keras.callbacks.Callback the trainer can honour on ``layout``; raises ModuleError
+  naming the callback otherwise (before training)."""
+  if not module.callbacks:
+    return []
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  try:
+    callbacks = module.callbacks(spec)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ModuleError(f"{module.name}: callbacks(spec) raised {type(e).__name__}: {e}") from e
+  if not isinstance(callbacks, (list, tuple)):
+    raise ModuleError(f"{module.name}: callbacks(spec) must return a list of "
+                      f"tf_keras.callbacks.Callback. Received: {type(callbacks).__name__}")
+  for c in callbacks:
+    what = f"{type(c).__module__}.{type(c).__name__}"
+    if not isinstance(c, tf_keras.callbacks.Callback):
+      raise ModuleError(f"{module.name}: callbacks(spec) returned {what}, which is not a "
+                        f"tf_keras.callbacks.Callback (tf_keras drives only its own)")
+    for cls in type(c).__mro__:
+      reason = REFUSED_CALLBACKS.get(cls.__name__) if cls.__module__.startswith("tf_keras") \
+          else None
+      if reason is None and layout == "mesh" and cls.__module__.startswith("tf_keras"):
+        reason = REFUSED_ON_MESH.get(cls.__name__)
+        if reason:
+          reason = f"on the mesh layout {reason}"
+      if reason:
+        raise ModuleError(f"{module.name}: callbacks(spec) returned {what}, which the "
+                          f"trainer cannot honour: {reason}")
+  return list(callbacks)
 
 
 def dummy_batch(spec: ms.ModelSpec, rows: int = 2):
@@ -275,7 +389,4 @@ def check(module: UserModule, spec: ms.ModelSpec, model_axis: int = 0,
         f"[batch, {spec.output_units}]). Received output shape {out.shape.as_list()}")
   if module.loss:
     make_loss(module, spec)
-  if module.optimizer:
-    from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
-    make_optimizer(module, spec, TrainerConfig.optimizer, TrainerConfig.learning_rate)
   return model

@@ -9,12 +9,15 @@ weights and state:
 * :class:`MeshEngine`: ``mesh``; ``mesh_runtime.MeshTrainer`` on a DTensor (batch, model)
   mesh, with the layout rules of sharding.py. Like ``fit``, it runs
   ``steps_per_execution`` steps per call into TensorFlow (one DTensor function over that
-  many stacked batches) and reports the running mean loss ``fit`` reports; the losses
-  leave the devices once per execution.
+  many stacked batches), drives the callbacks through the same Keras protocol, in the
+  same order and with the same arguments as ``fit`` (train, epoch and batch hooks) and
+  reports the running mean loss ``fit`` reports; the losses leave the devices once per
+  execution.
 
 Both take the loss from ``user_module.make_loss`` and the optimizer from the one
 factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
-``mesh=``). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
+``mesh=``; ``written_optimizer`` is the optimizer as the user wrote it, which the run
+records and checkpoints). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``, ``weights()``,
 ``checkpointed()`` / ``load_checkpointed()`` (the model and optimizer a tf.train.Checkpoint
@@ -22,7 +25,7 @@ holds, and making restored values live: run/checkpoint.py).
 """
 import contextlib
 import math
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 
 class FitEngine:
@@ -54,6 +57,7 @@ class FitEngine:
                                                   config.learning_rate)
       self.model.compile(optimizer=self.optimizer, loss=self.loss,
                          steps_per_execution=self.steps_per_execution)
+    self.written_optimizer = self.optimizer
 
   def scope(self):
     return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
@@ -80,9 +84,10 @@ class FitEngine:
                   ctx.input_pipeline_id, start_step * per_pipeline)
     return self.strategy.distribute_datasets_from_function(fn)
 
-  def evaluator(self, eval_ds) -> Callable[[], float]:
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], float]:
+    """The per-epoch evaluation; drives ``callbacks``' test hooks (run/callbacks.py)."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
-    return cb.make_evaluator(self.model, self.loss, eval_ds)
+    return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks)
 
   def train(self, dataset, start_step: int, total: int, callbacks: list):
     if total > start_step:
@@ -125,12 +130,16 @@ class MeshEngine:
     self.module, self.spec = module, spec
     self.loss = user_module.make_loss(module, spec)
     tf_keras.utils.set_random_seed(config.seed)
+    # As written (recorded, and the class of the checkpoint's host copy); placed on the
+    # mesh by a rebuild with mesh= (optimizers.on_mesh).
+    self.written_optimizer = user_module.make_optimizer(module, spec, config.optimizer,
+                                                        config.learning_rate)
     self.trainer = mesh_runtime.MeshTrainer(
         lambda: user_module.build(module, spec), mesh_shape=tuple(config.mesh),
         rules=module.layout_rules(spec) if module.layout_rules else None,
         loss_fn=self.loss,
-        optimizer=lambda mesh: user_module.make_optimizer(
-            module, spec, config.optimizer, config.learning_rate, mesh=mesh),
+        optimizer=lambda mesh: user_module.place_optimizer(
+            module, self.written_optimizer, mesh, config.optimizer),
         global_batch=config.batch_size, module_name=module.name)
     self.model, self.optimizer = self.trainer.model, self.trainer.optimizer
 
@@ -150,12 +159,13 @@ class MeshEngine:
   def dataset(self, make, start_step: int):
     return make(self.config.batch_size, 1, 0, start_step)
 
-  def evaluator(self, eval_ds) -> Callable[[], float]:
-    """Evaluation on a plain copy (outside the mesh) that takes the gathered weights."""
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], float]:
+    """Evaluation on a plain copy (outside the mesh) that takes the gathered weights;
+    drives ``callbacks``' test hooks as the fit engine's does."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     plain = user_module.build(self.module, self.spec)
-    evaluate = cb.make_evaluator(plain, self.loss, eval_ds)
+    evaluate = cb.make_evaluator(plain, self.loss, eval_ds, callbacks)
 
     def eval_loss() -> float:
       plain.set_weights(self.weights())
@@ -165,34 +175,45 @@ class MeshEngine:
   def train(self, dataset, start_step: int, total: int, callbacks: list):
     """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
     of ``steps_per_execution`` steps: each is ONE DTensor call over that many batches,
-    stacked by ``dataset.batch`` (the last may be shorter). The callbacks see, as under
-    ``fit``, the batch index and the running mean loss since the start after every
-    execution; the losses leave the devices only then."""
-    model = self.model
+    stacked by ``dataset.batch`` (the last may be shorter).
+
+    The callbacks are driven as ``model.fit(epochs=1, steps_per_epoch=total -
+    start_step)`` drives them (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16):
+    a ``CallbackList`` with a History, ``on_train_begin``, ``on_epoch_begin(0)``, per
+    execution ``on_train_batch_begin(first step)`` and ``on_train_batch_end(last step,
+    {"loss": running mean since the start})``, ``on_epoch_end(0, logs)`` and
+    ``on_train_end(logs)``; the losses leave the devices only once per execution."""
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    if total <= start_step:
+      return  # As FitEngine: no fit, no callbacks.
+    model, steps = self.model, total - start_step
+    hooks = tf_keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=False,
+                                            model=model, verbose=0, epochs=1, steps=steps)
     model.stop_training = False
-    for c in callbacks:
-      c.set_model(model)
-    count, mean = 0, 0.0
-    if total > start_step:
-      executions = dataset.take(total - start_step).batch(self.steps_per_execution)
-      for features, labels in executions:
-        losses = self.trainer.fetch([self.trainer.steps_async(features, labels)])
-        for n, loss in enumerate(losses, count + 1):
-          mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
-        count += len(losses)
-        for c in callbacks:
-          c.on_train_batch_end(count - 1, {"loss": mean})
-        if model.stop_training:
-          break
-    for c in callbacks:
-      c.on_train_end()
+    hooks.on_train_begin()
+    hooks.on_epoch_begin(0)
+    count, mean, logs = 0, 0.0, {}
+    for features, labels in dataset.take(steps).batch(self.steps_per_execution):
+      hooks.on_train_batch_begin(count)
+      losses = self.trainer.fetch([self.trainer.steps_async(features, labels)])
+      for n, loss in enumerate(losses, count + 1):
+        mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
+      count += len(losses)
+      logs = {"loss": mean}
+      hooks.on_train_batch_end(count - 1, logs)
+      if model.stop_training:
+        break
+    hooks.on_epoch_end(0, dict(logs))
+    hooks.on_train_end(dict(logs))
 
   def weights(self) -> list:
     return self.trainer.full_weights()
 
   def checkpointed(self) -> Dict[str, object]:
-    """What a checkpoint holds: a host copy of the model and optimizer (the same
-    classes and config, outside the mesh), refreshed from the mesh.
+    """What a checkpoint holds: a host copy of the model and of the optimizer as the
+    user wrote it (``written_optimizer``'s class and config, outside the mesh: the keys
+    any layout's checkpoint has, a plain SGD's unread momentum slots as zeros),
+    refreshed from the mesh.
 
     The DVariables themselves would save through tf.train.Checkpoint too, whole
     (run/checkpoint.py), but each save then traces and DTensor-compiles a new function
@@ -204,26 +225,38 @@ class MeshEngine:
     from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     if self._host is None:
       model = user_module.build(self.module, self.spec)
-      optimizer = type(self.optimizer).from_config(self.optimizer.get_config())
+      written = self.written_optimizer  # The user's class: the same keys as on any layout.
+      optimizer = type(written).from_config(written.get_config())
       optimizer.build(model.trainable_variables)
       self._host = {"model": model, "optimizer": optimizer}
-    host = self._host_variables()
+    host, unread = self._host_variables()
     values = list(self.trainer.state().values())  # model.weights, optimizer.variables
     if len(values) != len(host):
       raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
                          f"model and optimizer {len(values)}")
     for v, value in zip(host, values):
       v.assign(np.asarray(value, v.dtype.as_numpy_dtype))
+    for v in unread:
+      v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
     return self._host
 
   def load_checkpointed(self):
     """After a restore into ``checkpointed()``: the host copy's values onto the mesh,
     each variable in its own layout."""
     names = list(self.trainer.state())
-    self.trainer.load_state(dict(zip(names, [v.numpy() for v in self._host_variables()])))
+    host, _ = self._host_variables()
+    self.trainer.load_state(dict(zip(names, [v.numpy() for v in host])))
 
-  def _host_variables(self) -> list:
-    return list(self._host["model"].weights) + list(self._host["optimizer"].variables)
+  def _host_variables(self) -> Tuple[list, list]:
+    """(the host copy's variables in the mesh state's order, the host optimizer's slots
+    the mesh's has no counterpart for: a plain SGD's momentum, see optimizers.MeshSGD)."""
+    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
+    opt = self._host["optimizer"]
+    unread = (optimizers.unread_slots(opt)
+              if len(opt.variables) != len(self.optimizer.variables) else [])
+    skip = {id(v) for v in unread}
+    return (list(self._host["model"].weights) + [v for v in opt.variables if id(v) not in skip],
+            unread)
 
 
 def create(config, plan, device_record: dict):

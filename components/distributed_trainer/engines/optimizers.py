@@ -84,7 +84,11 @@ def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def on_mesh(optimizer, mesh, owner: str, hook: Optional[str] = None):
   """``optimizer`` rebuilt with ``mesh=`` (same class and config; XLA off: tf_keras would
-  compile the update with XLA on GPUs only, a path not proven with DTensor). Raises OptimizerError naming ``owner`` (the module) and ``hook``."""
+  compile the update with XLA on GPUs only, a path not proven with DTensor, so an
+  optimizer that would compile says so on the console). Raises OptimizerError naming
+  ``owner`` (the module) and ``hook``. What the run records is ``optimizer`` itself, as
+  written (run_record.py): the rebuilt one (``MeshSGD`` for a plain SGD, see there) is
+  an internal detail."""
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tf_keras.src.optimizers import optimizer as optimizer_lib  # pylint: disable=g-import-not-at-top
   where = f"{owner}: {hook}" if hook else owner
@@ -109,12 +113,27 @@ def on_mesh(optimizer, mesh, owner: str, hook: Optional[str] = None):
   if _comparable(rebuilt.get_config()) != _comparable(config):
     fail(f"its config does not survive the rebuild with mesh= "
          f"({_comparable(config)} became {_comparable(rebuilt.get_config())})")
+  if getattr(optimizer, "jit_compile", False):
+    print(f"[trainer] optimizer: {where} {type(optimizer).__name__} has jit_compile=True; "
+          f"the mesh layout runs its update without XLA (jit_compile=False): tf_keras "
+          f"compiles the update with XLA on GPUs only, a path not proven with DTensor",
+          flush=True)
   return rebuilt
 
 
-def unread_slots(optimizer) -> bool:
-  """True for SGD without momentum: stock tf_keras SGD keeps an ``m`` slot per variable
-  that it never reads, the mesh's SGD (MeshSGD) keeps none, so a checkpoint of either
-  restores into the other with those slots left as they are (checkpoint.restore)."""
-  return (type(optimizer).__name__ in ("SGD", "MeshSGD")
-          and not optimizer.get_config().get("momentum"))
+def owner(module_name: str, has_hook: bool, name: str):
+  """(owner, hook) that :func:`on_mesh`'s errors name: the module's ``optimizer(spec)``
+  hook, or config ``optimizer``."""
+  return (module_name, HOOK) if has_hook else (f"config optimizer {name!r}", None)
+
+
+def unread_slots(optimizer) -> list:
+  """The slots of a stock tf_keras SGD without momentum: it keeps an ``m`` per variable
+  that no update reads (``m * 0``); the mesh's SGD (MeshSGD) keeps none. A checkpoint
+  holds them on every layout (the mesh's host copy holds zeros), so that every
+  variable of any layout's checkpoint matches (checkpoint.restore is strict). [] for
+  any other optimizer."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  if type(optimizer) is tf_keras.optimizers.SGD and not optimizer.get_config().get("momentum"):  # pylint: disable=unidiomatic-typecheck
+    return list(optimizer.momentums)
+  return []

@@ -11,7 +11,7 @@ at or after the epoch's last step.
 import dataclasses
 import math
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import tf_keras
 
@@ -52,9 +52,13 @@ class Recorder(tf_keras.callbacks.Callback):
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
-               eval_loss: Callable[[], float], writer=None, non_negative: bool = True):
+               eval_loss: Callable[[], float], writer=None, non_negative: bool = True,
+               learning_rate_at: Optional[Callable[[int], float]] = None):
     super().__init__()
     self.state = state
+    # The rate the optimizer applied at a step (run_record.learning_rate_at), read when
+    # the record is written; without it, the run's configured rate.
+    self.learning_rate_at = learning_rate_at or (lambda step: state.learning_rate)
     self.log_every = log_every
     self.stop_on_divergence = stop_on_divergence
     self.eval_loss = eval_loss
@@ -86,7 +90,7 @@ class Recorder(tf_keras.callbacks.Callback):
       now = time.perf_counter()
       train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
       eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
-      st.records.append({"step": step, "loss": loss, "learning_rate": st.learning_rate,
+      st.records.append({"step": step, "loss": loss, "learning_rate": self.learning_rate_at(step),
                          "examples_per_sec": eps, "wall_time": st.wall_time()})
       self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
     if why:
@@ -193,11 +197,17 @@ def per_example_loss(loss):
   return loss
 
 
-def make_evaluator(model, loss, dataset) -> Callable[[], float]:
+def make_evaluator(model, loss, dataset, callbacks: Sequence = ()) -> Callable[[], float]:
   """A function returning the mean per-example loss of ``model`` over ``dataset``
-  ((inputs, labels) batches), traced once. Runs outside ``fit`` (no collectives)."""
+  ((inputs, labels) batches), traced once. Runs outside ``fit`` (no collectives).
+
+  Each evaluation drives ``callbacks``' test hooks as ``model.evaluate`` would:
+  ``on_test_begin``, per batch ``on_test_batch_begin(i)`` and ``on_test_batch_end(i,
+  {"loss": mean so far})``, and ``on_test_end({"loss": mean})``; the same on every
+  layout, since every engine evaluates through here."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   per_example = per_example_loss(loss)
+  hooks = tf_keras.callbacks.CallbackList(list(callbacks)) if callbacks else None
 
   @tf.function
   def batch_sum(x, y):
@@ -206,10 +216,19 @@ def make_evaluator(model, loss, dataset) -> Callable[[], float]:
 
   def evaluate() -> float:
     total, count = 0.0, 0
-    for x, y in dataset:
+    if hooks:
+      hooks.on_test_begin()
+    for i, (x, y) in enumerate(dataset):
+      if hooks:
+        hooks.on_test_batch_begin(i)
       s, n = batch_sum(x, y)
       total += float(s)
       count += int(n)
-    return total / count if count else math.nan
+      if hooks:
+        hooks.on_test_batch_end(i, {"loss": total / count if count else math.nan})
+    mean = total / count if count else math.nan
+    if hooks:
+      hooks.on_test_end({"loss": mean})
+    return mean
 
   return evaluate

@@ -94,28 +94,30 @@ def read_meta(prefix: str) -> dict:
     return json.load(f)
 
 
-def restore(prefix: str, objects: Dict[str, object], unread_slots: bool = False) -> dict:
+class CheckpointMismatchError(ValueError):
+  """A checkpoint does not fit this run's model and optimizer (a rerun meets it again)."""
+
+
+def restore(prefix: str, objects: Dict[str, object]) -> dict:
   """Reads ``prefix`` into ``objects`` (built: every variable exists); returns its meta.
 
-  Every variable of ``objects`` must have a value in the checkpoint, unless
-  ``unread_slots`` (an SGD without momentum: a stock one keeps slots it never reads, the
-  mesh's keeps none, optimizers.unread_slots); then the variables the checkpoint has
-  no value for keep theirs. Raises ValueError naming the checkpoint, the layout that
-  wrote it, and what does not fit.
+  Strict: every variable of ``objects`` (each model and optimizer variable) must have a
+  value of its shape in the checkpoint; values the checkpoint holds for objects this
+  run does not have (a compiled model's metrics) are left. Raises
+  CheckpointMismatchError naming the checkpoint, the layout that wrote it, what does
+  not fit, and the directory to remove to start afresh.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   meta = read_meta(prefix)
   status = None
   try:
     status = tf.train.Checkpoint(**objects).read(prefix)
-    if unread_slots:
-      status.assert_nontrivial_match()
-    else:
-      status.assert_existing_objects_matched()
+    status.assert_existing_objects_matched()
   except (AssertionError, ValueError) as e:
-    raise ValueError(
+    raise CheckpointMismatchError(
         f"checkpoint {prefix} (saved by layout {meta.get('layout', '?')}) does not fit "
-        f"this run's {' and '.join(objects)}: {str(e)[:500]}") from e
+        f"this run's {' and '.join(objects)}: {str(e)[:500]}. Remove "
+        f"{os.path.dirname(prefix)} to train from step 0") from e
   finally:
     if status is not None:
       status.expect_partial()

@@ -1,31 +1,53 @@
 """Which training failures a rerun can fix: decided here, and only here.
 
-A training process that stops on a config or model-module error (a layout rule that
-matches nothing, a module that breaks the contract, a bad config value found late) fails
-the same way on every rerun, so its message must not say "rerun to resume". Anything
-else (a killed process, a peer that died, out of memory, a crash) may pass on a rerun,
-which resumes from the last checkpoint.
+A rerun resumes from the last checkpoint, and fixes only what depends on the moment: a
+killed or preempted process, a peer that died, the network, a filesystem that did not
+answer, memory. Those are the errors :func:`resumable` names (TensorFlow's errors of the
+runtime, ``OSError`` other than a missing or forbidden path, ``MemoryError``; a process
+killed by a signal raises nothing). Every other error inside the training process is
+met again by a rerun of the same config, module and data: a config value, the user
+module (import, contract, a shape its model cannot take), the optimizer on this layout,
+a layout rule, a checkpoint that does not fit, and a bug in code. Its message must not
+say "rerun to resume".
 
 The training child (train.py) exits with :data:`NOT_RESUMABLE_EXIT_CODE` after printing
-the error as one line (:func:`one_line`); the launcher turns exit codes into the
-message of the error the component fails with (:func:`process_failed`).
+the error as one line (:func:`one_line`; the user-facing errors of
+:func:`user_error_types` without a traceback, any other with it); the launcher turns
+exit codes into the message of the error the component fails with
+(:func:`process_failed`).
 """
 from typing import Tuple, Type
 
 # Exit code of a training process that stopped on an error a rerun cannot fix.
 NOT_RESUMABLE_EXIT_CODE = 4
+# tf.errors of the runtime, which a rerun may not meet again: a peer or the network went
+# away, a deadline passed, memory ran out, the runtime itself failed.
+RESUMABLE_TF_ERRORS = ("UnavailableError", "AbortedError", "CancelledError",
+                       "DeadlineExceededError", "ResourceExhaustedError", "InternalError",
+                       "UnknownError", "DataLossError")
+# OSErrors that name a path: the same path is missing or forbidden on a rerun.
+_PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
-def not_resumable_types() -> Tuple[Type[BaseException], ...]:
-  """Exception types a rerun cannot fix: config, module contract and layout rule errors."""
+def user_error_types() -> Tuple[Type[BaseException], ...]:
+  """The errors that say in their message what to fix (printed as one line, no
+  traceback): config, module contract, optimizer, layout rule and checkpoint errors."""
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines.optimizers import OptimizerError  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.user_module import ModuleError  # pylint: disable=g-import-not-at-top
-  return (ConfigError, ModuleError, ShardingError)
+  return (ConfigError, ModuleError, OptimizerError, ShardingError, CheckpointMismatchError)
 
 
 def resumable(error: BaseException) -> bool:
-  return not isinstance(error, not_resumable_types())
+  """Whether a rerun may not meet ``error`` again (module docstring)."""
+  if isinstance(error, _PATH_ERRORS):
+    return False
+  if isinstance(error, (OSError, MemoryError)):
+    return True
+  return any(cls.__name__ in RESUMABLE_TF_ERRORS and cls.__module__.startswith("tensorflow")
+             for cls in type(error).__mro__)
 
 
 def one_line(error: BaseException) -> str:
@@ -41,8 +63,9 @@ def process_failed(name: str, code: int) -> RuntimeError:
   """The error for training process ``name`` that exited with ``code``."""
   if code == NOT_RESUMABLE_EXIT_CODE:
     return NotResumableError(
-        f"Training process {name} stopped on a config or model module error (the line "
-        f"'[trainer] ERROR: ...' above); fix it and run again: a rerun as is fails the same way.")
+        f"Training process {name} stopped on a config, model module or code error (the "
+        f"line '[trainer] ERROR: ...' above); fix it and run again: a rerun as is fails "
+        f"the same way.")
   return RuntimeError(
       f"Training process {name} failed with exit code {code}; the other "
       f"process(es) were stopped. Rerun to resume from the last checkpoint.")

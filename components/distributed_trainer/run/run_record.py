@@ -4,11 +4,12 @@ A user module's ``optimizer(spec)`` / ``loss(spec)`` hooks (user_module.py) repl
 config's ``optimizer`` and ``learning_rate``, so the record comes from the optimizer and
 loss the run trained with: their class and ``get_config()`` (a learning-rate schedule
 serialised with its class and config, as tf_keras serialises it), the learning rate at
-each history record, and why the run stopped if it diverged. Called by the run skeleton
-once training ends: ``history.update(run_record.describe(...))``.
+each history record (:func:`learning_rate_at`, when the record is written), and why the
+run stopped if it diverged. Called by the run skeleton once training ends:
+``history.update(run_record.describe(...))``.
 """
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from tfx_parallel.components.common import task_contract
 
@@ -58,7 +59,8 @@ def learning_rate_at(optimizer, step: int) -> float:
   schedule = _schedule(optimizer)
   if schedule is not None:
     return float(schedule(max(int(step) - 1, 0)))
-  return float(optimizer.learning_rate)
+  rate = optimizer.learning_rate  # A variable: plain, mirrored or on a DTensor mesh.
+  return float(rate.numpy() if hasattr(rate, "numpy") else rate)
 
 
 def loss_record(loss) -> Dict[str, Any]:
@@ -68,26 +70,19 @@ def loss_record(loss) -> Dict[str, Any]:
   return {"class": getattr(loss, "__name__", type(loss).__name__), "config": {}}
 
 
-def describe(optimizer, loss, task: str, num_classes: int, records: List[dict],
+def describe(optimizer, loss, task: str, num_classes: int,
              diverged_reason: str = "") -> Dict[str, Any]:
-  """Keys to update history.json with: ``optimizer`` (class), ``optimizer_config``,
-  ``loss``, ``num_classes`` as every artifact records it (task_contract.py),
-  ``diverged_reason``, and ``records`` with each record's real learning rate."""
-  filled = []
-  for record in records:
-    record = dict(record)
-    try:
-      record["learning_rate"] = learning_rate_at(optimizer, record["step"])
-    except (TypeError, ValueError):
-      pass
-    filled.append(record)
+  """Keys to update history.json with: ``optimizer`` (class), ``optimizer_config`` of the
+  optimizer as the user wrote it (the engines' ``written_optimizer``: on the mesh, not
+  its rebuild with ``mesh=``), ``loss``, ``num_classes`` as every artifact records it
+  (task_contract.py) and ``diverged_reason``. Each record's learning rate is written
+  when the record is (callbacks.Recorder, with :func:`learning_rate_at`)."""
   return {
       "optimizer": type(optimizer).__name__,
       "optimizer_config": optimizer_record(optimizer),
       "loss": loss_record(loss),
       "num_classes": task_contract.recorded_num_classes(task, num_classes),
       "diverged_reason": diverged_reason,
-      "records": filled,
   }
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any, Dict, List, Optional
 
 from tfx_parallel.components.common import config_util
@@ -48,7 +49,10 @@ class Job:
   # TFX Transform graph: the examples are transformed; the export serves raw examples.
   transform_graph_uri: Optional[str] = None
   required_features: List[str] = dataclasses.field(default_factory=list)  # missing.py
-  missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+  # Counts and fills per feature (the executor's data scan); None: not scanned.
+  missing_values: Optional[Dict[str, Dict[str, Any]]] = None
+  # layout: auto: the planner's choice (layout_chosen, layout_reason), for history.json.
+  layout_choice: Dict[str, str] = dataclasses.field(default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -149,20 +153,24 @@ def linear_weights(model, spec, normalization) -> Optional[dict]:
   return {"kernel": kernel.tolist(), "bias": np.asarray(bias).tolist()}
 
 
-def save_checkpoint(job: Job, engine, state, step: int):
+def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = ""):
   """The one checkpoint path (checkpoint.py): the engine's model and optimizer as a
-  tf.train.Checkpoint, which any layout reads; the run state and the layout it was saved
-  by go along."""
+  tf.train.Checkpoint, which any layout reads; the run state, the layout it was saved
+  by and the digest of the module source it trained go along."""
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
                    "wall_time": state.wall_time(),
-                   "layout": describe_layout(engine.describe())})
+                   "layout": describe_layout(engine.describe()),
+                   "module_digest": module_digest})
 
 
-def restore_checkpoint(job: Job, engine):
-  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
-  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
+def restore_checkpoint(job: Job, engine, module=None):
+  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros.
+
+  A checkpoint written by other source of the user ``module`` (its recorded
+  ``module_digest`` differs from ``module.source_digest``) is not resumed: the console
+  says so, and the chief removes it. Restoring is strict (checkpoint.restore)."""
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
@@ -172,8 +180,16 @@ def restore_checkpoint(job: Job, engine):
             f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
             flush=True)
     return 0, [], [], 0.0
-  meta = checkpoint.restore(found, engine.checkpointed(),
-                            unread_slots=optimizers.unread_slots(engine.optimizer))
+  digest = module.source_digest if module is not None else ""
+  saved = checkpoint.read_meta(found).get("module_digest", "")
+  if saved != digest:
+    print(f"[trainer] checkpoint: {found} is not resumed: it was written by other source "
+          f"of module {getattr(module, 'name', '?')} (sha256 {saved[:12] or 'not recorded'}, now "
+          f"{digest[:12] or 'none'}); training starts at step 0", flush=True)
+    if engine.chief:
+      checkpoint.clear(job.checkpoint_dir)
+    return 0, [], [], 0.0
+  meta = checkpoint.restore(found, engine.checkpointed())
   engine.load_checkpointed()
   step = int(meta["step"])
   print(f"[trainer] resuming from {found} at step {step} (saved by layout "
@@ -216,10 +232,12 @@ def run(job: Job) -> dict:
   engine = engines.create(config, plan, device_record)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
+  # Refused here, before any build, when the layout cannot honour one of them.
+  user_callbacks = user_module.make_callbacks(module, spec, config.layout)
   pre = Preprocessor(spec, normalization)
   print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
-  start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
+  start_step, records, epochs, wall_offset = restore_checkpoint(job, engine, module)
 
   steps_per_epoch = max(1, job.train_rows // config.batch_size)
   total = config.steps or config.epochs * steps_per_epoch
@@ -257,12 +275,15 @@ def run(job: Job) -> dict:
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
   callbacks = [
       cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  engine.evaluator(eval_ds), writer,
-                  non_negative=run_record.non_negative(engine.loss)),
+                  engine.evaluator(eval_ds, user_callbacks), writer,
+                  non_negative=run_record.non_negative(engine.loss),
+                  learning_rate_at=lambda step: run_record.learning_rate_at(engine.optimizer,
+                                                                            step)),
       cb.Checkpointer(state, config.checkpoint_every,
-                      lambda step: save_checkpoint(job, engine, state, step), engine.chief),
+                      lambda step: save_checkpoint(job, engine, state, step,
+                                                   module.source_digest), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
-  ]
+  ] + user_callbacks
   t_start = time.perf_counter()
   engine.train(train_ds, start_step, total, callbacks)
   elapsed = time.perf_counter() - t_start - state.eval_seconds
@@ -282,8 +303,11 @@ def run(job: Job) -> dict:
                  skipped_examples=job.skipped_examples,
                  resumed_from_step=start_step, input_cache=cache_record,
                  variable_splits=splits, replicated_variables=replicated)
-  history.update(run_record.describe(engine.optimizer, engine.loss, spec.task, spec.num_classes,
-                                     state.records, state.diverged_reason))
+  history.update(run_record.describe(engine.written_optimizer, engine.loss, spec.task,
+                                     spec.num_classes, state.diverged_reason))
+  if job.missing_values is not None:  # The executor's scan: counts and fills per feature.
+    history["missing_values"] = job.missing_values
+  history.update(job.layout_choice)  # layout: auto: the planner's choice.
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
@@ -363,7 +387,13 @@ def main(argv=None) -> int:
           f"({type(e).__name__}: {first[:300]}). Stopping this worker; rerun to resume "
           f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT_CODE
-  except failures.not_resumable_types() as e:  # A rerun cannot fix it: one line, no trace.
+  except Exception as e:  # pylint: disable=broad-except
+    if failures.resumable(e):
+      raise
+    # A rerun meets it again: one line (a user-facing error says what to fix, without
+    # a traceback; any other error keeps it).
+    if not isinstance(e, failures.user_error_types()):
+      traceback.print_exc()
     print(failures.one_line(e), file=sys.stderr, flush=True)
     return failures.NOT_RESUMABLE_EXIT_CODE
   return 0
