@@ -49,6 +49,11 @@ class Job:
   transform_graph_uri: Optional[str] = None
   required_features: List[str] = dataclasses.field(default_factory=list)  # missing.py
   missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+  # The label as the executor's scan found it (stats.Prepared); the executor records them.
+  missing_labels: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  label_counts: Optional[Dict[str, Dict[str, int]]] = None
+  label_classes_not_in_train: Dict[str, Dict[str, int]] = dataclasses.field(
+      default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -109,6 +114,7 @@ def resolve_spec(job: Job, config: TrainerConfig):
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
+      max_missing_label_share=config.max_missing_label_share,
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={"train": job.files("train"), "eval": job.files("eval")})
