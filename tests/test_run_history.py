@@ -21,6 +21,9 @@ CONDITIONAL = {
     "weights": run_history.WHEN_LINEAR,
     "label_vocabulary": run_history.WHEN_STRING_LABEL,
     "missing_values": run_history.WHEN_EXECUTOR,
+    "missing_labels": run_history.WHEN_EXECUTOR,
+    "label_counts": run_history.WHEN_CLASSIFIER,
+    "label_classes_not_in_train": run_history.WHEN_NOT_IN_TRAIN,
     "layout_chosen": run_history.WHEN_AUTO,
     "layout_reason": run_history.WHEN_AUTO,
 }

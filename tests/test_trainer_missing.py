@@ -177,7 +177,22 @@ def test_a_label_hole_follows_skip_missing_labels_naming_split_and_file(tmp_path
   holes = [_example(x=1.0, n=1, s="a", c=1.0, y=[]), _example(x=2.0, n=2, s="b", c=2.0)]
   with pytest.raises(stats.MissingLabelError,
                      match=r"2 example\(s\) in split 'eval' file .*Split-eval/data\.gz have "
-                           r"no value .* for the label 'y'; 2 in all.*skip_missing_labels"):
+                           r"no value .* for the label 'y'; 2 of 8 in all \(25\.0%\).*"
+                           r"set trainer\.skip_missing_labels=true \(the default\)"):
     _prepare(tmp_path, eval=EVAL + holes)
   prepared, _ = _prepare(tmp_path, eval=EVAL + holes, skip_missing_labels=True)
   assert prepared.skipped == 2
+  assert prepared.missing_labels == {"count": 2, "rows": 8, "share": 0.25,
+                                     "splits": {"train": 0, "eval": 2}, "policy": "skip"}
+  assert stats.missing_label_line(prepared.missing_labels, "y") == (
+      "missing labels: 2 of 8 examples (25.0%; eval 2) have no value for the label 'y'; "
+      "skipped in training and evaluation (trainer.skip_missing_labels=false makes this an "
+      "error)")
+  # Above the stated share the skip is an error too, naming the setting.
+  with pytest.raises(stats.MissingLabelError,
+                     match=r"^2 of 8 examples \(25\.0%: eval 2\) have no value \(or more than "
+                           r"one\) for the label 'y', more than "
+                           r"trainer\.max_missing_label_share=0\.2 allows: .*Check the label "
+                           r"column \(--label\).*raise trainer\.max_missing_label_share$"):
+    _prepare(tmp_path, eval=EVAL + holes, skip_missing_labels=True,
+             max_missing_label_share=0.2)

@@ -578,7 +578,7 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
   if not ok.all():
     batch = batch.take(np.flatnonzero(ok))
   encoder = key_encoder or stock_key.StockKeyEncoder(layout.types)
-  n = len(batch.numeric[layout.label_key])
+  n = int(np.count_nonzero(ok))
   if layout.split_key is None:
     keys = encoder.example_keys(batch.numeric, batch.strings, n)
   else:
