@@ -154,11 +154,15 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
              f"{r.non_empty - r.numeric} of {r.non_empty} sampled cells are not numbers")
       if r.origin == EXPLICIT:
         why = "column_types says so"
+      # Suggest a numeric type only where most sampled cells are numbers: for a column
+      # of words it would make every row a bad row (issue 38).
+      fix = (f" If it is numeric, set example_gen.column_types.{r.name}='float' and its "
+             f"{r.non_empty - r.numeric} sampled non-numbers become bad rows."
+             if r.origin != EXPLICIT and r.numeric >= r.non_empty / 2 > 0 else "")
       warnings.append(
           f"column {r.name!r} is a string column ({why}): it is written as a bytes_list "
           f"feature, and the trainer uses it as a categorical feature (ids from its "
-          f"vocabulary). If it is numeric, set column_types.{r.name}='float' and its "
-          f"non-numbers become bad rows.")
+          f"vocabulary).{fix}")
     elif r.odd_cells:
       warnings.append(
           f"column {r.name!r} is {r.type} ({r.numeric} of {r.non_empty} sampled cells "
