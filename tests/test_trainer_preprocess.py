@@ -165,6 +165,20 @@ def test_a_string_label_is_encoded_alike_in_training_and_in_both_serving_signatu
   assert defs[keys.CLASSIFY_SIGNATURE].method_name == tf.saved_model.CLASSIFY_METHOD_NAME
   assert tf.compat.v1.saved_model.is_valid_signature(defs[keys.CLASSIFY_SIGNATURE])
   assert defs[keys.SERVING_SIGNATURE].method_name == tf.saved_model.PREDICT_METHOD_NAME
+  # Binary: two class names; scores are [1 - p, p] with p = P(class 1) = P("yes").
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  binary = dataclasses.replace(spec, task="binary", num_classes=1,
+                               label_vocabulary=("no", "yes"))
+  pre = Preprocessor(binary)
+  assert pre.labels({"y": tf.constant([["yes"], ["no"]])}).numpy().ravel().tolist() == [1, 0]
+  model = user_module.build(user_module.load(builtin="mlp"), binary)
+  export.export(str(tmp_path / "binary"), model, pre)
+  loaded = tf.saved_model.load(str(tmp_path / "binary"))
+  served = loaded.signatures[keys.SERVING_SIGNATURE](examples=raw)
+  classified = loaded.signatures[keys.CLASSIFY_SIGNATURE](inputs=raw)
+  assert classified["classes"].numpy().tolist() == [[b"no", b"yes"]] * 2
+  p = served[keys.PROBABILITIES_OUTPUT].numpy()[:, 0]
+  np.testing.assert_allclose(classified["scores"].numpy(), np.stack([1 - p, p], 1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("clip, expected", [(5.0, [0.0, 1.0, 5.0, -5.0]),
