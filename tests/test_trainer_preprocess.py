@@ -119,7 +119,7 @@ def test_exported_signature_parses_raw_examples_and_returns_the_task_outputs(
     return
   assert sorted(out) == sorted([keys.PROBABILITIES_OUTPUT, keys.CLASS_IDS_OUTPUT,
                                 keys.LOGITS_OUTPUT, keys.CLASSES_OUTPUT, keys.SCORES_OUTPUT])
-  np.testing.assert_allclose(out[keys.LOGITS_OUTPUT], direct, rtol=1e-6)
+  np.testing.assert_allclose(out[keys.LOGITS_OUTPUT], direct, rtol=1e-6, atol=1e-6)
   k = 3 if task == "multiclass" else 1
   assert out[keys.PROBABILITIES_OUTPUT].shape == (3, k)
   assert out[keys.CLASS_IDS_OUTPUT].shape == (3, 1)
