@@ -90,6 +90,25 @@ def _quality(m: Dict[str, object]) -> str:
   return ", ".join(parts) + on
 
 
+def _labels(history: run_history.RunHistory) -> str:
+  """The label as the trainer found it: the classes (train counts), the skipped examples
+  without a label, and classes with no train example; "" when there is nothing to say."""
+  parts = []
+  counts = (history.label_counts or {}).get("train")
+  if counts:
+    shown = ", ".join(f"{name} {n}" for name, n in list(counts.items())[:10])
+    more = ", ..." if len(counts) > 10 else ""
+    parts.append(f"{len(counts)} classes in train ({shown}{more})")
+  missing = history.missing_labels or {}
+  if missing.get("count"):
+    parts.append(f"{missing['count']} of {missing['rows']} examples without a label "
+                 f"({100 * float(missing['share']):.1f}%) "
+                 + ("skipped" if missing.get("policy") == "skip" else "found"))
+  if history.label_classes_not_in_train:
+    parts.append("not in train: " + ", ".join(history.label_classes_not_in_train))
+  return "; ".join(parts)
+
+
 def _rounded(values) -> str:
   return "[" + ", ".join(readable.sig(float(v), 5) for v in values) + "]"
 
@@ -120,6 +139,9 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
            f"{readable.rate(m.get('examples_per_sec', history.examples_per_sec))} ex/s, "
            f"state {m.get('convergence_state')}",
            f"eval       {_quality(m)}"]
+  labels = _labels(history)
+  if labels:
+    lines.insert(2, f"labels     {labels}")
   weights = history.weights
   if weights:
     learned = (f"learned    w={_rounded(w[0] for w in weights['kernel'])} "

@@ -133,3 +133,39 @@ def test_multiclass_accuracy_matches_tfma_within_1e_4(tmp_path):
   assert theirs["example_count"] == ours.examples == 2000
   assert 0.4 < ours.accuracy < 0.95
   assert ours.accuracy == pytest.approx(theirs["sparse_categorical_accuracy"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_a_string_label_reaches_tfma_through_the_exported_classes_output(tmp_path):
+  """The trainer's export names the classes (``classes`` + ``scores``), so TFMA maps a
+  string label to class ids by the same vocabulary (metric_util.
+  prepare_labels_and_predictions) and its accuracy is ConvergenceEvaluator's."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  from tfx.types import artifact_utils  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import task_contract  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import stats  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import export  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / "examples")
+  tu.write_classification_examples(root, rows=200, eval_rows=300, label_type="bytes")
+  examples = standard_artifacts.Examples()
+  examples.uri = root
+  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  spec, _, _ = stats.prepare(root, ["x"], ["color"], "y", task=None, max_vocabulary=10,
+                             hash_buckets=0, hparams={}, skip_missing_labels=False,
+                             normalize=False)
+  assert spec.label_vocabulary == ("c0", "c1", "c2")
+  tf.keras.utils.set_random_seed(3)
+  model = user_module.build(user_module.load(builtin="linear"), spec)
+  artifact = _output(tmp_path, standard_artifacts.Model, "model")
+  export.export(path_utils.serving_model_path(artifact.uri), model, Preprocessor(spec))
+  task_contract.write_properties(artifact, spec.task, spec.num_classes, spec.label_vocabulary)
+  info = task_lib.resolve(task_lib.read_properties(artifact), {})
+  ours = quality.evaluate(path_utils.serving_model_path(artifact.uri), root, "eval", "y",
+                          64, info)
+  theirs = _run_stock_evaluator(tmp_path, examples, artifact, "y", task="multiclass")
+  assert theirs["example_count"] == ours.examples == 300
+  assert 0.0 < ours.accuracy < 1.0
+  assert ours.accuracy == pytest.approx(theirs["sparse_categorical_accuracy"], abs=1e-4)

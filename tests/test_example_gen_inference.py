@@ -74,7 +74,20 @@ def test_describe_names_string_columns_and_odd_cells():
   assert warnings[1].startswith("column 'city' is a string column (400 of 400 sampled cells "
                                 "are not numbers)")
   assert "the trainer uses it as a categorical feature" in warnings[1]  # issue 31, case 2
-  assert "NOT" not in warnings[1] and "column_types.city='float'" in warnings[1]
+  # No advice that would make every row bad: 'city' holds no number (issue 38).
+  assert "NOT" not in warnings[1] and "'float'" not in warnings[1]
+
+
+def test_a_numeric_type_is_suggested_only_where_most_sampled_cells_are_numbers():
+  header = ("code", "y")
+  rows = [(c, "1") for c in ("1", "2", "3", "x9", "4", "5", "y7", "6", "7", "8")]
+  info, warnings = inference.describe(inference.infer_types(header, _sample(header, rows)),
+                                      10, "y")
+  assert warnings == [
+      "column 'code' is a string column (2 of 10 sampled cells are not numbers): it is "
+      "written as a bytes_list feature, and the trainer uses it as a categorical feature "
+      "(ids from its vocabulary). If it is numeric, set example_gen.column_types.code="
+      "'float' and its 2 sampled non-numbers become bad rows."]
 
 
 def test_properties_are_json_in_header_order():

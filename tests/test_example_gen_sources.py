@@ -9,6 +9,7 @@ import apache_beam as beam
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
+from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.components.partitioned_example_gen.sources import BadInputError
@@ -127,9 +128,53 @@ def test_unknown_column_in_config_fails(tmp_path):
     _layout(path, split_key="nope")
 
 
-def test_non_numeric_label_fails(tmp_path):
-  path = _write(tmp_path / "data.csv", "a,y\n1,cat\n")
-  with pytest.raises(BadInputError, match=r"label column 'y' is not numeric"):
+def test_a_string_label_is_a_class_label_written_as_bytes(tmp_path):
+  """A string label column (class names) is kept as a bytes_list label, not a feature;
+  its empty cell is a missing label (absent), never a class."""
+  path = _write(tmp_path / "data.csv", "a,y\n1,cat\n2,dog\n3,\n4,cat\n")
+  layout = _layout(path)
+  assert layout.types == {"a": "int", "y": "string"}
+  assert layout.feature_keys == ("a",) and "y" in layout.string_keys
+  batch, bad = _parse(layout, path, 2, ["1,cat", "2,dog", "3,", "4,cat"])
+  assert bad == [] and batch.strings["y"] == [b"cat", b"dog", None, b"cat"]
+  info, warnings = inference.describe({r.name: r for r in layout.reports},
+                                      layout.sampled_rows, "y")
+  assert "label 'y' (string: class names)" in info
+  assert warnings == []  # No advice to make the label numeric.
+
+
+@pytest.mark.parametrize("cells, numbers", [(["1", "2", "3", "x"], 3), (["1", "a", "b", "2"], 2)])
+def test_a_mostly_numeric_label_with_text_fails_naming_fixes_that_keep_its_rows(
+    tmp_path, cells, numbers):
+  """At least half numbers, but under 99%: ambiguous. Each fix the message names keeps
+  every row that is a number (none suggests a type under which every row is bad)."""
+  path = _write(tmp_path / "data.csv", "a,y\n" + "".join(f"{i},{c}\n" for i, c in
+                                                        enumerate(cells)))
+  with pytest.raises(BadInputError,
+                     match=rf"data\.csv: label column 'y' is ambiguous: {numbers} of 4 non-"
+                           rf"empty cells in the first 4 data rows are numbers and "
+                           rf"{4 - numbers} are not .*example_gen\.column_types\.y='float' .*"
+                           rf"the {4 - numbers} non-numbers become bad rows.*"
+                           rf"example_gen\.column_types\.y='string' to use every value as a "
+                           rf"class name"):
+    _layout(path)
+  assert _layout(path, column_types={"y": "string"}).types["y"] == "string"
+
+
+def test_a_numeric_label_with_a_few_bad_cells_keeps_them_bad_rows(tmp_path):
+  """>= 99% numbers: a numeric label as before; its non-numbers are bad rows."""
+  lines = [f"{i},{i % 7}.5" for i in range(199)] + ["199,oops"]
+  path = _write(tmp_path / "data.csv", "a,y\n" + "\n".join(lines) + "\n")
+  layout = _layout(path)
+  assert layout.types["y"] == "float"
+  _, bad = _parse(layout, path, 2, lines)
+  assert bad == [(201, f"{path}:201: column 'y': expected float, got 'oops'")]
+
+
+def test_a_label_without_values_fails(tmp_path):
+  path = _write(tmp_path / "data.csv", "a,y\n1,\n2,\n")
+  with pytest.raises(BadInputError, match=r"label column 'y' has no value in the first 2 "
+                                          r"data rows; is it the right column\?"):
     _layout(path)
 
 

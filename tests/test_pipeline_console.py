@@ -286,14 +286,14 @@ def test_seed_run_prints_at_most_about_25_lines(seed_run):
   assert len(lines) <= MAX_LINES, "\n".join(lines)
 
 
-def _csv(path, rows=400, bad_line=None, missing_label_every=None):
+def _csv(path, rows=400, bad_line=None, missing_label_every=None, labelled_share=0.75):
   """``rows`` rows of y = a + 2b + 3; line ``bad_line`` has a non-number in column b;
-  every ``missing_label_every``-th row of the last quarter has no label."""
+  every ``missing_label_every``-th row after the first ``labelled_share`` has no label."""
   n, rows = rows, ["a,b,y"]
   for i in range(n):
     a, b = (i % 17) / 17, (i % 11) / 11
-    label = "" if missing_label_every and i >= n * 3 // 4 and i % missing_label_every == 0 \
-        else f"{a + 2 * b + 3:.4f}"
+    label = "" if (missing_label_every and i >= n * labelled_share
+                   and i % missing_label_every == 0) else f"{a + 2 * b + 3:.4f}"
     rows.append(f"{a:.4f},{'oops' if len(rows) + 1 == bad_line else f'{b:.4f}'},{label}")
   path.write_text("\n".join(rows) + "\n")
   return str(path)
@@ -306,11 +306,13 @@ def test_an_error_inside_a_component_reaches_the_console_with_its_message(tmp_pa
     data = _csv(tmp_path / "bad_row.csv", rows=10_500, bad_line=10_402)
     component, message = "PartitionedExampleGen", (
         r"BadInputError: .*bad_row\.csv:10402: column 'b': expected float, got 'oops'")
-  else:  # ExampleGen writes the rows; the trainer's scan names the label, split and file.
-    data = _csv(tmp_path / "missing_label.csv", missing_label_every=7)
+  else:  # ExampleGen writes the rows; the trainer's scan counts the missing labels: a
+    # few are skipped (trainer.skip_missing_labels), but 3 of 4 fail the run.
+    data = _csv(tmp_path / "missing_label.csv", missing_label_every=1, labelled_share=0.25)
     component, message = "DistributedTrainer", (
-        r"MissingLabelError: \d+ example\(s\) in split '(train|eval)' file \S+ have no "
-        r"value \(or more than one\) for the label 'y'")
+        r"MissingLabelError: 300 of 400 examples \(75\.0%: train \d+, eval \d+\) have no "
+        r"value \(or more than one\) for the label 'y', more than "
+        r"trainer\.max_missing_label_share=0\.5 allows")
   home = tmp_path / "home"
   proc = _cli(home, "--data", data, "--label", "y", "--layout", "single", "--epochs", "1")
   assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -177,7 +177,43 @@ def test_a_label_hole_follows_skip_missing_labels_naming_split_and_file(tmp_path
   holes = [_example(x=1.0, n=1, s="a", c=1.0, y=[]), _example(x=2.0, n=2, s="b", c=2.0)]
   with pytest.raises(stats.MissingLabelError,
                      match=r"2 example\(s\) in split 'eval' file .*Split-eval/data\.gz have "
-                           r"no value .* for the label 'y'; 2 in all.*skip_missing_labels"):
+                           r"no value .* for the label 'y'; 2 of 8 in all \(25\.0%\).*"
+                           r"set trainer\.skip_missing_labels=true \(the default\)"):
     _prepare(tmp_path, eval=EVAL + holes)
   prepared, _ = _prepare(tmp_path, eval=EVAL + holes, skip_missing_labels=True)
   assert prepared.skipped == 2
+  assert prepared.missing_labels == {"count": 2, "rows": 8, "share": 0.25,
+                                     "splits": {"train": 0, "eval": 2}, "policy": "skip"}
+  assert stats.missing_label_line(prepared.missing_labels, "y") == (
+      "missing labels: 2 of 8 examples (25.0%; eval 2) have no value for the label 'y'; "
+      "skipped in training and evaluation (trainer.skip_missing_labels=false makes this an "
+      "error)")
+  # Above the stated share the skip is an error too, naming the setting.
+  with pytest.raises(stats.MissingLabelError,
+                     match=r"^2 of 8 examples \(25\.0%: eval 2\) have no value \(or more than "
+                           r"one\) for the label 'y', more than "
+                           r"trainer\.max_missing_label_share=0\.2 allows: .*Check the label "
+                           r"column \(--label\).*raise trainer\.max_missing_label_share$"):
+    _prepare(tmp_path, eval=EVAL + holes, skip_missing_labels=True,
+             max_missing_label_share=0.2)
+
+
+def test_string_label_classes_are_counted_per_split_and_an_eval_only_class_is_named(tmp_path):
+  """The classes are sorted (one encoding: label_encoding.py) and counted per split; a
+  class with eval examples but none in train keeps its id and is named, not hidden."""
+  train = [_example(x=float(i), n=i, s="a", c=1.0, y=name)
+           for i, name in enumerate(["dog", "cat", "dog", "ant", "dog", "cat"])]
+  evaluate = [_example(x=1.0, n=1, s="a", c=1.0, y=name)
+              for name in ["cat", "dog", "emu", "emu", "ant"]]
+  prepared, _ = _prepare(tmp_path, train=train, eval=evaluate)
+  assert prepared.spec.label_vocabulary == ("ant", "cat", "dog", "emu")
+  assert prepared.spec.task == "multiclass" and prepared.spec.num_classes == 4
+  assert prepared.label_counts == {"train": {"ant": 1, "cat": 2, "dog": 3},
+                                   "eval": {"ant": 1, "cat": 1, "dog": 1, "emu": 2}}
+  assert prepared.unseen_classes == {"emu": {"eval": 2}}
+  labels = Preprocessor(prepared.spec).labels({"y": tf.constant([["emu"], ["ant"], ["dog"]])})
+  assert labels.numpy().ravel().tolist() == [3, 0, 2]
+  # Numbered classes are counted under their numbers' text.
+  numbered, _ = _prepare(tmp_path / "numbered")
+  assert numbered.label_counts == {"train": {"0": 2, "1": 2}, "eval": {"0": 1, "1": 1}}
+  assert numbered.unseen_classes == {}

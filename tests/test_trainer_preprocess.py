@@ -35,8 +35,9 @@ def test_a_missing_label_is_rejected_naming_split_and_file(tmp_path):
   with pytest.raises(stats.MissingLabelError,
                      match=r"^\d+ example\(s\) in split 'train' file .*Split-train/"
                            r"data_tfrecord-0000[01]-of-00002.gz have no value \(or more than "
-                           r"one\) for the label 'y'; 6 in all. A missing label is never read "
-                           r"as 0"):
+                           r"one\) for the label 'y'; 6 of 250 in all \(2\.4%\)\. A missing "
+                           r"label is never read as 0, and trainer.skip_missing_labels=false "
+                           r"makes it an error"):
     _prepare(root)
   # With skip_missing_labels they are counted and skipped, never read as 0.
   spec, _, skipped = _prepare(root, skip_missing_labels=True)
@@ -117,13 +118,67 @@ def test_exported_signature_parses_raw_examples_and_returns_the_task_outputs(
     np.testing.assert_allclose(out[keys.PREDICTIONS_OUTPUT], direct, rtol=1e-6)
     return
   assert sorted(out) == sorted([keys.PROBABILITIES_OUTPUT, keys.CLASS_IDS_OUTPUT,
-                                keys.LOGITS_OUTPUT])
-  np.testing.assert_allclose(out[keys.LOGITS_OUTPUT], direct, rtol=1e-6)
+                                keys.LOGITS_OUTPUT, keys.CLASSES_OUTPUT, keys.SCORES_OUTPUT])
+  np.testing.assert_allclose(out[keys.LOGITS_OUTPUT], direct, rtol=1e-6, atol=1e-6)
   k = 3 if task == "multiclass" else 1
   assert out[keys.PROBABILITIES_OUTPUT].shape == (3, k)
   assert out[keys.CLASS_IDS_OUTPUT].shape == (3, 1)
+  names = [b"0", b"1", b"2"] if task == "multiclass" else [b"0", b"1"]
+  assert out[keys.CLASSES_OUTPUT].numpy().tolist() == [names] * 3
+  scores = out[keys.SCORES_OUTPUT].numpy()
+  np.testing.assert_allclose(scores.sum(1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(scores[:, -1], out[keys.PROBABILITIES_OUTPUT].numpy()[:, -1],
+                             rtol=1e-6)
   if task == "multiclass":
     np.testing.assert_allclose(out[keys.PROBABILITIES_OUTPUT].numpy().sum(1), 1.0, rtol=1e-5)
+
+
+def test_a_string_label_is_encoded_alike_in_training_and_in_both_serving_signatures(tmp_path):
+  """The label vocabulary is sorted; training's class ids, serving_default's ``classes``
+  and the TF Serving ``classification`` signature (valid by TF's own check) agree."""
+  root = str(tmp_path / "ex")
+  tu.write_classification_examples(root, rows=300, eval_rows=60, label_type="bytes")
+  spec, _, _ = _prepare(root)
+  assert spec.label_vocabulary == ("c0", "c1", "c2")
+  pre = Preprocessor(spec)
+  labels = pre.labels({"y": tf.constant([["c2"], ["c0"], ["c1"]])})
+  assert labels.numpy().ravel().tolist() == [2, 0, 1]
+  model = user_module.build(user_module.load(builtin="mlp"), spec)
+  path = str(tmp_path / "model")
+  export.export(path, model, pre)
+  raw = tf.constant([_example(0.5, "red"), _example(-1.0)])
+  loaded = tf.saved_model.load(path)
+  served = loaded.signatures[keys.SERVING_SIGNATURE](examples=raw)
+  classify = loaded.signatures[keys.CLASSIFY_SIGNATURE]
+  classified = classify(**{tf.saved_model.CLASSIFY_INPUTS: raw})
+  assert sorted(classified) == [tf.saved_model.CLASSIFY_OUTPUT_CLASSES,
+                                tf.saved_model.CLASSIFY_OUTPUT_SCORES]
+  assert classified["classes"].numpy().tolist() == [[b"c0", b"c1", b"c2"]] * 2
+  np.testing.assert_allclose(classified["scores"], served[keys.PROBABILITIES_OUTPUT],
+                             rtol=1e-6)
+  # The signature as TF Serving reads it from saved_model.pb: method classify, valid.
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  saved = saved_model_pb2.SavedModel()
+  with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+    saved.ParseFromString(f.read())
+  defs = saved.meta_graphs[0].signature_def
+  assert defs[keys.CLASSIFY_SIGNATURE].method_name == tf.saved_model.CLASSIFY_METHOD_NAME
+  assert tf.compat.v1.saved_model.is_valid_signature(defs[keys.CLASSIFY_SIGNATURE])
+  assert defs[keys.SERVING_SIGNATURE].method_name == tf.saved_model.PREDICT_METHOD_NAME
+  # Binary: two class names; scores are [1 - p, p] with p = P(class 1) = P("yes").
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  binary = dataclasses.replace(spec, task="binary", num_classes=1,
+                               label_vocabulary=("no", "yes"))
+  pre = Preprocessor(binary)
+  assert pre.labels({"y": tf.constant([["yes"], ["no"]])}).numpy().ravel().tolist() == [1, 0]
+  model = user_module.build(user_module.load(builtin="mlp"), binary)
+  export.export(str(tmp_path / "binary"), model, pre)
+  loaded = tf.saved_model.load(str(tmp_path / "binary"))
+  served = loaded.signatures[keys.SERVING_SIGNATURE](examples=raw)
+  classified = loaded.signatures[keys.CLASSIFY_SIGNATURE](inputs=raw)
+  assert classified["classes"].numpy().tolist() == [[b"no", b"yes"]] * 2
+  p = served[keys.PROBABILITIES_OUTPUT].numpy()[:, 0]
+  np.testing.assert_allclose(classified["scores"].numpy(), np.stack([1 - p, p], 1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("clip, expected", [(5.0, [0.0, 1.0, 5.0, -5.0]),

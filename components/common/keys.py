@@ -49,11 +49,22 @@ TASK = "task"                          # "regression" | "binary" | "multiclass".
 TASKS = ("regression", "binary", "multiclass")
 NUM_CLASSES = "num_classes"            # int: 1 for regression, 2 for binary, K for multiclass.
 LABEL_VOCABULARY = "label_vocabulary"  # JSON list, class id -> label string (string labels).
+# On TrainingHistory (run_history.py), written by DistributedTrainer's executor:
+MISSING_LABELS = "missing_labels"      # JSON {count, rows, share, splits, policy}.
+LABEL_COUNTS = "label_counts"          # JSON {split: {class name: examples}} (classifiers).
+LABEL_CLASSES_NOT_IN_TRAIN = "label_classes_not_in_train"  # JSON {class: {split: examples}}.
 # Outputs of the serving signature, by task:
 PREDICTIONS_OUTPUT = "predictions"     # regression: float32 [N, 1].
 PROBABILITIES_OUTPUT = "probabilities" # binary: float32 [N, 1], P(class 1); multiclass [N, K].
 CLASS_IDS_OUTPUT = "class_ids"         # classification: int64 [N, 1].
 LOGITS_OUTPUT = "logits"               # classification: float32 [N, 1] or [N, K].
+# TF Serving's classification outputs (tf.saved_model.CLASSIFY_OUTPUT_CLASSES / _SCORES),
+# in serving_default and in the CLASSIFY_SIGNATURE of every classifier:
+CLASSES_OUTPUT = "classes"             # string [N, K]: every class name, in class id order.
+SCORES_OUTPUT = "scores"               # float32 [N, K]: P(class) (binary: [1 - p, p]).
+# A signature TF Serving's Classify API serves (method_name tensorflow/serving/classify,
+# input "inputs": serialized tf.Examples), as tf.estimator's canned classifiers export it.
+CLASSIFY_SIGNATURE = "classification"
 
 # Training-state bytes, measured from where the variables live (distributed_trainer/plan/memory.py):
 # custom properties on TrainingHistory and ConvergenceMetrics, and keys of history.json.

@@ -29,6 +29,8 @@ WHEN_STANDIN = "stand-in GPUs (tests only)"
 WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model)"
 WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
+WHEN_CLASSIFIER = "a classifier (binary, multiclass): the executor's scan of the label"
+WHEN_NOT_IN_TRAIN = "a class with examples in eval but none in train (the executor's scan)"
 
 
 # Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
@@ -120,6 +122,16 @@ class RunHistory:
   # Decided by the executor, written by the training process (train.Job).
   missing_values: Optional[Dict[str, Any]] = _field(when=WHEN_EXECUTOR,
                                                     prop="missing_values", encode=json.dumps)
+  missing_labels: Optional[Dict[str, Any]] = _field(
+      when=WHEN_EXECUTOR, prop=keys.MISSING_LABELS, encode=_json_sorted,
+      doc="examples without a label: count, rows, share, splits {split: count}, policy "
+          "skip | fail (trainer.skip_missing_labels)")
+  label_counts: Optional[Dict[str, Dict[str, int]]] = _field(
+      when=WHEN_CLASSIFIER, prop=keys.LABEL_COUNTS, encode=_json_sorted,
+      doc="split -> class name -> examples (class names: label_vocabulary, else 0, 1, ...)")
+  label_classes_not_in_train: Optional[Dict[str, Dict[str, int]]] = _field(
+      when=WHEN_NOT_IN_TRAIN, prop=keys.LABEL_CLASSES_NOT_IN_TRAIN, encode=_json_sorted,
+      doc="class -> {split: examples}: classes the model never saw a training example of")
   layout_chosen: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_CHOSEN, encode=str)
   layout_reason: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_REASON, encode=str)
 

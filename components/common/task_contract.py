@@ -8,11 +8,16 @@ from typing import Optional, Sequence
 
 from tfx_parallel.components.common import keys
 
-# An example without exactly one label value: an error naming the split and the file
-# (False), or skipped and counted (True). The default of TrainerConfig's
-# ``skip_missing_labels``; the evaluator follows what the trainer did
-# (EvaluatorConfig ``skip_missing_labels``), and this default when nothing says.
-SKIP_MISSING_LABELS = False
+# An example without exactly one label value: skipped and counted (True, the default,
+# as AutoGluon and H2O drop rows without a response and say how many), or an error naming
+# the split and the file (False). The default of TrainerConfig's ``skip_missing_labels``;
+# the evaluator follows what the trainer did (EvaluatorConfig ``skip_missing_labels``),
+# and this default when nothing says.
+SKIP_MISSING_LABELS = True
+# More than this share of the scanned (train + eval) examples without a label fails the
+# run even when they are skipped: a label that sparse is more likely the wrong column or
+# a broken file. The default of TrainerConfig's ``max_missing_label_share``.
+MAX_MISSING_LABEL_SHARE = 0.5
 
 
 def recorded_num_classes(task: str, spec_num_classes: int) -> int:

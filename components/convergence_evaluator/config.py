@@ -109,8 +109,8 @@ class EvaluatorConfig:
       output (signature.py).
     skip_missing_labels: evaluate without the examples that lack a label (or have more
       than one value) instead of failing on the first one. None (default): what the
-      trainer did: skip when its TrainingHistory records skipped examples (the trainer's
-      ``skip_missing_labels``), else the trainer's default (fail; task_contract.py).
+      trainer did (its TrainingHistory's ``missing_labels`` policy, the trainer's
+      ``skip_missing_labels``), else the trainer's default (skip; task_contract.py).
   """
   target_loss: Optional[float] = None
   target_fraction: float = 0.01

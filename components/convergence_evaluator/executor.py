@@ -153,10 +153,14 @@ def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
 
 
 def skip_missing_labels(config: EvaluatorConfig, history: run_history.RunHistory) -> bool:
-  """Config ``skip_missing_labels``, else what the trainer did (it skipped examples
-  without a label only under its own ``skip_missing_labels``), else the trainer's default."""
+  """Config ``skip_missing_labels``, else what the trainer did (its ``missing_labels``
+  record names its policy; an older record: it skipped examples without a label only
+  under its own ``skip_missing_labels``), else the trainer's default."""
   if config.skip_missing_labels is not None:
     return config.skip_missing_labels
+  policy = (history.missing_labels or {}).get("policy")
+  if policy in ("skip", "fail"):
+    return policy == "skip"
   if int(history.skipped_examples or 0) > 0:
     return True
   return task_contract.SKIP_MISSING_LABELS

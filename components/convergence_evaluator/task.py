@@ -13,8 +13,9 @@ or bytes_list:
 * numeric labels must be whole numbers in 0..K-1 (binary: 0 or 1) -- or, when the model
   has a ``label_vocabulary`` whose entries are all numbers, one of those numbers (mapped
   to its position);
-* string labels are mapped through ``label_vocabulary``; a model without one, or a label
-  not in it, is an error naming the label and the split.
+* string labels are mapped through ``label_vocabulary`` by the encoding the trainer and
+  the serving signature use (components/common/label_encoding.py); a model without one,
+  or a label not in it, is an error naming the label and the split.
 """
 import dataclasses
 import json
@@ -25,6 +26,7 @@ import numpy as np
 
 from tfx_parallel.components.common import custom_properties
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import label_encoding
 from tfx_parallel.components.common.task_contract import write_properties  # noqa: F401  (re-export)
 
 REGRESSION, BINARY, MULTICLASS = keys.TASKS
@@ -151,8 +153,8 @@ def class_ids(labels: np.ndarray, info: TaskInfo, label_key: str, where: str) ->
       raise ValueError(
           f"label {label_key!r} in {where} holds strings (e.g. {_show(labels[0])}) but the "
           f"model has no {keys.LABEL_VOCABULARY!r} property to map them to class ids")
-    index = {v.encode() if isinstance(v, str) else v: i
-             for i, v in enumerate(info.label_vocabulary)}
+    index = {name.encode(): i
+             for name, i in label_encoding.class_index(info.label_vocabulary).items()}
     unique, inverse = np.unique(labels.astype(object), return_inverse=True)
     mapped = np.empty(unique.size, np.int64)
     for j, value in enumerate(unique):

@@ -13,8 +13,11 @@ numbers are directly comparable (tests check them):
 * multiclass: output ``probabilities`` [N, K]; ``sparse_categorical_accuracy`` ~
   ``eval_accuracy`` (1e-4).
 
-TFMA reads the label itself, so it needs numeric labels (0/1, 0..K-1): string labels
-mapped through a ``label_vocabulary`` are evaluated only by ConvergenceEvaluator.
+TFMA reads the label itself: numeric labels (0/1, 0..K-1) as they are, and string labels
+through the ``classes`` output of DistributedTrainer's models, whose class names are the
+label vocabulary (TFMA's metric_util.prepare_labels_and_predictions reads the vocabulary
+from ``classes`` when ``scores`` is there too; tests/test_evaluator_tfma.py checks the
+accuracy against ConvergenceEvaluator's on a string label).
 """
 from typing import Sequence
 

@@ -38,7 +38,12 @@ class TrainerConfig:
     task: "regression" | "binary" | "multiclass"; None infers it from the label.
     max_vocabulary: most frequent values of each string feature kept as its vocabulary.
     hash_buckets: > 0 hashes every string feature into this many buckets instead.
-    skip_missing_labels: skip (and count) examples without a label instead of failing.
+    skip_missing_labels: skip examples without a label (default), counting them on the
+      console and in the run record (``missing_labels``); false makes one an error
+      naming the split and file.
+    max_missing_label_share: the largest share (0..1) of the train and eval examples
+      that may lack a label when they are skipped; more fails the run before training
+      (default 0.5: a label that sparse is more likely the wrong column).
     steps_per_execution: training steps per call into TensorFlow (tf_keras ``compile``);
       reduced to divide log_every and checkpoint_every.
     hidden_units: hidden widths of the built-in mlp.
@@ -99,6 +104,7 @@ class TrainerConfig:
   max_vocabulary: int = 10_000
   hash_buckets: int = 0
   skip_missing_labels: bool = task_contract.SKIP_MISSING_LABELS
+  max_missing_label_share: float = task_contract.MAX_MISSING_LABEL_SHARE
   steps_per_execution: int = 10
   hidden_units: Tuple[int, ...] = (16,)
   batch_size: int = 64
@@ -165,6 +171,13 @@ class TrainerConfig:
             "max_vocabulary", f"must be >= 1. Received: {self.max_vocabulary!r}")
     require(isinstance(self.hash_buckets, int) and self.hash_buckets >= 0, "hash_buckets",
             f"must be >= 0. Received: {self.hash_buckets!r}")
+    require(isinstance(self.skip_missing_labels, bool), "skip_missing_labels",
+            f"must be true or false. Received: {self.skip_missing_labels!r}")
+    require(isinstance(self.max_missing_label_share, (int, float))
+            and not isinstance(self.max_missing_label_share, bool)
+            and 0.0 <= self.max_missing_label_share <= 1.0, "max_missing_label_share",
+            f"must be a share from 0 to 1 (0.5: up to half the examples may lack a label). "
+            f"Received: {self.max_missing_label_share!r}")
     require(isinstance(self.normalize_clip, (int, float)) and self.normalize_clip >= 0,
             "normalize_clip", f"must be a number >= 0 (0: no clipping). "
             f"Received: {self.normalize_clip!r}")

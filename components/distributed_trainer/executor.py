@@ -74,6 +74,7 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
+      max_missing_label_share=config.max_missing_label_share,
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={config.train_split: job.files("train"), config.eval_split: job.files("eval")},
@@ -84,7 +85,18 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
   print(f"[trainer] {missing.summary(prepared.missing_values, prepared.rows)}", flush=True)
   if skipped:
-    logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
+    print(f"[trainer] {stats.missing_label_line(prepared.missing_labels, spec.label_key)}",
+          flush=True)
+  if prepared.label_counts:
+    print(f"[trainer] {label_summary(prepared.label_counts, config.train_split)}", flush=True)
+  if prepared.unseen_classes:
+    shown = ", ".join(f"{name!r} ({', '.join(f'{s} {n}' for s, n in where.items())})"
+                      for name, where in prepared.unseen_classes.items())
+    logging.warning("DistributedTrainer: label class(es) %s have examples in eval but none "
+                    "in the train split %r: the model has an output for each but never "
+                    "learned it, so those eval examples are almost surely misclassified "
+                    "(recorded as %s)",
+                    shown, config.train_split, keys.LABEL_CLASSES_NOT_IN_TRAIN)
   module = user_module.load(config.module_file, config.module_path, config.model)
   # A mesh (or auto, which may choose one) also resolves the module's layout rules here.
   axis = {"mesh": config.mesh_model, "auto": 1}.get(config.layout, 0)
@@ -93,7 +105,21 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
                              skipped_examples=skipped, train_rows=train_rows,
-                             missing_values=prepared.missing_values)
+                             missing_values=prepared.missing_values,
+                             missing_labels=prepared.missing_labels,
+                             label_counts=prepared.label_counts,
+                             label_classes_not_in_train=prepared.unseen_classes)
+
+
+def label_summary(counts: Dict[str, Dict[str, int]], train_split: str,
+                  most: int = 10) -> str:
+  """One console line: the classes of the train split with their counts and shares."""
+  train = counts.get(train_split) or {}
+  total = sum(train.values()) or 1
+  ranked = sorted(train.items(), key=lambda kv: (-kv[1], kv[0]))
+  shown = ", ".join(f"{name} {n} ({100 * n / total:.0f}%)" for name, n in ranked[:most])
+  more = f", ... {len(ranked) - most} more" if len(ranked) > most else ""
+  return f"label classes in {train_split!r}: {shown}{more}"
 
 
 def fit_mesh(config: TrainerConfig, gpu_names: List[str]) -> TrainerConfig:

@@ -13,7 +13,9 @@ layout (DTensor included, which cannot run hash tables) trains the same model.
 Task inference from the label (when config ``task`` is not set):
 
 * string label: ``binary`` with exactly 2 distinct values, else ``multiclass``; the
-  classes are the sorted distinct values (``label_vocabulary``);
+  classes are the sorted distinct values of the train and eval splits
+  (``label_vocabulary``: components/common/label_encoding.py, the one encoding that
+  training, evaluation and serving share);
 * numeric label with values only in {0, 1}: ``binary``;
 * whole numbers that are exactly 0..K-1, 3 <= K <= MAX_INFERRED_CLASSES: ``multiclass``;
 * anything else: ``regression``.
@@ -24,6 +26,7 @@ import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import label_encoding
 
 REGRESSION, BINARY, MULTICLASS = keys.TASKS
 FLOAT32, INT64, STRING = "float32", "int64", "string"
@@ -160,17 +163,40 @@ class LabelStats:
 
   ``kind``: "float" | "int" | "bytes" (the tf.Example list type). ``values``: distinct
   values (float for numeric, str for bytes); ``overflow``: more distinct values existed.
+  ``counts``: split -> value -> examples (kept until ``overflow``; then empty).
   """
   kind: str
   values: set = dataclasses.field(default_factory=set)
   overflow: bool = False
+  counts: Dict[str, collections.Counter] = dataclasses.field(default_factory=dict)
 
-  def add(self, values: Iterable):
+  def add(self, values: Iterable, counts: Optional[Iterable[int]] = None,
+          split: Optional[str] = None):
+    """Adds distinct ``values`` (and, with ``split``, their ``counts`` in that split)."""
     if self.overflow:
       return
+    values = list(values)
     self.values.update(values)
+    if split is not None:
+      per_split = self.counts.setdefault(split, collections.Counter())
+      per_split.update(dict(zip(values, counts if counts is not None else [1] * len(values))))
     if len(self.values) > MAX_LABEL_VALUES:
       self.overflow = True
+      self.counts = {}
+
+  def class_counts(self, task: str, vocabulary: Optional[Sequence[str]] = None
+                   ) -> Optional[Dict[str, Dict[str, int]]]:
+    """split -> class name -> examples for a classifier (names: the label vocabulary's,
+    else the class id's text, label_encoding.class_names); None for regression or when
+    more than MAX_LABEL_VALUES values stopped the counting."""
+    if task == REGRESSION or self.overflow or not self.counts:
+      return None
+    out = {}
+    for split, counter in self.counts.items():
+      named = {(str(v) if vocabulary is not None else f"{float(v):g}"): int(n)
+               for v, n in counter.items()}
+      out[split] = dict(sorted(named.items()))
+    return out
 
 
 def vocabulary_from_counts(counts: Mapping[str, int], max_size: int) -> Tuple[str, ...]:
@@ -191,7 +217,7 @@ def infer_task(label: LabelStats, label_key: str, configured: Optional[str] = No
     if label.overflow:
       raise SpecError(f"label {label_key!r} holds strings with more than "
                       f"{MAX_LABEL_VALUES} distinct values; that is not a class label")
-    classes = tuple(sorted(label.values))
+    classes = label_encoding.vocabulary(label.values)
     if configured == REGRESSION:
       raise SpecError(f"task 'regression' needs a numeric label, but label {label_key!r} "
                       f"holds strings (e.g. {classes[:3]!r})")

@@ -134,26 +134,35 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
              label_key: str) -> Tuple[str, List[str]]:
   """(one INFO line with every column's type, WARNING lines for what needs a look).
 
-  Warnings: every string column (the trainer takes it as categorical: say so, in case it
-  was meant to be numeric), and every numeric column
+  Warnings: every string column but the label (the trainer takes it as categorical: say
+  so, in case it was meant to be numeric; a string label holds class names), and every
+  numeric column
   whose sample has cells that are not numbers (those rows are bad rows).
   """
   types = ", ".join(f"{r.name}={r.type}" + ("" if r.origin == INFERRED else " (explicit)")
                     for r in reports.values())
+  label = reports.get(label_key)
+  kind = (" (string: class names)" if label is not None and label.type == "string" else "")
   info = (f"PartitionedExampleGen column types (inferred from the first {sampled_rows} "
-          f"data rows unless explicit): {types}; label {label_key!r}")
+          f"data rows unless explicit): {types}; label {label_key!r}{kind}")
   warnings = []
   for r in reports.values():
+    if r.type == "string" and r.name == label_key:
+      continue  # A string label holds class names (sources.check_label); info says so.
     if r.type == "string":
       why = ("no sampled cell has a value" if r.non_empty == 0 else
              f"{r.non_empty - r.numeric} of {r.non_empty} sampled cells are not numbers")
       if r.origin == EXPLICIT:
         why = "column_types says so"
+      # Suggest a numeric type only where most sampled cells are numbers: for a column
+      # of words it would make every row a bad row (issue 38).
+      fix = (f" If it is numeric, set example_gen.column_types.{r.name}='float' and its "
+             f"{r.non_empty - r.numeric} sampled non-numbers become bad rows."
+             if r.origin != EXPLICIT and r.numeric >= r.non_empty / 2 > 0 else "")
       warnings.append(
           f"column {r.name!r} is a string column ({why}): it is written as a bytes_list "
           f"feature, and the trainer uses it as a categorical feature (ids from its "
-          f"vocabulary). If it is numeric, set column_types.{r.name}='float' and its "
-          f"non-numbers become bad rows.")
+          f"vocabulary).{fix}")
     elif r.odd_cells:
       warnings.append(
           f"column {r.name!r} is {r.type} ({r.numeric} of {r.non_empty} sampled cells "

@@ -108,7 +108,8 @@ class CsvLayout:
     files: matched files, sorted.
     header: every column of the header, in file order.
     types: kept column -> "float" | "int" | "string", in header order.
-    label_key: the label column (numeric).
+    label_key: the label column: numeric (regression, or numbered classes) or string
+      (class names; see check_label).
     split_key: the partition feature (output_config's partition_feature_name, or
       config.split_key): an int or string column whose stock Feature is hashed into
       splits; None hashes the row's stock Example (stock_key.py).
@@ -195,13 +196,7 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
   reports = inference.infer_types(header, sample, explicit=column_types,
                                   keep=[c for c in header if c in kept])
   types = {c: r.type for c, r in reports.items()}
-  if types[label] not in NUMERIC_TYPES:
-    r = reports[label]
-    raise BadInputError(
-        f"{first}: label column {label!r} is not numeric: {r.numeric} of {r.non_empty} "
-        f"non-empty cells in the first {len(sample)} data rows are numbers (at least "
-        f"{inference.NUMERIC_SHARE:.0%} needed); set column_types.{label}='float' to make "
-        f"its other cells bad rows")
+  check_label(reports[label], first, len(sample))
   if partition_feature and types[partition_feature] not in ("int", "string"):
     raise BadInputError(
         f"{first}: partition_feature_name (split_key) {partition_feature!r} is a "
@@ -210,6 +205,40 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
   return CsvLayout(source=config.source, files=files, header=header, types=types,
                    label_key=label, split_key=partition_feature,
                    reports=tuple(reports.values()), sampled_rows=len(sample))
+
+
+# A label column inferred "string" whose sampled non-empty cells are at least this share
+# numbers is ambiguous (a numeric target with text in it, or numbered classes with a few
+# names): the run stops and asks, see check_label.
+MOSTLY_NUMERIC_LABEL = 0.5
+
+
+def check_label(report: inference.ColumnReport, where: str, sampled_rows: int) -> None:
+  """Raises BadInputError unless the label column can be trained on as typed.
+
+  A numeric label (>= NUMERIC_SHARE of its sampled cells are numbers, or explicit) is a
+  regression or numbered-class label; its other cells are bad rows, as in any numeric
+  column. A string label is a class label (the trainer infers binary or multiclass and
+  records the classes); an explicit "string" is always one. An inferred string label of
+  which at least MOSTLY_NUMERIC_LABEL of the sampled cells are numbers fails here: its
+  message names both ways out, each of which keeps the rows that are numbers.
+  """
+  if report.type in NUMERIC_TYPES or report.origin == inference.EXPLICIT:
+    return
+  if report.non_empty == 0:
+    raise BadInputError(
+        f"{where}: label column {report.name!r} has no value in the first "
+        f"{sampled_rows} data rows; is it the right column?")
+  if report.numeric >= MOSTLY_NUMERIC_LABEL * report.non_empty:
+    text = report.non_empty - report.numeric
+    raise BadInputError(
+        f"{where}: label column {report.name!r} is ambiguous: {report.numeric} of "
+        f"{report.non_empty} non-empty cells in the first {sampled_rows} data rows are "
+        f"numbers and {text} are not (at least {inference.NUMERIC_SHARE:.0%} numbers make a "
+        f"numeric label). Set example_gen.column_types.{report.name}='float' for a numeric "
+        f"label (the {text} non-numbers become bad rows: example_gen.bad_row_policy), or "
+        f"example_gen.column_types.{report.name}='string' to use every value as a class "
+        f"name")
 
 
 def match_files(pattern: str) -> Tuple[str, ...]:
@@ -549,7 +578,7 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
   if not ok.all():
     batch = batch.take(np.flatnonzero(ok))
   encoder = key_encoder or stock_key.StockKeyEncoder(layout.types)
-  n = len(batch.numeric[layout.label_key])
+  n = int(np.count_nonzero(ok))
   if layout.split_key is None:
     keys = encoder.example_keys(batch.numeric, batch.strings, n)
   else:

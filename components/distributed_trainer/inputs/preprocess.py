@@ -19,12 +19,14 @@ input parses ragged only the features the scan found missing somewhere
 * string features: int64 ids [B, 1] -- 0 for a missing or out-of-vocabulary value, 1..V
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
-  string labels are mapped through the label vocabulary.
+  string labels are mapped to class ids by components/common/label_encoding.py, as the
+  evaluator maps them and the serving signature names them.
 """
 from typing import Dict, List, Mapping, Optional
 
 import tensorflow as tf
 
+from tfx_parallel.components.common import label_encoding
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
 _DTYPES = {ms.FLOAT32: tf.float32, ms.INT64: tf.int64, ms.STRING: tf.string}
@@ -34,6 +36,14 @@ def _table(vocabulary, first_id: int, default: int) -> tf.lookup.StaticHashTable
   keys = tf.constant(list(vocabulary), tf.string)
   ids = tf.range(first_id, first_id + len(vocabulary), dtype=tf.int64)
   return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), default)
+
+
+def _label_table(label_vocabulary) -> tf.lookup.StaticHashTable:
+  """Class name -> class id, by the one label encoding (label_encoding.class_index)."""
+  index = label_encoding.class_index(label_vocabulary)
+  keys = tf.constant(list(index), tf.string)
+  ids = tf.constant(list(index.values()), tf.int64)
+  return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, ids), -1)
 
 
 def _fill(f: ms.FeatureSpec):
@@ -68,7 +78,7 @@ class Preprocessor:
       if not f.hash_buckets and f.vocabulary:
         self.tables[f.name] = _table(f.vocabulary, 1, 0)
     if spec.label_vocabulary is not None:
-      self.tables["__label__"] = _table(spec.label_vocabulary, 0, -1)
+      self.tables["__label__"] = _label_table(spec.label_vocabulary)
     self.mean = self.std = None
     self.clip = 0.0
     if normalization is not None:

@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tfx_parallel.components.common import label_encoding
+from tfx_parallel.components.common import task_contract
 from tfx_parallel.components.common.splits import split_files
 from tfx_parallel.components.distributed_trainer.inputs import missing as missing_lib
 from tfx_parallel.components.distributed_trainer import model_spec as ms
@@ -93,9 +95,9 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
         lengths = lab.row_lengths().numpy()
         bad += int(np.sum(lengths != 1))
         rows[split] += len(lengths)
-        values = np.unique(lab.flat_values.numpy())
-        label.add(v.decode("utf-8", "replace") if kind == "bytes" else float(v)
-                  for v in values.tolist())
+        values, value_counts = np.unique(lab.flat_values.numpy(), return_counts=True)
+        label.add([v.decode("utf-8", "replace") if kind == "bytes" else float(v)
+                   for v in values.tolist()], value_counts.tolist(), split)
         multi = []
         for name in holes:
           per_row = batch[name].row_lengths().numpy()
@@ -131,17 +133,58 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
                     missing_labels=missing, rows=rows, missing_values=holes)
 
 
-def check_labels(result: ScanResult, label_key: str, skip: bool) -> int:
-  """Raises MissingLabelError naming split and file, unless ``skip``; returns the count."""
-  count = sum(n for per_file in result.missing_labels.values() for n in per_file.values())
-  if count and not skip:
+def missing_label_record(result: ScanResult, label_key: str, skip: bool,
+                         max_share: float = task_contract.MAX_MISSING_LABEL_SHARE
+                         ) -> Dict[str, Any]:
+  """The run record's ``missing_labels`` (examples without exactly one label value), or
+  raises MissingLabelError: when there are some and ``skip`` is off (naming the split and
+  file), or when they are more than ``max_share`` of the scanned examples.
+
+  Record: {"count", "rows", "share", "splits": {split: count}, "policy": "skip" | "fail"}.
+  """
+  per_split = {split: int(sum(per_file.values()))
+               for split, per_file in result.missing_labels.items()}
+  count = sum(per_split.values())
+  rows = int(sum(result.rows.values()))
+  share = count / rows if rows else 0.0
+  record = {"count": count, "rows": rows, "share": round(share, 6),
+            "splits": per_split, "policy": "skip" if skip else "fail"}
+  if not count:
+    return record
+  if not skip:
     split, per_file = next((s, f) for s, f in result.missing_labels.items() if f)
     path, n = next(iter(per_file.items()))
     raise MissingLabelError(
         f"{n} example(s) in split {split!r} file {path} have no value (or more than one) "
-        f"for the label {label_key!r}; {count} in all. A missing label is never read as 0: "
-        f"fix the data, or set skip_missing_labels=true to skip and count them")
-  return count
+        f"for the label {label_key!r}; {count} of {rows} in all ({100 * share:.1f}%). A "
+        f"missing label is never read as 0, and trainer.skip_missing_labels=false makes "
+        f"it an error: fix the data, or set trainer.skip_missing_labels=true (the default) "
+        f"to skip and count them")
+  if share > max_share:
+    shown = ", ".join(f"{split} {n}" for split, n in per_split.items() if n)
+    raise MissingLabelError(
+        f"{count} of {rows} examples ({100 * share:.1f}%: {shown}) have no value (or more "
+        f"than one) for the label {label_key!r}, more than "
+        f"trainer.max_missing_label_share={max_share:g} allows: a label this sparse is "
+        f"more likely the wrong column or a broken file than a few unlabelled rows. Check "
+        f"the label column (--label) and the data; to train on the {rows - count} "
+        f"labelled examples anyway, raise trainer.max_missing_label_share")
+  return record
+
+
+def missing_label_line(record: Mapping[str, Any], label_key: str) -> str:
+  """The console line of a ``missing_labels`` record with skipped examples."""
+  shown = ", ".join(f"{split} {n}" for split, n in record["splits"].items() if n)
+  return (f"missing labels: {record['count']} of {record['rows']} examples "
+          f"({100 * record['share']:.1f}%; {shown}) have no value for the label "
+          f"{label_key!r}; skipped in training and evaluation "
+          f"(trainer.skip_missing_labels=false makes this an error)")
+
+
+def check_labels(result: ScanResult, label_key: str, skip: bool,
+                 max_share: float = task_contract.MAX_MISSING_LABEL_SHARE) -> int:
+  """Raises MissingLabelError as :func:`missing_label_record` does; returns the count."""
+  return missing_label_record(result, label_key, skip, max_share)["count"]
 
 
 @dataclasses.dataclass
@@ -153,12 +196,19 @@ class Prepared:
   skipped: int
   rows: Dict[str, int]
   missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+  # missing_label_record: {"count", "rows", "share", "splits", "policy"}.
+  missing_labels: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # Classifiers: split -> class name -> examples (None: regression).
+  label_counts: Optional[Dict[str, Dict[str, int]]] = None
+  # Classes with eval examples but none in train: class -> {split: examples}.
+  unseen_classes: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
 def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                 string_feature_keys: Sequence[str], label_key: str, *, task: Optional[str],
                 max_vocabulary: int, hash_buckets: int, hparams: Mapping[str, Any],
                 skip_missing_labels: bool, normalize: bool, normalize_clip: float = 0.0,
+                max_missing_label_share: float = task_contract.MAX_MISSING_LABEL_SHARE,
                 dtypes: Optional[Mapping[str, str]] = None,
                 files: Optional[Mapping[str, Sequence[str]]] = None,
                 splits: Sequence[str] = ("train", "eval"),
@@ -171,11 +221,14 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   int64), so a model never declares an int64 Input for a standardised value. Without
   it, int64 features reach the model as ints. ``required``: features an example must
   have (a schema's presence); one missing is a missing.RequiredFeatureError. Every other
-  missing value is filled (missing.py; ``FeatureSpec.fill``)."""
+  missing value is filled (missing.py; ``FeatureSpec.fill``). Examples without a label
+  are skipped and counted under ``skip_missing_labels`` while they are at most
+  ``max_missing_label_share`` of the examples (missing_label_record)."""
   dtypes = dict(dtypes or {})
   numeric = [(k, dtypes.get(k, ms.FLOAT32)) for k in feature_keys]
   result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files)
-  skipped = check_labels(result, label_key, skip_missing_labels)
+  labels = missing_label_record(result, label_key, skip_missing_labels,
+                                max_missing_label_share)
   missing_lib.check_required(result.missing_values, required, label_key)
   counts = dict(result.string_counts)
   for name, vocab in (vocabularies or {}).items():
@@ -198,8 +251,11 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   spec = dataclasses.replace(spec, features=tuple(
       dataclasses.replace(f, fill=fills[f.name], missing=sum(holes.get(f.name, {}).values()))
       for f in spec.features))
-  return Prepared(spec, norm, skipped, dict(result.rows),
-                  missing_lib.record(result.missing_values, fills))
+  label_counts = result.label.class_counts(spec.task, spec.label_vocabulary)
+  return Prepared(spec, norm, labels["count"], dict(result.rows),
+                  missing_lib.record(result.missing_values, fills), missing_labels=labels,
+                  label_counts=label_counts,
+                  unseen_classes=label_encoding.unseen_in_train(label_counts or {}, splits[0]))
 
 
 def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],

@@ -53,6 +53,11 @@ class Job:
   missing_values: Optional[Dict[str, Dict[str, Any]]] = None
   # layout: auto: the planner's choice (layout_chosen, layout_reason), for history.json.
   layout_choice: Dict[str, str] = dataclasses.field(default_factory=dict)
+  # The label as the executor's scan found it (stats.Prepared), for history.json.
+  missing_labels: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  label_counts: Optional[Dict[str, Dict[str, int]]] = None
+  label_classes_not_in_train: Dict[str, Dict[str, int]] = dataclasses.field(
+      default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -113,6 +118,7 @@ def resolve_spec(job: Job, config: TrainerConfig):
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
+      max_missing_label_share=config.max_missing_label_share,
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={"train": job.files("train"), "eval": job.files("eval")})
@@ -307,6 +313,10 @@ def run(job: Job) -> dict:
                                      spec.num_classes, state.diverged_reason))
   if job.missing_values is not None:  # The executor's scan: counts and fills per feature.
     history["missing_values"] = job.missing_values
+  # The executor's scan of the label: missing labels, classes per split.
+  history["missing_labels"] = job.missing_labels or None
+  history["label_counts"] = job.label_counts
+  history["label_classes_not_in_train"] = job.label_classes_not_in_train or None
   history.update(job.layout_choice)  # layout: auto: the planner's choice.
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
