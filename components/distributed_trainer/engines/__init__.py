@@ -54,6 +54,16 @@ class FitEngine:
                                                   config.learning_rate)
       self.model.compile(optimizer=self.optimizer, loss=self.loss,
                          steps_per_execution=self.steps_per_execution)
+    if self.strategy is not None:
+      # The logs fit hands the callbacks are the compiled metrics' result(), which
+      # already aggregates every replica's (sync-on-read) totals and counts: the mean
+      # per-example loss over the global batch. tf_keras's default reduction "auto"
+      # then SUMS that value over the replicas under MultiWorkerMirroredStrategy
+      # (tf_keras/src/engine/training.py, reduce_per_replica: "auto" -> "sum", and
+      # strategy.reduce("SUM") for a multi-worker collective strategy), recording
+      # workers x the loss. "first" takes the one synchronised value, as under
+      # MirroredStrategy, where the replicas' identical results pass through as is.
+      self.model.distribute_reduction_method = "first"
 
   def scope(self):
     return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
