@@ -61,8 +61,12 @@ class _Model:
 
 
 def _recorder(state, evals, non_negative=True):
+  """``evals``: eval losses, or (eval loss, standard error) pairs (unknown: NaN)."""
+  def eval_loss():
+    value = evals.pop(0)
+    return value if isinstance(value, tuple) else (value, math.nan)
   recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
-                         eval_loss=lambda: evals.pop(0), non_negative=non_negative)
+                         eval_loss=eval_loss, non_negative=non_negative)
   recorder.model = _Model()
   return recorder
 
@@ -94,3 +98,18 @@ def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_r
   steps = _run(_recorder(state, [0.6931] * 3), [0.7] * 150)
   assert steps == 150 and not state.diverged
   assert [e["eval_loss"] for e in state.epochs] == [0.6931] * 3
+
+
+def test_a_small_eval_sets_noisy_rise_does_not_stop_training_a_real_one_does():
+  # The issue's 406-row file: 69 eval rows, eval loss +63 % in one interval, within its
+  # noise (standard error 25 % of the loss: per-example squared errors spread ~2x their
+  # mean / sqrt(69)). The run goes on and records the standard errors.
+  state = _state(total=200)
+  evals = [(20.0, 5.0), (32.6, 8.1), (18.0, 4.5), (17.5, 4.4)]
+  steps = _run(_recorder(state, evals), [0.7] * 200)
+  assert steps == 200 and not state.diverged, state.diverged_reason
+  assert [e["eval_loss_se"] for e in state.epochs] == [5.0, 8.1, 4.5, 4.4]
+  # The same set, a loss 5x the last: beyond rise_tolerance and 3 standard errors.
+  state = _state(total=200)
+  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)]), [0.7] * 200)
+  assert steps == 100 and state.diverged and "standard errors" in state.diverged_reason

@@ -90,7 +90,7 @@ class FitEngine:
                   ctx.input_pipeline_id, start_step * per_pipeline)
     return self.strategy.distribute_datasets_from_function(fn)
 
-  def evaluator(self, eval_ds) -> Callable[[], float]:
+  def evaluator(self, eval_ds) -> Callable[[], Tuple[float, float]]:
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds)
 
@@ -160,14 +160,14 @@ class MeshEngine:
   def dataset(self, make, start_step: int):
     return make(self.config.batch_size, 1, 0, start_step)
 
-  def evaluator(self, eval_ds) -> Callable[[], float]:
+  def evaluator(self, eval_ds) -> Callable[[], Tuple[float, float]]:
     """Evaluation on a plain copy (outside the mesh) that takes the gathered weights."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     plain = user_module.build(self.module, self.spec)
     evaluate = cb.make_evaluator(plain, self.loss, eval_ds)
 
-    def eval_loss() -> float:
+    def eval_loss() -> Tuple[float, float]:
       plain.set_weights(self.weights())
       return evaluate()
     return eval_loss

@@ -11,7 +11,7 @@ at or after the epoch's last step.
 import dataclasses
 import math
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import tf_keras
 
@@ -45,14 +45,16 @@ class Recorder(tf_keras.callbacks.Callback):
   """Appends history records every ``log_every`` steps, evaluates at epoch ends, and
   stops training when the run diverges (``stop_on_divergence``) by the rule the
   evaluator labels runs with (components/common/divergence.py: a NaN/inf, negative
-  (``non_negative`` losses) or exploding loss, or an eval loss rising by half).
+  (``non_negative`` losses) or exploding loss, or an eval loss rising by half and by
+  more than its noise). ``eval_loss()`` returns (eval loss, its standard error).
 
   Keras reports the running mean loss since the start of ``fit``; a record's loss is
   the mean over the steps since the previous record, recovered from two running means.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
-               eval_loss: Callable[[], float], writer=None, non_negative: bool = True):
+               eval_loss: Callable[[], Tuple[float, float]], writer=None,
+               non_negative: bool = True):
     super().__init__()
     self.state = state
     self.log_every = log_every
@@ -67,7 +69,7 @@ class Recorder(tf_keras.callbacks.Callback):
       self.monitor.add_train(record["loss"])
     for epoch in state.epochs:
       if epoch.get("eval_loss") is not None:
-        self.monitor.add_eval(epoch["eval_loss"])
+        self.monitor.add_eval(epoch["eval_loss"], epoch.get("eval_loss_se"))
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
@@ -96,12 +98,12 @@ class Recorder(tf_keras.callbacks.Callback):
     if (epoch > len(st.epochs) and step > st.start_step) or step >= st.total:
       t0 = time.perf_counter()
       self.flush_summaries()
-      ev = self.eval_loss()
+      ev, ev_se = self.eval_loss()
       st.eval_seconds += time.perf_counter() - t0
       train_loss = st.records[-1]["loss"] if st.records else loss
       st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
-                        "train_loss": train_loss, "eval_loss": ev})
-      why = self.monitor.add_eval(ev)
+                        "train_loss": train_loss, "eval_loss": ev, "eval_loss_se": ev_se})
+      why = self.monitor.add_eval(ev, ev_se)
       if why:
         self._diverged(why)
         return
@@ -193,23 +195,28 @@ def per_example_loss(loss):
   return loss
 
 
-def make_evaluator(model, loss, dataset) -> Callable[[], float]:
-  """A function returning the mean per-example loss of ``model`` over ``dataset``
-  ((inputs, labels) batches), traced once. Runs outside ``fit`` (no collectives)."""
+def make_evaluator(model, loss, dataset) -> Callable[[], Tuple[float, float]]:
+  """A function returning (the mean per-example loss of ``model`` over ``dataset``
+  ((inputs, labels) batches), its standard error), traced once. Runs outside ``fit``
+  (no collectives). The standard error (the per-example losses' spread / sqrt(count))
+  tells the divergence rule how much a small eval set's loss moves by noise."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   per_example = per_example_loss(loss)
 
   @tf.function
-  def batch_sum(x, y):
-    values = per_example(y, model(x, training=False))
-    return tf.reduce_sum(tf.cast(values, tf.float64)), tf.size(values)
+  def batch_sums(x, y):
+    values = tf.cast(per_example(y, model(x, training=False)), tf.float64)
+    return tf.reduce_sum(values), tf.reduce_sum(tf.square(values)), tf.size(values)
 
-  def evaluate() -> float:
-    total, count = 0.0, 0
+  def evaluate() -> Tuple[float, float]:
+    total, squares, count = 0.0, 0.0, 0
     for x, y in dataset:
-      s, n = batch_sum(x, y)
+      s, s2, n = batch_sums(x, y)
       total += float(s)
+      squares += float(s2)
       count += int(n)
-    return total / count if count else math.nan
+    if not count:
+      return math.nan, math.nan
+    return total / count, divergence.standard_error(total, squares, count)
 
   return evaluate
