@@ -23,6 +23,7 @@ CONDITIONAL = {
     "missing_values": run_history.WHEN_EXECUTOR,
     "layout_chosen": run_history.WHEN_AUTO,
     "layout_reason": run_history.WHEN_AUTO,
+    "early_stopping": run_history.WHEN_EARLY_STOP,  # test_trainer_length.py
 }
 FIELDS = {f.name for f in dataclasses.fields(RunHistory)}
 

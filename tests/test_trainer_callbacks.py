@@ -113,3 +113,25 @@ def test_a_small_eval_sets_noisy_rise_does_not_stop_training_a_real_one_does():
   state = _state(total=200)
   steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)]), [0.7] * 200)
   assert steps == 100 and state.diverged and "standard errors" in state.diverged_reason
+
+
+def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_better_one():
+  state = _state(total=1000)  # An evaluation every 50 steps (steps_per_epoch).
+  recorder = _recorder(state, [5.0, 3.0, 2.0, 2.5, 2.1, 2.2, 9.9])
+  snapshots = []
+  early = cb.EarlyStop(state, patience=3, snapshot=lambda: snapshots.append(state.step) or
+                       [f"weights at {state.step}"])
+  early.model = recorder.model
+  steps = 0
+  for batch in range(1000):
+    recorder.on_train_batch_end(batch, {"loss": 0.7})
+    early.on_train_batch_end(batch)
+    steps = batch + 1
+    if recorder.model.stop_training:
+      break
+  # Best at the 3rd evaluation (step 150); 3 without a better one: stop at step 300.
+  assert steps == 300 and state.early_stopped and not state.diverged
+  assert snapshots == [50, 100, 150]
+  assert early.best_weights() == ["weights at 150"]
+  assert early.record() == {"patience": 3, "stopped": True, "best_epoch": 3, "best_step": 150,
+                            "best_eval_loss": 2.0, "restored_best": True}

@@ -28,6 +28,7 @@ WHEN_STANDIN = "stand-in GPUs (tests only)"
 WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model)"
 WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "written by the executor after the training process (not by train.py)"
+WHEN_EARLY_STOP = "the automatic length with patience > 0 (trainer config epochs and steps 0)"
 
 
 # Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
@@ -98,7 +99,12 @@ class RunHistory:
       doc="epoch, step, train_loss, eval_loss, eval_loss_se (its standard error)")
   diverged: Optional[bool] = _field(prop="diverged", encode=int)
   diverged_reason: Optional[str] = _field(prop="diverged_reason", encode=str)
-  stopped_early: Optional[bool] = _field()
+  stopped_early: Optional[bool] = _field(doc="diverged or early-stopped before total_steps")
+  training_length: Optional[Dict[str, Any]] = _field(
+      doc="plan/length.py: total_steps, steps_per_epoch, patience, automatic, reason")
+  early_stopping: Optional[Dict[str, Any]] = _field(
+      when=WHEN_EARLY_STOP, doc="patience, stopped, best_epoch, best_step, best_eval_loss, "
+                                "restored_best (the exported weights are the best step's)")
   skipped_examples: Optional[int] = _field(prop="skipped_examples", encode=int)
   input_cache: Optional[Dict[str, Any]] = _field(
       prop="input_cache", encode=lambda v: str(v["mode"]),

@@ -33,6 +33,7 @@ class RunState:
   step: int = 0
   diverged: bool = False
   diverged_reason: str = ""   # components/common/divergence.py's reason, "" if none.
+  early_stopped: bool = False  # EarlyStop: the eval loss stopped improving.
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
@@ -130,6 +131,57 @@ class Recorder(tf_keras.callbacks.Callback):
         tf.summary.scalar("examples_per_sec", record["examples_per_sec"], step=record["step"])
     self.writer.flush()
     self._flushed = len(self.state.records)
+
+
+class EarlyStop(tf_keras.callbacks.Callback):
+  """Stops the run when ``patience`` evaluations in a row (the Recorder's epochs) did not
+  beat the best eval loss, and keeps ``snapshot()`` (the weights) of the best one: Keras
+  ``EarlyStopping(patience=..., restore_best_weights=True)`` (tf_keras/src/callbacks.py,
+  min_delta 0) on the trainer's own evaluations. A resumed run starts from the best eval
+  loss its checkpoint recorded, without those weights (:meth:`record` says so).
+  Runs after the Recorder."""
+
+  def __init__(self, state: RunState, patience: int, snapshot: Callable[[], list]):
+    super().__init__()
+    self.state, self.patience, self.snapshot = state, patience, snapshot
+    self.best, self.best_epoch, self.best_step = math.inf, 0, 0
+    self.weights: Optional[list] = None
+    self.wait = 0
+    self._seen = 0
+    self._take(resumed=True)
+
+  def _take(self, resumed: bool = False):
+    for epoch in self.state.epochs[self._seen:]:
+      loss = epoch.get("eval_loss")
+      if loss is not None and math.isfinite(loss) and loss < self.best:
+        self.best, self.best_epoch, self.best_step = loss, epoch["epoch"], epoch["step"]
+        self.weights = None if resumed else self.snapshot()
+        self.wait = 0
+      else:
+        self.wait += 1
+    self._seen = len(self.state.epochs)
+
+  def on_train_batch_end(self, batch, logs=None):
+    st = self.state
+    if len(st.epochs) == self._seen or st.diverged:
+      return
+    self._take()
+    if self.wait >= self.patience and st.step < st.total:
+      st.early_stopped = True
+      self.model.stop_training = True
+
+  def best_weights(self) -> Optional[list]:
+    """The best evaluation's weights when they are not the last ones, else None."""
+    if self.weights is None or self.best_step == self.state.step:
+      return None
+    return self.weights
+
+  def record(self) -> dict:
+    """history.json ``early_stopping``."""
+    return {"patience": self.patience, "stopped": self.state.early_stopped,
+            "best_epoch": self.best_epoch, "best_step": self.best_step,
+            "best_eval_loss": self.best if math.isfinite(self.best) else None,
+            "restored_best": self.best_weights() is not None}
 
 
 class Checkpointer(tf_keras.callbacks.Callback):

@@ -221,8 +221,11 @@ def run(job: Job) -> dict:
   engine.build(module, spec)
   start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
 
-  steps_per_epoch = max(1, job.train_rows // config.batch_size)
-  total = config.steps or config.epochs * steps_per_epoch
+  from tfx_parallel.components.distributed_trainer.plan import length as length_lib  # pylint: disable=g-import-not-at-top
+  length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
+                             job.train_rows, config.batch_size)
+  steps_per_epoch, total = length.steps_per_epoch, length.total_steps
+  print(f"[trainer] length: {length.reason}", flush=True)
   train_files = job.files("train")
   cache_record, on_load = input_cache_plan(config, spec, job.train_rows, engine.num_workers)
 
@@ -263,6 +266,9 @@ def run(job: Job) -> dict:
                       lambda step: save_checkpoint(job, engine, state, step), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
   ]
+  early = cb.EarlyStop(state, length.patience, engine.weights) if length.patience else None
+  if early is not None:
+    callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
   t_start = time.perf_counter()
   engine.train(train_ds, start_step, total, callbacks)
   elapsed = time.perf_counter() - t_start - state.eval_seconds
@@ -273,7 +279,9 @@ def run(job: Job) -> dict:
                  optimizer=config.optimizer, records=state.records, epochs=state.epochs,
                  steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
-                 diverged=state.diverged, stopped_early=state.diverged and state.step < total,
+                 diverged=state.diverged,
+                 stopped_early=(state.diverged or state.early_stopped) and state.step < total,
+                 training_length=length.as_record(),
                  feature_keys=list(spec.feature_names), label_key=spec.label_key,
                  task=spec.task, num_classes=spec.num_classes,
                  label_vocabulary=(list(spec.label_vocabulary)
@@ -284,6 +292,14 @@ def run(job: Job) -> dict:
                  variable_splits=splits, replicated_variables=replicated)
   history.update(run_record.describe(engine.optimizer, engine.loss, spec.task, spec.num_classes,
                                      state.records, state.diverged_reason))
+  best = early.best_weights() if early is not None else None
+  if early is not None:
+    history["early_stopping"] = early.record()
+    if state.early_stopped:
+      print(f"[trainer] early stop at step {state.step}: the eval loss has not improved "
+            f"for {length.patience} evaluations since step {early.best_step} "
+            f"({early.best:.6g})" + ("; keeping that step's weights" if best is not None
+                                      else ""), flush=True)
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
@@ -296,7 +312,7 @@ def run(job: Job) -> dict:
     # Export from a plain copy built outside any strategy or mesh.
     tf_keras.utils.set_random_seed(config.seed)
     plain = user_module.build(module, spec)
-    plain.set_weights(engine.weights())
+    plain.set_weights(best if best is not None else engine.weights())
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
