@@ -60,3 +60,16 @@ def test_standard_error_of_a_mean():
   se = divergence.standard_error(sum(values), sum(v * v for v in values), len(values))
   assert math.isclose(se, math.sqrt(5 / 3 / 4))  # sample variance 5/3, over n = 4.
   assert math.isnan(divergence.standard_error(1.0, 1.0, 1))
+
+
+def test_the_untrained_models_eval_loss_is_the_start_when_known():
+  # Learning rate 10,000 (the 406-row file, measured): the first record, the mean
+  # of steps 1-10, is already 1.6e18, and the eval losses are noise-sized to each other.
+  train, evals, errors = [1.64e18, 2.6e16], [2.9e15, 1.95e16], [2.5e15, 1.06e16]
+  assert divergence.reason(train, evals, eval_errors=errors) == ""  # No start: missed.
+  why = divergence.reason(train, evals, eval_errors=errors, start=612.0)
+  assert "record 1" in why and "the starting loss 612" in why and "exploded" in why
+  # The same start does not flag a healthy run far below it.
+  assert divergence.reason([300.0, 40.0], [250.0, 30.0], start=612.0) == ""
+  monitor = divergence.Monitor(start=612.0)
+  assert "exploded" in monitor.add_train(1.64e18)

@@ -347,3 +347,15 @@ def test_noise_of_a_69_row_eval_set_is_not_divergence_and_a_blow_up_is():
   evals = [200.0, 60.0, 25.0, 15.0, 120.0]
   summary = _small_eval_run(evals, [0.24 * v for v in evals])
   assert summary.state == P.DIVERGED and "standard errors" in summary.reason
+
+
+def test_a_run_that_blew_up_in_its_first_record_is_diverged_from_the_untrained_start():
+  history = testing.linear_history([1.64e18, 2.6e16, 1.6e16, 4.4e15, 1.8e15])
+  history["epochs"] = [{"epoch": 1, "step": 10, "eval_loss": 2.9e15, "eval_loss_se": 2.5e15},
+                       {"epoch": 2, "step": 20, "eval_loss": 1.95e16, "eval_loss_se": 1.06e16}]
+  curves = convergence.curves_from_history(history)
+  assert convergence.analyze(curves, convergence.Rules(), 61.0, 2e16).state != P.DIVERGED
+  history["initial_eval_loss"] = 612.0
+  summary = convergence.analyze(convergence.curves_from_history(history),
+                                convergence.Rules(), 61.0, 2e16)
+  assert summary.state == P.DIVERGED and "exploded" in summary.reason, summary.reason

@@ -10,10 +10,13 @@ eval losses in epoch order):
    cannot be negative (MSE, MAE, cross-entropies, Huber, ...: :data:`NON_NEGATIVE_LOSSES`);
    e.g. a "negative cross-entropy", which only float32 overflow produces;
 3. the loss exploded: a loss exceeds ``explode_factor`` (default 100) x the run's
-   starting point, the larger of the first positive training loss and the first eval
-   loss. (Not the first loss alone: a first record of 0 would make every loss
-   "exploded". Not the trivial predictor alone: an untrained regression model on raw
-   labels starts far above the label variance and is not diverging.)
+   starting point: the eval loss of the untrained model, measured by the trainer before
+   its first step (history.json ``initial_eval_loss``); without it, the larger of the
+   first positive training loss and the first eval loss. (Not the first training record:
+   a learning rate of 10,000 blows the loss up to 1e18 within the 10 steps that record
+   averages, and a first record of 0 would make every loss "exploded". Not the trivial
+   predictor: an untrained regression model on raw labels starts far above the label
+   variance and is not diverging.)
 4. the eval loss rose from one evaluation to the next by more than ``rise_tolerance``
    (default 0.5 = 50 %) **and** by more than ``rise_noise_z`` (default 3) standard
    errors of the two eval losses, each the spread of the per-example losses over the
@@ -82,9 +85,10 @@ def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
            non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
            rise_tolerance: float = RISE_TOLERANCE,
            eval_errors: Sequence[Optional[float]] = (),
-           rise_noise_z: float = RISE_NOISE_Z) -> str:
+           rise_noise_z: float = RISE_NOISE_Z, start: Optional[float] = None) -> str:
   """Why the run diverged (module docstring, rules 1-4), or "" if it has not.
-  ``eval_errors``: the standard error of each eval loss (None or missing: unknown)."""
+  ``eval_errors``: the standard error of each eval loss (None or missing: unknown).
+  ``start``: the untrained model's eval loss (None or not > 0: unknown)."""
   named = (("training loss", list(train_losses)), ("eval loss", list(eval_losses)))
   for name, values in named:
     for i, v in enumerate(values):
@@ -96,8 +100,11 @@ def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
         if v < -NEGATIVE_TOLERANCE:
           return (f"{name} is {v:.6g} ({_where(name, i)}), below 0, which this loss "
                   f"cannot be: the values overflowed")
-  starts = [v for v in (_first_positive(named[0][1]), _first_positive(named[1][1]))
-            if math.isfinite(v)]
+  if start is not None and math.isfinite(start) and start > 0:
+    starts = [start]
+  else:
+    starts = [v for v in (_first_positive(named[0][1]), _first_positive(named[1][1]))
+              if math.isfinite(v)]
   if starts:
     start = max(starts)
     for name, values in named:
@@ -129,8 +136,10 @@ class Monitor:
   return value is the reason the run diverged (the first one found)."""
 
   def __init__(self, non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
-               rise_tolerance: float = RISE_TOLERANCE, rise_noise_z: float = RISE_NOISE_Z):
+               rise_tolerance: float = RISE_TOLERANCE, rise_noise_z: float = RISE_NOISE_Z,
+               start: Optional[float] = None):
     self.non_negative = non_negative
+    self.start = start
     self.explode_factor = explode_factor
     self.rise_tolerance = rise_tolerance
     self.rise_noise_z = rise_noise_z
@@ -142,7 +151,8 @@ class Monitor:
   def _check(self) -> str:
     if not self.why:
       self.why = reason(self.train, self.evals, self.non_negative, self.explode_factor,
-                        self.rise_tolerance, self.eval_errors, self.rise_noise_z)
+                        self.rise_tolerance, self.eval_errors, self.rise_noise_z,
+                        self.start)
     return self.why
 
   def add_train(self, loss: float) -> str:

@@ -95,6 +95,8 @@ class RunHistory:
   examples_per_sec: Optional[float] = _field(prop="examples_per_sec", encode=float)
   records: Optional[List[Dict[str, Any]]] = _field(
       doc="every log_every steps: step, loss, learning_rate, examples_per_sec, wall_time")
+  initial_eval_loss: Optional[float] = _field(
+      doc="the untrained model's eval loss: the divergence rule's starting point")
   epochs: Optional[List[Dict[str, Any]]] = _field(
       doc="epoch, step, train_loss, eval_loss, eval_loss_se (its standard error)")
   diverged: Optional[bool] = _field(prop="diverged", encode=int)

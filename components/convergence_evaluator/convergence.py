@@ -67,7 +67,8 @@ class Curves:
   learning_rate: np.ndarray
   examples_per_sec: np.ndarray
   wall_time: np.ndarray
-  epochs: Tuple[Dict[str, float], ...]  # {"epoch", "step", "train_loss", "eval_loss"}
+  epochs: Tuple[Dict[str, float], ...]  # {"epoch", "step", "train_loss", "eval_loss", ...}
+  initial_eval_loss: float = math.nan   # The untrained model's eval loss (NaN: unknown).
 
   @property
   def eval_losses(self) -> List[float]:
@@ -138,7 +139,8 @@ def curves_from_history(history: Dict[str, Any]) -> Curves:
        "eval_loss": None if e.get("eval_loss") is None else float(e["eval_loss"]),
        "eval_loss_se": _float(e.get("eval_loss_se"))}
       for e in sorted(history.get("epochs") or [], key=lambda e: e["epoch"]))
-  return Curves(epochs=epochs, **columns)
+  return Curves(epochs=epochs, initial_eval_loss=_float(history.get("initial_eval_loss")),
+                **columns)
 
 
 def linear_slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -206,7 +208,8 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
   loss = curves.loss
   evals = curves.eval_losses
   why = divergence.reason(loss, evals, non_negative, rules.explode_factor,
-                          rules.rise_tolerance, curves.eval_errors, rules.rise_noise_z)
+                          rules.rise_tolerance, curves.eval_errors, rules.rise_noise_z,
+                          curves.initial_eval_loss)
   if why:
     return P.DIVERGED, why
   if flagged_diverged:

@@ -34,6 +34,7 @@ class RunState:
   diverged: bool = False
   diverged_reason: str = ""   # components/common/divergence.py's reason, "" if none.
   early_stopped: bool = False  # EarlyStop: the eval loss stopped improving.
+  initial_eval_loss: Optional[float] = None  # The untrained model's (divergence start).
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
@@ -65,7 +66,7 @@ class Recorder(tf_keras.callbacks.Callback):
     self._mean, self._count = 0.0, 0
     self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
-    self.monitor = divergence.Monitor(non_negative)
+    self.monitor = divergence.Monitor(non_negative, start=state.initial_eval_loss)
     for record in state.records:  # A resumed run: what came before counts.
       self.monitor.add_train(record["loss"])
     for epoch in state.epochs:

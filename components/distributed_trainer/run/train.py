@@ -157,11 +157,13 @@ def save_checkpoint(job: Job, engine, state, step: int):
   checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
                    "wall_time": state.wall_time(),
+                   "initial_eval_loss": state.initial_eval_loss,
                    "layout": describe_layout(engine.describe())})
 
 
 def restore_checkpoint(job: Job, engine):
-  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros."""
+  """(start step, records, epochs, wall time, initial eval loss) from the latest
+  checkpoint, else zeros and None."""
   from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
@@ -171,7 +173,7 @@ def restore_checkpoint(job: Job, engine):
       print(f"[trainer] checkpoint: {len(old)} checkpoint(s) in the .npz format of earlier "
             f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
             flush=True)
-    return 0, [], [], 0.0
+    return 0, [], [], 0.0, None
   meta = checkpoint.restore(found, engine.checkpointed(),
                             unread_slots=optimizers.unread_slots(engine.optimizer))
   engine.load_checkpointed()
@@ -179,7 +181,8 @@ def restore_checkpoint(job: Job, engine):
   print(f"[trainer] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
         f"now {describe_layout(engine.describe())})", flush=True)
-  return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
+  return (step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0),
+          meta.get("initial_eval_loss"))
 
 
 def describe_layout(desc: dict) -> str:
@@ -219,7 +222,7 @@ def run(job: Job) -> dict:
   pre = Preprocessor(spec, normalization)
   print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
-  start_step, records, epochs, wall_offset = restore_checkpoint(job, engine)
+  start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine)
 
   from tfx_parallel.components.distributed_trainer.plan import length as length_lib  # pylint: disable=g-import-not-at-top
   length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
@@ -258,9 +261,14 @@ def run(job: Job) -> dict:
                       records=records, epochs=epochs, wall_offset=wall_offset,
                       step=start_step)
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
+  evaluate = engine.evaluator(eval_ds)
+  if initial_eval is None:  # The untrained model: the divergence rule's starting point.
+    t0 = time.perf_counter()
+    initial_eval = evaluate()[0]
+    state.eval_seconds += time.perf_counter() - t0
+  state.initial_eval_loss = initial_eval
   callbacks = [
-      cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  engine.evaluator(eval_ds), writer,
+      cb.Recorder(state, config.log_every, config.stop_on_divergence, evaluate, writer,
                   non_negative=run_record.non_negative(engine.loss)),
       cb.Checkpointer(state, config.checkpoint_every,
                       lambda step: save_checkpoint(job, engine, state, step), engine.chief),
@@ -282,6 +290,7 @@ def run(job: Job) -> dict:
                  diverged=state.diverged,
                  stopped_early=(state.diverged or state.early_stopped) and state.step < total,
                  training_length=length.as_record(),
+                 initial_eval_loss=state.initial_eval_loss,
                  feature_keys=list(spec.feature_names), label_key=spec.label_key,
                  task=spec.task, num_classes=spec.num_classes,
                  label_vocabulary=(list(spec.label_vocabulary)
