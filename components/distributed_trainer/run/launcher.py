@@ -80,12 +80,12 @@ def _wait_all(procs: List[subprocess.Popen], names: List[str], logged=None):
     codes = [p.poll() for p in procs]
     failed = [(n, c) for n, c in zip(names, codes) if c not in (None, 0)]
     if failed:
-      name = failed[0][0]
-      if logged and name in logged:
-        reader, tail = logged[name]
-        reader.join(timeout=5)
-        print(f"[trainer] {name} exited with code {failed[0][1]}; its last lines:\n"
-              + "\n".join(f"  {line}" for line in tail), file=sys.stderr, flush=True)
+      for name, code in failed:
+        if logged and name in logged:
+          reader, tail = logged[name]
+          reader.join(timeout=5)
+          print(f"[trainer] {name} exited with code {code}; its last lines:\n"
+                + "\n".join(f"  {line}" for line in tail), file=sys.stderr, flush=True)
       deadline = time.time() + PEER_FAILURE_GRACE_SECONDS
       for p in procs:
         if p.poll() is None:
