@@ -79,6 +79,18 @@ def write_auto_mpg_like(root: str, seed: int = 0):
   return keys, x[train], mpg[train], x[~train], mpg[~train]
 
 
+def write_separable(root: str, seed: int = 1):
+  """A small binary file a model gets fully right: 300 train and 60 eval rows of two
+  uniform columns, label x0 + x1 / 2 > 0, rows within 0.1 of the boundary left out.
+  Returns (eval labels)."""
+  rng = np.random.default_rng(seed)
+  x = rng.uniform(-1, 1, (600, 2))
+  margin = x[:, 0] + 0.5 * x[:, 1]
+  x, y = x[np.abs(margin) > 0.1][:360], (margin[np.abs(margin) > 0.1][:360] > 0) * 1.0
+  tu.write_rows(root, ["x0", "x1"], "y", x[:300], y[:300], x[300:], y[300:])
+  return y[300:]
+
+
 @pytest.mark.slow
 def test_the_default_trains_a_406_row_file_to_what_ridge_reaches(tmp_path):
   """The built-in CSV trainer (mlp on standardised columns, Adam 0.01) with the default
@@ -97,8 +109,11 @@ def test_the_default_trains_a_406_row_file_to_what_ridge_reaches(tmp_path):
   jobs = [tu.job_dict(str(tmp_path / name), root, keys, len(y), layout="single",
                       **dict(config, **extra))
           for name, extra in (("default", {}), ("lr1e4", {"learning_rate": 1e4}))]
+  cls_eval = write_separable(str(tmp_path / "cls"))
+  jobs.append(tu.job_dict(str(tmp_path / "separable"), str(tmp_path / "cls"), ["x0", "x1"],
+                          300, layout="single", **dict(config, task="binary")))
   tu.run_jobs_in_one_process(jobs, str(tmp_path))
-  history, blown = (tu.read_history(job) for job in jobs)
+  history, blown, separable = (tu.read_history(job) for job in jobs)
   record = history["training_length"]
   assert record["automatic"] and record["total_steps"] == 1000, record
   assert "5 epochs would be only 25 steps" in record["reason"]
@@ -118,3 +133,20 @@ def test_the_default_trains_a_406_row_file_to_what_ridge_reaches(tmp_path):
   # Learning rate 10,000: caught at the first record or evaluation, not after patience.
   assert blown["diverged"] and blown["stopped_early"], blown["diverged_reason"]
   assert blown["steps_run"] <= 20, (blown["steps_run"], blown["diverged_reason"])
+  # The evaluator's verdicts on these real curves (convergence.py, with the trivial
+  # predictors measured here): the regression run stopped improving, converged.
+  from tfx_parallel.components.convergence_evaluator import convergence, reference  # pylint: disable=g-import-not-at-top
+  verdict = convergence.analyze(convergence.curves_from_history(history), convergence.Rules(),
+                                float(np.var(ey)), history["epochs"][-1]["eval_loss"])
+  assert verdict.state == "converged", verdict.reason
+  verdict = convergence.analyze(convergence.curves_from_history(blown), convergence.Rules(),
+                                float(np.var(ey)), blown["epochs"][-1]["eval_loss"])
+  assert verdict.state == "diverged", verdict.reason
+  # The separable classifier: its log loss ends below 1 % of the prior's and still falls
+  # in relative terms; converged at its floor, not "improving" for ever.
+  prior = reference.prior_log_loss([int((cls_eval == 0).sum()), int((cls_eval == 1).sum())])
+  last = separable["epochs"][-1]["eval_loss"]
+  verdict = convergence.analyze(convergence.curves_from_history(separable),
+                                convergence.Rules(), prior, last)
+  assert last < 0.01 * prior, (last, prior)
+  assert verdict.state == "converged", verdict.reason

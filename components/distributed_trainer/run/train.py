@@ -262,10 +262,8 @@ def run(job: Job) -> dict:
                       step=start_step)
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
   evaluate = engine.evaluator(eval_ds)
-  if initial_eval is None:  # The untrained model: the divergence rule's starting point.
-    t0 = time.perf_counter()
-    initial_eval = evaluate()[0]
-    state.eval_seconds += time.perf_counter() - t0
+  if initial_eval is None:  # The untrained model: the divergence rule's starting point
+    initial_eval = evaluate()[0]  # (before t_start and the Recorder: not training time).
   state.initial_eval_loss = initial_eval
   callbacks = [
       cb.Recorder(state, config.log_every, config.stop_on_divergence, evaluate, writer,
