@@ -142,11 +142,22 @@ def test_the_default_trains_a_406_row_file_to_what_ridge_reaches(tmp_path):
   verdict = convergence.analyze(convergence.curves_from_history(blown), convergence.Rules(),
                                 float(np.var(ey)), math.nan)  # Stopped before an eval.
   assert verdict.state == "diverged" and "exploded" in verdict.reason, verdict.reason
-  # The separable classifier: its log loss ends below 1 % of the prior's and still falls
-  # in relative terms; converged at its floor, not "improving" for ever.
+  # The separable classifier: its log loss falls toward 0. Judged as if the run had ended
+  # at each evaluation: where it is below 1 % of the prior's yet still falls by more than
+  # plateau_tolerance (measured: steps 400-500, -4.7 % per evaluation at 0.5-0.7 % of
+  # the prior's), it is converged at its floor, not "improving" for ever.
   prior = reference.prior_log_loss([int((cls_eval == 0).sum()), int((cls_eval == 1).sum())])
-  last = separable["epochs"][-1]["eval_loss"]
-  verdict = convergence.analyze(convergence.curves_from_history(separable),
-                                convergence.Rules(), prior, last)
-  assert last < 0.01 * prior, (last, prior)
-  assert verdict.state == "converged", verdict.reason
+  assert separable["epochs"][-1]["eval_loss"] < 0.01 * prior
+  floor_cases = 0
+  for end in [e["step"] for e in separable["epochs"]]:
+    prefix = dict(separable, records=[r for r in separable["records"] if r["step"] <= end],
+                  epochs=[e for e in separable["epochs"] if e["step"] <= end])
+    curves = convergence.curves_from_history(prefix)
+    last = prefix["epochs"][-1]["eval_loss"]
+    no_floor = convergence.analyze(curves, convergence.Rules(trivial_fraction=1e-9), prior,
+                                   last)
+    verdict = convergence.analyze(curves, convergence.Rules(), prior, last)
+    if no_floor.state == "improving" and last < 0.005 * prior:
+      floor_cases += 1
+      assert verdict.state == "converged" and "at its floor" in verdict.reason, verdict.reason
+  assert floor_cases, "the run never sat at its floor while still falling"
