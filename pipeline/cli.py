@@ -104,7 +104,9 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  help="default: inferred from the label (and printed)")
   p.add_argument("--steps", type=int, default=tr.steps,
                  help="training steps (default %(default)s: use --epochs)")
-  p.add_argument("--epochs", type=int, default=tr.epochs, help="(default: %(default)s)")
+  p.add_argument("--epochs", type=int, default=tr.epochs,
+                 help="passes over the train split (default %(default)s: the length is "
+                      "chosen from the data and printed; README 'Training length')")
   p.add_argument("--batch-size", type=int, default=tr.batch_size,
                  help="global batch size (default: %(default)s)")
   p.add_argument("--learning-rate", type=float, default=None,

@@ -53,8 +53,9 @@ def default_trainer(source: str) -> TrainerConfig:
 
   * synthetic: the built-in linear model (the seed's row split) on the features as
     generated (the true weights are on their scale), at learning rate 0.05: Adam at
-    TrainerConfig's 0.01 still improves at the end of the 5 default epochs of 10,000 rows
-    (eval loss 0.039 -> 0.005 in the last epoch), so the run is not yet "converged".
+    TrainerConfig's 0.01 still improved at the end of 5 epochs of 10,000 rows (eval loss
+    0.039 -> 0.005 in the last epoch), so the run was not yet "converged".
+  * either: TrainerConfig's automatic length (``epochs`` 0: plan/length.py).
   * CSV and taxi: the built-in mlp on standardised numeric features (``normalize``).
   """
   overrides = SYNTHETIC_TRAINER if source == SYNTHETIC else CSV_TRAINER

@@ -49,6 +49,14 @@ NOISE = (
      "nothing the user can act on"),
     (r"Compiled the loaded model, but the compiled metrics have yet to be built",
      "tf_keras note when a SavedModel is loaded for evaluation only"),
+    (r"coordination_service_agent\.cc:\d+\] Coordination agent has successfully connected",
+     "multi_worker: TensorFlow's C++ coordination service says each worker joined the "
+     "cluster (INFO, logged through absl before TF_CPP_MIN_LOG_LEVEL applies)"),
+    (r"Tensor RefCount not reliable if buf_ points to a SubBuffer",
+     "multi_worker: logged at ERROR level by Tensor::RefCount() "
+     "(tensorflow/core/framework/tensor.cc) for a tensor that is a slice of another "
+     "buffer, as the collective all-reduce's are; it returns -1 and training goes on "
+     "(the recorded losses match the single layout's)"),
     (r"^(ERROR:absl:)?Execution \d+ failed\.$",
      "TFX's launcher logs it when a component fails; the CLI's own line names the "
      "component and its error, and the log file has both"),

@@ -40,3 +40,36 @@ def test_loss_classes_that_cannot_be_negative():
   assert divergence.is_non_negative("MeanSquaredError")
   assert not divergence.is_non_negative("CosineSimilarity")
   assert not divergence.is_non_negative("")
+
+
+def test_a_rise_within_the_eval_sets_noise_is_not_divergence():
+  # 69 eval rows (the 406-row file): +63 % in one interval, standard errors 5 and
+  # 8.1 (3 x their combined 9.5 = 28.6 > the rise of 12.6): noise, not divergence.
+  assert divergence.reason([30.0, 25.0], [20.0, 32.6], eval_errors=[5.0, 8.1]) == ""
+  # Without standard errors (a history of an older trainer): rise_tolerance alone.
+  assert "rose 63 %" in divergence.reason([30.0, 25.0], [20.0, 32.6])
+  # A rise of 5x stands out of the same noise.
+  why = divergence.reason([30.0, 25.0], [20.0, 100.0], eval_errors=[5.0, 25.0])
+  assert "rose 400 %" in why and "3 standard errors" in why
+  # A large eval set: tiny standard errors, so rise_tolerance decides as before.
+  assert "rose 58 %" in divergence.reason([0.7], [0.6, 0.95], eval_errors=[0.004, 0.006])
+
+
+def test_standard_error_of_a_mean():
+  values = [1.0, 2.0, 3.0, 4.0]
+  se = divergence.standard_error(sum(values), sum(v * v for v in values), len(values))
+  assert math.isclose(se, math.sqrt(5 / 3 / 4))  # sample variance 5/3, over n = 4.
+  assert math.isnan(divergence.standard_error(1.0, 1.0, 1))
+
+
+def test_the_untrained_models_eval_loss_is_the_start_when_known():
+  # Learning rate 10,000 (the 406-row file, measured): the first record, the mean
+  # of steps 1-10, is already 1.6e18, and the eval losses are noise-sized to each other.
+  train, evals, errors = [1.64e18, 2.6e16], [2.9e15, 1.95e16], [2.5e15, 1.06e16]
+  assert divergence.reason(train, evals, eval_errors=errors) == ""  # No start: missed.
+  why = divergence.reason(train, evals, eval_errors=errors, start=612.0)
+  assert "record 1" in why and "the starting loss 612" in why and "exploded" in why
+  # The same start does not flag a healthy run far below it.
+  assert divergence.reason([300.0, 40.0], [250.0, 30.0], start=612.0) == ""
+  monitor = divergence.Monitor(start=612.0)
+  assert "exploded" in monitor.add_train(1.64e18)

@@ -139,8 +139,11 @@ def test_absolute_target_never_reached_gives_minus_one():
 
 def test_rates_and_target_step_of_an_exponential_decay():
   losses = 10.0 * np.exp(-0.01 * np.arange(1, 101) * 10)  # records every 10 steps.
+  # No eval loss: the tail decides. Still falling, at 10 % of the trivial loss: improving.
+  assert _analyze(losses, trivial=10.0, model=1.0).state == P.IMPROVING
+  # At 0.1 % of it (the tail's first loss at 0.15 %): at its floor, converged.
   summary = _analyze(losses, trivial=10.0, model=0.01)
-  assert summary.state == P.IMPROVING, summary.reason  # No eval loss: the tail, still falling.
+  assert summary.state == P.CONVERGED and "at its floor" in summary.reason, summary.reason
   assert summary.convergence_rate == pytest.approx(-0.01, rel=1e-9)
   assert summary.best_loss == pytest.approx(losses[-1])
   target = 0.01 * 10.0
@@ -281,3 +284,78 @@ def test_eval_loss_jumping_up_at_the_end_is_diverged():
   summary = convergence.analyze(convergence.curves_from_history(history), convergence.Rules(),
                                 95.0, 20.0)
   assert summary.state == P.CONVERGED
+
+
+# Issue 38: verdicts on small data.
+PRIOR_3 = math.log(3)  # Three balanced classes.
+
+
+def test_a_perfect_classifier_whose_tiny_loss_still_falls_is_converged():
+  # Accuracy 1.0: the log loss halves every few epochs toward 0 (-27 % in the last), so
+  # it never stops falling in relative terms; at 0.2 % of the prior's it is at its floor.
+  evals = [0.30, 0.02, 0.008, 0.0045, 0.0030, 0.0022]
+  train = np.geomspace(1.0, 0.002, 60)
+  summary = _run(train, evals, trivial=PRIOR_3, model=0.0022)
+  assert summary.eval_loss_change < -0.2
+  assert summary.state == P.CONVERGED and "at its floor" in summary.reason, summary.reason
+  # The same fall at 5 % of the prior's loss (accuracy ~0.98): still improving.
+  evals = [0.9, 0.2, 0.12, 0.08, 0.065, 0.055]
+  summary = _run(np.geomspace(1.0, 0.05, 60), evals, trivial=PRIOR_3, model=0.055)
+  assert summary.state == P.IMPROVING, summary.reason
+  # One eval loss at the floor is not enough: the one before it must be there too.
+  evals = [0.30, 0.05, 0.0030]
+  assert _run(train, evals, trivial=PRIOR_3, model=0.003).state == P.IMPROVING
+
+
+def test_one_record_after_ten_steps_is_not_converged():
+  # The issue's run: one record, one epoch, R^2 0.765.
+  history = testing.linear_history([0.4])
+  history["epochs"] = [{"epoch": 1, "step": 10, "train_loss": 0.4, "eval_loss": 0.39}]
+  curves = convergence.curves_from_history(history)
+  summary = convergence.analyze(curves, convergence.Rules(), 1.66, 0.39)
+  assert summary.state == P.IMPROVING, summary.reason
+  assert "too short" in summary.reason and "min_records 5" in summary.reason
+  # Five records of the same flat run are enough.
+  history = testing.linear_history([0.4] * 5)
+  history["epochs"] = [{"epoch": 1, "step": 50, "train_loss": 0.4, "eval_loss": 0.39}]
+  summary = convergence.analyze(convergence.curves_from_history(history),
+                                convergence.Rules(), 1.66, 0.39)
+  assert summary.state == P.CONVERGED, summary.reason
+
+
+def _small_eval_run(evals, errors):
+  """The issue's 406-row file: 69 eval rows, an eval loss every 10 steps."""
+  history = testing.linear_history(list(np.geomspace(300.0, 12.0, 40)))
+  history["epochs"] = [{"epoch": i + 1, "step": (i + 1) * 10, "train_loss": 1.0,
+                        "eval_loss": v, "eval_loss_se": e}
+                       for i, (v, e) in enumerate(zip(evals, errors))]
+  return convergence.analyze(convergence.curves_from_history(history), convergence.Rules(),
+                             61.0, evals[-1])
+
+
+def test_noise_of_a_69_row_eval_set_is_not_divergence_and_a_blow_up_is():
+  # Per-example squared errors spread about 2x their mean: standard error 2/sqrt(69)
+  # = 24 % of the loss. +63 % in one interval is within 3 of them.
+  evals = [200.0, 60.0, 25.0, 15.0, 24.5, 14.0, 13.0, 12.8]
+  errors = [0.24 * v for v in evals]
+  summary = _small_eval_run(evals, errors)
+  assert summary.state == P.CONVERGED, summary.reason
+  # A history without standard errors (an older trainer): rise_tolerance alone decides.
+  summary = _small_eval_run(evals, [None] * len(evals))
+  assert summary.state == P.DIVERGED and "rose 63 %" in summary.reason
+  # A real blow-up on the same set: x8 in one interval.
+  evals = [200.0, 60.0, 25.0, 15.0, 120.0]
+  summary = _small_eval_run(evals, [0.24 * v for v in evals])
+  assert summary.state == P.DIVERGED and "standard errors" in summary.reason
+
+
+def test_a_run_that_blew_up_in_its_first_record_is_diverged_from_the_untrained_start():
+  history = testing.linear_history([1.64e18, 2.6e16, 1.6e16, 4.4e15, 1.8e15])
+  history["epochs"] = [{"epoch": 1, "step": 10, "eval_loss": 2.9e15, "eval_loss_se": 2.5e15},
+                       {"epoch": 2, "step": 20, "eval_loss": 1.95e16, "eval_loss_se": 1.06e16}]
+  curves = convergence.curves_from_history(history)
+  assert convergence.analyze(curves, convergence.Rules(), 61.0, 2e16).state != P.DIVERGED
+  history["initial_eval_loss"] = 612.0
+  summary = convergence.analyze(convergence.curves_from_history(history),
+                                convergence.Rules(), 61.0, 2e16)
+  assert summary.state == P.DIVERGED and "exploded" in summary.reason, summary.reason

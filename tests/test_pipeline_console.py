@@ -28,7 +28,13 @@ COMPILED = ("WARNING:tensorflow:Compiled the loaded model, but the compiled metr
 NODE_NAME = ("WARNING:tensorflow:`trip miles` is not a valid node name. Accepted names "
              "conform to Regex /re.compile('^[A-Za-z0-9.][A-Za-z0-9_.\\\\/>-]*$')/")
 EXECUTION_FAILED = "ERROR:absl:Execution 2 failed."
-NOISE_LINES = [CUFFT, FUTURE, FUTURE_ECHO, PREDICATE, COMPILED, NODE_NAME, EXECUTION_FAILED]
+# multi_worker's C++ lines (issue 38), as a local 2-worker run printed them.
+COORDINATION = ("I0000 00:00:1796422408.758708   12052 coordination_service_agent.cc:303] "
+                "Coordination agent has successfully connected.")
+REFCOUNT = ("2026-12-04 22:13:46.104794: E tensorflow/core/framework/tensor.cc:911] Tensor "
+            "RefCount not reliable if buf_ points to a SubBuffer.")
+NOISE_LINES = [CUFFT, FUTURE, FUTURE_ECHO, PREDICATE, COMPILED, NODE_NAME, EXECUTION_FAILED,
+               COORDINATION, REFCOUNT]
 # Lines that must always reach the console.
 REAL_LINES = [
     "Traceback (most recent call last):",

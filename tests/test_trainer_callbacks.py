@@ -64,8 +64,12 @@ class _Model:
 
 
 def _recorder(state, evals, non_negative=True):
+  """``evals``: eval losses, or (eval loss, standard error) pairs (unknown: NaN)."""
+  def eval_loss():
+    value = evals.pop(0)
+    return value if isinstance(value, tuple) else (value, math.nan)
   recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
-                         eval_loss=lambda: evals.pop(0), non_negative=non_negative)
+                         eval_loss=eval_loss, non_negative=non_negative)
   recorder.model = _Model()
   return recorder
 
@@ -109,7 +113,7 @@ def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
   optimizer = tf_keras.optimizers.SGD(schedule)
   state = _state(total=30)
   recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
-                         eval_loss=lambda: 0.5,
+                         eval_loss=lambda: (0.5, 0.0),
                          learning_rate_at=lambda step: run_record.learning_rate_at(optimizer,
                                                                                    step))
   recorder.model = _Model()
@@ -226,3 +230,40 @@ def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name
   with pytest.raises(user_module.ModuleError, match=r"must return a list of tf_keras\.callbacks"
                                                     r"\.Callback\. Received: dict"):
     user_module.make_callbacks(load("{}"), spec, "single")
+
+
+def test_a_small_eval_sets_noisy_rise_does_not_stop_training_a_real_one_does():
+  # The issue's 406-row file: 69 eval rows, eval loss +63 % in one interval, within its
+  # noise (standard error 25 % of the loss: per-example squared errors spread ~2x their
+  # mean / sqrt(69)). The run goes on and records the standard errors.
+  state = _state(total=200)
+  evals = [(20.0, 5.0), (32.6, 8.1), (18.0, 4.5), (17.5, 4.4)]
+  steps = _run(_recorder(state, evals), [0.7] * 200)
+  assert steps == 200 and not state.diverged, state.diverged_reason
+  assert [e["eval_loss_se"] for e in state.epochs] == [5.0, 8.1, 4.5, 4.4]
+  # The same set, a loss 5x the last: beyond rise_tolerance and 3 standard errors.
+  state = _state(total=200)
+  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)]), [0.7] * 200)
+  assert steps == 100 and state.diverged and "standard errors" in state.diverged_reason
+
+
+def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_better_one():
+  state = _state(total=1000)  # An evaluation every 50 steps (steps_per_epoch).
+  recorder = _recorder(state, [5.0, 3.0, 2.0, 2.5, 2.1, 2.2, 9.9])
+  snapshots = []
+  early = cb.EarlyStop(state, patience=3, snapshot=lambda: snapshots.append(state.step) or
+                       [f"weights at {state.step}"])
+  early.model = recorder.model
+  steps = 0
+  for batch in range(1000):
+    recorder.on_train_batch_end(batch, {"loss": 0.7})
+    early.on_train_batch_end(batch)
+    steps = batch + 1
+    if recorder.model.stop_training:
+      break
+  # Best at the 3rd evaluation (step 150); 3 without a better one: stop at step 300.
+  assert steps == 300 and state.early_stopped and not state.diverged
+  assert snapshots == [50, 100, 150]
+  assert early.best_weights() == ["weights at 150"]
+  assert early.record() == {"patience": 3, "stopped": True, "best_epoch": 3, "best_step": 150,
+                            "best_eval_loss": 2.0, "restored_best": True}

@@ -139,3 +139,28 @@ def test_a_code_error_exits_not_resumable_with_its_traceback_and_an_os_error_is_
       "[trainer] ERROR: InvalidArgumentError: Incompatible shapes: [6,2] vs. [6,4]")
   with pytest.raises(OSError, match="connection reset"):
     _main_with(monkeypatch, tmp_path, OSError("connection reset"))
+
+
+def test_a_failed_non_chief_worker_shows_its_last_lines_its_output_else_goes_to_the_log(
+    capfd, caplog):
+  """Local multi_worker: worker 1's output is logged, not printed; when it fails, its
+  last lines are printed with the error (a real child process; no TensorFlow)."""
+  import logging  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  caplog.set_level(logging.INFO)
+  code = ("import sys\n"
+          "for i in range(60): print(f'[trainer] step {i}', flush=True)\n"
+          "print('Traceback: worker 1 broke', file=sys.stderr, flush=True)\n"
+          "sys.exit(3)\n")
+  proc, reader, tail = launcher._start_logged(  # pylint: disable=protected-access
+      [sys.executable, "-c", code], dict(os.environ), "worker 1")
+  with pytest.raises(RuntimeError, match="Training process worker 1 failed with exit code 3"):
+    launcher._wait_all([proc], ["worker 1"], {"worker 1": (reader, tail)})  # pylint: disable=protected-access
+  out, err = capfd.readouterr()
+  assert "[trainer] step" not in out
+  shown = err.split("[trainer] worker 1 exited with code 3; its last lines:\n", 1)[1]
+  assert shown.splitlines()[-1] == "  Traceback: worker 1 broke"
+  assert len(shown.splitlines()) == launcher.FAILED_WORKER_TAIL_LINES  # The tail only.
+  logged = [r.getMessage() for r in caplog.records]
+  assert "worker 1: [trainer] step 0" in logged and "worker 1: Traceback: worker 1 broke" in logged

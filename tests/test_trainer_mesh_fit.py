@@ -22,6 +22,7 @@ def test_mesh_job_learns_the_seed_problem_and_records_its_run(tmp_path):
   assert [r["step"] for r in history["records"]] == list(range(16, total + 1, 16))
   assert [e["epoch"] for e in history["epochs"]] == [1, 2, 3, 4]
   assert history["epochs"][-1]["eval_loss"] < history["epochs"][0]["eval_loss"]
+  tu.assert_final_loss_is_eval_sized(history)  # The mean per-example loss, as single's.
   w, b = history["weights"]["kernel"], history["weights"]["bias"]
   assert abs(w[0][0] - 1.0) < 0.05 and abs(w[1][0] - 2.0) < 0.05 and abs(b[0] - 3.0) < 0.05
   # Replicated on both devices: params + grads + 2 Adam slots of (2x1 kernel, bias) + step.

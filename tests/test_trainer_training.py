@@ -1,6 +1,7 @@
 """Trainer end to end on tiny data: the seed problem per layout, multi-worker with
 two real processes, and SIGKILL + resume from the last checkpoint."""
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -38,20 +39,29 @@ def test_every_layout_recovers_seed_parameters(examples, tmp_path, layout, extra
   assert (history["device_type"], history["collective"]) == (
       "CPU", "none" if layout == "single" else "reduce_to_cpu")
   assert history["records"] and history["epochs"][-1]["eval_loss"] < 0.01
+  tu.assert_final_loss_is_eval_sized(history)
   # The exported SavedModel serves serialized tf.Example.
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
   assert os.path.exists(os.path.join(job["history_dir"], "loss.png"))
 
 
 @pytest.mark.slow
-def test_two_worker_processes_train_together(examples, tmp_path):
-  """Two real processes on 127.0.0.1 with TF_CONFIG; only the chief exports."""
+def test_two_worker_processes_train_together(examples, tmp_path, capfd, caplog):
+  """Two real processes on 127.0.0.1 with TF_CONFIG; only the chief exports, and only
+  the chief prints: worker 1's lines go to the log."""
   from tfx_parallel.components.distributed_trainer.run import launcher
   from tfx_parallel.components.distributed_trainer.run.train import Job
   root, keys, rows = examples
   job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, layout="multi_worker",
                           workers=2, **SEED_CONFIG))
+  caplog.set_level(logging.INFO)
   launcher.launch(job, "multi_worker", 2, "cpu")
+  out = capfd.readouterr().out
+  assert out.count("[trainer] layout multi_worker replicas 2") == 1, out
+  assert out.count("[trainer] done:") == 1, out
+  logged = [r.getMessage() for r in caplog.records]
+  assert any(m.startswith("worker 1: [trainer] layout multi_worker replicas 2")
+             for m in logged), logged[-20:]
   with open(os.path.join(job.history_dir, "history.json")) as f:
     history = json.load(f)
   assert history["layout"] == "multi_worker" and history["replicas"] == 2
@@ -60,6 +70,7 @@ def test_two_worker_processes_train_together(examples, tmp_path):
   w = np.array(history["weights"]["kernel"]).ravel()
   assert np.abs(w - [1.0, 2.0]).max() < 0.05, w
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
+  tu.assert_final_loss_is_eval_sized(history)
 
 
 def _train_cmd(job, tmp):

@@ -10,12 +10,21 @@ eval losses in epoch order):
    cannot be negative (MSE, MAE, cross-entropies, Huber, ...: :data:`NON_NEGATIVE_LOSSES`);
    e.g. a "negative cross-entropy", which only float32 overflow produces;
 3. the loss exploded: a loss exceeds ``explode_factor`` (default 100) x the run's
-   starting point, the larger of the first positive training loss and the first eval
-   loss. (Not the first loss alone: a first record of 0 would make every loss
-   "exploded". Not the trivial predictor alone: an untrained regression model on raw
-   labels starts far above the label variance and is not diverging.)
-4. the eval loss rose by more than ``rise_tolerance`` (default 0.5 = 50 %) from one
-   evaluation to the next.
+   starting point: the eval loss of the untrained model, measured by the trainer before
+   its first step (history.json ``initial_eval_loss``); without it, the larger of the
+   first positive training loss and the first eval loss. (Not the first training record:
+   a learning rate of 10,000 blows the loss up to 1e18 within the 10 steps that record
+   averages, and a first record of 0 would make every loss "exploded". Not the trivial
+   predictor: an untrained regression model on raw labels starts far above the label
+   variance and is not diverging.)
+4. the eval loss rose from one evaluation to the next by more than ``rise_tolerance``
+   (default 0.5 = 50 %) **and** by more than ``rise_noise_z`` (default 3) standard
+   errors of the two eval losses, each the spread of the per-example losses over the
+   eval rows / sqrt(rows) (when the trainer recorded it: ``eval_loss_se`` of
+   history.json's epochs). On a large eval set the standard error is small and 50 %
+   decides; on a small one the noise of a few rows must be exceeded (a 69-row eval set
+   whose loss rose 63 % in one interval of an otherwise healthy run is noise; a rise of
+   several x is not).
 
 Keras's ``TerminateOnNaN`` covers only rule 1 (tf_keras/callbacks.py); rules 2-4 catch
 the runs that overflow into finite garbage first.
@@ -25,6 +34,7 @@ from typing import Iterable, List, Optional, Sequence
 
 EXPLODE_FACTOR = 100.0
 RISE_TOLERANCE = 0.5
+RISE_NOISE_Z = 3.0
 NEGATIVE_TOLERANCE = 1e-6  # A loss of -1e-9 is float rounding of 0, not a broken run.
 
 # tf_keras loss classes (tf_keras/losses.py) whose value is >= 0 for any input.
@@ -52,10 +62,33 @@ def _first_positive(values: Iterable[float]) -> float:
   return math.nan
 
 
+def standard_error(total: float, total_squares: float, count: int) -> float:
+  """The standard error of a mean of ``count`` values with the given sum and sum of
+  squares (sample standard deviation / sqrt(count)); NaN for fewer than 2 values."""
+  if count < 2:
+    return math.nan
+  mean = total / count
+  variance = max(total_squares / count - mean * mean, 0.0) * count / (count - 1)
+  return math.sqrt(variance / count)
+
+
+def rise_is_noise(previous: float, current: float, previous_se: Optional[float],
+                  current_se: Optional[float], rise_noise_z: float = RISE_NOISE_Z) -> bool:
+  """True when ``current - previous`` is within ``rise_noise_z`` combined standard
+  errors (an unknown standard error counts as 0: the rule of rise_tolerance alone)."""
+  errors = [e for e in (previous_se, current_se)
+            if e is not None and math.isfinite(e) and e > 0]
+  return current - previous <= rise_noise_z * math.sqrt(sum(e * e for e in errors))
+
+
 def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
            non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
-           rise_tolerance: float = RISE_TOLERANCE) -> str:
-  """Why the run diverged (module docstring, rules 1-4), or "" if it has not."""
+           rise_tolerance: float = RISE_TOLERANCE,
+           eval_errors: Sequence[Optional[float]] = (),
+           rise_noise_z: float = RISE_NOISE_Z, start: Optional[float] = None) -> str:
+  """Why the run diverged (module docstring, rules 1-4), or "" if it has not.
+  ``eval_errors``: the standard error of each eval loss (None or missing: unknown).
+  ``start``: the untrained model's eval loss (None or not > 0: unknown)."""
   named = (("training loss", list(train_losses)), ("eval loss", list(eval_losses)))
   for name, values in named:
     for i, v in enumerate(values):
@@ -67,8 +100,11 @@ def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
         if v < -NEGATIVE_TOLERANCE:
           return (f"{name} is {v:.6g} ({_where(name, i)}), below 0, which this loss "
                   f"cannot be: the values overflowed")
-  starts = [v for v in (_first_positive(named[0][1]), _first_positive(named[1][1]))
-            if math.isfinite(v)]
+  if start is not None and math.isfinite(start) and start > 0:
+    starts = [start]
+  else:
+    starts = [v for v in (_first_positive(named[0][1]), _first_positive(named[1][1]))
+              if math.isfinite(v)]
   if starts:
     start = max(starts)
     for name, values in named:
@@ -77,12 +113,17 @@ def reason(train_losses: Sequence[float], eval_losses: Sequence[float] = (),
           return (f"{name} is {v:.6g} ({_where(name, i)}), more than {explode_factor:g} x "
                   f"the starting loss {start:.6g}: the loss exploded")
   evals = named[1][1]
+  errors = list(eval_errors) + [None] * (len(evals) - len(eval_errors))
   for i in range(1, len(evals)):
     previous, current = evals[i - 1], evals[i]
-    if previous > 0 and (current - previous) / previous > rise_tolerance:
+    if (previous > 0 and (current - previous) / previous > rise_tolerance
+        and not rise_is_noise(previous, current, errors[i - 1], errors[i], rise_noise_z)):
+      known = [e for e in errors[i - 1:i + 1] if e is not None and math.isfinite(e)]
+      noise = (f" and more than {rise_noise_z:g} standard errors of the eval loss "
+               f"(+-{max(known):.3g})" if known else "")
       return (f"eval loss rose {100 * (current / previous - 1):.0f} % in epoch {i + 1} "
               f"({previous:.6g} -> {current:.6g}), more than rise_tolerance "
-              f"{100 * rise_tolerance:g} %")
+              f"{100 * rise_tolerance:g} %{noise}")
   return ""
 
 
@@ -95,18 +136,23 @@ class Monitor:
   return value is the reason the run diverged (the first one found)."""
 
   def __init__(self, non_negative: bool = True, explode_factor: float = EXPLODE_FACTOR,
-               rise_tolerance: float = RISE_TOLERANCE):
+               rise_tolerance: float = RISE_TOLERANCE, rise_noise_z: float = RISE_NOISE_Z,
+               start: Optional[float] = None):
     self.non_negative = non_negative
+    self.start = start
     self.explode_factor = explode_factor
     self.rise_tolerance = rise_tolerance
+    self.rise_noise_z = rise_noise_z
     self.train: List[float] = []
     self.evals: List[float] = []
+    self.eval_errors: List[Optional[float]] = []
     self.why = ""
 
   def _check(self) -> str:
     if not self.why:
       self.why = reason(self.train, self.evals, self.non_negative, self.explode_factor,
-                        self.rise_tolerance)
+                        self.rise_tolerance, self.eval_errors, self.rise_noise_z,
+                        self.start)
     return self.why
 
   def add_train(self, loss: float) -> str:
@@ -118,6 +164,7 @@ class Monitor:
       self.train = [loss]
     return self._check()
 
-  def add_eval(self, loss: float) -> str:
+  def add_eval(self, loss: float, standard_error: Optional[float] = None) -> str:
     self.evals.append(float(loss))
+    self.eval_errors.append(standard_error)
     return self._check()

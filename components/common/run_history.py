@@ -31,6 +31,7 @@ WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
 WHEN_CLASSIFIER = "a classifier (binary, multiclass): the executor's scan of the label"
 WHEN_NOT_IN_TRAIN = "a class with examples in eval but none in train (the executor's scan)"
+WHEN_EARLY_STOP = "the automatic length with patience > 0 (trainer config epochs and steps 0)"
 
 
 # Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
@@ -97,10 +98,18 @@ class RunHistory:
   examples_per_sec: Optional[float] = _field(prop="examples_per_sec", encode=float)
   records: Optional[List[Dict[str, Any]]] = _field(
       doc="every log_every steps: step, loss, learning_rate, examples_per_sec, wall_time")
-  epochs: Optional[List[Dict[str, Any]]] = _field(doc="epoch, step, train_loss, eval_loss")
+  initial_eval_loss: Optional[float] = _field(
+      doc="the untrained model's eval loss: the divergence rule's starting point")
+  epochs: Optional[List[Dict[str, Any]]] = _field(
+      doc="epoch, step, train_loss, eval_loss, eval_loss_se (its standard error)")
   diverged: Optional[bool] = _field(prop="diverged", encode=int)
   diverged_reason: Optional[str] = _field(prop="diverged_reason", encode=str)
-  stopped_early: Optional[bool] = _field()
+  stopped_early: Optional[bool] = _field(doc="diverged or early-stopped before total_steps")
+  training_length: Optional[Dict[str, Any]] = _field(
+      doc="plan/length.py: total_steps, steps_per_epoch, patience, automatic, reason")
+  early_stopping: Optional[Dict[str, Any]] = _field(
+      when=WHEN_EARLY_STOP, doc="patience, stopped, best_epoch, best_step, best_eval_loss, "
+                                "restored_best (the exported weights are the best step's)")
   skipped_examples: Optional[int] = _field(prop="skipped_examples", encode=int)
   input_cache: Optional[Dict[str, Any]] = _field(
       prop="input_cache", encode=lambda v: str(v["mode"]),

@@ -92,6 +92,14 @@ class EvaluatorConfig:
       in a model no better than the trivial predictor, make the run "stalled".
     min_gain: how far below the trivial predictor's loss the model's eval loss must be
       for "converged": 0.1 = at least 10 % below (for regression: R^2 >= 0.1).
+    min_records: "converged" needs at least this many training history records (one
+      every ``log_every`` steps); a shorter run is "improving" (too short to judge).
+    trivial_fraction: a model whose last two eval losses are each at most this fraction
+      of the trivial predictor's (0.01: R^2 >= 0.99) is at its floor, and "converged"
+      even while its tiny loss still falls in relative terms.
+    rise_noise_z: an eval loss rise makes the run "diverged" only beyond this many
+      standard errors of the eval losses (their per-example spread / sqrt(rows)), as
+      well as beyond ``rise_tolerance`` (divergence.py; the trainer uses the default).
     split: the Examples split to evaluate quality on.
     task: the task to evaluate when neither the Model nor the TrainingHistory artifact
       has a ``task`` property (None: regression). When an artifact has one, this must
@@ -120,6 +128,9 @@ class EvaluatorConfig:
   explode_factor: float = divergence.EXPLODE_FACTOR
   stall_tolerance: float = 1e-4
   min_gain: float = 0.1
+  min_records: int = 5
+  trivial_fraction: float = 0.01
+  rise_noise_z: float = divergence.RISE_NOISE_Z
   split: str = "eval"
   task: Optional[str] = None
   regression: RegressionThresholds = dataclasses.field(default_factory=RegressionThresholds)
@@ -148,6 +159,12 @@ class EvaluatorConfig:
             f"must be in [0, 1). Received: {self.stall_tolerance!r}")
     require(0 <= self.min_gain < 1, "min_gain",
             f"must be in [0, 1). Received: {self.min_gain!r}")
+    require(isinstance(self.min_records, int) and self.min_records >= 1, "min_records",
+            f"must be an integer >= 1. Received: {self.min_records!r}")
+    require(0 < self.trivial_fraction < 1, "trivial_fraction",
+            f"must be in (0, 1). Received: {self.trivial_fraction!r}")
+    require(self.rise_noise_z >= 0, "rise_noise_z",
+            f"must be >= 0 (0: rise_tolerance alone). Received: {self.rise_noise_z!r}")
     require(bool(self.split), "split", f"must be a split name. Received: {self.split!r}")
     require(self.task is None or self.task in keys.TASKS, "task",
             f"must be one of {list(keys.TASKS)} or null. Received: {self.task!r}")

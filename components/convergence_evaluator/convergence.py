@@ -26,18 +26,24 @@ The state (:func:`classify`), checked in this order; ``reason`` says which rule 
 
 1. ``diverged``: components/common/divergence.py (a NaN/inf loss; a negative loss of a
    loss that cannot be negative; a loss over ``explode_factor`` x the starting loss; an
-   eval loss that rose by more than ``rise_tolerance`` in one epoch), or the trainer
-   stopped the run for one of those, or (no two eval losses) the training tail rose by
-   more than ``rise_tolerance``.
+   eval loss that rose by more than ``rise_tolerance`` in one epoch and by more than its
+   noise, ``rise_noise_z`` standard errors), or the trainer stopped the run for one of
+   those, or (no two eval losses) the training tail rose by more than ``rise_tolerance``.
 2. ``stalled``: the eval loss did not move (every epoch within ``stall_tolerance`` of
    the first, relative) and the model is no better than the trivial predictor: nothing
    was learned, e.g. a learning rate of 0. Not a divergence.
 3. ``improving``: the loss is still falling: the last eval loss beat the best earlier
    one by more than ``plateau_tolerance`` (``eval_loss_change < -plateau_tolerance``;
-   without two eval losses, ``tail_change < -plateau_tolerance``). More epochs would help.
-4. ``converged``: the loss stopped falling, the model beats the trivial predictor by at
-   least ``min_gain`` (``loss_vs_trivial <= 1 - min_gain``), and ``target_loss``, when
-   set, was reached (final loss or median tail loss <= target).
+   without two eval losses, ``tail_change < -plateau_tolerance``) and the model is not
+   yet at its floor (below); or the run meets 4 from fewer than ``min_records``
+   training records: too short to judge. More epochs would help.
+4. ``converged``: the loss stopped falling, or it sits at the floor: the last two eval
+   losses (without two, the training tail's first and last) are at most
+   ``trivial_fraction`` x the trivial predictor's loss (1 % by default: R^2 >= 0.99), so
+   any further fall changes the model by less than that fraction of what it learned,
+   though a tiny loss still falls in relative terms; and the model beats the trivial
+   predictor by at least ``min_gain`` (``loss_vs_trivial <= 1 - min_gain``), and
+   ``target_loss``, when set, was reached (final loss or median tail loss <= target).
 5. ``plateaued``: the loss stopped falling without meeting 4: stuck above the target, or
    too close to the trivial predictor.
 """
@@ -61,12 +67,19 @@ class Curves:
   learning_rate: np.ndarray
   examples_per_sec: np.ndarray
   wall_time: np.ndarray
-  epochs: Tuple[Dict[str, float], ...]  # {"epoch", "step", "train_loss", "eval_loss"}
+  epochs: Tuple[Dict[str, float], ...]  # {"epoch", "step", "train_loss", "eval_loss", ...}
+  initial_eval_loss: float = math.nan   # The untrained model's eval loss (NaN: unknown).
 
   @property
   def eval_losses(self) -> List[float]:
     """The eval loss of every epoch that measured one, in epoch order (NaN included)."""
     return [e["eval_loss"] for e in self.epochs if e["eval_loss"] is not None]
+
+  @property
+  def eval_errors(self) -> List[float]:
+    """The standard error of each of :attr:`eval_losses` (NaN: not recorded)."""
+    return [e.get("eval_loss_se", math.nan) for e in self.epochs
+            if e["eval_loss"] is not None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +93,9 @@ class Rules:
   explode_factor: float = divergence.EXPLODE_FACTOR
   stall_tolerance: float = 1e-4
   min_gain: float = 0.1
+  min_records: int = 5
+  trivial_fraction: float = 0.01
+  rise_noise_z: float = divergence.RISE_NOISE_Z
 
   @classmethod
   def of(cls, config) -> "Rules":
@@ -120,9 +136,11 @@ def curves_from_history(history: Dict[str, Any]) -> Curves:
       {"epoch": int(e["epoch"]), "step": int(e.get("step", -1)),
        "train_loss": _float(e.get("train_loss")),
        # None: not measured in that epoch (NaN: measured, and not a number).
-       "eval_loss": None if e.get("eval_loss") is None else float(e["eval_loss"])}
+       "eval_loss": None if e.get("eval_loss") is None else float(e["eval_loss"]),
+       "eval_loss_se": _float(e.get("eval_loss_se"))}
       for e in sorted(history.get("epochs") or [], key=lambda e: e["epoch"]))
-  return Curves(epochs=epochs, **columns)
+  return Curves(epochs=epochs, initial_eval_loss=_float(history.get("initial_eval_loss")),
+                **columns)
 
 
 def linear_slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -190,7 +208,8 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
   loss = curves.loss
   evals = curves.eval_losses
   why = divergence.reason(loss, evals, non_negative, rules.explode_factor,
-                          rules.rise_tolerance)
+                          rules.rise_tolerance, curves.eval_errors, rules.rise_noise_z,
+                          curves.initial_eval_loss)
   if why:
     return P.DIVERGED, why
   if flagged_diverged:
@@ -216,9 +235,13 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
   else:
     change, what = tail, f"the training loss over the last {rules.plateau_window} records"
   if change < -rules.plateau_tolerance:
-    return P.IMPROVING, (f"still falling: {what} {_pct(change)}, beyond plateau_tolerance "
-                         f"{rules.plateau_tolerance:g}")
-  stopped = f"stopped falling ({what} {_pct(change)})"
+    floor = _at_floor(loss, finite_evals, loss_vs_trivial, rules)
+    if not floor:
+      return P.IMPROVING, (f"still falling: {what} {_pct(change)}, beyond plateau_tolerance "
+                           f"{rules.plateau_tolerance:g}")
+    stopped = f"at its floor ({floor}), though {what} {_pct(change)}"
+  else:
+    stopped = f"stopped falling ({what} {_pct(change)})"
   if not beats:
     return P.PLATEAUED, (f"{stopped}, but the model is {gain_text}; converged needs at "
                          f"least min_gain {100 * rules.min_gain:g} %")
@@ -227,7 +250,35 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
     if not (loss[-1] <= target or tail_median <= target):
       return P.PLATEAUED, (f"{stopped}, {gain_text}, but the training loss "
                            f"{loss[-1]:.6g} is above target_loss {target:.6g}")
+  if loss.size < rules.min_records:
+    return P.IMPROVING, (f"too short to judge: {stopped}, {gain_text}, but from "
+                         f"{loss.size} training record(s); converged needs at least "
+                         f"min_records {rules.min_records}: train longer")
   return P.CONVERGED, f"{stopped}, {gain_text}"
+
+
+def _at_floor(loss: np.ndarray, evals: List[float], loss_vs_trivial: float,
+              rules: Rules) -> str:
+  """How the model sits at its floor (module docstring, rule 4), or "" if it does not:
+  its last two eval losses (without two, the training tail's first and last) are each
+  at most ``trivial_fraction`` x the trivial predictor's loss. The earlier loss is put
+  on the trivial scale through its ratio to the last one (``loss_vs_trivial`` is the
+  last model's, in the evaluator's metric)."""
+  if not (math.isfinite(loss_vs_trivial) and 0 <= loss_vs_trivial <= rules.trivial_fraction):
+    return ""
+  if len(evals) >= 2:
+    earlier, last, what = evals[-2], evals[-1], "the last two eval losses"
+  else:
+    tail = loss[-rules.plateau_window:]
+    earlier, last, what = tail[0], tail[-1], "the training tail's first and last losses"
+  if not (math.isfinite(earlier) and math.isfinite(last) and last > 0):
+    return ""
+  earlier_vs_trivial = earlier / last * loss_vs_trivial
+  if earlier_vs_trivial > rules.trivial_fraction:
+    return ""
+  return (f"{what} are {100 * earlier_vs_trivial:.2g} % and {100 * loss_vs_trivial:.2g} % "
+          f"of the trivial predictor's, within trivial_fraction "
+          f"{100 * rules.trivial_fraction:g} %")
 
 
 def analyze(curves: Curves, rules: Rules = Rules(), trivial_loss: float = math.nan,

@@ -53,7 +53,15 @@ class TrainerConfig:
       columns: tests/test_trainer_classification_e2e.py). ``tfx-parallel run`` reads these
       defaults (pipeline/config.py ``default_trainer``).
     steps: training steps; 0 means epochs * steps_per_epoch.
-    epochs: passes over the train split (used for per-epoch eval loss).
+    epochs: passes over the train split (one eval loss per pass); 0 (default, with
+      ``steps`` 0) chooses the length from the data (plan/length.py): at least 5 passes
+      and ``min_steps`` steps, stopping early when the eval loss has not improved for
+      ``patience`` evaluations, with the best weights kept. The choice and why are
+      printed and recorded (history.json ``training_length``).
+    min_steps: the floor on steps of the automatic length (``epochs`` and ``steps`` 0).
+    patience: with the automatic length, stop after this many evaluations without a
+      better eval loss and keep the best evaluation's weights; 0 never stops early. A
+      length that is set (``epochs`` or ``steps``) is trained in full.
     seed: initialisation and shuffle seed.
     log_every: history record and progress line every k steps.
     checkpoint_every: checkpoint every N steps (0 = only at the end).
@@ -111,7 +119,9 @@ class TrainerConfig:
   learning_rate: float = 0.01
   optimizer: str = "adam"
   steps: int = 0
-  epochs: int = 5
+  epochs: int = 0
+  min_steps: int = 1000
+  patience: int = 10
   seed: int = 0
   log_every: int = 10
   checkpoint_every: int = 100
@@ -197,8 +207,13 @@ class TrainerConfig:
             f"must be > 0. Received: {self.learning_rate!r}")
     require(isinstance(self.steps, int) and self.steps >= 0, "steps",
             f"must be >= 0. Received: steps={self.steps!r}")
-    require(isinstance(self.epochs, int) and self.epochs >= 1, "epochs",
-            f"must be >= 1. Received: epochs={self.epochs!r}")
+    require(isinstance(self.epochs, int) and self.epochs >= 0, "epochs",
+            f"must be >= 0 (0: chosen from the data). Received: epochs={self.epochs!r}")
+    require(isinstance(self.min_steps, int) and self.min_steps >= 0, "min_steps",
+            f"must be an integer >= 0. Received: min_steps={self.min_steps!r}")
+    require(isinstance(self.patience, int) and self.patience >= 0, "patience",
+            f"must be an integer >= 0 (0: never stop early). "
+            f"Received: patience={self.patience!r}")
     require(self.log_every >= 1, "log_every", f"must be >= 1. Received: {self.log_every}")
     require(self.checkpoint_every >= 0, "checkpoint_every",
             f"must be >= 0. Received: {self.checkpoint_every}")

@@ -58,6 +58,16 @@ class FitEngine:
       self.model.compile(optimizer=self.optimizer, loss=self.loss,
                          steps_per_execution=self.steps_per_execution)
     self.written_optimizer = self.optimizer
+    if self.strategy is not None:
+      # The logs fit hands the callbacks are the compiled metrics' result(), which
+      # already aggregates every replica's (sync-on-read) totals and counts: the mean
+      # per-example loss over the global batch. tf_keras's default reduction "auto"
+      # then SUMS that value over the replicas under MultiWorkerMirroredStrategy
+      # (tf_keras/src/engine/training.py, reduce_per_replica: "auto" -> "sum", and
+      # strategy.reduce("SUM") for a multi-worker collective strategy), recording
+      # workers x the loss. "first" takes the one synchronised value, as under
+      # MirroredStrategy, where the replicas' identical results pass through as is.
+      self.model.distribute_reduction_method = "first"
 
   def scope(self):
     return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
@@ -84,7 +94,7 @@ class FitEngine:
                   ctx.input_pipeline_id, start_step * per_pipeline)
     return self.strategy.distribute_datasets_from_function(fn)
 
-  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], float]:
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
     """The per-epoch evaluation; drives ``callbacks``' test hooks (run/callbacks.py)."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks)
@@ -159,7 +169,7 @@ class MeshEngine:
   def dataset(self, make, start_step: int):
     return make(self.config.batch_size, 1, 0, start_step)
 
-  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], float]:
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
     """Evaluation on a plain copy (outside the mesh) that takes the gathered weights;
     drives ``callbacks``' test hooks as the fit engine's does."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
@@ -167,9 +177,9 @@ class MeshEngine:
     plain = user_module.build(self.module, self.spec)
     evaluate = cb.make_evaluator(plain, self.loss, eval_ds, callbacks)
 
-    def eval_loss() -> float:
+    def eval_loss(drive_callbacks: bool = True) -> Tuple[float, float]:
       plain.set_weights(self.weights())
-      return evaluate()
+      return evaluate(drive_callbacks)
     return eval_loss
 
   def train(self, dataset, start_step: int, total: int, callbacks: list):

@@ -11,7 +11,7 @@ at or after the epoch's last step.
 import dataclasses
 import math
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import tf_keras
 
@@ -33,6 +33,8 @@ class RunState:
   step: int = 0
   diverged: bool = False
   diverged_reason: str = ""   # components/common/divergence.py's reason, "" if none.
+  early_stopped: bool = False  # EarlyStop: the eval loss stopped improving.
+  initial_eval_loss: Optional[float] = None  # The untrained model's (divergence start).
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
@@ -45,14 +47,16 @@ class Recorder(tf_keras.callbacks.Callback):
   """Appends history records every ``log_every`` steps, evaluates at epoch ends, and
   stops training when the run diverges (``stop_on_divergence``) by the rule the
   evaluator labels runs with (components/common/divergence.py: a NaN/inf, negative
-  (``non_negative`` losses) or exploding loss, or an eval loss rising by half).
+  (``non_negative`` losses) or exploding loss, or an eval loss rising by half and by
+  more than its noise). ``eval_loss()`` returns (eval loss, its standard error).
 
   Keras reports the running mean loss since the start of ``fit``; a record's loss is
   the mean over the steps since the previous record, recovered from two running means.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
-               eval_loss: Callable[[], float], writer=None, non_negative: bool = True,
+               eval_loss: Callable[[], Tuple[float, float]], writer=None,
+               non_negative: bool = True,
                learning_rate_at: Optional[Callable[[int], float]] = None):
     super().__init__()
     self.state = state
@@ -66,12 +70,12 @@ class Recorder(tf_keras.callbacks.Callback):
     self._mean, self._count = 0.0, 0
     self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
-    self.monitor = divergence.Monitor(non_negative)
+    self.monitor = divergence.Monitor(non_negative, start=state.initial_eval_loss)
     for record in state.records:  # A resumed run: what came before counts.
       self.monitor.add_train(record["loss"])
     for epoch in state.epochs:
       if epoch.get("eval_loss") is not None:
-        self.monitor.add_eval(epoch["eval_loss"])
+        self.monitor.add_eval(epoch["eval_loss"], epoch.get("eval_loss_se"))
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
@@ -100,12 +104,12 @@ class Recorder(tf_keras.callbacks.Callback):
     if (epoch > len(st.epochs) and step > st.start_step) or step >= st.total:
       t0 = time.perf_counter()
       self.flush_summaries()
-      ev = self.eval_loss()
+      ev, ev_se = self.eval_loss()
       st.eval_seconds += time.perf_counter() - t0
       train_loss = st.records[-1]["loss"] if st.records else loss
       st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
-                        "train_loss": train_loss, "eval_loss": ev})
-      why = self.monitor.add_eval(ev)
+                        "train_loss": train_loss, "eval_loss": ev, "eval_loss_se": ev_se})
+      why = self.monitor.add_eval(ev, ev_se)
       if why:
         self._diverged(why)
         return
@@ -132,6 +136,57 @@ class Recorder(tf_keras.callbacks.Callback):
         tf.summary.scalar("examples_per_sec", record["examples_per_sec"], step=record["step"])
     self.writer.flush()
     self._flushed = len(self.state.records)
+
+
+class EarlyStop(tf_keras.callbacks.Callback):
+  """Stops the run when ``patience`` evaluations in a row (the Recorder's epochs) did not
+  beat the best eval loss, and keeps ``snapshot()`` (the weights) of the best one: Keras
+  ``EarlyStopping(patience=..., restore_best_weights=True)`` (tf_keras/src/callbacks.py,
+  min_delta 0) on the trainer's own evaluations. A resumed run starts from the best eval
+  loss its checkpoint recorded, without those weights (:meth:`record` says so).
+  Runs after the Recorder."""
+
+  def __init__(self, state: RunState, patience: int, snapshot: Callable[[], list]):
+    super().__init__()
+    self.state, self.patience, self.snapshot = state, patience, snapshot
+    self.best, self.best_epoch, self.best_step = math.inf, 0, 0
+    self.weights: Optional[list] = None
+    self.wait = 0
+    self._seen = 0
+    self._take(resumed=True)
+
+  def _take(self, resumed: bool = False):
+    for epoch in self.state.epochs[self._seen:]:
+      loss = epoch.get("eval_loss")
+      if loss is not None and math.isfinite(loss) and loss < self.best:
+        self.best, self.best_epoch, self.best_step = loss, epoch["epoch"], epoch["step"]
+        self.weights = None if resumed else self.snapshot()
+        self.wait = 0
+      else:
+        self.wait += 1
+    self._seen = len(self.state.epochs)
+
+  def on_train_batch_end(self, batch, logs=None):
+    st = self.state
+    if len(st.epochs) == self._seen or st.diverged:
+      return
+    self._take()
+    if self.wait >= self.patience and st.step < st.total:
+      st.early_stopped = True
+      self.model.stop_training = True
+
+  def best_weights(self) -> Optional[list]:
+    """The best evaluation's weights when they are not the last ones, else None."""
+    if self.weights is None or self.best_step == self.state.step:
+      return None
+    return self.weights
+
+  def record(self) -> dict:
+    """history.json ``early_stopping``."""
+    return {"patience": self.patience, "stopped": self.state.early_stopped,
+            "best_epoch": self.best_epoch, "best_step": self.best_step,
+            "best_eval_loss": self.best if math.isfinite(self.best) else None,
+            "restored_best": self.best_weights() is not None}
 
 
 class Checkpointer(tf_keras.callbacks.Callback):
@@ -197,38 +252,46 @@ def per_example_loss(loss):
   return loss
 
 
-def make_evaluator(model, loss, dataset, callbacks: Sequence = ()) -> Callable[[], float]:
-  """A function returning the mean per-example loss of ``model`` over ``dataset``
-  ((inputs, labels) batches), traced once. Runs outside ``fit`` (no collectives).
+def make_evaluator(model, loss, dataset, callbacks: Sequence = ()
+                   ) -> Callable[[], Tuple[float, float]]:
+  """A function returning (the mean per-example loss of ``model`` over ``dataset``
+  ((inputs, labels) batches), its standard error), traced once. Runs outside ``fit``
+  (no collectives). The standard error (the per-example losses' spread / sqrt(count))
+  tells the divergence rule how much a small eval set's loss moves by noise.
 
   Each evaluation drives ``callbacks``' test hooks as ``model.evaluate`` would:
   ``on_test_begin``, per batch ``on_test_batch_begin(i)`` and ``on_test_batch_end(i,
   {"loss": mean so far})``, and ``on_test_end({"loss": mean})``; the same on every
-  layout, since every engine evaluates through here."""
+  layout, since every engine evaluates through here (``evaluate(drive_callbacks=False)``
+  evaluates without them: the untrained model's loss is not a user's evaluation)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   per_example = per_example_loss(loss)
-  hooks = tf_keras.callbacks.CallbackList(list(callbacks)) if callbacks else None
+  callback_list = tf_keras.callbacks.CallbackList(list(callbacks)) if callbacks else None
 
   @tf.function
-  def batch_sum(x, y):
-    values = per_example(y, model(x, training=False))
-    return tf.reduce_sum(tf.cast(values, tf.float64)), tf.size(values)
+  def batch_sums(x, y):
+    values = tf.cast(per_example(y, model(x, training=False)), tf.float64)
+    return tf.reduce_sum(values), tf.reduce_sum(tf.square(values)), tf.size(values)
 
-  def evaluate() -> float:
-    total, count = 0.0, 0
+  def evaluate(drive_callbacks: bool = True) -> Tuple[float, float]:
+    hooks = callback_list if drive_callbacks else None
+    total, squares, count = 0.0, 0.0, 0
     if hooks:
       hooks.on_test_begin()
     for i, (x, y) in enumerate(dataset):
       if hooks:
         hooks.on_test_batch_begin(i)
-      s, n = batch_sum(x, y)
+      s, s2, n = batch_sums(x, y)
       total += float(s)
+      squares += float(s2)
       count += int(n)
       if hooks:
         hooks.on_test_batch_end(i, {"loss": total / count if count else math.nan})
     mean = total / count if count else math.nan
     if hooks:
       hooks.on_test_end({"loss": mean})
-    return mean
+    if not count:
+      return math.nan, math.nan
+    return mean, divergence.standard_error(total, squares, count)
 
   return evaluate

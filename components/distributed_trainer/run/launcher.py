@@ -5,7 +5,13 @@ as its own worker. Without it, `multi_worker` launches `config.workers` processe
 127.0.0.1, each with its own TF_CONFIG. If any process fails, the others are stopped
 within a bounded time and the error names the worker and its exit code: a dead peer
 never leaves the pipeline hanging.
+
+Of the local workers only the chief (worker 0) writes to the console: every worker
+trains the same steps and would print the same lines. The others' output (their
+``[trainer]`` lines and TensorFlow's C++ logs) goes to the log, as absl INFO records
+``worker N: ...``; when such a worker fails, its last lines are printed with the error.
 """
+import collections
 import dataclasses
 import json
 import os
@@ -13,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import List, Optional
 
@@ -26,6 +33,8 @@ from tfx_parallel.components.distributed_trainer.run.train import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
 PEER_FAILURE_GRACE_SECONDS = 20
+# Lines of a non-chief worker's output kept to show when it fails.
+FAILED_WORKER_TAIL_LINES = 40
 
 
 def _free_ports(n: int) -> List[int]:
@@ -45,12 +54,38 @@ def _command(job_path: str) -> List[str]:
           "--job", job_path]
 
 
-def _wait_all(procs: List[subprocess.Popen], names: List[str]):
-  """Waits for every process; on the first failure stops the rest and raises."""
+def _to_log(stream, name: str, tail: collections.deque):
+  """Drains a worker's output into absl INFO records (the log), keeping its tail."""
+  for line in stream:
+    line = line.rstrip("\n")
+    tail.append(line)
+    logging.info("%s: %s", name, line)
+
+
+def _start_logged(command: List[str], env, name: str):
+  """A worker process whose stdout and stderr go to the log; (process, reader, tail)."""
+  proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace")
+  tail = collections.deque(maxlen=FAILED_WORKER_TAIL_LINES)
+  reader = threading.Thread(target=_to_log, args=(proc.stdout, name, tail), daemon=True)
+  reader.start()
+  return proc, reader, tail
+
+
+def _wait_all(procs: List[subprocess.Popen], names: List[str], logged=None):
+  """Waits for every process; on the first failure stops the rest and raises.
+  ``logged``: name -> (reader thread, tail) of the workers whose output goes to the
+  log; a failed one's tail is printed to stderr before the error is raised."""
   while True:
     codes = [p.poll() for p in procs]
     failed = [(n, c) for n, c in zip(names, codes) if c not in (None, 0)]
     if failed:
+      for name, code in failed:
+        if logged and name in logged:
+          reader, tail = logged[name]
+          reader.join(timeout=5)
+          print(f"[trainer] {name} exited with code {code}; its last lines:\n"
+                + "\n".join(f"  {line}" for line in tail), file=sys.stderr, flush=True)
       deadline = time.time() + PEER_FAILURE_GRACE_SECONDS
       for p in procs:
         if p.poll() is None:
@@ -120,16 +155,21 @@ def launch(job: Job, layout: str, workers: int, device: Optional[str] = None,
       print(f"[trainer] devices: {reason}", flush=True)
     ports = _free_ports(workers)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs, names = [], []
+    procs, names, logged = [], [], {}
     try:
       for i in range(workers):
         env = dict(os.environ, **extra[i],
                    TF_CONFIG=json.dumps({"cluster": cluster,
                                          "task": {"type": "worker", "index": i}}))
         names.append(f"worker {i}")
-        procs.append(subprocess.Popen(_command(job_path), env=env))
+        if i == 0:  # The chief (strategies.is_chief: worker 0 without a "chief" task).
+          procs.append(subprocess.Popen(_command(job_path), env=env))
+        else:
+          proc, reader, tail = _start_logged(_command(job_path), env, names[-1])
+          procs.append(proc)
+          logged[names[-1]] = (reader, tail)
       logging.info("Started %d multi-worker training processes on %s", workers, cluster)
-      _wait_all(procs, names)
+      _wait_all(procs, names, logged)
     finally:
       for p in procs:
         if p.poll() is None:

@@ -167,12 +167,14 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
   checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
                    "wall_time": state.wall_time(),
+                   "initial_eval_loss": state.initial_eval_loss,
                    "layout": describe_layout(engine.describe()),
                    "module_digest": module_digest})
 
 
 def restore_checkpoint(job: Job, engine, module=None):
-  """(start step, records, epochs, wall time) from the latest checkpoint, else zeros.
+  """(start step, records, epochs, wall time, initial eval loss) from the latest
+  checkpoint, else zeros and None.
 
   A checkpoint written by other source of the user ``module`` (its recorded
   ``module_digest`` differs from ``module.source_digest``) is not resumed: the console
@@ -185,7 +187,7 @@ def restore_checkpoint(job: Job, engine, module=None):
       print(f"[trainer] checkpoint: {len(old)} checkpoint(s) in the .npz format of earlier "
             f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
             flush=True)
-    return 0, [], [], 0.0
+    return 0, [], [], 0.0, None
   digest = module.source_digest if module is not None else ""
   saved = checkpoint.read_meta(found).get("module_digest", "")
   if saved != digest:
@@ -194,14 +196,15 @@ def restore_checkpoint(job: Job, engine, module=None):
           f"{digest[:12] or 'none'}); training starts at step 0", flush=True)
     if engine.chief:
       checkpoint.clear(job.checkpoint_dir)
-    return 0, [], [], 0.0
+    return 0, [], [], 0.0, None
   meta = checkpoint.restore(found, engine.checkpointed())
   engine.load_checkpointed()
   step = int(meta["step"])
   print(f"[trainer] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
         f"now {describe_layout(engine.describe())})", flush=True)
-  return step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0)
+  return (step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0),
+          meta.get("initial_eval_loss"))
 
 
 def describe_layout(desc: dict) -> str:
@@ -243,10 +246,14 @@ def run(job: Job) -> dict:
   pre = Preprocessor(spec, normalization)
   print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
-  start_step, records, epochs, wall_offset = restore_checkpoint(job, engine, module)
+  start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine,
+                                                                            module)
 
-  steps_per_epoch = max(1, job.train_rows // config.batch_size)
-  total = config.steps or config.epochs * steps_per_epoch
+  from tfx_parallel.components.distributed_trainer.plan import length as length_lib  # pylint: disable=g-import-not-at-top
+  length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
+                             job.train_rows, config.batch_size)
+  steps_per_epoch, total = length.steps_per_epoch, length.total_steps
+  print(f"[trainer] length: {length.reason}", flush=True)
   train_files = job.files("train")
   cache_record, on_load = input_cache_plan(config, spec, job.train_rows, engine.num_workers)
 
@@ -279,9 +286,13 @@ def run(job: Job) -> dict:
                       records=records, epochs=epochs, wall_offset=wall_offset,
                       step=start_step)
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
+  evaluate = engine.evaluator(eval_ds, user_callbacks)
+  if initial_eval is None:  # The untrained model: the divergence rule's starting point
+    # (before t_start and the Recorder: not training time; not a user's test hooks).
+    initial_eval = evaluate(drive_callbacks=False)[0]
+  state.initial_eval_loss = initial_eval
   callbacks = [
-      cb.Recorder(state, config.log_every, config.stop_on_divergence,
-                  engine.evaluator(eval_ds, user_callbacks), writer,
+      cb.Recorder(state, config.log_every, config.stop_on_divergence, evaluate, writer,
                   non_negative=run_record.non_negative(engine.loss),
                   learning_rate_at=lambda step: run_record.learning_rate_at(engine.optimizer,
                                                                             step)),
@@ -289,7 +300,11 @@ def run(job: Job) -> dict:
                       lambda step: save_checkpoint(job, engine, state, step,
                                                    module.source_digest), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
-  ] + user_callbacks
+  ]
+  early = cb.EarlyStop(state, length.patience, engine.weights) if length.patience else None
+  if early is not None:
+    callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
+  callbacks += user_callbacks
   t_start = time.perf_counter()
   engine.train(train_ds, start_step, total, callbacks)
   elapsed = time.perf_counter() - t_start - state.eval_seconds
@@ -300,7 +315,10 @@ def run(job: Job) -> dict:
                  optimizer=config.optimizer, records=state.records, epochs=state.epochs,
                  steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
-                 diverged=state.diverged, stopped_early=state.diverged and state.step < total,
+                 diverged=state.diverged,
+                 stopped_early=(state.diverged or state.early_stopped) and state.step < total,
+                 training_length=length.as_record(),
+                 initial_eval_loss=state.initial_eval_loss,
                  feature_keys=list(spec.feature_names), label_key=spec.label_key,
                  task=spec.task, num_classes=spec.num_classes,
                  label_vocabulary=(list(spec.label_vocabulary)
@@ -318,6 +336,14 @@ def run(job: Job) -> dict:
   history["label_counts"] = job.label_counts
   history["label_classes_not_in_train"] = job.label_classes_not_in_train or None
   history.update(job.layout_choice)  # layout: auto: the planner's choice.
+  best = early.best_weights() if early is not None else None
+  if early is not None:
+    history["early_stopping"] = early.record()
+    if state.early_stopped:
+      print(f"[trainer] early stop at step {state.step}: the eval loss has not improved "
+            f"for {length.patience} evaluations since step {early.best_step} "
+            f"({early.best:.6g})" + ("; keeping that step's weights" if best is not None
+                                      else ""), flush=True)
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
@@ -330,7 +356,7 @@ def run(job: Job) -> dict:
     # Export from a plain copy built outside any strategy or mesh.
     tf_keras.utils.set_random_seed(config.seed)
     plain = user_module.build(module, spec)
-    plain.set_weights(engine.weights())
+    plain.set_weights(best if best is not None else engine.weights())
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
