@@ -131,8 +131,8 @@ def resolve(key: str, origin: str) -> Tuple[Tuple[str, ...], Optional[str], Any]
 
 def parse_value(text: str, hint) -> Any:
   """A ``--set`` value: YAML (``true``, ``5``, ``0.1``, ``null``, ``[a, b]``, ``{a: 1}``),
-  kept as the text for a string field (a label named ``2020`` stays ``'2020'``); for a
-  list field, ``a,b`` is the list ``[a, b]``."""
+  kept as the text for a string field (a label named ``2020`` stays ``'2020'``), a number
+  for a float field (``1e-3``); for a list field, ``a,b`` is the list ``[a, b]``."""
   import yaml  # pylint: disable=g-import-not-at-top
   try:
     value = yaml.safe_load(text) if text.strip() else None
@@ -141,6 +141,11 @@ def parse_value(text: str, hint) -> Any:
   inner = _unwrap(hint)
   if inner is str and value is not None and not isinstance(value, str):
     return text
+  if inner is float and isinstance(value, str):
+    try:  # YAML 1.1 reads 1e-3 (no dot) as a string; Python, pandas and the user: 0.001.
+      return float(value)
+    except ValueError:
+      return value
   if _is_sequence(hint) and isinstance(value, str):
     return [parse_value(item, Any) for item in value.split(",")]
   return value

@@ -304,8 +304,8 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
   assert skipped.examples == 30
   assert skipped.mse == pytest.approx(_reference(y[:30].astype(np.float64), predictions)["mse"],
                                       rel=1e-5)
-  with pytest.raises(ValueError, match=r"is required but could not be found\. Examples without "
-                                       r"the label can be skipped with evaluator "
+  with pytest.raises(ValueError, match=r"is required but could not be found\. To skip the "
+                                       r"examples without the label, set "
                                        r"skip_missing_labels=true"):
     quality.evaluate(model_dir, examples.uri, "eval", "label", 8)
   # Who decides: the evaluator's config, else what the trainer did, else its default.
