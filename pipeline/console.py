@@ -49,6 +49,10 @@ NOISE = (
      "nothing the user can act on"),
     (r"Compiled the loaded model, but the compiled metrics have yet to be built",
      "tf_keras note when a SavedModel is loaded for evaluation only"),
+    (r"DEFAULT_IMAGE_PATH_KEY is not found in default_image",
+     "`tfx-parallel compile`: TFX 1.16 logs it when the default image *is* given (the "
+     "test in tfx/orchestration/kubeflow/v2/pipeline_builder.py _check_default_image is "
+     "inverted); every component gets its image from the config"),
     (r"^(ERROR:absl:)?Execution \d+ failed\.$",
      "TFX's launcher logs it when a component fails; the CLI's own line names the "
      "component and its error, and the log file has both"),
