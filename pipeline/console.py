@@ -31,73 +31,12 @@ from tfx_parallel.components.common import tfenv
 
 LOG_DIR = "logs"
 
-# (pattern, why it is harmless). Matched with re.search on one line of text.
-NOISE = (
-    (r"Unable to register cu(FFT|DNN|BLAS) factory",
-     "TensorFlow's C++ CUDA plugins register twice at import (TF 2.16); logged at ERROR "
-     "level on every machine, GPU or not, and it changes nothing"),
-    (r"TF-TRT Warning: Could not find TensorRT",
-     "TensorRT is optional; TensorFlow runs without it"),
-    (r"This TensorFlow binary is optimized to use available CPU instructions",
-     "a build note about CPU instruction sets"),
-    (r"oneDNN custom operations are on",
-     "a note that oneDNN may change float rounding slightly"),
-    (r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
-     "a note from C++ absl in gRPC / TensorFlow"),
-    (r"site-packages/.*: (FutureWarning|DeprecationWarning|PendingDeprecationWarning): ",
-     "a third-party library's deprecation notice (e.g. google.api_core on Python 3.10); "
-     "nothing the user can act on"),
-    (r"Compiled the loaded model, but the compiled metrics have yet to be built",
-     "tf_keras note when a SavedModel is loaded for evaluation only"),
-    (r"DEFAULT_IMAGE_PATH_KEY is not found in default_image",
-     "`tfx-parallel compile`: TFX 1.16 logs it when the default image *is* given (the "
-     "test in tfx/orchestration/kubeflow/v2/pipeline_builder.py _check_default_image is "
-     "inverted); every component gets its image from the config"),
-    (r"^(ERROR:absl:)?Execution \d+ failed\.$",
-     "TFX's launcher logs it when a component fails; the CLI's own line names the "
-     "component and its error, and the log file has both"),
-) + quiet.LOG_NOISE  # TF's invalid node names, TFX's property predicates.
-_NOISE_RE = re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
-# A warnings.warn line is followed by the source line that raised it, indented.
-_WARNING_RE = re.compile(r": \w*Warning: ")
-
-
-def is_noise(line: str) -> bool:
-  """True if ``line`` is one of the known harmless lines of :data:`NOISE`."""
-  return bool(_NOISE_RE.search(line))
-
-
-class LineFilter:
-  """Decides, line by line, what reaches the console.
-
-  A dropped Python warning line (``path:line: FooWarning: message``) takes the
-  indented source line that follows it along. Every other line is kept.
-  """
-
-  def __init__(self):
-    self._drop_echo = False
-
-  def keep(self, line: str) -> bool:
-    if self._drop_echo and line[:1] in (" ", "\t"):
-      self._drop_echo = False
-      return False
-    self._drop_echo = False
-    if is_noise(line):
-      self._drop_echo = bool(_WARNING_RE.search(line))
-      return False
-    return True
-
-
-def filter_lines(source: BinaryIO, console: BinaryIO, log: BinaryIO) -> None:
-  """Copies every line of ``source`` to ``log`` and the kept ones to ``console``,
-  until end of file. Bytes that are not UTF-8 are passed through unchanged."""
-  keep = LineFilter().keep
-  for raw in iter(source.readline, b""):
-    log.write(raw)
-    log.flush()
-    if keep(raw.decode("utf-8", errors="replace")):
-      console.write(raw)
-      console.flush()
+# The known noise and the line filter are quiet.py's, shared with tfxp.quiet() (a
+# pipeline of the user's own) and `tfx-parallel compile`.
+NOISE = quiet.NOISE
+is_noise = quiet.is_noise
+LineFilter = quiet.LineFilter
+filter_lines = quiet.filter_lines
 
 
 def _filter_main(argv: List[str]) -> int:
@@ -163,6 +102,7 @@ class Console:
 
   def _start_filter(self):
     sys.stderr.flush()
+    os.environ[quiet.STDERR_FILTERED_ENV] = "1"  # The processes it starts are filtered too.
     read_end, write_end = os.pipe()
     self._saved_stderr = os.dup(2)
     self._filter = subprocess.Popen(
