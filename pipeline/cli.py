@@ -298,10 +298,7 @@ def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: s
     return 1
   finally:
     root.removeHandler(progress)
-  found = summary.latest_run(summary.open_store(metadata_path), config.pipeline_name)
-  print(f"=== tfx-parallel summary (read from ML Metadata: {_relative(metadata_path)}) ===")
-  print(summary.format_summary(found, _relative(log_path), _relative) if found
-        else "no run found in ML Metadata")
+  summary.print_summary(metadata_path, config.pipeline_name, log_path, _relative)
   return 0
 
 

@@ -71,6 +71,10 @@ class FileOnly(logging.Filter):
     return not getattr(record, "file_only", False)
 
 
+# The streams a logging handler writes to the console with.
+_CONSOLE_STREAMS = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
 def log_path_for(home: str, pipeline_name: str,
                  now: Optional[datetime.datetime] = None) -> str:
   now = now or datetime.datetime.now()
@@ -89,6 +93,7 @@ class Console:
     self.log_path = log_path_for(home, pipeline_name)
     os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
     self._handlers: List[logging.Handler] = []
+    self._displaced: List[logging.Handler] = []
     self._root_level = logging.getLogger().level
     self._filter: Optional[subprocess.Popen] = None
     self._saved_stderr: Optional[int] = None
@@ -125,6 +130,12 @@ class Console:
     console.addFilter(FileOnly())
     if not self.verbose:
       console.addFilter(NoiseLogFilter())
+    # A console handler already on the root logger (logging.basicConfig, called by some
+    # library in a user's script) would print every INFO record: set aside until close.
+    self._displaced = [h for h in root.handlers if type(h) is logging.StreamHandler  # pylint: disable=unidiomatic-typecheck
+                       and getattr(h, "stream", None) in _CONSOLE_STREAMS]
+    for handler in self._displaced:
+      root.removeHandler(handler)
     for handler in (file_handler, console):
       root.addHandler(handler)
       self._handlers.append(handler)
@@ -143,6 +154,9 @@ class Console:
       root.removeHandler(handler)
       handler.close()
     self._handlers = []
+    for handler in self._displaced:
+      root.addHandler(handler)
+    self._displaced = []
     root.setLevel(self._root_level)
     logging.captureWarnings(False)
     if self._filter is not None:
