@@ -261,6 +261,8 @@ def _pipeline_config(data: Any, trainer: ComponentPlacement) -> PipelineConfig:
   except ConfigError as e:
     raise ConfigError(f"{settings.PIPELINE_SECTION}.{e.key}",
                       settings.COMPILE.message(e.message)) from None
+  except TypeError as e:  # A value of the wrong shape inside a list, e.g. mesh: [a, b].
+    raise ConfigError(settings.PIPELINE_SECTION, str(e)) from None
   require(bool(_PIPELINE_NAME_RE.match(config.pipeline_name)), "pipeline.pipeline_name",
           "Kubeflow pipeline names must match [a-z0-9][a-z0-9-]{0,127}. "
           f"Received: {config.pipeline_name!r}")

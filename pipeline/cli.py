@@ -306,7 +306,7 @@ def _error_text(error: ConfigError, section: Optional[str] = None) -> str:
   """A ConfigError as `run` prints it: the settings it names as --set KEY=VALUE
   (settings.Form), with the flag or --set that changes its key."""
   key = error.key
-  if section and settings_lib.SECTION_OF_COMPONENT and "." not in key:
+  if section and "." not in key:
     try:  # A component's own key, found at run time: name it from the pipeline.
       settings_lib.resolve(f"{section}.{key}", "")
       error = ConfigError(f"{section}.{key}", error.message)

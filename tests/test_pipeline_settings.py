@@ -29,6 +29,8 @@ NOT_SETTINGS = {
     "input_config": "PartitionedExampleGen(input_config=...), the stock Python argument",
     "range_config": "PartitionedExampleGen(range_config=...), the stock Python argument",
     "trainer": "f'trainer.{module.config_key}': module_file or module_path, both settings",
+    "metadata_connection_config": "run_pipeline(pipeline): the tfx Pipeline's own Python "
+                                  "argument (the Python API; run has --home)",
 }
 
 
