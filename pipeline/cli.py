@@ -266,11 +266,12 @@ def cmd_run(args) -> int:
     except ConfigError as e:
       print(f"tfx-parallel: invalid config: {_error_text(e)}", file=sys.stderr, flush=True)
       return 2
-    return _run_and_summarize(config, args.home, console.log_path)
+    return _run_and_summarize(config, args.home, console)
 
 
-def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: str) -> int:
+def _run_and_summarize(config: config_lib.PipelineConfig, home: str, console) -> int:
   """Runs the pipeline with start / end lines per component, then prints the summary."""
+  log_path = console.log_path
   from tfx_parallel.pipeline import local_runner, pipeline as pipeline_lib, run_progress, summary  # pylint: disable=g-import-not-at-top
   print(f"tfx-parallel run: pipeline {config.pipeline_name}, data {config.example_gen.source}, "
         f"layout {_layout_flag_text(config)}; log: {_relative(log_path)}", flush=True)
@@ -280,6 +281,9 @@ def _run_and_summarize(config: config_lib.PipelineConfig, home: str, log_path: s
       lambda: summary.open_store(metadata_path))
   root = logging.getLogger()
   root.addHandler(progress)
+  # A component's warnings name its settings as --set SECTION.KEY=VALUE on the console.
+  console.rewrite = lambda text: RUN_FORM.message(
+      text, settings_lib.SECTION_OF_COMPONENT.get(progress.current or ""))
   try:
     local_runner.run(config, home)
   except ConfigError as e:  # Found only at run time (e.g. by an executor).

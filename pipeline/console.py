@@ -24,7 +24,7 @@ import re
 import signal
 import subprocess
 import sys
-from typing import BinaryIO, List, Optional
+from typing import Callable, List, Optional
 
 from tfx_parallel.components.common import quiet
 from tfx_parallel.components.common import tfenv
@@ -75,6 +75,19 @@ class FileOnly(logging.Filter):
 _CONSOLE_STREAMS = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
 
 
+class _RewritingFormatter(logging.Formatter):
+  """A Formatter whose text goes through ``console.rewrite`` when it is set."""
+
+  def __init__(self, fmt: str, console: "Console"):
+    super().__init__(fmt)
+    self._console = console
+
+  def format(self, record: logging.LogRecord) -> str:
+    text = super().format(record)
+    rewrite = self._console.rewrite
+    return rewrite(text) if rewrite is not None else text
+
+
 def log_path_for(home: str, pipeline_name: str,
                  now: Optional[datetime.datetime] = None) -> str:
   now = now or datetime.datetime.now()
@@ -90,6 +103,9 @@ class Console:
 
   def __init__(self, home: str, pipeline_name: str, verbose: bool = False):
     self.verbose = verbose
+    # Applied to each console log line: the command names settings in its own form
+    # (the CLI sets it: settings.Form.message); the log file keeps the original.
+    self.rewrite: Optional[Callable[[str], str]] = None
     self.log_path = log_path_for(home, pipeline_name)
     os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
     self._handlers: List[logging.Handler] = []
@@ -126,7 +142,7 @@ class Console:
         "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d] %(message)s"))
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.INFO if self.verbose else logging.WARNING)
-    console.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+    console.setFormatter(_RewritingFormatter("%(levelname)s:%(name)s:%(message)s", self))
     console.addFilter(FileOnly())
     if not self.verbose:
       console.addFilter(NoiseLogFilter())

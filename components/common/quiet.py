@@ -58,6 +58,10 @@ NOISE = (
      "nothing the user can act on"),
     (r"Compiled the loaded model, but the compiled metrics have yet to be built",
      "tf_keras note when a SavedModel is loaded for evaluation only"),
+    (r"No training configuration found in save file, so the model was \*not\* compiled",
+     "tf_keras note (tf_keras/src/saving/legacy/saved_model/load.py:181) when TFMA, the "
+     "Pusher or the evaluator loads the exported serving model, which has no optimizer "
+     "and is never trained again"),
     (r"local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: OUT_OF_RANGE: "
      r"End of sequence",
      "TF 2.16 logs it (W) each time a tf.data iterator reaches the end of its data, the "
