@@ -20,7 +20,6 @@ C++ logs (``TF_CPP_MIN_LOG_LEVEL=0`` unless the user set it) reach the console.
 import datetime
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
