@@ -78,11 +78,13 @@ def run_pipeline(pipeline, verbose: bool = False) -> str:
   lines and real warnings (the rest goes to ``<metadata dir>/logs/``), one line per
   component as it starts and ends, and the run's summary read back from ML Metadata
   when it has a ConvergenceEvaluator. Returns the ML Metadata path; a component's error
-  is printed in one line (traceback in the log file) and raised."""
+  is printed in one line (the settings it suggests as the config to pass them to, e.g.
+  ``TrainerConfig(skip_missing_labels=True)``; the traceback in the log file) and
+  raised."""
   import sys  # pylint: disable=g-import-not-at-top
   import logging as std_logging  # pylint: disable=g-import-not-at-top
   from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.pipeline import console as console_lib, run_progress, summary  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import console as console_lib, run_progress, settings, summary  # pylint: disable=g-import-not-at-top
   connection = pipeline.metadata_connection_config
   require(connection is not None and connection.HasField("sqlite"),
           "metadata_connection_config", "run_pipeline reads the run back from a SQLite "
@@ -105,7 +107,9 @@ def run_pipeline(pipeline, verbose: bool = False) -> str:
       std_logging.getLogger(__name__).error("%s failed", where, exc_info=True,
                                             extra={"file_only": True})
       sys.stdout.flush()
-      print(f"tfx-parallel: {where} failed: {type(e).__name__}: {e}\n"
+      # The settings it suggests, as the config dataclass to pass them to.
+      message = settings.PYTHON.message(str(e), settings.SECTION_OF_COMPONENT.get(where))
+      print(f"tfx-parallel: {where} failed: {type(e).__name__}: {message}\n"
             f"tfx-parallel: the traceback and every log line are in "
             f"{_relative(console.log_path)}", file=sys.stderr, flush=True)
       raise

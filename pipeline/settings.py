@@ -303,7 +303,8 @@ def build(assignments: Sequence[Assignment]) -> config_lib.PipelineConfig:
 @dataclasses.dataclass(frozen=True)
 class Form:
   """How one command spells a setting. ``run``: ``--set trainer.epochs=20``;
-  ``compile``: ``pipeline.trainer.epochs: 20`` (its YAML path)."""
+  ``compile``: ``pipeline.trainer.epochs: 20`` (its YAML path); ``python``:
+  ``TrainerConfig(epochs=20)`` (run_pipeline, a pipeline of the user's own)."""
   name: str
   flags: Dict[str, str] = dataclasses.field(default_factory=dict)  # setting -> flag
 
@@ -311,6 +312,8 @@ class Form:
     """``key`` (relative to PipelineConfig) as the user would type it."""
     if self.name == "run":
       return f"--set {key}={'...' if value is None else value}"
+    if self.name == "python":
+      return _python_form(key, value)
     return f"{PIPELINE_SECTION}.{key}: {'...' if value is None else value}"
 
   def key_hint(self, key: str) -> str:
@@ -339,7 +342,9 @@ class Form:
         except ConfigError:
           continue
         verb = match.group("verb")
-        verb = ("add" if verb[0] == "s" else "Add") if self.name == "run" else verb
+        if self.name != "compile":  # "add --set ...", "use TrainerConfig(...)"
+          word = "add" if self.name == "run" else "use"
+          verb = word if verb[0] == "s" else word.capitalize()
         return f"{verb} {self.setting(candidate, value)}"
       return match.group(0)
     return _SUGGESTION_RE.sub(rewrite, text)
@@ -350,8 +355,31 @@ _SUGGESTION_RE = re.compile(
     r"\b(?P<verb>[Ss]et) (?P<key>[A-Za-z_][\w]*(?:\.[^\s=.]+)*)="
     r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;)]+)")
 
+def _python_form(key: str, value: Optional[str]) -> str:
+  """``trainer.skip_missing_labels`` = ``true`` as Python: the config dataclass to pass
+  it to, e.g. ``TrainerConfig(skip_missing_labels=True)``;
+  ``example_gen.column_types.x`` = ``float``: ``ExampleGenConfig(column_types={'x':
+  'float'})``."""
+  import yaml  # pylint: disable=g-import-not-at-top
+  path, inner_key, _ = resolve(key, "")
+  literal = "..." if value is None else repr(yaml.safe_load(value))
+  if inner_key is not None:
+    literal = f"{{{inner_key!r}: {literal}}}"
+  classes, cls = [], config_lib.PipelineConfig
+  for name in path[:-1]:
+    cls = _unwrap(_hints(cls)[name])
+    classes.append(cls.__name__)
+  if not classes:
+    return f"PipelineConfig({path[-1]}={literal})"
+  text = f"{path[-1]}={literal}"
+  for name, cls_name in zip(reversed(path[1:-1]), reversed(classes[1:])):
+    text = f"{name}={cls_name}({text})"
+  return f"{classes[0]}({text})"
+
+
 RUN = Form("run")
 COMPILE = Form("compile")
+PYTHON = Form("python")
 
 
 def error_text(error: ConfigError, form: Form, section: Optional[str] = None) -> str:

@@ -158,6 +158,13 @@ def test_suggestions_are_rewritten_for_the_command_that_shows_them():
                                                          ".species=float") == 1
   assert settings.COMPILE.message("set trainer.skip_missing_labels=true") == \
       "set pipeline.trainer.skip_missing_labels: true"
+  # A pipeline of one's own (local_runner.run_pipeline): the config dataclass to pass.
+  assert settings.PYTHON.message(text, "trainer").startswith(
+      "fix the data, or use TrainerConfig(skip_missing_labels=True) to skip")
+  assert settings.PYTHON.message("Set column_types.species='float'", "example_gen") == \
+      "Use ExampleGenConfig(column_types={'species': 'float'})"
+  assert settings.PYTHON.setting("evaluator.regression.min_r2", "0.5") == \
+      "EvaluatorConfig(regression=RegressionThresholds(min_r2=0.5))"
   # Not a setting: left as written.
   assert settings.RUN.message("set nothing_here=1", "trainer") == "set nothing_here=1"
 
