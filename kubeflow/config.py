@@ -17,6 +17,7 @@ import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from tfx_parallel.components.common.config_util import ConfigError, from_dict, require
+from tfx_parallel.pipeline import settings
 from tfx_parallel.pipeline.config import PipelineConfig
 
 DEFAULT_SECTION = "default"
@@ -212,18 +213,20 @@ def _placement(data: Dict[str, Any], prefix: str) -> ComponentPlacement:
 
 
 def from_mapping(data: Dict[str, Any]) -> KubeflowConfig:
-  """Decodes and validates the whole config; raises ConfigError naming the key."""
+  """Decodes and validates the whole config; raises ConfigError naming the key.
+
+  The ``pipeline:`` section is read as ``tfx-parallel run --config`` reads it
+  (pipeline/settings.py): the same keys, over the same defaults of its data source."""
   if not isinstance(data, dict):
     raise ConfigError("<root>", f"expected a mapping, received {type(data).__name__}")
-  unknown = sorted(set(data) - {"pipeline_root", "pipeline", "components"})
+  unknown = sorted(set(data) - set(settings.FILE_KEYS))
   if unknown:
     raise ConfigError(unknown[0], "unknown key; valid keys are "
-                      "['components', 'pipeline', 'pipeline_root']")
+                      f"{sorted(settings.FILE_KEYS)}")
   root = data.get("pipeline_root")
   require(isinstance(root, str) and bool(_URI_RE.match(root)), "pipeline_root",
           "must be a URI such as gs://bucket/root or minio://mlpipeline/v2/artifacts "
           f"(the pods cannot see this machine's files). Received: {root!r}")
-  pipeline = _pipeline_config(data.get("pipeline") or {})
   sections = data.get("components") or {}
   require(isinstance(sections, dict), "components",
           f"must be a mapping. Received: {type(sections).__name__}")
@@ -237,16 +240,29 @@ def from_mapping(data: Dict[str, Any]) -> KubeflowConfig:
             f"must be a mapping. Received: {type(section).__name__}")
     if name != DEFAULT_SECTION:
       components[str(name)] = _placement({**default, **(section or {})}, f"components.{name}.")
+  trainer = components.get("DistributedTrainer", components[DEFAULT_SECTION])
+  pipeline = _pipeline_config(data.get(settings.PIPELINE_SECTION), trainer)
   return KubeflowConfig(pipeline_root=root, pipeline=pipeline, components=components)
 
 
-def _pipeline_config(data: Dict[str, Any]) -> PipelineConfig:
+def _pipeline_config(data: Any, trainer: ComponentPlacement) -> PipelineConfig:
+  """The ``pipeline:`` section over config.default_config(source). A mesh layout without
+  a ``mesh`` gets run's default mesh for the trainer pod's GPUs (its accelerator count;
+  2x2 logical CPU devices without one)."""
   try:
-    config = PipelineConfig.from_dict(data).validate()
+    given = settings.from_mapping(data)
+    config = settings.build(given)
+    if config.trainer.layout == "mesh" and settings.last(given, "trainer.mesh") is None:
+      from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
+      gpus = trainer.accelerator.count if trainer.accelerator else 0
+      config = dataclasses.replace(config, trainer=dataclasses.replace(
+          config.trainer, mesh=devices.default_mesh(gpus, config.trainer.batch_size)))
+    config.validate()
   except ConfigError as e:
-    raise ConfigError(f"pipeline.{e.key}", str(e).split(": ", 1)[1]) from None
-  except TypeError as e:  # A value of the wrong shape, e.g. a list for a mapping.
-    raise ConfigError("pipeline", str(e)) from None
+    raise ConfigError(f"{settings.PIPELINE_SECTION}.{e.key}",
+                      settings.COMPILE.message(e.message)) from None
+  except TypeError as e:  # A value of the wrong shape inside a list, e.g. mesh: [a, b].
+    raise ConfigError(settings.PIPELINE_SECTION, str(e)) from None
   require(bool(_PIPELINE_NAME_RE.match(config.pipeline_name)), "pipeline.pipeline_name",
           "Kubeflow pipeline names must match [a-z0-9][a-z0-9-]{0,127}. "
           f"Received: {config.pipeline_name!r}")
@@ -287,4 +303,4 @@ def load(path: str) -> KubeflowConfig:
   try:
     return from_mapping(data or {})
   except ConfigError as e:
-    raise ConfigError(e.key, f"{str(e).split(': ', 1)[1]} (in {path})") from None
+    raise ConfigError(e.key, f"{e.message} (in {path})") from None

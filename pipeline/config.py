@@ -62,6 +62,15 @@ def default_trainer(source: str) -> TrainerConfig:
   return dataclasses.replace(TrainerConfig(), layout=RUN_LAYOUT, **overrides)
 
 
+def default_config(source: str = SYNTHETIC) -> "PipelineConfig":
+  """The one set of defaults for a data source, whatever runs it: ``tfx-parallel run``
+  (flags, ``--set``, ``--config``) and ``tfx-parallel compile`` (its YAML's ``pipeline:``
+  section) both start here (pipeline/settings.py ``build``), so a CSV gets the same
+  trainer locally and on Kubeflow."""
+  return PipelineConfig(example_gen=ExampleGenConfig(source=source),
+                        trainer=default_trainer(source), evaluator=default_evaluator(source))
+
+
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
   """The whole pipeline. Sub-configs are validated by their own `validate()`."""

@@ -20,88 +20,22 @@ C++ logs (``TF_CPP_MIN_LOG_LEVEL=0`` unless the user set it) reach the console.
 import datetime
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
-from typing import BinaryIO, List, Optional
+from typing import Callable, List, Optional
 
 from tfx_parallel.components.common import quiet
 from tfx_parallel.components.common import tfenv
 
 LOG_DIR = "logs"
 
-# (pattern, why it is harmless). Matched with re.search on one line of text.
-NOISE = (
-    (r"Unable to register cu(FFT|DNN|BLAS) factory",
-     "TensorFlow's C++ CUDA plugins register twice at import (TF 2.16); logged at ERROR "
-     "level on every machine, GPU or not, and it changes nothing"),
-    (r"TF-TRT Warning: Could not find TensorRT",
-     "TensorRT is optional; TensorFlow runs without it"),
-    (r"This TensorFlow binary is optimized to use available CPU instructions",
-     "a build note about CPU instruction sets"),
-    (r"oneDNN custom operations are on",
-     "a note that oneDNN may change float rounding slightly"),
-    (r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
-     "a note from C++ absl in gRPC / TensorFlow"),
-    (r"site-packages/.*: (FutureWarning|DeprecationWarning|PendingDeprecationWarning): ",
-     "a third-party library's deprecation notice (e.g. google.api_core on Python 3.10); "
-     "nothing the user can act on"),
-    (r"Compiled the loaded model, but the compiled metrics have yet to be built",
-     "tf_keras note when a SavedModel is loaded for evaluation only"),
-    (r"coordination_service_agent\.cc:\d+\] Coordination agent has successfully connected",
-     "multi_worker: TensorFlow's C++ coordination service says each worker joined the "
-     "cluster (INFO, logged through absl before TF_CPP_MIN_LOG_LEVEL applies)"),
-    (r"Tensor RefCount not reliable if buf_ points to a SubBuffer",
-     "multi_worker: logged at ERROR level by Tensor::RefCount() "
-     "(tensorflow/core/framework/tensor.cc) for a tensor that is a slice of another "
-     "buffer, as the collective all-reduce's are; it returns -1 and training goes on "
-     "(the recorded losses match the single layout's)"),
-    (r"^(ERROR:absl:)?Execution \d+ failed\.$",
-     "TFX's launcher logs it when a component fails; the CLI's own line names the "
-     "component and its error, and the log file has both"),
-) + quiet.LOG_NOISE  # TF's invalid node names, TFX's property predicates.
-_NOISE_RE = re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
-# A warnings.warn line is followed by the source line that raised it, indented.
-_WARNING_RE = re.compile(r": \w*Warning: ")
-
-
-def is_noise(line: str) -> bool:
-  """True if ``line`` is one of the known harmless lines of :data:`NOISE`."""
-  return bool(_NOISE_RE.search(line))
-
-
-class LineFilter:
-  """Decides, line by line, what reaches the console.
-
-  A dropped Python warning line (``path:line: FooWarning: message``) takes the
-  indented source line that follows it along. Every other line is kept.
-  """
-
-  def __init__(self):
-    self._drop_echo = False
-
-  def keep(self, line: str) -> bool:
-    if self._drop_echo and line[:1] in (" ", "\t"):
-      self._drop_echo = False
-      return False
-    self._drop_echo = False
-    if is_noise(line):
-      self._drop_echo = bool(_WARNING_RE.search(line))
-      return False
-    return True
-
-
-def filter_lines(source: BinaryIO, console: BinaryIO, log: BinaryIO) -> None:
-  """Copies every line of ``source`` to ``log`` and the kept ones to ``console``,
-  until end of file. Bytes that are not UTF-8 are passed through unchanged."""
-  keep = LineFilter().keep
-  for raw in iter(source.readline, b""):
-    log.write(raw)
-    log.flush()
-    if keep(raw.decode("utf-8", errors="replace")):
-      console.write(raw)
-      console.flush()
+# The known noise and the line filter are quiet.py's, shared with tfxp.quiet() (a
+# pipeline of the user's own) and `tfx-parallel compile`.
+NOISE = quiet.NOISE
+is_noise = quiet.is_noise
+LineFilter = quiet.LineFilter
+filter_lines = quiet.filter_lines
 
 
 def _filter_main(argv: List[str]) -> int:
@@ -136,6 +70,23 @@ class FileOnly(logging.Filter):
     return not getattr(record, "file_only", False)
 
 
+# The streams a logging handler writes to the console with.
+_CONSOLE_STREAMS = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+
+
+class _RewritingFormatter(logging.Formatter):
+  """A Formatter whose text goes through ``console.rewrite`` when it is set."""
+
+  def __init__(self, fmt: str, console: "Console"):
+    super().__init__(fmt)
+    self._console = console
+
+  def format(self, record: logging.LogRecord) -> str:
+    text = super().format(record)
+    rewrite = self._console.rewrite
+    return rewrite(text) if rewrite is not None else text
+
+
 def log_path_for(home: str, pipeline_name: str,
                  now: Optional[datetime.datetime] = None) -> str:
   now = now or datetime.datetime.now()
@@ -151,9 +102,13 @@ class Console:
 
   def __init__(self, home: str, pipeline_name: str, verbose: bool = False):
     self.verbose = verbose
+    # Applied to each console log line: the command names settings in its own form
+    # (the CLI sets it: settings.Form.message); the log file keeps the original.
+    self.rewrite: Optional[Callable[[str], str]] = None
     self.log_path = log_path_for(home, pipeline_name)
     os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
     self._handlers: List[logging.Handler] = []
+    self._displaced: List[logging.Handler] = []
     self._root_level = logging.getLogger().level
     self._filter: Optional[subprocess.Popen] = None
     self._saved_stderr: Optional[int] = None
@@ -167,6 +122,7 @@ class Console:
 
   def _start_filter(self):
     sys.stderr.flush()
+    os.environ[quiet.STDERR_FILTERED_ENV] = "1"  # The processes it starts are filtered too.
     read_end, write_end = os.pipe()
     self._saved_stderr = os.dup(2)
     self._filter = subprocess.Popen(
@@ -185,10 +141,16 @@ class Console:
         "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d] %(message)s"))
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.INFO if self.verbose else logging.WARNING)
-    console.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+    console.setFormatter(_RewritingFormatter("%(levelname)s:%(name)s:%(message)s", self))
     console.addFilter(FileOnly())
     if not self.verbose:
       console.addFilter(NoiseLogFilter())
+    # A console handler already on the root logger (logging.basicConfig, called by some
+    # library in a user's script) would print every INFO record: set aside until close.
+    self._displaced = [h for h in root.handlers if type(h) is logging.StreamHandler  # pylint: disable=unidiomatic-typecheck
+                       and getattr(h, "stream", None) in _CONSOLE_STREAMS]
+    for handler in self._displaced:
+      root.removeHandler(handler)
     for handler in (file_handler, console):
       root.addHandler(handler)
       self._handlers.append(handler)
@@ -207,6 +169,9 @@ class Console:
       root.removeHandler(handler)
       handler.close()
     self._handlers = []
+    for handler in self._displaced:
+      root.addHandler(handler)
+    self._displaced = []
     root.setLevel(self._root_level)
     logging.captureWarnings(False)
     if self._filter is not None:

@@ -70,3 +70,57 @@ def _run(config: config_lib.PipelineConfig, home: str) -> str:
                config.pipeline_name, pipeline_root, metadata_path)
   LocalDagRunner().run(pipeline)
   return metadata_path
+
+
+def run_pipeline(pipeline, verbose: bool = False) -> str:
+  """Runs a TFX pipeline of the user's own (any components, a SQLite ML Metadata
+  connection) with LocalDagRunner and ``tfx-parallel run``'s console: the project's
+  lines and real warnings (the rest goes to ``<metadata dir>/logs/``), one line per
+  component as it starts and ends, and the run's summary read back from ML Metadata
+  when it has a ConvergenceEvaluator. Returns the ML Metadata path; a component's error
+  is printed in one line (the settings it suggests as the config to pass them to, e.g.
+  ``TrainerConfig(skip_missing_labels=True)``; the traceback in the log file) and
+  raised."""
+  import sys  # pylint: disable=g-import-not-at-top
+  import logging as std_logging  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import console as console_lib, run_progress, settings, summary  # pylint: disable=g-import-not-at-top
+  connection = pipeline.metadata_connection_config
+  require(connection is not None and connection.HasField("sqlite"),
+          "metadata_connection_config", "run_pipeline reads the run back from a SQLite "
+          "store: pass sqlite_metadata_connection_config(path). Received: "
+          f"{type(connection).__name__ if connection is not None else None}")
+  metadata_path = os.path.abspath(connection.sqlite.filename_uri)
+  name = pipeline.pipeline_info.pipeline_name
+  with console_lib.Console(os.path.dirname(metadata_path), name, verbose=verbose) as console:
+    node_ids = [c.id for c in pipeline.components]
+    print(f"tfx-parallel: pipeline {name}, {len(node_ids)} components; log: "
+          f"{_relative(console.log_path)}", flush=True)
+    progress = run_progress.ComponentProgress(node_ids,
+                                              lambda: summary.open_store(metadata_path))
+    root = std_logging.getLogger()
+    root.addHandler(progress)
+    try:
+      LocalDagRunner().run(pipeline)
+    except Exception as e:
+      where = progress.current or "the pipeline"
+      std_logging.getLogger(__name__).error("%s failed", where, exc_info=True,
+                                            extra={"file_only": True})
+      sys.stdout.flush()
+      # The settings it suggests, as the config dataclass to pass them to.
+      message = settings.PYTHON.message(str(e), settings.SECTION_OF_COMPONENT.get(where))
+      print(f"tfx-parallel: {where} failed: {type(e).__name__}: {message}\n"
+            f"tfx-parallel: the traceback and every log line are in "
+            f"{_relative(console.log_path)}", file=sys.stderr, flush=True)
+      raise
+    finally:
+      root.removeHandler(progress)
+    summary.print_summary(metadata_path, name, console.log_path, _relative,
+                          only_with_metrics=True)
+  return metadata_path
+
+
+def _relative(path: str) -> str:
+  """``path`` relative to the working directory when it is under it (shorter lines)."""
+  relative = os.path.relpath(path)
+  return path if relative.startswith("..") else relative

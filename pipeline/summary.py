@@ -160,3 +160,16 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
   if log_path:
     lines.append(f"log        {log_path}")
   return "\n".join(lines)
+
+
+def print_summary(metadata_path: str, pipeline_name: str, log_path: Optional[str] = None,
+                  relative: Callable[[str], str] = str, only_with_metrics: bool = False):
+  """Prints the summary of the newest run of ``pipeline_name`` (format_summary) under its
+  header; with ``only_with_metrics``, nothing for a run without ConvergenceMetrics (a
+  pipeline without our evaluator)."""
+  found = latest_run(open_store(metadata_path), pipeline_name)
+  if only_with_metrics and not (found or {}).get("ConvergenceMetrics"):
+    return
+  print(f"=== tfx-parallel summary (read from ML Metadata: {relative(metadata_path)}) ===")
+  print(format_summary(found, relative(log_path) if log_path else None, relative) if found
+        else "no run found in ML Metadata", flush=True)

@@ -1,9 +1,7 @@
-"""Issue #25, one place per fact: `tfx-parallel run`'s defaults are the config's.
-
-Every run flag that sets a config key takes its default from the config (ExampleGenConfig,
-PipelineConfig, and config_lib.default_trainer: TrainerConfig's defaults with what the CLI
-changes for a data source, listed once). A literal default in the argparse setup that
-differs from the config fails here, key by key; so does a new flag nobody classified."""
+"""`tfx-parallel run`'s defaults are the config's, for the data source: behaviour, not
+constants. Each flag is a shorthand for one setting (cli.FLAG_SETTINGS) and changes only
+that setting; a run without flags trains config.default_config(source) (issue 25, one
+place per fact; issue 38, one set of defaults for run and compile)."""
 import argparse
 import dataclasses
 
@@ -13,26 +11,12 @@ from tfx_parallel.components.common import keys
 from tfx_parallel.components.distributed_trainer import config as trainer_lib
 from tfx_parallel.components.distributed_trainer.plan import devices
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.pipeline import cli
 from tfx_parallel.pipeline import config as config_lib
+from tfx_parallel.pipeline import settings
 
-# flag dest -> (which config, key)
-TRAINER_FLAGS = {
-    "layout": "layout", "device": "device", "require_gpu": "require_gpu",
-    "gpu_memory": "gpu_memory", "device_memory": "device_memory", "workers": "workers",
-    "module_file": "module_file", "module_path": "module_path", "hparams": "hparams",
-    "task": "task", "steps": "steps", "epochs": "epochs", "batch_size": "batch_size",
-    "optimizer": "optimizer", "input_cache": "cache"}
-EXAMPLE_GEN_FLAGS = {"data": "source", "label": "label", "rows": "rows",
-                     "features": "num_features"}
-PIPELINE_FLAGS = {"pipeline_name": "pipeline_name", "with_tfma": "with_tfma",
-                  "enable_cache": "enable_cache"}
-# Default None: the value depends on --data (default_trainer) or on the devices and the
-# layout (devices.default_mesh, cli._devices), and is checked below through the config.
-LATE_FLAGS = {"model", "learning_rate", "mesh", "devices"}
 # Flags that set no config key.
-CLI_ONLY = {"help", "home", "verbose", "beam_arg", "runner", "dask_address"}
+CLI_ONLY = {"help", "home", "verbose", "beam_arg", "runner", "dask_address", "config", "set"}
 # Enums: flag dest -> the config's one list of names.
 CHOICES = {"layout": trainer_lib.LAYOUTS, "model": trainer_lib.MODELS,
            "optimizer": trainer_lib.OPTIMIZERS, "input_cache": trainer_lib.CACHE_MODES,
@@ -49,23 +33,62 @@ def _run(*flags):
   return cli.config_from_args(cli.build_parser().parse_args(["run", *flags]))
 
 
-def test_every_flag_is_classified():
-  assert set(_actions()) == (set(TRAINER_FLAGS) | set(EXAMPLE_GEN_FLAGS) | set(PIPELINE_FLAGS)
-                             | LATE_FLAGS | CLI_ONLY)
+def _get(config, key):
+  for name in key.split("."):
+    config = getattr(config, name)
+  return config
 
 
-def test_every_flag_default_is_the_configs_key_by_key():
+def _flag_value(dest, action, default):
+  """argv for one flag and the value it must put at its key: not the default."""
+  if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):  # pylint: disable=protected-access
+    return [], not default
+  if action.choices:
+    value = next(c for c in action.choices if c != default)
+    return [value], value
+  if dest == "mesh":
+    return ["1x3"], (1, 3)
+  if dest == "hparams":
+    return ['{"units": 8}'], {"units": 8}
+  if action.type in (int, float):
+    return [str((default or 0) + 2)], action.type((default or 0) + 2)
+  return ["given-value"], "given-value"
+
+
+def test_every_flag_sets_its_setting_or_is_cli_only():
+  assert set(_actions()) == set(cli.FLAG_SETTINGS) | CLI_ONLY
+  for dest, key in cli.FLAG_SETTINGS.items():
+    settings.resolve(key, dest)  # A real setting (raises otherwise).
+
+
+@pytest.mark.parametrize("dest", sorted(cli.FLAG_SETTINGS))
+def test_each_flag_changes_its_setting_and_nothing_else(dest):
+  """The flag's value lands at its key; every other key keeps the run's default."""
+  key = cli.FLAG_SETTINGS[dest]
+  base = _run("--data", "x.csv", "--device", "cpu", "--layout", "single")
+  action = _actions()[dest]
+  args, want = _flag_value(dest, action, _get(base, key))
+  flag = cli.flag_of(dest)
+  assert flag in action.option_strings
+  fixed = [f for f in (["--data", "x.csv"], ["--device", "cpu"], ["--layout", "single"])
+           if f[0] != flag]
+  got = _run(*[x for f in fixed for x in f], flag, *args)
+  assert _get(got, key) == want
+  before, after = dataclasses.asdict(base), dataclasses.asdict(got)
+  changed = {f"{section}.{k}" for section in ("example_gen", "trainer", "evaluator")
+             for k in before[section] if before[section][k] != after[section][k]}
+  changed |= {k for k in before if not isinstance(before[k], dict) and before[k] != after[k]}
+  if dest == "data":  # The source decides the trainer's and the evaluator's defaults.
+    return
+  assert changed == {key}, changed
+
+
+def test_every_flag_defaults_to_not_given():
+  """No flag carries a default of its own: the config's defaults apply, so a flag left
+  out never overrides --config's file."""
   actions = _actions()
-  trainer = config_lib.default_trainer(ExampleGenConfig().source)
-  wrong = {}
-  for dests, config in ((TRAINER_FLAGS, trainer), (EXAMPLE_GEN_FLAGS, ExampleGenConfig()),
-                        (PIPELINE_FLAGS, config_lib.PipelineConfig())):
-    for dest, key in dests.items():
-      if actions[dest].default != getattr(config, key):
-        wrong[dest] = (actions[dest].default, getattr(config, key))
-  assert not wrong, f"flag default != config default: {wrong}"
+  assert all(actions[dest].default is None for dest in cli.FLAG_SETTINGS)
   assert actions["home"].default == config_lib.DEFAULT_HOME
-  assert all(actions[dest].default is None for dest in LATE_FLAGS)
 
 
 def test_every_choice_list_is_the_configs_enum():
@@ -74,15 +97,25 @@ def test_every_choice_list_is_the_configs_enum():
 
 
 @pytest.mark.parametrize("data", ["synthetic", "taxi", "my/data-*.csv"])
-def test_a_run_without_flags_trains_default_trainer_of_its_source(data):
-  """The whole trainer config, key by key; the mesh is fitted to the devices (2x2 on
-  logical CPU devices)."""
-  got = dataclasses.asdict(_run("--data", data, "--device", "cpu").trainer)
-  want = dataclasses.asdict(config_lib.default_trainer(data))
-  assert got.pop("mesh") == devices.default_mesh(0, want["batch_size"])
-  assert got.pop("device") == "cpu"
-  want.pop("mesh"), want.pop("device")
-  assert got == want
+def test_a_run_without_flags_trains_the_default_config_of_its_source(data):
+  """The whole config, key by key; the mesh is fitted to the devices (2x2 on logical CPU
+  devices)."""
+  got = _run("--data", data, "--device", "cpu")
+  want = config_lib.default_config(data)
+  assert got.trainer.mesh == devices.default_mesh(0, want.trainer.batch_size)
+  assert dataclasses.replace(got.trainer, mesh=want.trainer.mesh, device=want.trainer.device) \
+      == want.trainer
+  assert (got.example_gen, got.evaluator) == (want.example_gen, want.evaluator)
+
+
+def test_a_csv_trains_the_mlp_on_standardised_features_and_synthetic_the_linear_model():
+  """What the source changes, seen in the config a run gets (not restated: the model
+  each trains is decided by default_trainer alone)."""
+  csv, synthetic = _run("--data", "my.csv").trainer, _run().trainer
+  assert (csv.model, csv.normalize) == ("mlp", True)
+  assert (synthetic.model, synthetic.normalize) == ("linear", False)
+  assert _run("--data", "my.csv", "--model", "linear").trainer.model == "linear"
+  assert _run("--set", "example_gen.source=my.csv").trainer.model == "mlp"
 
 
 def test_devices_default_to_the_configs_for_mirrored_and_auto():
@@ -97,20 +130,11 @@ def test_devices_default_to_the_configs_for_mirrored_and_auto():
   assert _run("--layout", "auto", "--devices", "4").trainer.devices == 4
 
 
-def test_default_trainer_differs_from_trainer_config_only_where_listed():
-  """What `tfx-parallel run` changes from the Python defaults, per source; anything else
-  differing is a second definition of a default."""
-  base = dataclasses.asdict(TrainerConfig())
-  for source, changed in (("synthetic", {"layout": "mesh", "learning_rate": 0.05}),
-                          ("taxi", {"layout": "mesh", "model": "mlp", "normalize": True})):
-    run = dataclasses.asdict(config_lib.default_trainer(source))
-    assert {k: v for k, v in run.items() if base[k] != v} == changed, source
-
-
-def test_the_python_defaults_are_adam_at_0_01():
-  """#26: SGD at 0.1 diverged on the raw taxi columns; the README's drop-in block had to
-  set Adam at 0.01. That is now the default."""
-  assert (TrainerConfig().optimizer, TrainerConfig().learning_rate) == ("adam", 0.01)
+def test_multi_worker_sizes_the_shards_for_its_workers_unless_told():
+  assert _run("--layout", "multi_worker", "--workers", "3").example_gen.num_workers == 3
+  assert _run("--layout", "single", "--workers", "3").example_gen.num_workers == 1
+  assert _run("--layout", "multi_worker", "--set",
+              "example_gen.num_workers=1").example_gen.num_workers == 1
 
 
 def test_help_prints_the_configs_defaults():
@@ -123,3 +147,4 @@ def test_help_prints_the_configs_defaults():
   assert f"default: {t.learning_rate:g} for synthetic data, {csv.learning_rate:g} for " \
          f"CSV/taxi" in text
   assert f"default: {t.model} for synthetic data, {csv.model} for CSV/taxi" in text
+  assert f"(default: {t.epochs})" in text

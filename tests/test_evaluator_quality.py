@@ -304,19 +304,16 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
   assert skipped.examples == 30
   assert skipped.mse == pytest.approx(_reference(y[:30].astype(np.float64), predictions)["mse"],
                                       rel=1e-5)
-  with pytest.raises(ValueError, match=r"is required but could not be found\. Examples without "
-                                       r"the label can be skipped with "
-                                       r"evaluator\.skip_missing_labels=true"):
+  with pytest.raises(ValueError, match=r"is required but could not be found\. To skip the "
+                                       r"examples without the label, set "
+                                       r"skip_missing_labels=true"):
     quality.evaluate(model_dir, examples.uri, "eval", "label", 8)
   # Who decides: the evaluator's config, else what the trainer did, else its default.
   from tfx_parallel.components.common.run_history import RunHistory  # pylint: disable=g-import-not-at-top
   decide = executor.skip_missing_labels
-  assert decide(EvaluatorConfig(), RunHistory()) is task_contract.SKIP_MISSING_LABELS is True
+  assert decide(EvaluatorConfig(), RunHistory()) is task_contract.SKIP_MISSING_LABELS is False
   assert decide(EvaluatorConfig(), RunHistory(skipped_examples=10)) is True
-  # The trainer's recorded policy: it failed on missing labels, so the evaluator does too.
-  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=0,
-                                              missing_labels={"policy": "fail"})) is False
-  assert decide(EvaluatorConfig(), RunHistory(missing_labels={"policy": "skip"})) is True
+  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=0)) is False
   assert decide(EvaluatorConfig(skip_missing_labels=False),
                 RunHistory(skipped_examples=10)) is False
   assert decide(EvaluatorConfig(skip_missing_labels=True), RunHistory()) is True

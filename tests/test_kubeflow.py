@@ -268,6 +268,63 @@ def test_cli_writes_the_package(tmp_path, capsys):
   assert not (tmp_path / "x.yaml").exists()
 
 
+# Console lines `tfx-parallel compile` may print: its own, prefixed. Anything else (TF's
+# C++ registration notes, google.api_core's FutureWarnings, TFX's absl warnings: 36 lines
+# before issue 38) is noise and fails the test.
+_COMPILE_LINE = re.compile(r"^(Wrote Kubeflow pipeline package |tfx-parallel compile: warning: )")
+
+
+def test_compile_is_quiet_and_warns_about_placeholders_and_local_paths(tmp_path):
+  """The packaged default config, with a CSV of this machine as its data source: three
+  warnings naming the YAML keys, the one line of the package, and nothing else."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "rows.csv"
+  data.write_text("x,y\n1,2\n")
+  with open(compiler.DEFAULT_CONFIG) as f:
+    mapping = yaml.safe_load(f)
+  mapping["pipeline"]["example_gen"] = {"source": str(tmp_path / "*.csv"), "label": "y"}
+  path = tmp_path / "kubeflow.yaml"
+  path.write_text(yaml.safe_dump(mapping))
+  proc = subprocess.run([sys.executable, "-m", "tfx_parallel.pipeline.cli", "compile",
+                         "--config", str(path), "--output", str(tmp_path / "p.yaml")],
+                        capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = (proc.stdout + proc.stderr).splitlines()
+  noise = [line for line in lines if not _COMPILE_LINE.match(line)]
+  assert not noise, f"{len(noise)} lines of noise:\n" + "\n".join(noise[:40])
+  warnings = [line.split("warning: ", 1)[1] for line in lines if "warning: " in line]
+  assert len(warnings) == 3 and len(lines) == 4, lines
+  assert warnings[0].startswith("pipeline_root 'gs://your-bucket/tfx-parallel' is the "
+                                "placeholder")
+  assert warnings[1].startswith("components.ConvergenceEvaluator.image, "
+                                "components.DistributedTrainer.image, ")
+  assert warnings[2].startswith(f"pipeline.example_gen.source '{tmp_path}/*.csv' matches 1 "
+                                f"file(s) on this machine")
+
+
+def test_a_config_of_ones_own_compiles_without_warnings(tmp_path):
+  config = config_lib.from_mapping(fixture_mapping())
+  assert compiler.warnings_of(config) == []
+  for source in ("gs://b/data/*.csv", "/mnt/data/*.csv", "synthetic", "taxi"):
+    changed = _with("pipeline.example_gen.source", source)
+    assert compiler.warnings_of(config_lib.from_mapping(changed)) == [], source
+  relative = config_lib.from_mapping(_with("pipeline.example_gen.source", "data/x.csv"))
+  assert compiler.warnings_of(relative) == [
+      "pipeline.example_gen.source 'data/x.csv' is relative to this machine's working "
+      "directory; the pods read their own file system: use a bucket URI (gs://, s3://) or "
+      "a path mounted in the pods (components.PartitionedExampleGen.pvc_mounts)"]
+
+
+def test_compile_names_a_bad_pipeline_setting_by_its_yaml_path():
+  with pytest.raises(ConfigError, match=r"^pipeline\.trainer\.epoch: unknown setting; close "
+                                        r"matches: \['trainer\.epochs'"):
+    config_lib.from_mapping(_with("pipeline.trainer.epoch", 3))
+  with pytest.raises(ConfigError, match=r"^pipeline\.trainer\.epochs: must be an integer. "
+                                        r"Received: pipeline\.trainer\.epochs: 'x'"):
+    config_lib.from_mapping(_with("pipeline.trainer.epochs", "x"))
+
+
 def test_golden_package(documents):
   """Regenerate with: UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_kubeflow.py -k golden"""
   actual = yaml.safe_dump_all(normalize(documents), sort_keys=True)

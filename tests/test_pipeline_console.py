@@ -332,3 +332,18 @@ def test_an_error_inside_a_component_reaches_the_console_with_its_message(tmp_pa
   log_path = re.search(r"every log line are in (\S+)", proc.stderr).group(1)
   with open(log_path if os.path.isabs(log_path) else os.path.join(os.getcwd(), log_path)) as f:
     assert "Traceback (most recent call last)" in f.read()
+
+
+def test_console_log_lines_name_settings_in_the_commands_form(tmp_path, capsys):
+  """A component's warning suggests `set column_types.x='float'`; `run`'s console says
+  `add --set example_gen.column_types.x=float` (the log file keeps the original)."""
+  from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
+  with console.Console(str(tmp_path), "p", verbose=True) as c:
+    c.rewrite = lambda text: cli.RUN_FORM.message(text, "example_gen")
+    logging.getLogger("absl").warning("column 'x' is a string column: if it is numeric, "
+                                      "set column_types.x='float'.")
+  err = capsys.readouterr().err
+  assert "WARNING:absl:column 'x' is a string column: if it is numeric, add --set " \
+         "example_gen.column_types.x=float." in err
+  with open(c.log_path) as f:
+    assert "set column_types.x='float'." in f.read()

@@ -62,6 +62,39 @@ def test_the_readme_pipeline_runs_as_written_and_pushes(readme_run):
   assert evaluation, "the stock Evaluator wrote no evaluation"
 
 
+# What the README's Python pipeline may print (issue 38, item 9): the lines of
+# `tfx-parallel run`'s console -- the first line, one start / end line per component,
+# the trainer's lines, the summary -- and warnings and errors logged by name. Anything
+# else (TF's C++ notes, google.api_core's FutureWarnings, INFO logs: 75-86 stderr lines
+# with quiet() before issue 38) fails the test.
+PROJECT_LINE = re.compile(
+    r"^(tfx-parallel: |\[\d+/\d+\] \w+: |\[(trainer|evaluator|example_gen)\] |"
+    r"=== tfx-parallel summary |(layout|training|eval|learned|blessed|model|metrics|log) +\S)")
+WARNING_LINE = re.compile(r"^(WARNING|ERROR):[\w.]+:")
+
+
+@pytest.mark.slow
+def test_a_python_pipeline_prints_the_project_lines_and_its_verdict(readme_run):
+  _, proc = readme_run
+  assert proc.returncode == 0, proc.stderr[-5000:]
+  lines = (proc.stdout + proc.stderr).splitlines()
+  noise = [line for line in lines if not (PROJECT_LINE.match(line) or WARNING_LINE.match(line))]
+  assert not noise, f"{len(noise)} of {len(lines)} lines are noise:\n" + "\n".join(noise[:60])
+  warnings = [line for line in lines if WARNING_LINE.match(line)]
+  assert len(warnings) <= 3, warnings  # Real warnings are few; a flood is noise.
+  out = proc.stdout.splitlines()
+  assert out[0].startswith("tfx-parallel: pipeline my-pipeline, 7 components; log: logs/")
+  for i, name in enumerate(["PartitionedExampleGen", "StatisticsGen", "SchemaGen",
+                            "DistributedTrainer", "ConvergenceEvaluator", "Evaluator",
+                            "Pusher"]):
+    assert any(re.match(rf"\[\d/7\] {name}: done in ", line) for line in out), name
+  verdict = [line for line in out if re.match(r"\[\d/7\] ConvergenceEvaluator: done", line)]
+  assert re.search(r": (converged|improving|stalled|diverged), eval accuracy \S+", verdict[0])
+  summary = out[out.index(next(l for l in out if l.startswith("=== tfx-parallel summary"))):]
+  assert [l.split()[0] for l in summary[1:]] == ["layout", "training", "eval", "blessed",
+                                                 "model", "metrics", "log"], summary
+
+
 @pytest.mark.slow
 def test_a_quiet_python_pipeline_ends_without_teardown_noise(readme_run):
   """Issue 31, case 7: no "Exception ignored in: <function AtomicFunction.__del__", no

@@ -17,6 +17,7 @@ class ConfigError(ValueError):
 
   def __init__(self, key: str, message: str):
     self.key = key
+    self.message = message
     super().__init__(f"{key}: {message}")
 
 
@@ -24,6 +25,17 @@ def require(condition: bool, key: str, message: str):
   """Raises ConfigError(key, message) unless condition holds."""
   if not condition:
     raise ConfigError(key, message)
+
+
+def suggest(key: str, value: Any) -> str:
+  """How a message suggests a setting: ``set KEY=VALUE`` (VALUE in YAML, e.g. ``true``).
+  KEY is the component config's field, or ``SECTION.KEY`` for another component's
+  (``trainer.skip_missing_labels``). The command that shows the message rewrites it in
+  the form its user types (pipeline/settings.py: ``--set trainer.KEY=VALUE`` on
+  ``tfx-parallel run``, the YAML path on ``compile``); the Python API keeps it."""
+  if isinstance(value, bool):
+    value = "true" if value else "false"
+  return f"set {key}={value}"
 
 
 def to_json(config) -> str:

@@ -1,19 +1,25 @@
-"""Keeps known, harmless library noise off the console of a pipeline the user builds.
+"""Keeps known, harmless library noise off the console: one list, three consoles.
 
-``tfx-parallel run`` filters its console (pipeline/console.py). A pipeline of the user's
-own (their script, our components, LocalDagRunner) has no such filter; calling
-:func:`quiet` once at its top gives it the same quiet for the lines below, with no
-other effect: only records and messages matching :data:`LOG_NOISE` /
-:data:`TEARDOWN_NOISE` are dropped (from the ``tensorflow``, ``absl`` and Beam's
-DoFnRunner loggers, and from ``sys.unraisablehook``), and Beam's copy of an exception
-it raises next (:func:`is_reraised`); every other line is untouched, and the root logger's
-level and handlers are not changed. The training process the trainer starts inherits
-:data:`QUIET_ENV` and calls :func:`install_if_asked`.
+:data:`NOISE` lists the console lines known to be harmless, each with its reason
+(TensorFlow's C++ start-up notes, third-party deprecation warnings, ...), and
+:data:`LOG_NOISE` the log records. ``tfx-parallel run`` and ``compile`` filter their
+console with them (pipeline/console.py: the lines go to a log file). A pipeline of the
+user's own (their script, our components, LocalDagRunner) calls :func:`quiet` once, at
+its top: the log records of :data:`LOG_NOISE` are dropped (from the ``tensorflow``,
+``absl`` and Beam's DoFnRunner loggers), and Beam's copy of an exception it raises next
+(:func:`is_reraised`), teardown errors of :data:`TEARDOWN_NOISE` (``sys.unraisablehook``),
+and the console lines of :data:`NOISE` (file descriptor 2 goes through a filter
+process). Every other line is untouched, and the root logger's level and handlers are
+not changed. The training process the trainer starts inherits :data:`QUIET_ENV` and
+calls :func:`install_if_asked`.
 """
 import logging
 import os
 import re
+import signal
+import subprocess
 import sys
+from typing import BinaryIO
 
 # Set by quiet(); a child process (the trainer's training process) reads it.
 QUIET_ENV = "TFX_PARALLEL_QUIET"
@@ -32,6 +38,93 @@ LOG_NOISE = (
      "uses no property predicates"),
 )
 _LOG_NOISE_RE = re.compile("|".join(f"(?:{p})" for p, _ in LOG_NOISE))
+
+# (pattern, why it is harmless) for whole console lines: Python logging, warnings, and
+# what TensorFlow's C++ code writes to file descriptor 2. Matched with re.search.
+NOISE = (
+    (r"Unable to register cu(FFT|DNN|BLAS) factory",
+     "TensorFlow's C++ CUDA plugins register twice at import (TF 2.16); logged at ERROR "
+     "level on every machine, GPU or not, and it changes nothing"),
+    (r"TF-TRT Warning: Could not find TensorRT",
+     "TensorRT is optional; TensorFlow runs without it"),
+    (r"This TensorFlow binary is optimized to use available CPU instructions",
+     "a build note about CPU instruction sets"),
+    (r"oneDNN custom operations are on",
+     "a note that oneDNN may change float rounding slightly"),
+    (r"All log messages before absl::InitializeLog\(\) is called are written to STDERR",
+     "a note from C++ absl in gRPC / TensorFlow"),
+    (r"site-packages/.*: (FutureWarning|DeprecationWarning|PendingDeprecationWarning): ",
+     "a third-party library's deprecation notice (e.g. google.api_core on Python 3.10); "
+     "nothing the user can act on"),
+    (r"Compiled the loaded model, but the compiled metrics have yet to be built",
+     "tf_keras note when a SavedModel is loaded for evaluation only"),
+    (r"No training configuration found in save file, so the model was \*not\* compiled",
+     "tf_keras note (tf_keras/src/saving/legacy/saved_model/load.py:181) when TFMA, the "
+     "Pusher or the evaluator loads the exported serving model, which has no optimizer "
+     "and is never trained again"),
+    (r"local_rendezvous\.cc:\d+\] Local rendezvous is aborting with status: OUT_OF_RANGE: "
+     r"End of sequence",
+     "TF 2.16 logs it (W) each time a tf.data iterator reaches the end of its data, the "
+     "normal end of an evaluation pass (tensorflow/core/framework/local_rendezvous.cc)"),
+    (r"DEFAULT_IMAGE_PATH_KEY is not found in default_image",
+     "`tfx-parallel compile`: TFX 1.16 logs it when the default image *is* given (the "
+     "test in tfx/orchestration/kubeflow/v2/pipeline_builder.py _check_default_image is "
+     "inverted); every component gets its image from the config"),
+    (r"coordination_service_agent\.cc:\d+\] Coordination agent has successfully connected",
+     "multi_worker: TensorFlow's C++ coordination service says each worker joined the "
+     "cluster (INFO, logged through absl before TF_CPP_MIN_LOG_LEVEL applies)"),
+    (r"Tensor RefCount not reliable if buf_ points to a SubBuffer",
+     "multi_worker: logged at ERROR level by Tensor::RefCount() "
+     "(tensorflow/core/framework/tensor.cc) for a tensor that is a slice of another "
+     "buffer, as the collective all-reduce's are; it returns -1 and training goes on "
+     "(the recorded losses match the single layout's)"),
+    (r"^(ERROR:absl:)?Execution \d+ failed\.$",
+     "TFX's launcher logs it when a component fails; the CLI's own line names the "
+     "component and its error, and the log file has both"),
+) + LOG_NOISE  # TF's invalid node names, TFX's property predicates.
+_NOISE_RE = re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
+# A warnings.warn line is followed by the source line that raised it, indented.
+_WARNING_RE = re.compile(r": \w*Warning: ")
+
+
+def is_noise(line: str) -> bool:
+  """True if ``line`` is one of the known harmless lines of :data:`NOISE`."""
+  return bool(_NOISE_RE.search(line))
+
+
+class LineFilter:
+  """Decides, line by line, what reaches the console.
+
+  A dropped Python warning line (``path:line: FooWarning: message``) takes the
+  indented source line that follows it along. Every other line is kept.
+  """
+
+  def __init__(self):
+    self._drop_echo = False
+
+  def keep(self, line: str) -> bool:
+    if self._drop_echo and line[:1] in (" ", "\t"):
+      self._drop_echo = False
+      return False
+    self._drop_echo = False
+    if is_noise(line):
+      self._drop_echo = bool(_WARNING_RE.search(line))
+      return False
+    return True
+
+
+def filter_lines(source: BinaryIO, console: BinaryIO, log: BinaryIO) -> None:
+  """Copies every line of ``source`` to ``log`` and the kept ones to ``console``,
+  until end of file. Bytes that are not UTF-8 are passed through unchanged."""
+  keep = LineFilter().keep
+  for raw in iter(source.readline, b""):
+    log.write(raw)
+    log.flush()
+    if keep(raw.decode("utf-8", errors="replace")):
+      console.write(raw)
+      console.flush()
+
+
 
 # (object repr pattern, exception type name, why) for exceptions raised in __del__.
 TEARDOWN_NOISE = (
@@ -90,15 +183,49 @@ _FILTER = LogNoiseFilter()
 
 
 def quiet() -> None:
-  """Drops the known library noise of :data:`LOG_NOISE` and :data:`TEARDOWN_NOISE` in this
-  process and in the training processes it starts. Idempotent."""
+  """Drops the known library noise in this process and in the training processes it
+  starts: log records of :data:`LOG_NOISE`, teardown errors of :data:`TEARDOWN_NOISE`,
+  and every console line of :data:`NOISE` (TensorFlow's C++ start-up notes, third-party
+  deprecation warnings: file descriptor 2 goes through a small filter process, as on
+  ``tfx-parallel run``'s console). Sets ``TF_CPP_MIN_LOG_LEVEL=2`` unless set, as each
+  of the executors does: call it first, before TensorFlow is imported, and TF's C++ INFO
+  and WARNING notes stay off too. Every other line reaches the console. Idempotent."""
   os.environ[QUIET_ENV] = "1"
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   for name in ("tensorflow", "absl", BEAM_RERAISE_LOGGER):
     logger = logging.getLogger(name)
     if _FILTER not in logger.filters:
       logger.addFilter(_FILTER)
   if not getattr(sys.unraisablehook, "tfx_parallel_quiet", False):
     sys.unraisablehook = _teardown_hook(sys.unraisablehook)
+  _filter_stderr()
+
+
+# Set in a process whose file descriptor 2 already goes through a line filter (and
+# inherited by the processes it starts): no second filter.
+STDERR_FILTERED_ENV = "TFX_PARALLEL_STDERR_FILTERED"
+
+
+# The filter process (not ``-m``: the package imports this module first).
+_FILTER_COMMAND = ("import sys; from tfx_parallel.components.common import quiet; "
+                   "sys.exit(quiet.filter_main())")
+
+
+def _filter_stderr() -> None:
+  """Sends file descriptor 2 through a filter process (:func:`filter_main`). The filter ends when the last process
+  holding the pipe exits, after copying the lines it has, so none is lost."""
+  if os.environ.get(STDERR_FILTERED_ENV):
+    return
+  os.environ[STDERR_FILTERED_ENV] = "1"
+  env = {k: v for k, v in os.environ.items() if k != QUIET_ENV}
+  sys.stderr.flush()
+  read_end, write_end = os.pipe()
+  saved = os.dup(2)
+  subprocess.Popen([sys.executable, "-c", _FILTER_COMMAND], stdin=read_end, stdout=saved, stderr=saved, close_fds=True, env=env)
+  os.close(read_end)
+  os.close(saved)
+  os.dup2(write_end, 2)
+  os.close(write_end)
 
 
 def install_if_asked(environ=None) -> bool:
@@ -107,3 +234,15 @@ def install_if_asked(environ=None) -> bool:
     quiet()
     return True
   return False
+
+
+def filter_main() -> int:
+  """The filter process of :func:`quiet`: stdin's kept lines to stdout, the others
+  dropped."""
+  # Ctrl-C reaches the whole process group: the last words of the process it filters
+  # (a traceback) must still get through, so the filter ends only at end of input.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  with open(os.devnull, "wb") as dropped:
+    filter_lines(sys.stdin.buffer, sys.stdout.buffer, dropped)
+  return 0
+

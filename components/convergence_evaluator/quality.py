@@ -346,8 +346,8 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   except tf.errors.InvalidArgumentError as e:
     # TF's text: "{{function_node ...}} Name: <unknown>, Feature: y ... found.\n\t [[...]]".
     reason = re.sub(r"^\{\{[^}]*\}\}\s*", "", e.message.split("\n")[0]).strip()
-    hint = (" Examples without the label can be skipped with "
-            "evaluator.skip_missing_labels=true (as trainer.skip_missing_labels does)"
+    hint = (" To skip the examples without the label, set skip_missing_labels=true "
+            "(as the trainer's skip_missing_labels)"
             if "could not be found" in reason and not skip_missing_labels else "")
     raise ValueError(f"reading label {label_key!r} (one {dtype.name} per example, as in "
                      f"the first example of {files[0]}) from {os.path.dirname(files[0])}: "
