@@ -195,14 +195,22 @@ def _run(cluster, tmp_path, settings=None):
 
 def test_a_two_node_trainjob_succeeds_on_a_cluster_with_only_trainer_v2(tmp_path):
   with _trainer_v2(FakeCluster()) as cluster:
+    pods = {}
+    tick = cluster.tick_trainjob
+
+    def tick_and_keep(name):  # The pods go with the TrainJob's deletion: keep them.
+      tick(name)
+      pods.update(cluster.pods)
+    cluster.tick_trainjob = tick_and_keep
     result = _run(cluster, tmp_path)
     name = cluster.deleted_trainjobs[0]
-    jobset_hosts = sorted(f'{p["spec"]["hostname"]}.{p["spec"]["subdomain"]}'
-                          for p in cluster.pods.values())
+    assert not cluster.pods and not cluster.batch_jobs and not cluster.jobsets  # Collected.
+  jobset_hosts = sorted(f'{p["spec"]["hostname"]}.{p["spec"]["subdomain"]}'
+                        for p in pods.values())
   assert result.succeeded and result.restarts == 0, result.message
   assert result.message == "AllJobsCompleted: jobset completed successfully"
   assert name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
-  assert sorted(result.logs) == sorted(cluster.pods)  # Every node's log, container node.
+  assert sorted(result.logs) == sorted(pods)  # Every node's log, container node.
   assert all("exiting with 0" in text for text in result.logs.values())
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["node"] for q in logs)

@@ -512,6 +512,10 @@ class TFJobClient:
   container = CONTAINER_NAME
   required_access = REQUIRED_ACCESS
 
+  @property
+  def api_client(self):
+    return self._api
+
   def __init__(self, api_client=None):
     from kubernetes import client  # pylint: disable=g-import-not-at-top
     if api_client is None:
@@ -1118,7 +1122,7 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   if client.check_backend() == BACKEND_TRAINER_V2:
     body = trainjob.manifest(spec)
     if not isinstance(client, TrainJobClient):
-      client = TrainJobClient(client._api)  # pylint: disable=protected-access
+      client = TrainJobClient(client.api_client)
   kind = client.KIND
   client.check_access(settings.namespace)  # may this account use it,
   client.check_ready(settings.namespace)  # and is all it needs there (Trainer v2's runtime)?
