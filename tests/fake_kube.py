@@ -225,7 +225,8 @@ class FakeCluster:
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
-        if self.command == "POST" and url.path.endswith("/tfjobs") and fake.on_create is not None:
+        if self.command == "POST" and url.path.endswith(("/tfjobs", "/trainjobs")) \
+            and fake.on_create is not None:
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 

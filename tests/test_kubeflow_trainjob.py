@@ -5,6 +5,7 @@ cited there), through the real `kubernetes` client.
 """
 import json
 import os
+import signal
 
 import pytest
 
@@ -140,6 +141,13 @@ def test_a_malformed_jobset_environment_is_named(name, value, needle):
   env = dict(_replica_env(1), **{name: value})
   with pytest.raises(ValueError, match=needle):
     trainjob.tf_config_from_jobset(env)
+
+
+def test_the_replica_sets_tf_config_only_where_no_operator_did():
+  assert json.loads(tfjob.replica_tf_config(_replica_env(1)))["task"]["index"] == 1
+  operator = dict(_replica_env(1), TF_CONFIG='{"cluster": {}}')  # A TFJob's replica.
+  assert tfjob.replica_tf_config(operator) is None
+  assert tfjob.replica_tf_config({}) is None
 
 
 def test_multi_worker_mirrored_strategy_reads_the_derived_tf_config():
@@ -360,3 +368,31 @@ def test_the_role_grants_both_backends_and_the_runtime_command_prints_the_runtim
   assert granted == set(tfjob.REQUIRED_ACCESS) | set(trainjob.REQUIRED_ACCESS)
   assert cli.main(["runtime", "--namespace", "team-a", "--max-restarts", "2"]) == 0
   assert yaml.safe_load(capsys.readouterr().out) == trainjob.runtime_manifest("team-a", 2)
+
+
+def test_sigterm_deletes_the_trainjob(tmp_path):
+  with _trainer_v2(FakeCluster({"node-0": [Stuck()]})) as cluster:
+    cluster.on_create = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(tfjob.ExecutorTerminated, match="SIGTERM.*the TrainJob is deleted"):
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
+    assert len(cluster.deleted_trainjobs) == 1 and not cluster.trainjobs
+    assert not cluster.pods and not cluster.jobsets
+
+
+@pytest.mark.parametrize("earlier,how", [("running", "Adopted"), ("failed", "Replaced")])
+def test_a_retried_step_adopts_or_replaces_the_trainjob_of_the_attempt_before(
+    tmp_path, earlier, how):
+  script = {"node-0": [Exit(1), Exit(0)]} if earlier == "failed" else {}
+  with _trainer_v2(FakeCluster(script)) as cluster:
+    k8s = tfjob.TrainJobClient(cluster.api_client())
+    name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+    k8s.create(trainjob.manifest(_spec(name=name, worker_replicas=2)))
+    for _ in range(4 if earlier == "failed" else 1):
+      k8s.get(name, "ns")
+    assert (k8s.state(k8s.get(name, "ns"))[0] == tfjob.FAILED) == (earlier == "failed")
+    body = trainjob.manifest(_spec(name=name, worker_replicas=2))
+    assert tfjob._submit(k8s, body, sleep=lambda s: None) == how  # pylint: disable=protected-access
+    result = k8s.wait(name, "ns", timeout_seconds=600, poll_seconds=0)
+  assert result.succeeded, result.message
+  posts = [p for m, p, _, _ in cluster.requests if m == "POST" and p.endswith("/trainjobs")]
+  assert len(posts) == (3 if earlier == "failed" else 2)  # First, the retry's 409, the new one.

@@ -1218,6 +1218,14 @@ def stop_replica(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
   os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
 
+def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
+  """The TF_CONFIG a replica must set itself: None under a TFJob (the operator set it) or
+  alone; on a TrainJob, the one derived from JobSet (trainjob.tf_config_from_jobset)."""
+  if "TF_CONFIG" in environ:
+    return None
+  return trainjob.tf_config_from_jobset(environ)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
@@ -1226,10 +1234,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   start_watchdog(os.environ, read_text, stop_replica)
-  if "TF_CONFIG" not in os.environ:  # A TrainJob's replica: no operator injects TF_CONFIG.
-    tf_config = trainjob.tf_config_from_jobset(os.environ)
-    if tf_config:
-      os.environ["TF_CONFIG"] = tf_config
+  tf_config = replica_tf_config(os.environ)
+  if tf_config:
+    os.environ["TF_CONFIG"] = tf_config
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)
