@@ -49,6 +49,8 @@ Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
                pod_failure_policy.go ("Container %s for pod %s/%s failed with exit code %v
                matching %v rule at index %d", reason PodFailurePolicy),
                pkg/controller/controller_utils.go (FailedCreate "Error creating: %v")
+  [prune]      kubernetes apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go
+               (unknown fields dropped against the CRD's structural schema, on every write)
   [downward]   kubernetes pkg/kubelet/kubelet_pods.go (podFieldSelectorRuntimeValue:
                metadata.labels['k'] / metadata.annotations['k'] in env valueFrom.fieldRef)
 
@@ -91,6 +93,55 @@ RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOB_NAME_LABEL_BATCH = "batch.kubernetes.io/job-name"  # [job-ctrl]
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"  # [tj-build]
+
+# [prune] The API server drops every field a CRD's structural schema does not name
+# (kubernetes staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/
+# algorithm.go). The schemas below are the CRDs' fields as the Go types' json tags name
+# them; None is a subtree taken whole (ObjectMeta, core types: the tests check those
+# against the `kubernetes` client's models), [x] a list of x.
+_OPAQUE = None
+TRAINJOB_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainjob_types.go
+    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE, "status": _OPAQUE,
+    "spec": {  # TrainJobSpec :98-146
+        "runtimeRef": {"name": _OPAQUE, "apiGroup": _OPAQUE, "kind": _OPAQUE},  # :150-168
+        "initializer": _OPAQUE,
+        "trainer": {k: _OPAQUE for k in ("image", "command", "args", "env", "numNodes",
+                                         "resourcesPerNode", "numProcPerNode")},  # :228-263
+        "labels": _OPAQUE, "annotations": _OPAQUE,
+        "podTemplateOverrides": [{  # :267-339
+            "targetJobs": [{"name": _OPAQUE}], "metadata": _OPAQUE,
+            "spec": {k: _OPAQUE for k in (
+                "serviceAccountName", "nodeSelector", "affinity", "tolerations", "volumes",
+                "initContainers", "containers", "schedulingGates", "imagePullSecrets")}}],
+        "suspend": _OPAQUE, "managedBy": _OPAQUE}}
+JOBSET_SPEC_SCHEMA = {  # kubernetes-sigs/jobset v0.10.1 api/jobset/v1alpha2/jobset_types.go:97-161
+    "replicatedJobs": [{k: _OPAQUE for k in ("name", "groupName", "template", "replicas",
+                                             "dependsOn")}],  # :239-270
+    "network": {k: _OPAQUE for k in ("enableDNSHostnames", "subdomain",
+                                     "publishNotReadyAddresses")},  # :295-311
+    "successPolicy": _OPAQUE,
+    "failurePolicy": {"maxRestarts": _OPAQUE, "restartStrategy": _OPAQUE,  # :376-391
+                      "rules": [{k: _OPAQUE for k in (  # :346-373
+                          "name", "action", "onJobFailureReasons",
+                          "onJobFailureMessagePatterns", "targetReplicatedJobs")}]},
+    "startupPolicy": _OPAQUE, "suspend": _OPAQUE, "coordinator": _OPAQUE,
+    "managedBy": _OPAQUE, "ttlSecondsAfterFinished": _OPAQUE}
+RUNTIME_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainingruntime_types.go
+    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE,
+    "spec": {"mlPolicy": {"numNodes": _OPAQUE, "torch": _OPAQUE, "mpi": _OPAQUE},  # :110-196
+             "podGroupPolicy": _OPAQUE,
+             "template": {"metadata": _OPAQUE, "spec": JOBSET_SPEC_SCHEMA}}}  # :126-134
+
+
+def prune(value, schema):
+  """[prune]: a copy of `value` without the fields `schema` does not name."""
+  if schema is None:
+    return copy.deepcopy(value)
+  if isinstance(schema, list):
+    return [prune(v, schema[0]) for v in value] if isinstance(value, list) else value
+  if not isinstance(value, dict):
+    return value
+  return {k: prune(v, schema[k]) for k, v in value.items() if k in schema}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -694,8 +745,9 @@ class FakeCluster:
   def route_trainer_v2(self, method, namespace, plural, name, body):
     if plural == "trainingruntimes":
       if method == "POST":
-        self.runtimes[(namespace, body["metadata"]["name"])] = copy.deepcopy(body)
-        return 201, body, "application/json"
+        stored = prune(body, RUNTIME_SCHEMA)
+        self.runtimes[(namespace, body["metadata"]["name"])] = stored
+        return 201, stored, "application/json"
       if method == "GET" and (namespace, name) in self.runtimes:
         return 200, self.runtimes[(namespace, name)], "application/json"
       return self.status(404, "NotFound",
@@ -733,7 +785,7 @@ class FakeCluster:
           f'the request: spec.runtimeRef: Invalid value: {json.dumps(ref)}: '
           f'trainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified '
           f'trainingRuntime must be created before the TrainJob is created')
-    job = copy.deepcopy(body)
+    job = prune(body, TRAINJOB_SCHEMA)
     job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
     job["status"] = {"conditions": []}
     self.trainjobs[name] = job

@@ -186,10 +186,24 @@ def _settings(**overrides):
 
 def _trainer_v2(cluster, runtime=True, max_restarts=3):
   cluster.serve_trainer_v2_only()
-  if runtime:
-    body = trainjob.runtime_manifest("ns", max_restarts)
-    cluster.runtimes[("ns", body["metadata"]["name"])] = body
+  if runtime:  # As kubectl apply would write it: through the API server, pruned.
+    cluster.route_trainer_v2("POST", "ns", "trainingruntimes", None,
+                             trainjob.runtime_manifest("ns", max_restarts))
   return cluster
+
+
+def test_the_api_server_keeps_every_field_of_the_runtime_and_the_trainjob():
+  """Pruning against the CRDs' structural schemas (fake_kube [prune]) drops nothing we
+  write, and does drop a field Trainer v2.1 does not have."""
+  from fake_kube import RUNTIME_SCHEMA, TRAINJOB_SCHEMA, prune  # pylint: disable=g-import-not-at-top
+  runtime = trainjob.runtime_manifest("ns")
+  assert prune(runtime, RUNTIME_SCHEMA) == runtime
+  body = trainjob.manifest(_spec(owner=("p", "u")))
+  assert prune(body, TRAINJOB_SCHEMA) == body
+  body["spec"]["runPolicy"] = {"activeDeadlineSeconds": 60}  # TFJob's, not TrainJob's.
+  body["spec"]["trainer"]["numWorkers"] = 3
+  pruned = prune(body, TRAINJOB_SCHEMA)
+  assert "runPolicy" not in pruned["spec"] and "numWorkers" not in pruned["spec"]["trainer"]
 
 
 def _run(cluster, tmp_path, settings=None):
