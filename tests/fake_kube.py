@@ -575,6 +575,8 @@ class FakeCluster:
       if argv[0] == "python":
         argv[0] = sys.executable  # This venv stands for the image's python.
       env = dict(os.environ, **self.container_env(pod, container))
+      if self.local_network and pod["spec"].get("subdomain"):
+        env.update(self.local_hosts(pod, env))
       log = os.path.join(self._logdir, f"{name}-{pod['metadata']['uid']}.log")
       with open(log, "w") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -1048,6 +1050,23 @@ class FakeCluster:
                        for c in spec["containers"]]},
     }
     self.outcomes[pod_name] = outcome
+
+  def local_hosts(self, pod, env):
+    """With `local_network`, a JobSet pod's process maps every hostname of its Job's pods
+    (``<job>-<index>.<subdomain>``, [job-ctrl] [js-ctrl]) to a 127.0.0.1 port, fixed
+    per hostname like a DNS record: tests/fake_kube_site/sitecustomize.py applies the
+    map to the TF_CONFIG the replica derives."""
+    job = self.batch_jobs[pod["metadata"]["labels"][JOB_NAME_LABEL_BATCH]]
+    port = env.get("TFX_PARALLEL_TF_PORT", "2222")
+    hosts = {}
+    for index in range(job["spec"]["completions"]):
+      host = f"{job['metadata']['name']}-{index}.{pod['spec']['subdomain']}:{port}"
+      if host not in self.ports:
+        self.ports[host] = _free_port()
+      hosts[host] = f"127.0.0.1:{self.ports[host]}"
+    site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_kube_site")
+    return {"FAKE_KUBE_HOSTS": json.dumps(hosts),
+            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))}
 
   @staticmethod
   def container_env(pod, container):

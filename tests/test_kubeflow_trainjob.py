@@ -410,3 +410,32 @@ def test_a_retried_step_adopts_or_replaces_the_trainjob_of_the_attempt_before(
   assert result.succeeded, result.message
   posts = [p for m, p, _, _ in cluster.requests if m == "POST" and p.endswith("/trainjobs")]
   assert len(posts) == (3 if earlier == "failed" else 2)  # First, the retry's 409, the new one.
+
+
+@pytest.mark.slow
+def test_two_real_replicas_train_with_the_tf_config_they_derive(tmp_path):
+  """The fake kubelet runs the replica entry point of both nodes for real, with the env
+  the runtime and the Job controller give them; each derives its TF_CONFIG from it (the
+  JobSet hostnames, mapped to 127.0.0.1 ports as DNS would: fake_kube.local_hosts) and
+  MultiWorkerMirroredStrategy trains across the two processes."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  from fake_kube import Run  # pylint: disable=g-import-not-at-top
+  examples = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(examples, rows=256)
+  job = Job(**trainer_util.job_dict(str(tmp_path / "out"), examples, feature_keys, rows,
+                                    layout="multi_worker", steps=40, epochs=1,
+                                    checkpoint_every=20, log_every=20, batch_size=32))
+  with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
+                               local_network=True)) as cluster:
+    result = tfjob.run(job, _settings(gpus_per_replica=0, timeout_seconds=900.0),
+                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.5)
+    mapped = sorted(cluster.ports)
+  assert result.succeeded, (result.message, result.logs)
+  name = tfjob.job_name(job.checkpoint_dir)
+  assert mapped == [f"{name}-node-0-{i}.{name}:2222" for i in range(2)]
+  with open(os.path.join(job.history_dir, "history.json")) as f:
+    history = json.load(f)
+  assert history["records"][-1]["step"] == 40
+  assert history["replicas"] == 2, history["replicas"]  # One strategy over both processes.
+  assert len(result.logs) == 2 and all("replicas 2" in text for text in result.logs.values())
+  assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
