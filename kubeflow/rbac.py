@@ -44,9 +44,14 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                       help="JobSet restarts after a retryable failure (OOM-kill, preemption, a "
                            "lost peer) before the TrainJob fails (default 3, as "
                            "TFX_PARALLEL_TFJOB_MAX_RESTARTS)")
+  parser.add_argument("--active-deadline-seconds", type=int,
+                      default=trainjob.ACTIVE_DEADLINE_SECONDS,
+                      help="each attempt's Job activeDeadlineSeconds: past it the TrainJob "
+                           "fails (default 86400, as TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS)")
 
 
 def run_runtime(args: argparse.Namespace) -> int:
-  doc = trainjob.runtime_manifest(args.namespace, args.max_restarts)
+  doc = trainjob.runtime_manifest(args.namespace, args.max_restarts,
+                                  args.active_deadline_seconds)
   sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
   return 0

@@ -44,7 +44,8 @@ Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
   [job-ctrl]   kubernetes pkg/controller/job/job_controller.go (Indexed pods: hostname
                <job>-<index>, generateName <job>-<index>-, completion-index annotation and
                label; backoffLimit -> BackoffLimitExceeded "Job has reached the specified
-               backoff limit"; active pods deleted when the Job fails),
+               backoff limit"; activeDeadlineSeconds -> DeadlineExceeded "Job was active
+               longer than specified deadline"; active pods deleted when the Job fails),
                indexed_job_utils.go (JOB_COMPLETION_INDEX from the annotation),
                pod_failure_policy.go ("Container %s for pod %s/%s failed with exit code %v
                matching %v rule at index %d", reason PodFailurePolicy),
@@ -952,7 +953,8 @@ class FakeCluster:
                          "uid": f"job-uid-{next(self._uids)}",
                          "labels": dict((rjob["template"].get("metadata") or {}).get("labels")
                                         or {}, **labels)},
-            "spec": spec, "status": {"conditions": [], "failed": 0, "succeeded": 0}}
+            "spec": spec, "status": {"conditions": [], "failed": 0, "succeeded": 0,
+                                     "startTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
 
   def delete_batch_job(self, job_name):
     self.batch_jobs.pop(job_name, None)
@@ -985,6 +987,11 @@ class FakeCluster:
                                        f"Container {s['name']} for pod {pod['metadata']['namespace']}"
                                        f"/{pod['metadata']['name']} failed with exit code {code} "
                                        f"matching FailJob rule at index {i}")
+    deadline = spec.get("activeDeadlineSeconds")
+    started = self.parse_time(job["status"]["startTime"])
+    if deadline is not None and (self.now - started).total_seconds() >= deadline:
+      return self.fail_batch_job(job, pods, "DeadlineExceeded",
+                                 "Job was active longer than specified deadline")
     if len(failed) > spec.get("backoffLimit", 6):
       return self.fail_batch_job(job, pods, "BackoffLimitExceeded",
                                  "Job has reached the specified backoff limit")

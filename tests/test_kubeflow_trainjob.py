@@ -39,15 +39,16 @@ def test_the_runtime_is_a_jobset_template_trainer_v2_and_kubernetes_accept():
   assert spec["mlPolicy"] == {"numNodes": 1}  # No torch/mpi: the PlainML plugin.
   jobset = spec["template"]["spec"]
   assert jobset["failurePolicy"] == {
-      "maxRestarts": 5, "rules": [{"name": "permanent-exit-code", "action": "FailJobSet",
-                                   "onJobFailureReasons": ["PodFailurePolicy"]}]}
+      "maxRestarts": 5, "rules": [{"name": "permanent-failure", "action": "FailJobSet",
+                                   "onJobFailureReasons": ["PodFailurePolicy",
+                                                           "DeadlineExceeded"]}]}
   (rjob,) = jobset["replicatedJobs"]
   # Trainer fills the Job labelled as the trainer's ancestor, container "node".
   assert rjob["name"] == "node"
   assert rjob["template"]["metadata"]["labels"] == {
       "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
   job = rjob["template"]["spec"]
-  assert job["backoffLimit"] == 0
+  assert job["backoffLimit"] == 0 and job["activeDeadlineSeconds"] == 86400
   (rule,) = job["podFailurePolicy"]["rules"]
   codes = rule["onExitCodes"]
   # Kubernetes' validation: In excludes 0, values sorted and unique, at most 255.
@@ -70,6 +71,8 @@ def test_the_runtime_is_a_jobset_template_trainer_v2_and_kubernetes_accept():
   tfjob._check_model(job, "V1JobSpec", "job")  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="max_restarts must be an integer >= 0. Received: -1"):
     trainjob.runtime_manifest("ns", max_restarts=-1)
+  with pytest.raises(ValueError, match="active_deadline_seconds must be an integer >= 1"):
+    trainjob.runtime_manifest("ns", active_deadline_seconds=0)
 
 
 def test_the_trainjob_carries_nodes_image_command_resources_and_placement():
@@ -184,11 +187,11 @@ def _settings(**overrides):
   return tfjob.TFJobSettings(**fields)
 
 
-def _trainer_v2(cluster, runtime=True, max_restarts=3):
+def _trainer_v2(cluster, runtime=True, max_restarts=3, deadline=86400):
   cluster.serve_trainer_v2_only()
   if runtime:  # As kubectl apply would write it: through the API server, pruned.
     cluster.route_trainer_v2("POST", "ns", "trainingruntimes", None,
-                             trainjob.runtime_manifest("ns", max_restarts))
+                             trainjob.runtime_manifest("ns", max_restarts, deadline))
   return cluster
 
 
@@ -308,6 +311,17 @@ def test_retryable_failures_stop_at_the_lower_restart_limit(tmp_path, runtime_li
   assert "exited with code 137 (OOMKilled)" in str(e.value)
 
 
+def test_the_runtime_deadline_fails_the_trainjob_without_a_restart(tmp_path):
+  """A job whose executor was killed (no heartbeat check here) ends at the runtime's
+  activeDeadlineSeconds: DeadlineExceeded is a FailJobSet reason, not a restart."""
+  with _trainer_v2(FakeCluster({"node-0": [Stuck()]}), deadline=60) as cluster:
+    with pytest.raises(RuntimeError, match="ended Failed: FailJobSetFailurePolicyAction") as e:
+      _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
+    name = cluster.deleted_trainjobs[0]
+  assert f"(first failed job: {name}-node-0)" in str(e.value)
+  assert not [ev for ev in cluster.events if ev["reason"] == "RestartJobSetFailurePolicyAction"]
+
+
 def test_a_node_the_api_server_refuses_fails_the_step_within_the_grace(tmp_path):
   with _trainer_v2(FakeCluster({"node-1": [CreateRefused()]})) as cluster:
     with pytest.raises(RuntimeError, match="the Job controller cannot create a replica pod: "
@@ -380,8 +394,9 @@ def test_the_role_grants_both_backends_and_the_runtime_command_prints_the_runtim
   granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
              for r in rule["resources"] for v in rule["verbs"]}
   assert granted == set(tfjob.REQUIRED_ACCESS) | set(trainjob.REQUIRED_ACCESS)
-  assert cli.main(["runtime", "--namespace", "team-a", "--max-restarts", "2"]) == 0
-  assert yaml.safe_load(capsys.readouterr().out) == trainjob.runtime_manifest("team-a", 2)
+  assert cli.main(["runtime", "--namespace", "team-a", "--max-restarts", "2",
+                   "--active-deadline-seconds", "3600"]) == 0
+  assert yaml.safe_load(capsys.readouterr().out) == trainjob.runtime_manifest("team-a", 2, 3600)
 
 
 def test_sigterm_deletes_the_trainjob(tmp_path):

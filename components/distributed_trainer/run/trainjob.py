@@ -95,8 +95,13 @@ TF_PORT = 2222
 # Exit codes that fail the TrainJob at once, as TFJob's ExitCode policy treats 1-127
 # (IsRetryableExitCode is exitCode >= 128, training-operator pkg/util/train/train_util.go:24).
 PERMANENT_EXIT_CODES = tuple(range(1, 128))
-# The Job condition reason a podFailurePolicy FailJob rule gives (batch.JobReasonPodFailurePolicy).
+# The Job condition reasons a podFailurePolicy FailJob rule and activeDeadlineSeconds give
+# (batch.JobReasonPodFailurePolicy, batch.JobReasonDeadlineExceeded): both fail the JobSet.
 POD_FAILURE_POLICY_REASON = "PodFailurePolicy"
+DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+# The Job's activeDeadlineSeconds by default, as the TFJob's (TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS):
+# the last bound on a job whose executor was killed (the TrainJob has no deadline of its own).
+ACTIVE_DEADLINE_SECONDS = 86400
 ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
 # What the executor does with the API on this backend, as (API group, resource, verb);
 # the namespaced runtime is read before the TrainJob is created. Kubeflow's
@@ -113,15 +118,21 @@ def _label_env(name: str, label: str) -> Dict[str, Any]:
 
 
 def runtime_manifest(namespace: str, max_restarts: int = 3,
+                     active_deadline_seconds: int = ACTIVE_DEADLINE_SECONDS,
                      name: str = RUNTIME_NAME) -> Dict[str, Any]:
   """The namespaced ``TrainingRuntime`` for TensorFlow on JobSet. Pure.
 
   Namespaced rather than a ClusterTrainingRuntime: the step's service account can then
   check that it is installed (``get trainingruntimes`` in its namespace; a RoleBinding
   cannot grant a cluster-scoped read), and each profile can choose its own
-  `max_restarts` (JobSet's ``failurePolicy.maxRestarts``: the TrainJob cannot set it)."""
+  `max_restarts` (JobSet's ``failurePolicy.maxRestarts``: the TrainJob cannot set it)
+  and `active_deadline_seconds` (each attempt's Job ``activeDeadlineSeconds``; past it the
+  Job fails with DeadlineExceeded, which fails the JobSet without a restart)."""
   if not isinstance(max_restarts, int) or max_restarts < 0:
     raise ValueError(f"max_restarts must be an integer >= 0. Received: {max_restarts!r}")
+  if not isinstance(active_deadline_seconds, int) or active_deadline_seconds < 1:
+    raise ValueError(f"active_deadline_seconds must be an integer >= 1. Received: "
+                     f"{active_deadline_seconds!r}")
   container = {
       "name": CONTAINER_NAME,
       # Replaced by the TrainJob's trainer.image (builder.go:129-131).
@@ -134,6 +145,7 @@ def runtime_manifest(namespace: str, max_restarts: int = 3,
   }
   job_spec = {
       "backoffLimit": 0,
+      "activeDeadlineSeconds": active_deadline_seconds,
       # FailJob on a training or config error; anything else is BackoffLimitExceeded,
       # which the JobSet restarts (module docstring). onExitCodes needs restartPolicy Never.
       "podFailurePolicy": {"rules": [{
@@ -157,8 +169,9 @@ def runtime_manifest(namespace: str, max_restarts: int = 3,
           "template": {"spec": {
               "failurePolicy": {
                   "maxRestarts": max_restarts,
-                  "rules": [{"name": "permanent-exit-code", "action": "FailJobSet",
-                             "onJobFailureReasons": [POD_FAILURE_POLICY_REASON]}]},
+                  "rules": [{"name": "permanent-failure", "action": "FailJobSet",
+                             "onJobFailureReasons": [POD_FAILURE_POLICY_REASON,
+                                                     DEADLINE_EXCEEDED_REASON]}]},
               "replicatedJobs": [{
                   "name": REPLICATED_JOB,
                   "template": {"metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}},
