@@ -133,6 +133,16 @@ def test_tf_config_lists_every_node_by_its_jobset_hostname_and_this_task():
   assert trainjob.tf_config_from_jobset({}) is None  # Not a JobSet replica.
 
 
+def test_the_hostnames_of_our_trainjob_names_are_dns_labels():
+  """A pod's hostname and its generated name (``<job>-<index>-`` + 5 characters) must be
+  DNS labels (<= 63 characters) for the step's TrainJob names, up to 1000 nodes."""
+  name = tfjob.job_name("gs://bucket/a/very/long/pipeline/root/DistributedTrainer/_checkpoints/x")
+  for host in trainjob.hostnames(name, trainjob.REPLICATED_JOB, 0, 1000):
+    label = host.split(".")[0]
+    assert len(label) + len("-xxxxx") <= 63, label
+    assert host.split(".")[1] == name
+
+
 @pytest.mark.parametrize("name,value,needle", [
     ("JOB_COMPLETION_INDEX", "", "needs JOB_COMPLETION_INDEX"),
     ("JOB_COMPLETION_INDEX", "3", "JOB_COMPLETION_INDEX=3 is not below TFX_PARALLEL_NUM_NODES=3"),
