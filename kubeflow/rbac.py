@@ -1,7 +1,9 @@
-"""`tfx-parallel rbac`: prints the Role and RoleBinding that multi-node training needs.
+"""`tfx-parallel rbac`: prints the Role and RoleBinding that multi-node training needs;
+`tfx-parallel runtime`: prints the Kubeflow Trainer v2 TensorFlow runtime.
 
-The DistributedTrainer step creates a TFJob and reads its pods, their logs and the
-job's events (run/tfjob.py REQUIRED_ACCESS); before it creates anything it asks the API
+The DistributedTrainer step creates a TFJob, or on Kubeflow Trainer v2 a TrainJob (after
+reading this project's TrainingRuntime), and reads its pods, their logs and the job's
+events (run/tfjob.py ALL_REQUIRED_ACCESS); before it creates anything it asks the API
 server (SelfSubjectAccessReview) and fails naming each missing verb. This prints what
 grants exactly that, for the account the step runs as:
 
@@ -9,6 +11,7 @@ grants exactly that, for the account the step runs as:
 * a Kubeflow profile (multi-user): ``default-editor`` in the profile's namespace.
 
 Apply it with ``tfx-parallel rbac --namespace NS --service-account SA | kubectl apply -f -``.
+On Trainer v2, also ``tfx-parallel runtime --namespace NS | kubectl apply -f -`` (run/trainjob.py).
 """
 import argparse
 import sys
@@ -16,6 +19,7 @@ import sys
 import yaml
 
 from tfx_parallel.components.distributed_trainer.run import tfjob
+from tfx_parallel.components.distributed_trainer.run import trainjob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,4 +34,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
   docs = tfjob.rbac_manifests(args.namespace, args.service_account)
   sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+  return 0
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--namespace", required=True,
+                      help="where the pipeline's steps run (the TrainJobs are created there)")
+  parser.add_argument("--max-restarts", type=int, default=3,
+                      help="JobSet restarts after a retryable failure (OOM-kill, preemption, a "
+                           "lost peer) before the TrainJob fails (default 3, as "
+                           "TFX_PARALLEL_TFJOB_MAX_RESTARTS)")
+  parser.add_argument("--active-deadline-seconds", type=int,
+                      default=trainjob.ACTIVE_DEADLINE_SECONDS,
+                      help="each attempt's Job activeDeadlineSeconds: past it the TrainJob "
+                           "fails (default 86400, as TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS)")
+
+
+def run_runtime(args: argparse.Namespace) -> int:
+  doc = trainjob.runtime_manifest(args.namespace, args.max_restarts,
+                                  args.active_deadline_seconds)
+  sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
   return 0

@@ -359,10 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
 
   p = sub.add_parser("rbac", help="print the Role and RoleBinding multi-node training needs",
                      description="Prints the Kubernetes Role and RoleBinding that let the "
-                                 "pipeline's service account run TFJobs (kubectl apply -f -).")
+                                 "pipeline's service account run TFJobs or TrainJobs (kubectl "
+                                 "apply -f -).")
   from tfx_parallel.kubeflow import rbac  # pylint: disable=g-import-not-at-top
   rbac.add_arguments(p)
   p.set_defaults(func=rbac.run)
+  p = sub.add_parser("runtime", help="print the TensorFlow runtime for Kubeflow Trainer v2",
+                     description="Prints the TrainingRuntime (trainer.kubeflow.org) whose "
+                                 "TrainJobs run multi-node training (kubectl apply -f -).")
+  rbac.add_runtime_arguments(p)
+  p.set_defaults(func=rbac.run_runtime)
 
   p = sub.add_parser("metrics", help="print runs' metrics read from ML Metadata",
                      description="Prints a table of runs read from ML Metadata: layout, mesh, "

@@ -21,6 +21,39 @@ Each rule follows the real source, cited where it is implemented:
                object, type and reason in 600 s, then "(combined from similar events): ")
                and a spam filter (burst 25 per source and object, refill 1 per 300 s)
   [event-ttl]  kube-apiserver --event-ttl default 1h (cmd/kube-apiserver/app/options)
+Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
+  [tj-webhook] kubeflow/trainer v2.1.0 pkg/runtime/core/trainingruntime.go:252-262
+               (ValidateObjects: the TrainingRuntime must exist, else 422 on spec.runtimeRef)
+  [tj-build]   ... pkg/runtime/framework/plugins/jobset/jobset.go:237-307 (the JobSet, named
+               like the TrainJob, owned by it; parallelism = completions = numNodes) and
+               builder.go:113-170 (replicas 1; image, command, args, resourcesPerNode, env
+               on container "node" of the Job labelled trainjob-ancestor-step: trainer);
+               pkg/runtime/core/trainingruntime.go:190-236 (podTemplateOverrides merged)
+  [tj-status]  ... plugins/jobset/jobset.go:309-338 (Complete/Failed copied from the
+               JobSet's Completed/Failed, reason and message)
+  [js-webhook] kubernetes-sigs/jobset v0.10.1 pkg/webhooks/jobset_webhook.go:112-139
+               (successPolicy All, completionMode Indexed, restartPolicy OnFailure,
+               enableDNSHostnames and publishNotReadyAddresses true)
+  [js-ctrl]    ... pkg/controllers/jobset_controller.go:287-300 (Jobs of an older
+               restart-attempt are deleted), 694-729 (constructJob: name, subdomain),
+               765-797 (labels and annotations), 835-844 (subdomain = JobSet name)
+  [js-fail]    ... pkg/controllers/failure_policy.go:45-78 (first matching rule, else
+               RestartJobSet), 209-241 (FailJobSet; RestartJobSet up to maxRestarts, then
+               ReachedMaxRestarts), 337-339 (" (first failed job: <job>)"); messages in
+               pkg/constants/constants.go:41-52,87-92
+  [job-ctrl]   kubernetes pkg/controller/job/job_controller.go (Indexed pods: hostname
+               <job>-<index>, generateName <job>-<index>-, completion-index annotation and
+               label; backoffLimit -> BackoffLimitExceeded "Job has reached the specified
+               backoff limit"; activeDeadlineSeconds -> DeadlineExceeded "Job was active
+               longer than specified deadline"; active pods deleted when the Job fails),
+               indexed_job_utils.go (JOB_COMPLETION_INDEX from the annotation),
+               pod_failure_policy.go ("Container %s for pod %s/%s failed with exit code %v
+               matching %v rule at index %d", reason PodFailurePolicy),
+               pkg/controller/controller_utils.go (FailedCreate "Error creating: %v")
+  [prune]      kubernetes apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go
+               (unknown fields dropped against the CRD's structural schema, on every write)
+  [downward]   kubernetes pkg/kubelet/kubelet_pods.go (podFieldSelectorRuntimeValue:
+               metadata.labels['k'] / metadata.annotations['k'] in env valueFrom.fieldRef)
 
 The operator reconciles once per GET of the TFJob (the executor polls with GET), after
 the kubelet has moved every pod one step, so that a test is deterministic. What each
@@ -52,6 +85,64 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 NO_EXIT_CODE = 0xbeef  # "magic number" when the container has not terminated [pod.go:340]
+
+TRAINER_V2 = "trainer.kubeflow.org/v1alpha1"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # [js-ctrl]
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOB_NAME_LABEL_BATCH = "batch.kubernetes.io/job-name"  # [job-ctrl]
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"  # [tj-build]
+
+# [prune] The API server drops every field a CRD's structural schema does not name
+# (kubernetes staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/
+# algorithm.go). The schemas below are the CRDs' fields as the Go types' json tags name
+# them; None is a subtree taken whole (ObjectMeta, core types: the tests check those
+# against the `kubernetes` client's models), [x] a list of x.
+_OPAQUE = None
+TRAINJOB_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainjob_types.go
+    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE, "status": _OPAQUE,
+    "spec": {  # TrainJobSpec :98-146
+        "runtimeRef": {"name": _OPAQUE, "apiGroup": _OPAQUE, "kind": _OPAQUE},  # :150-168
+        "initializer": _OPAQUE,
+        "trainer": {k: _OPAQUE for k in ("image", "command", "args", "env", "numNodes",
+                                         "resourcesPerNode", "numProcPerNode")},  # :228-263
+        "labels": _OPAQUE, "annotations": _OPAQUE,
+        "podTemplateOverrides": [{  # :267-339
+            "targetJobs": [{"name": _OPAQUE}], "metadata": _OPAQUE,
+            "spec": {k: _OPAQUE for k in (
+                "serviceAccountName", "nodeSelector", "affinity", "tolerations", "volumes",
+                "initContainers", "containers", "schedulingGates", "imagePullSecrets")}}],
+        "suspend": _OPAQUE, "managedBy": _OPAQUE}}
+JOBSET_SPEC_SCHEMA = {  # kubernetes-sigs/jobset v0.10.1 api/jobset/v1alpha2/jobset_types.go:97-161
+    "replicatedJobs": [{k: _OPAQUE for k in ("name", "groupName", "template", "replicas",
+                                             "dependsOn")}],  # :239-270
+    "network": {k: _OPAQUE for k in ("enableDNSHostnames", "subdomain",
+                                     "publishNotReadyAddresses")},  # :295-311
+    "successPolicy": _OPAQUE,
+    "failurePolicy": {"maxRestarts": _OPAQUE, "restartStrategy": _OPAQUE,  # :376-391
+                      "rules": [{k: _OPAQUE for k in (  # :346-373
+                          "name", "action", "onJobFailureReasons",
+                          "onJobFailureMessagePatterns", "targetReplicatedJobs")}]},
+    "startupPolicy": _OPAQUE, "suspend": _OPAQUE, "coordinator": _OPAQUE,
+    "managedBy": _OPAQUE, "ttlSecondsAfterFinished": _OPAQUE}
+RUNTIME_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainingruntime_types.go
+    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE,
+    "spec": {"mlPolicy": {"numNodes": _OPAQUE, "torch": _OPAQUE, "mpi": _OPAQUE},  # :110-196
+             "podGroupPolicy": _OPAQUE,
+             "template": {"metadata": _OPAQUE, "spec": JOBSET_SPEC_SCHEMA}}}  # :126-134
+
+
+def prune(value, schema):
+  """[prune]: a copy of `value` without the fields `schema` does not name."""
+  if schema is None:
+    return copy.deepcopy(value)
+  if isinstance(schema, list):
+    return [prune(v, schema[0]) for v in value] if isinstance(value, list) else value
+  if not isinstance(value, dict):
+    return value
+  return {k: prune(v, schema[k]) for k, v in value.items() if k in schema}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +236,12 @@ class FakeCluster:
     # What API discovery answers (GET /apis/<group>/<version>): the training operator's
     # TFJob by default; Kubeflow 1.11's default install serves only Trainer v2's kinds.
     self.served = {"kubeflow.org/v1": ["tfjobs", "pytorchjobs", "mpijobs"]}
+    # Kubeflow Trainer v2 and JobSet (see TRAINER_V2 below).
+    self.runtimes: Dict[tuple, dict] = {}  # (namespace, name) -> TrainingRuntime
+    self.trainjobs: Dict[str, dict] = {}
+    self.jobsets: Dict[str, dict] = {}
+    self.batch_jobs: Dict[str, dict] = {}
+    self.deleted_trainjobs: List[str] = []
     self._pull_backoff: Dict[str, tuple] = {}  # pod uid -> (last pull, back-off) [images]
     self._aggregates: Dict[tuple, tuple] = {}  # [events] aggregation records
     self._spam: Dict[str, tuple] = {}  # [events] token buckets: (tokens, last refill)
@@ -180,7 +277,8 @@ class FakeCluster:
         with fake._lock:  # pylint: disable=protected-access
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
-        if self.command == "POST" and url.path.endswith("/tfjobs") and fake.on_create is not None:
+        if self.command == "POST" and url.path.endswith(("/tfjobs", "/trainjobs")) \
+            and fake.on_create is not None:
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
@@ -233,6 +331,10 @@ class FakeCluster:
                                       else "")
       allowed = (attrs["verb"], attrs.get("group", ""), resource) not in self.denied
       return 201, dict(body, status={"allowed": allowed}), "application/json"
+    if parts[:3] == ["apis", "trainer.kubeflow.org", "v1alpha1"] and len(parts) >= 6 \
+        and TRAINER_V2 in self.served:
+      return self.route_trainer_v2(method, parts[4], parts[5],
+                                   parts[6] if len(parts) > 6 else None, body)
     if parts[:3] == ["apis", "kubeflow.org", "v1"] and len(parts) >= 6 and parts[5] == "tfjobs":
       name = parts[6] if len(parts) > 6 else None
       if method == "POST":
@@ -246,7 +348,7 @@ class FakeCluster:
         del self.jobs[name]
         self.deleted_jobs.append(name)
         for pod in [p for p, v in self.pods.items()
-                    if v["metadata"]["labels"][JOB_NAME_LABEL] == name]:
+                    if v["metadata"]["labels"].get(JOB_NAME_LABEL) == name]:
           self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
             "application/json"
@@ -396,7 +498,7 @@ class FakeCluster:
       return  # ReconcileJobs stops at a finished job (cleanPodPolicy None keeps pods).
     self.now += datetime.timedelta(seconds=10)
     for pod in self.pods.values():
-      if pod["metadata"]["labels"][JOB_NAME_LABEL] == name:
+      if pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name:
         self.kubelet_step(pod)
     self.reconcile(job)
 
@@ -420,7 +522,8 @@ class FakeCluster:
       return
     if status["phase"] in ("Succeeded", "Failed"):
       return
-    tf_status = next(s for s in status["containerStatuses"] if s["name"] == CONTAINER)
+    main = pod["spec"]["containers"][0]["name"]  # tensorflow (TFJob) or node (TrainJob)
+    tf_status = next(s for s in status["containerStatuses"] if s["name"] == main)
     if isinstance(outcome, Stuck):
       tf_status["state"] = {"waiting": {"reason": outcome.reason, "message": outcome.message}}
       return
@@ -468,11 +571,13 @@ class FakeCluster:
     name = pod["metadata"]["name"]
     status = pod["status"]
     if name not in self.procs:
-      container = next(c for c in pod["spec"]["containers"] if c["name"] == CONTAINER)
+      container = pod["spec"]["containers"][0]
       argv = list(container["command"]) + list(container.get("args") or [])
       if argv[0] == "python":
         argv[0] = sys.executable  # This venv stands for the image's python.
-      env = dict(os.environ, **{e["name"]: e["value"] for e in container.get("env") or []})
+      env = dict(os.environ, **self.container_env(pod, container))
+      if self.local_network and pod["spec"].get("subdomain"):
+        env.update(self.local_hosts(pod, env))
       log = os.path.join(self._logdir, f"{name}-{pod['metadata']['uid']}.log")
       with open(log, "w") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -632,3 +737,355 @@ class FakeCluster:
           self.set_condition(job, "Failed", "TFJobFailed",
                              f"TFJob {ns}/{name} has failed because {counts['failed']} "
                              f"{rtype} replica(s) failed.")
+
+  # --- Kubeflow Trainer v2: TrainJob -> JobSet -> Indexed Jobs -> pods ----------------
+
+  def serve_trainer_v2_only(self):
+    """What Kubeflow 1.11's default install serves: Trainer v2's kinds, no TFJob."""
+    self.served = {TRAINER_V2: ["trainjobs", "trainingruntimes", "clustertrainingruntimes"],
+                   "jobset.x-k8s.io/v1alpha2": ["jobsets"]}
+
+  def route_trainer_v2(self, method, namespace, plural, name, body):
+    if plural == "trainingruntimes":
+      if method == "POST":
+        stored = prune(body, RUNTIME_SCHEMA)
+        self.runtimes[(namespace, body["metadata"]["name"])] = stored
+        return 201, stored, "application/json"
+      if method == "GET" and (namespace, name) in self.runtimes:
+        return 200, self.runtimes[(namespace, name)], "application/json"
+      return self.status(404, "NotFound",
+                         f'trainingruntimes.trainer.kubeflow.org "{name}" not found')
+    if plural != "trainjobs":
+      return self.status(404, "NotFound", "the server could not find the requested resource")
+    if method == "POST":
+      return self.create_trainjob(namespace, body)
+    if name not in self.trainjobs:
+      return self.status(404, "NotFound", f'trainjobs.trainer.kubeflow.org "{name}" not found')
+    if method == "GET":
+      self.tick_trainjob(name)
+      return 200, self.trainjobs[name], "application/json"
+    if method == "DELETE":
+      del self.trainjobs[name]
+      self.deleted_trainjobs.append(name)
+      self.jobsets.pop(name, None)  # The garbage collector: JobSet, Jobs, pods.
+      for job in [j for j, v in self.batch_jobs.items()
+                  if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
+        self.delete_batch_job(job)
+      return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
+          "application/json"
+    return self.status(405, "MethodNotAllowed", method)
+
+  def create_trainjob(self, namespace, body):
+    name = body["metadata"]["name"]
+    if name in self.trainjobs:
+      return self.status(409, "AlreadyExists",
+                         f'trainjobs.trainer.kubeflow.org "{name}" already exists')
+    ref = body["spec"]["runtimeRef"]
+    if ref.get("kind", "ClusterTrainingRuntime") != "TrainingRuntime" or \
+        (namespace, ref["name"]) not in self.runtimes:  # [tj-webhook]
+      return self.status(
+          422, "Invalid", f'admission webhook "validator.trainjob.trainer.kubeflow.org" denied '
+          f'the request: spec.runtimeRef: Invalid value: {json.dumps(ref)}: '
+          f'trainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified '
+          f'trainingRuntime must be created before the TrainJob is created')
+    job = prune(body, TRAINJOB_SCHEMA)
+    job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
+    job["status"] = {"conditions": []}
+    self.trainjobs[name] = job
+    return 201, job, "application/json"
+
+  @staticmethod
+  def true_condition(obj, kind):
+    return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c["type"] == kind and c["status"] == "True"), None)
+
+  def tick_trainjob(self, name):
+    trainjob = self.trainjobs[name]
+    if self.true_condition(trainjob, "Complete") or self.true_condition(trainjob, "Failed"):
+      return
+    self.now += datetime.timedelta(seconds=10)
+    for pod in list(self.pods.values()):
+      if pod["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name:
+        self.kubelet_step(pod)
+    if name not in self.jobsets:
+      self.jobsets[name] = self.build_jobset(trainjob)
+    jobset = self.jobsets[name]
+    self.reconcile_jobset(jobset)
+    for source, target in (("Completed", "Complete"), ("Failed", "Failed")):  # [tj-status]
+      condition = self.true_condition(jobset, source)
+      if condition and not self.true_condition(trainjob, target):
+        trainjob["status"]["conditions"].append(dict(condition, type=target))
+
+  def build_jobset(self, trainjob):
+    """The trainer controller's JobSet [tj-build] after JobSet's webhook [js-webhook]."""
+    meta = trainjob["metadata"]
+    runtime = self.runtimes[(meta["namespace"], trainjob["spec"]["runtimeRef"]["name"])]
+    spec = copy.deepcopy(runtime["spec"]["template"]["spec"])
+    trainer = trainjob["spec"].get("trainer") or {}
+    nodes = trainer.get("numNodes") or (runtime["spec"].get("mlPolicy") or {}).get("numNodes", 1)
+    for rjob in spec["replicatedJobs"]:
+      for override in trainjob["spec"].get("podTemplateOverrides") or []:
+        if any(t["name"] == rjob["name"] for t in override["targetJobs"]):
+          pod_spec = rjob["template"]["spec"]["template"]["spec"]
+          for key, value in (override.get("spec") or {}).items():
+            pod_spec[key] = dict(pod_spec.get(key) or {}, **value) if isinstance(value, dict) \
+                else copy.deepcopy(value)  # Strategic merge: maps merge, lists replace.
+      job_spec = rjob["template"]["spec"]
+      if (rjob["template"].get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == \
+          "trainer":
+        rjob["replicas"] = 1
+        job_spec["parallelism"] = job_spec["completions"] = nodes
+        for container in job_spec["template"]["spec"]["containers"]:
+          if container["name"] != "node":
+            continue
+          for key in ("image", "command", "args"):
+            if trainer.get(key):
+              container[key] = copy.deepcopy(trainer[key])
+          if trainer.get("resourcesPerNode"):
+            container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
+          env = {e["name"]: e for e in container.get("env") or []}
+          env.update({e["name"]: e for e in trainer.get("env") or []})
+          container["env"] = list(env.values())
+      job_spec.setdefault("completionMode", "Indexed")
+      job_spec["template"]["spec"].setdefault("restartPolicy", "OnFailure")
+      rjob.setdefault("replicas", 1)
+    network = spec.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    spec.setdefault("successPolicy", {"operator": "All"})
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "uid": f"jobset-uid-{next(self._uids)}",
+                         "ownerReferences": [{"apiVersion": TRAINER_V2, "kind": "TrainJob",
+                                              "name": meta["name"], "uid": meta["uid"],
+                                              "controller": True}]},
+            "spec": spec, "status": {"conditions": [], "restarts": 0,
+                                     "restartsCountTowardsMax": 0}}
+
+  def reconcile_jobset(self, jobset):
+    """JobSet's reconcile [js-ctrl], its failure policy [js-fail] and success policy All."""
+    if self.true_condition(jobset, "Completed") or self.true_condition(jobset, "Failed"):
+      return
+    name, restarts = jobset["metadata"]["name"], jobset["status"]["restarts"]
+    for job_name, job in list(self.batch_jobs.items()):
+      labels = job["metadata"]["labels"]
+      if labels[JOBSET_NAME_LABEL] == name and int(labels[RESTART_ATTEMPT_LABEL]) < restarts:
+        self.delete_batch_job(job_name)
+    subdomain = jobset["spec"]["network"].get("subdomain") or name
+    current = []
+    for rjob in jobset["spec"]["replicatedJobs"]:
+      for index in range(rjob["replicas"]):
+        job_name = f"{name}-{rjob['name']}-{index}"
+        if job_name not in self.batch_jobs:
+          self.batch_jobs[job_name] = self.construct_job(jobset, rjob, index, subdomain)
+        current.append(self.batch_jobs[job_name])
+    for job in current:
+      self.reconcile_batch_job(job)
+    failed = [j for j in current if self.true_condition(j, "Failed")]
+    if failed:
+      self.apply_failure_policy(jobset, failed)
+    elif all(self.true_condition(j, "Complete") for j in current):
+      self.set_jobset_condition(jobset, "Completed", "AllJobsCompleted",
+                                "jobset completed successfully")
+
+  def set_jobset_condition(self, jobset, kind, reason, message):
+    jobset["status"]["conditions"].append({
+        "type": kind, "status": "True", "reason": reason, "message": message,
+        "lastTransitionTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+  def apply_failure_policy(self, jobset, failed):
+    policy = jobset["spec"].get("failurePolicy")
+    if policy is None:
+      return self.set_jobset_condition(jobset, "Failed", "FailedJobs",
+                                       "jobset failed due to one or more job failures "
+                                       f"(first failed job: {failed[0]['metadata']['name']})")
+    action, job = "RestartJobSet", failed[0]  # defaultFailurePolicyRuleAction
+    for rule in policy.get("rules") or []:
+      matching = [j for j in failed
+                  if self.true_condition(j, "Failed")["reason"] in rule.get("onJobFailureReasons", [])
+                  and (not rule.get("targetReplicatedJobs") or
+                       j["metadata"]["labels"][REPLICATED_JOB_LABEL] in rule["targetReplicatedJobs"])]
+      if matching:
+        action, job = rule["action"], matching[0]
+        break
+    first = job["metadata"]["name"]
+    if action == "FailJobSet":
+      self.set_jobset_condition(jobset, "Failed", "FailJobSetFailurePolicyAction",
+                                f"applying FailJobSet failure policy action (first failed job: {first})")
+    elif jobset["status"]["restartsCountTowardsMax"] >= policy.get("maxRestarts", 0):
+      self.set_jobset_condition(jobset, "Failed", "ReachedMaxRestarts",
+                                "jobset failed due to reaching max number of restarts "
+                                f"(first failed job: {first})")
+    else:  # Every Job of this attempt is deleted and recreated on the next reconcile.
+      jobset["status"]["restarts"] += 1
+      jobset["status"]["restartsCountTowardsMax"] += 1
+      self.record_jobset_event(jobset, "Warning", "RestartJobSetFailurePolicyAction",
+                               f"applying RestartJobSet failure policy action (first failed "
+                               f"job: {first})")
+    return None
+
+  def record_jobset_event(self, obj, kind, reason, message):
+    stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    self.events.append({
+        "metadata": {"name": f"{obj['metadata']['name']}.{len(self.events)}",
+                     "namespace": obj["metadata"]["namespace"]},
+        "involvedObject": {"kind": obj["kind"], "name": obj["metadata"]["name"],
+                           "namespace": obj["metadata"]["namespace"]},
+        "type": kind, "reason": reason, "message": message, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp})
+
+  def construct_job(self, jobset, rjob, index, subdomain):
+    """constructJob + labelAndAnnotateObject [js-ctrl]."""
+    name = jobset["metadata"]["name"]
+    job_name = f"{name}-{rjob['name']}-{index}"
+    labels = {JOBSET_NAME_LABEL: name, REPLICATED_JOB_LABEL: rjob["name"],
+              JOB_INDEX_LABEL: str(index),
+              RESTART_ATTEMPT_LABEL: str(jobset["status"]["restarts"]),
+              "jobset.sigs.k8s.io/replicatedjob-replicas": str(rjob["replicas"])}
+    spec = copy.deepcopy(rjob["template"]["spec"])
+    template_meta = spec["template"].setdefault("metadata", {})
+    template_meta["labels"] = dict(template_meta.get("labels") or {}, **labels)
+    template_meta["annotations"] = dict(template_meta.get("annotations") or {}, **labels)
+    if jobset["spec"]["network"].get("enableDNSHostnames"):
+      spec["template"]["spec"]["subdomain"] = subdomain
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job_name, "namespace": jobset["metadata"]["namespace"],
+                         "uid": f"job-uid-{next(self._uids)}",
+                         "labels": dict((rjob["template"].get("metadata") or {}).get("labels")
+                                        or {}, **labels)},
+            "spec": spec, "status": {"conditions": [], "failed": 0, "succeeded": 0,
+                                     "startTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+  def delete_batch_job(self, job_name):
+    self.batch_jobs.pop(job_name, None)
+    for pod in [p for p, v in self.pods.items()
+                if v["metadata"]["labels"].get(JOB_NAME_LABEL_BATCH) == job_name]:
+      self.delete_pod(pod)
+
+  def reconcile_batch_job(self, job):
+    """The Job controller for an Indexed Job [job-ctrl]."""
+    if self.true_condition(job, "Complete") or self.true_condition(job, "Failed"):
+      return
+    name, spec = job["metadata"]["name"], job["spec"]
+    pods = [p for p in self.pods.values()
+            if p["metadata"]["labels"].get(JOB_NAME_LABEL_BATCH) == name]
+    by_index = {}
+    for pod in pods:
+      by_index.setdefault(int(pod["metadata"]["annotations"][COMPLETION_INDEX]), []).append(pod)
+    failed = [p for p in pods if p["status"]["phase"] == "Failed"]
+    job["status"]["failed"] = len(failed)
+    for pod in failed:
+      for i, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules") or []):
+        codes = rule.get("onExitCodes") or {}
+        for s in pod["status"]["containerStatuses"]:
+          code = (s["state"].get("terminated") or {}).get("exitCode")
+          if code is None or code == 0 or codes.get("containerName", s["name"]) != s["name"]:
+            continue
+          inside = code in codes.get("values", [])
+          if inside == (codes.get("operator") == "In") and rule["action"] == "FailJob":
+            return self.fail_batch_job(job, pods, "PodFailurePolicy",
+                                       f"Container {s['name']} for pod {pod['metadata']['namespace']}"
+                                       f"/{pod['metadata']['name']} failed with exit code {code} "
+                                       f"matching FailJob rule at index {i}")
+    deadline = spec.get("activeDeadlineSeconds")
+    started = self.parse_time(job["status"]["startTime"])
+    if deadline is not None and (self.now - started).total_seconds() >= deadline:
+      return self.fail_batch_job(job, pods, "DeadlineExceeded",
+                                 "Job was active longer than specified deadline")
+    if len(failed) > spec.get("backoffLimit", 6):
+      return self.fail_batch_job(job, pods, "BackoffLimitExceeded",
+                                 "Job has reached the specified backoff limit")
+    succeeded = {i for i, ps in by_index.items()
+                 if any(p["status"]["phase"] == "Succeeded" for p in ps)}
+    job["status"]["succeeded"] = len(succeeded)
+    if len(succeeded) == spec["completions"]:
+      job["status"]["conditions"].append({"type": "Complete", "status": "True"})
+      return None
+    for index in range(spec["completions"]):
+      if any(p["status"]["phase"] != "Failed" for p in by_index.get(index, [])):
+        continue
+      self.new_indexed_pod(job, index)
+    return None
+
+  def fail_batch_job(self, job, pods, reason, message):
+    job["status"]["conditions"].append({"type": "Failed", "status": "True", "reason": reason,
+                                        "message": message,
+                                        "lastTransitionTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    for pod in pods:  # The Job controller deletes the still active pods.
+      if pod["status"]["phase"] not in ("Succeeded", "Failed"):
+        self.delete_pod(pod["metadata"]["name"])
+
+  def new_indexed_pod(self, job, index):
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    hostname = f"{name}-{index}"
+    replica = f"{labels[REPLICATED_JOB_LABEL]}-{index}"  # The script's key: "node-0".
+    incarnation = self.incarnations.get(hostname, 0)
+    outcome = self.outcome(replica, incarnation)
+    if isinstance(outcome, CreateRefused):  # The API server refuses the pod [job-ctrl].
+      pod_name = f"{hostname}-"
+      self.record_jobset_event(job, "Warning", "FailedCreate",
+                               "Error creating: " + outcome.message.format(pod=pod_name))
+      return
+    self.incarnations[hostname] = incarnation + 1
+    template = copy.deepcopy(job["spec"]["template"])
+    annotations = dict(template["metadata"].get("annotations") or {}, **{COMPLETION_INDEX: str(index)})
+    pod_labels = dict(template["metadata"].get("labels") or {},
+                      **{COMPLETION_INDEX: str(index), JOB_NAME_LABEL_BATCH: name,
+                         "batch.kubernetes.io/controller-uid": job["metadata"]["uid"]})
+    spec = template["spec"]
+    spec["hostname"] = hostname
+    for c in spec["containers"]:  # addCompletionIndexEnvVariable [job-ctrl]
+      if not any(e["name"] == "JOB_COMPLETION_INDEX" for e in c.get("env") or []):
+        c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {
+            "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}})
+    if self.istio_injection and annotations.get("sidecar.istio.io/inject") != "false":
+      spec["containers"].append({"name": ISTIO_PROXY, "image": "docker.io/istio/proxyv2"})
+    pod_name = f"{hostname}-{next(self._uids):05d}"  # generateName <job>-<index>-
+    self.pods[pod_name] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": namespace,
+                     "uid": f"pod-uid-{next(self._uids)}", "annotations": annotations,
+                     "labels": pod_labels},
+        "spec": spec,
+        "status": {"phase": "Pending",
+                   "conditions": [{"type": "PodScheduled", "status": "True"}],
+                   "containerStatuses": [
+                       {"name": c["name"], "ready": False, "restartCount": 0,
+                        "image": c["image"], "imageID": "",
+                        "state": {"waiting": {"reason": "ContainerCreating"}}}
+                       for c in spec["containers"]]},
+    }
+    self.outcomes[pod_name] = outcome
+
+  def local_hosts(self, pod, env):
+    """With `local_network`, a JobSet pod's process maps every hostname of its Job's pods
+    (``<job>-<index>.<subdomain>``, [job-ctrl] [js-ctrl]) to a 127.0.0.1 port, fixed
+    per hostname like a DNS record: tests/fake_kube_site/sitecustomize.py applies the
+    map to the TF_CONFIG the replica derives."""
+    job = self.batch_jobs[pod["metadata"]["labels"][JOB_NAME_LABEL_BATCH]]
+    port = env.get("TFX_PARALLEL_TF_PORT", "2222")
+    hosts = {}
+    for index in range(job["spec"]["completions"]):
+      host = f"{job['metadata']['name']}-{index}.{pod['spec']['subdomain']}:{port}"
+      if host not in self.ports:
+        self.ports[host] = _free_port()
+      hosts[host] = f"127.0.0.1:{self.ports[host]}"
+    site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_kube_site")
+    return {"FAKE_KUBE_HOSTS": json.dumps(hosts),
+            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))}
+
+  @staticmethod
+  def container_env(pod, container):
+    """The container's env as the kubelet resolves it, with the downward API's
+    metadata.labels['k'] / metadata.annotations['k'] [downward]."""
+    out = {}
+    for e in container.get("env") or []:
+      if "value" in e:
+        out[e["name"]] = e["value"]
+        continue
+      path = e["valueFrom"]["fieldRef"]["fieldPath"]
+      field, _, key = path.partition("['")
+      source = {"metadata.labels": "labels", "metadata.annotations": "annotations"}[field]
+      out[e["name"]] = pod["metadata"][source].get(key.rstrip("']"), "")
+    return out

@@ -583,18 +583,15 @@ def test_missing_rbac_fails_before_the_job_naming_the_verb(tmp_path, denied, nee
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()  # No job file either.
 
 
-@pytest.mark.parametrize("served,needle", [
-    ({"trainer.kubeflow.org/v1alpha1": ["trainjobs", "trainingruntimes"]},
-     "It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11"),
-    ({}, "This cluster serves no TFJob (kubeflow.org/v1)"),
-])
-def test_a_cluster_without_tfjob_fails_before_anything_naming_what_to_install(tmp_path, served,
-                                                                              needle):
+def test_a_cluster_without_tfjob_or_trainer_v2_fails_before_anything_naming_what_to_install(
+    tmp_path):
+  """(Trainer v2 alone is a backend now: tests/test_kubeflow_trainjob.py.)"""
   with FakeCluster() as cluster:
-    cluster.served = served
-    with pytest.raises(RuntimeError, match="Install the training operator v1.9.4") as e:
+    cluster.served = {}
+    with pytest.raises(RuntimeError, match="the training operator v1.9.4") as e:
       _run(cluster, tmp_path)
-    assert needle in str(e.value) and tfjob.TRAINING_OPERATOR_INSTALL in str(e.value)
+    assert "This cluster serves neither TFJob (kubeflow.org/v1 tfjobs)" in str(e.value)
+    assert tfjob.TRAINING_OPERATOR_INSTALL in str(e.value)
     assert [m for m, _, _, _ in cluster.requests] == ["GET"] * len(cluster.requests)
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
 
@@ -603,7 +600,7 @@ def test_the_generated_role_grants_exactly_what_the_preflight_asks():
   role, binding = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
   granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
              for resource in rule["resources"] for verb in rule["verbs"]}
-  assert granted == set(tfjob.REQUIRED_ACCESS)
+  assert granted == set(tfjob.ALL_REQUIRED_ACCESS) >= set(tfjob.REQUIRED_ACCESS)
   assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
                                   "namespace": "kubeflow"}]
   assert binding["roleRef"]["name"] == role["metadata"]["name"]

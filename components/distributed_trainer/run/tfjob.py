@@ -90,6 +90,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.run import trainjob
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 # The training operator injects TF_CONFIG into the container with this name only, and
@@ -133,6 +134,9 @@ _REASON_GROUPS = {"ErrImagePull": "image pull", "ImagePullBackOff": "image pull"
 # <err>" (kubeflow/training-operator v1.9.0 pkg/controller.v1/control/pod_control.go:153).
 # No pod appears and no condition changes, so it is read from the events.
 FAILED_CREATE_POD = "FailedCreatePod"
+# The Job controller's event for the same (FailedCreatePodReason = "FailedCreate",
+# kubernetes pkg/controller/controller_utils.go), on a TrainJob's Jobs.
+FAILED_CREATE = "FailedCreate"
 # Cluster autoscaler's --max-node-provision-time default (15 min: kubernetes/autoscaler
 # cluster-autoscaler/config/flags/flags.go; main.go before 1.30) plus 5 min for the new node to join and pull the image:
 # an Unschedulable pod on a cluster that scales GPU nodes up from zero is normal for
@@ -149,9 +153,11 @@ ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_S
 # Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
 # operator fails the job instead of restarting the pod (restartPolicy ExitCode).
 ORPHANED_EXIT_CODE = 3
-# Multi-node training needs the Kubeflow training operator v1 (TFJob); its last line is
-# release-1.9 (v1.9.4). Kubeflow 1.11's default install has Trainer v2 instead.
-TRAINER_V2_GROUP_VERSION = "trainer.kubeflow.org/v1alpha1"
+# Multi-node training runs as a TFJob (the Kubeflow training operator v1, whose last line
+# is release-1.9: v1.9.4) or as a TrainJob of Kubeflow Trainer v2 (Kubeflow 1.11 installs
+# v2.1.0 and no TFJob) with this project's TensorFlow runtime (run/trainjob.py).
+TRAINER_V2_GROUP_VERSION = f"{trainjob.GROUP}/{trainjob.VERSION}"
+BACKEND_TFJOB, BACKEND_TRAINER_V2 = "TFJob", "TrainJob"
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/'
@@ -163,12 +169,19 @@ REQUIRED_ACCESS = (
     ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"))
 
 
-def rbac_manifests(namespace: str, service_account: str) -> List[Dict[str, Any]]:
-  """The Role and RoleBinding that let `service_account` run TFJobs in `namespace`: exactly
-  :data:`REQUIRED_ACCESS`. Standalone KFP runs steps as ``pipeline-runner`` in its own
-  namespace (``kubeflow``); a Kubeflow profile as ``default-editor`` in the profile's."""
+# Either backend's needs: the step picks one at run time (API discovery).
+ALL_REQUIRED_ACCESS = trainjob.all_access(REQUIRED_ACCESS, trainjob.REQUIRED_ACCESS)
+
+
+def rbac_manifests(namespace: str, service_account: str,
+                   access: Sequence[Tuple[str, str, str]] = ALL_REQUIRED_ACCESS
+                   ) -> List[Dict[str, Any]]:
+  """The Role and RoleBinding that let `service_account` run TFJobs or TrainJobs in
+  `namespace`: exactly `access` (both backends' REQUIRED_ACCESS). Standalone KFP runs
+  steps as ``pipeline-runner`` in its own namespace (``kubeflow``); a Kubeflow profile as
+  ``default-editor`` in the profile's."""
   rules: Dict[Tuple[str, str], List[str]] = {}
-  for group, resource, verb in REQUIRED_ACCESS:
+  for group, resource, verb in access:
     rules.setdefault((group, resource), []).append(verb)
   name = "tfx-parallel-tfjob"
   role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -372,8 +385,14 @@ class PodWatch:
   """
 
   def __init__(self, max_restarts: int, grace_seconds: float,
-               unschedulable_grace_seconds: Optional[float] = None):
+               unschedulable_grace_seconds: Optional[float] = None,
+               container: str = CONTAINER_NAME,
+               replica_of: Optional[Callable[[Mapping[str, Any]], str]] = None):
     self.max_restarts = max_restarts
+    self.container = container  # The training container ("node" on Trainer v2).
+    # Which replica a pod is (restarts are counted per replica): its name for a TFJob,
+    # whose operator recreates a pod under the same name; JobSet pods get new names.
+    self._replica_of = replica_of or (lambda pod: (pod.get("metadata") or {}).get("name", "?"))
     self.grace_seconds = grace_seconds
     self.unschedulable_grace_seconds = (grace_seconds if unschedulable_grace_seconds is None
                                         else unschedulable_grace_seconds)
@@ -395,11 +414,11 @@ class PodWatch:
     for pod in pods:
       meta, status = pod.get("metadata") or {}, pod.get("status") or {}
       name, uid = meta.get("name", "?"), meta.get("uid", "")
-      seen = self._uids.setdefault(name, [])
+      seen = self._uids.setdefault(self._replica_of(pod), [])
       if uid and uid not in seen:
         seen.append(uid)
       for container in status.get("containerStatuses") or []:
-        if container.get("name") != CONTAINER_NAME:
+        if container.get("name") != self.container:
           continue
         state = container.get("state") or {}
         terminated, waiting = state.get("terminated"), state.get("waiting")
@@ -443,13 +462,14 @@ class PodWatch:
       self._create_failed.clear()
       return None
     for event in events:
-      if event.get("reason") == FAILED_CREATE_POD:
-        message = _uncombined(event.get("message") or "")
+      if event.get("reason") in (FAILED_CREATE_POD, FAILED_CREATE):
+        message = f'{event["reason"]}: ' + _uncombined(event.get("message") or "")
         self._create_failed.setdefault(message, (now, message))
     for since, message in sorted(self._create_failed.values()):
       if now - since >= self.grace_seconds:
-        return (f"the training operator cannot create a replica pod: {FAILED_CREATE_POD}: "
-                f"{message} (for {now - since:g} s, more than the {self.grace_seconds:g} s "
+        who = ("the Job controller" if message.startswith(FAILED_CREATE + ":")
+               else "the training operator")
+        return (f"{who} cannot create a replica pod: {message} (for {now - since:g} s, more than the {self.grace_seconds:g} s "
                 f"grace period; a ResourceQuota or an admission webhook refuses it)")
     return None
 
@@ -471,7 +491,7 @@ class PodWatch:
       return ""
     own = [f for f in found if f[1] != PEER_LOST_EXIT_CODE]
     pod, code = (own or found)[-1]
-    return (f"pod {pod}: container {CONTAINER_NAME} "
+    return (f"pod {pod}: container {self.container} "
             + describe_exit(code, self._reasons.get((pod, code), "")))
 
   def budget_message(self, cause: str, restarting_message: str = "") -> str:
@@ -481,12 +501,20 @@ class PodWatch:
 
 
 class TFJobClient:
-  """The Kubernetes API calls for TFJobs, and nothing else.
+  """The Kubernetes API calls for TFJobs, and nothing else; :class:`TrainJobClient` is
+  the same for Trainer v2's TrainJobs.
 
   Args:
     api_client: a ``kubernetes.client.ApiClient``; default: in-cluster config, else
       the local kubeconfig.
   """
+  KIND = KIND
+  container = CONTAINER_NAME
+  required_access = REQUIRED_ACCESS
+
+  @property
+  def api_client(self):
+    return self._api
 
   def __init__(self, api_client=None):
     from kubernetes import client  # pylint: disable=g-import-not-at-top
@@ -509,22 +537,29 @@ class TFJobClient:
       raise
     return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
 
-  def check_backend(self) -> None:
-    """Raises RuntimeError before anything is created when no TFJob is served, naming
-    what to install (Kubeflow 1.11 installs Trainer v2, whose CRDs are only
-    trainer.kubeflow.org, and no TFJob: kubeflow/manifests v1.11.0
-    example/kustomization.yaml; Trainer v2 ships no TensorFlow runtime)."""
+  def check_backend(self) -> str:
+    """Which backend the cluster serves (API discovery): BACKEND_TFJOB when it serves
+    kubeflow.org/v1 tfjobs (Kubeflow 1.10: training-operator v1.9.2; preferred when both
+    are there), else BACKEND_TRAINER_V2 when it serves trainer.kubeflow.org/v1alpha1
+    trainjobs (Kubeflow 1.11: Trainer v2.1.0, kubeflow/manifests v1.11.0
+    example/kustomization.yaml). Raises RuntimeError before anything is created when
+    neither is served, naming what to install."""
     if self.serves(f"{GROUP}/{VERSION}", PLURAL):
-      return
-    trainer_v2 = self.serves(TRAINER_V2_GROUP_VERSION, "trainjobs")
+      return BACKEND_TFJOB
+    if self.serves(TRAINER_V2_GROUP_VERSION, trainjob.PLURAL):
+      return BACKEND_TRAINER_V2
     raise RuntimeError(
-        f"This cluster serves no TFJob ({GROUP}/{VERSION}), so multi-node training cannot "
-        f"start; nothing was created. "
-        + ("It serves Kubeflow Trainer v2 (trainer.kubeflow.org TrainJobs), as Kubeflow 1.11 "
-           "installs it, and Trainer v2 ships no TensorFlow runtime. " if trainer_v2 else "")
-        + f"Install the training operator {TRAINING_OPERATOR_VERSION} (Kubeflow 1.10 "
-        f"installs v1.9.2, which works too): {TRAINING_OPERATOR_INSTALL}. Or train on one "
-        f"node: unset {ENV_IMAGE}.")
+        f"This cluster serves neither TFJob ({GROUP}/{VERSION} tfjobs) nor Kubeflow "
+        f"Trainer v2 ({TRAINER_V2_GROUP_VERSION} trainjobs), so multi-node training cannot "
+        f"start; nothing was created. Install one: Kubeflow Trainer "
+        f"{trainjob.TRAINER_VERSION} ({trainjob.TRAINER_INSTALL}; it brings JobSet v0.10.1), "
+        f"then this project's TensorFlow runtime ('tfx-parallel runtime --namespace <ns> | "
+        f"kubectl apply -f -'); or the training operator {TRAINING_OPERATOR_VERSION} "
+        f"(Kubeflow 1.10 installs v1.9.2, which works too): {TRAINING_OPERATOR_INSTALL}. "
+        f"Or train on one node: unset {ENV_IMAGE}.")
+
+  def check_ready(self, namespace: str) -> None:
+    """Anything the backend needs in `namespace` besides its API (nothing for a TFJob)."""
 
   def can_i(self, verb: str, group: str, resource: str, namespace: str) -> bool:
     """The API server's answer to a SelfSubjectAccessReview (authorization.k8s.io/v1)
@@ -542,12 +577,12 @@ class TFJobClient:
   def check_access(self, namespace: str) -> None:
     """Raises PermissionError naming every missing verb, before anything is created."""
     missing = [f"{verb} {resource}" + (f" ({group})" if group else "")
-               for group, resource, verb in REQUIRED_ACCESS
+               for group, resource, verb in self.required_access
                if not self.can_i(verb, group, resource, namespace)]
     if missing:
       raise PermissionError(
           f"The step's service account may not {', '.join(missing)} in namespace "
-          f"{namespace!r}; the TFJob was not created. Apply the Role and RoleBinding that "
+          f"{namespace!r}; the {self.KIND} was not created. Apply the Role and RoleBinding that "
           f"'tfx-parallel rbac --namespace {namespace} --service-account <account>' prints "
           f"(the account is pipeline-runner on standalone KFP, default-editor in a "
           f"Kubeflow profile): see docs/KUBEFLOW.md, RBAC.")
@@ -563,11 +598,23 @@ class TFJobClient:
   def delete(self, name: str, namespace: str) -> None:
     self._custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
+  pod_label = JOB_NAME_LABEL
+
   def pods(self, name: str, namespace: str) -> List[Dict[str, Any]]:
     """The job's replica pods as the API's JSON (camelCase)."""
     found = self._core.list_namespaced_pod(namespace,
-                                           label_selector=f"{JOB_NAME_LABEL}={name}")
+                                           label_selector=f"{self.pod_label}={name}")
     return [self._api.sanitize_for_serialization(pod) for pod in found.items]
+
+  @staticmethod
+  def state(job: Mapping[str, Any]) -> Tuple[Optional[str], str]:
+    return job_state(job)
+
+  @staticmethod
+  def replica_count(job: Mapping[str, Any]) -> int:
+    return _replica_count(job)
+
+  replica_of = None  # PodWatch's default: the pod's name.
 
   def events(self, name: str, namespace: str) -> List[Dict[str, Any]]:
     """The events about the TFJob (the operator's ExitedWithCode, Restarting, ...);
@@ -594,7 +641,7 @@ class TFJobClient:
       pod_name = pod["metadata"]["name"]
       try:
         out[pod_name] = self._core.read_namespaced_pod_log(pod_name, namespace,
-                                                           container=CONTAINER_NAME)
+                                                           container=self.container)
       except ApiException as e:
         out[pod_name] = f"(no log: {e.status} {e.reason}: {_body(e)})"
     return out
@@ -612,7 +659,8 @@ class TFJobClient:
     from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
     import urllib3  # pylint: disable=g-import-not-at-top
     deadline = clock() + timeout_seconds
-    watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds)
+    watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds,
+                     container=self.container, replica_of=self.replica_of)
     errors = 0
     while True:
       heartbeat()
@@ -622,7 +670,7 @@ class TFJobClient:
         errors = 0
       except ApiException as e:
         if e.status == 404:  # Deleted behind our back (by hand, or with its owner).
-          return TFJobResult(state=FAILED, message=f"TFJob {namespace}/{name} was deleted "
+          return TFJobResult(state=FAILED, message=f"{self.KIND} {namespace}/{name} was deleted "
                              f"while the executor waited for it", logs={},
                              restarts=watch.restarts)
         if not (e.status == 429 or (e.status or 0) >= 500) or errors >= MAX_POLL_ERRORS:
@@ -636,10 +684,10 @@ class TFJobClient:
         errors += 1
         sleep(poll_seconds)
         continue
-      state, message = job_state(job)
+      state, message = self.state(job)
       now = clock()
       stuck = watch.observe(pods, now)
-      if state is None and not stuck and len(pods) < _replica_count(job):
+      if state is None and not stuck and len(pods) < self.replica_count(job):
         # A replica without a pod: the operator may be failing to create it, which
         # only its events say (no pod, no condition).
         stuck = watch.observe_events(self.events(name, namespace), now, pods_missing=True)
@@ -650,17 +698,85 @@ class TFJobClient:
         if cause:
           message = f"{message} Last failure: {cause}"
       elif state is None and stuck:
-        state, message = FAILED, f"TFJob {namespace}/{name}: {stuck}"
+        state, message = FAILED, f"{self.KIND} {namespace}/{name}: {stuck}"
       elif state is None and watch.over_limit:
-        state, message = FAILED, f"TFJob {namespace}/{name}: " + watch.budget_message(
+        state, message = FAILED, f"{self.KIND} {namespace}/{name}: " + watch.budget_message(
             watch.cause(self.events(name, namespace)), _condition_message(job, RESTARTING))
       elif state is None and clock() >= deadline:
-        state, message = TIMEOUT, (f"TFJob {namespace}/{name} did not finish in "
+        state, message = TIMEOUT, (f"{self.KIND} {namespace}/{name} did not finish in "
                                    f"{timeout_seconds:g} s")
       if state is not None:
         return TFJobResult(state=state, message=message, logs=self.logs(name, namespace),
                            restarts=watch.restarts)
       sleep(poll_seconds)
+
+
+class TrainJobClient(TFJobClient):
+  """The same calls for Kubeflow Trainer v2's TrainJobs (trainer.kubeflow.org/v1alpha1)
+  with this project's runtime (run/trainjob.py). The pods are the JobSet's, which is named
+  like the TrainJob (kubeflow/trainer v2.1.0 plugins/jobset/jobset.go:284), selected by
+  ``jobset.sigs.k8s.io/jobset-name``; a replica is counted across JobSet restarts by its
+  indices, since its pods get new names (trainjob.replica_key)."""
+  KIND = trainjob.KIND
+  container = trainjob.CONTAINER_NAME
+  required_access = trainjob.REQUIRED_ACCESS
+  pod_label = trainjob.JOBSET_NAME_LABEL
+  replica_of = staticmethod(trainjob.replica_key)
+
+  @staticmethod
+  def state(job: Mapping[str, Any]) -> Tuple[Optional[str], str]:
+    state, message = trainjob.job_state(job)
+    return {"Complete": SUCCEEDED, "Failed": FAILED}.get(state or ""), message
+
+  @staticmethod
+  def replica_count(job: Mapping[str, Any]) -> int:
+    return trainjob.replica_count(job)
+
+  def check_ready(self, namespace: str) -> None:
+    """Raises RuntimeError, before anything is created, when this project's TensorFlow
+    runtime is not installed in `namespace` (Trainer v2 ships none)."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    try:
+      self._custom.get_namespaced_custom_object(trainjob.GROUP, trainjob.VERSION, namespace,
+                                                trainjob.RUNTIME_PLURAL, trainjob.RUNTIME_NAME)
+    except ApiException as e:
+      if e.status != 404:
+        raise
+      raise RuntimeError(
+          f"This cluster serves Kubeflow Trainer v2 ({TRAINER_V2_GROUP_VERSION}), which ships "
+          f"no TensorFlow runtime, and namespace {namespace!r} has no "
+          f"{trainjob.RUNTIME_KIND} {trainjob.RUNTIME_NAME!r}; nothing was created. Install "
+          f"it: 'tfx-parallel runtime --namespace {namespace} | kubectl apply -f -' (see "
+          f"docs/KUBEFLOW.md, Several nodes).") from None
+
+  def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
+    return self._custom.create_namespaced_custom_object(
+        trainjob.GROUP, trainjob.VERSION, body["metadata"]["namespace"], trainjob.PLURAL,
+        dict(body))
+
+  def get(self, name: str, namespace: str) -> Dict[str, Any]:
+    return self._custom.get_namespaced_custom_object(trainjob.GROUP, trainjob.VERSION,
+                                                     namespace, trainjob.PLURAL, name)
+
+  def delete(self, name: str, namespace: str) -> None:
+    # Foreground would wait for the pods; the garbage collector deletes the JobSet, its
+    # Jobs and pods after the TrainJob (ownerReferences, jobset.go:298-304).
+    self._custom.delete_namespaced_custom_object(trainjob.GROUP, trainjob.VERSION, namespace,
+                                                 trainjob.PLURAL, name)
+
+  def events(self, name: str, namespace: str) -> List[Dict[str, Any]]:
+    """Events about the trainer Job (the Job controller's FailedCreate when the API server
+    refuses a pod) and the JobSet (its restarts); [] when they cannot be read."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    out = []
+    for kind, involved in (("Job", f"{name}-{trainjob.REPLICATED_JOB}-0"), ("JobSet", name)):
+      try:
+        found = self._core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={involved}")
+      except ApiException:
+        return out
+      out.extend(self._api.sanitize_for_serialization(e) for e in found.items)
+    return out
 
 
 def _replica_count(tfjob: Mapping[str, Any]) -> int:
@@ -999,10 +1115,17 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   job_dir = os.path.join(os.path.dirname(os.path.dirname(job.checkpoint_dir.rstrip("/"))),
                          "_tfjobs")
   job_uri = os.path.join(job_dir, name + ".json")
-  body = manifest(spec_for(settings, name, job_uri))  # Checks the spec before any I/O.
+  spec = spec_for(settings, name, job_uri)
+  body = manifest(spec)  # Checks the spec before any I/O.
   client = client or TFJobClient()
-  client.check_backend()  # Before the job file and the job: is a TFJob served at all,
-  client.check_access(settings.namespace)  # and may this account use it?
+  # Before the job file and the job: which backend is served (TFJob or Trainer v2),
+  if client.check_backend() == BACKEND_TRAINER_V2:
+    body = trainjob.manifest(spec)
+    if not isinstance(client, TrainJobClient):
+      client = TrainJobClient(client.api_client)
+  kind = client.KIND
+  client.check_access(settings.namespace)  # may this account use it,
+  client.check_ready(settings.namespace)  # and is all it needs there (Trainer v2's runtime)?
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
@@ -1015,7 +1138,7 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   with _raise_on_sigterm():
     try:
       how = _submit(client, body)  # Inside the try: a SIGTERM during the call still deletes.
-      logging.info("%s TFJob %s/%s (%d workers, %d GPUs each); job file %s", how,
+      logging.info("%s %s %s/%s (%d workers, %d GPUs each); job file %s", how, kind,
                    settings.namespace, name, settings.worker_replicas,
                    settings.gpus_per_replica, job_uri)
       result = client.wait(name, settings.namespace, settings.timeout_seconds,
@@ -1024,16 +1147,16 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
                            unschedulable_grace_seconds=settings.unschedulable_grace_seconds,
                            clock=clock, heartbeat=heartbeat.beat)
     except ExecutorTerminated as e:
-      raise ExecutorTerminated(f"TFJob {settings.namespace}/{name}: the executor {e}; "
-                               f"the TFJob is deleted. Job file: {job_uri}") from None
+      raise ExecutorTerminated(f"{kind} {settings.namespace}/{name}: the executor {e}; "
+                               f"the {kind} is deleted. Job file: {job_uri}") from None
     finally:
       _delete_quietly(client, name, settings.namespace)
   for pod, text in sorted(result.logs.items()):
-    logging.info("TFJob pod %s log (last 2000 characters):\n%s", pod, text[-2000:])
+    logging.info("%s pod %s log (last 2000 characters):\n%s", kind, pod, text[-2000:])
   if not result.succeeded:
     tails = "\n".join(f"--- {pod} ---\n{text[-1000:]}"
                       for pod, text in sorted(result.logs.items()))
-    raise RuntimeError(f"TFJob {settings.namespace}/{name} ended {result.state}: "
+    raise RuntimeError(f"{kind} {settings.namespace}/{name} ended {result.state}: "
                        f"{result.message}. Job file: {job_uri}. Pod logs:\n{tails}")
   return result
 
@@ -1053,7 +1176,7 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
   except ApiException as e:
     if e.status != 409:
       raise
-  state, _ = job_state(client.get(name, namespace))
+  state, _ = client.state(client.get(name, namespace))
   if state != FAILED:
     return "Adopted"
   _delete_quietly(client, name, namespace)
@@ -1065,9 +1188,9 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
       if e.status != 409:
         raise
     sleep(2.0)
-  raise RuntimeError(f"TFJob {namespace}/{name}: a failed job of an earlier attempt is "
-                     f"still being deleted after {2 * attempts} s; delete it "
-                     f"(kubectl delete tfjob -n {namespace} {name}) and retry the step")
+  raise RuntimeError(f"{client.KIND} {namespace}/{name}: a failed job of an earlier attempt "
+                     f"is still being deleted after {2 * attempts} s; delete it (kubectl "
+                     f"delete {client.KIND.lower()} -n {namespace} {name}) and retry the step")
 
 
 def _delete_quietly(client, name: str, namespace: str) -> None:
@@ -1078,7 +1201,8 @@ def _delete_quietly(client, name: str, namespace: str) -> None:
     client.delete(name, namespace)
   except Exception as e:  # pylint: disable=broad-except
     if getattr(e, "status", None) != 404:
-      logging.error("Could not delete TFJob %s/%s: %s", namespace, name, e)
+      logging.error("Could not delete %s %s/%s: %s", getattr(client, "KIND", KIND), namespace,
+                    name, e)
 
 
 # --- Replica side: fetch the job file, then train. -----------------------------------
@@ -1094,6 +1218,14 @@ def stop_replica(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
   os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
 
+def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
+  """The TF_CONFIG a replica must set itself: None under a TFJob (the operator set it) or
+  alone; on a TrainJob, the one derived from JobSet (trainjob.tf_config_from_jobset)."""
+  if "TF_CONFIG" in environ:
+    return None
+  return trainjob.tf_config_from_jobset(environ)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
@@ -1102,6 +1234,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   start_watchdog(os.environ, read_text, stop_replica)
+  tf_config = replica_tf_config(os.environ)
+  if tf_config:
+    os.environ["TF_CONFIG"] = tf_config
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)
