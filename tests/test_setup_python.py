@@ -1,4 +1,4 @@
-"""`make setup`'s choice of interpreter (.ci/find_python, issue 42): a Python 3.10 or 3.9
+"""`make setup`'s choice of interpreter (.ci/find_python, issue 42): a Python 3.10
 already on the machine, else uv's managed CPython 3.10 with one line saying so, else an
 error naming what was tried and the command that fixes it.
 
@@ -89,7 +89,7 @@ def calls_of(calls):
 
 
 @needs_310
-def test_without_3_10_or_3_9_uv_installs_its_managed_3_10_and_says_so_in_one_line(machine):
+def test_without_3_10_uv_installs_its_managed_3_10_and_says_so_in_one_line(machine):
   tmp_path, calls = machine
   uv = standin_uv(tmp_path / "bin", calls, sys.executable)
   out = run_setup(tmp_path)
@@ -98,7 +98,7 @@ def test_without_3_10_or_3_9_uv_installs_its_managed_3_10_and_says_so_in_one_lin
   assert calls_of(calls) == ["python install --no-bin 3.10",
                              "python find --system --managed-python 3.10"]
   assert out.stderr.splitlines() == [
-      f"No Python 3.10 or 3.9 on this machine: using uv's managed CPython 3.10 "
+      f"No Python 3.10 on this machine: using uv's managed CPython 3.10 "
       f"({uv} python install 3.10): {sys.executable}"]
 
 
@@ -128,9 +128,9 @@ def test_when_uv_cannot_download_the_error_says_what_was_tried_and_the_fix(machi
   assert out.stdout == ""
   assert calls_of(calls) == ["python install --no-bin 3.10"]
   err = out.stderr
-  assert err.startswith("ERROR: tfx-parallel needs Python 3.10 or 3.9"), err
+  assert err.startswith("ERROR: tfx-parallel needs Python 3.10 "), err
   tried = err.split("Tried:", 1)[1]
-  assert "- python3.10, python3.9, ~/.pyenv/versions/3.10*, 3.9*, python3: none is" in tried
+  assert "- python3.10, ~/.pyenv/versions/3.10*, python3: none is 3.10" in tried
   assert f"- '{uv} python install --no-bin 3.10'" in tried
   assert "github.com, astral-sh/python-build-standalone" in err
   assert f"| error: Failed to install cpython-3.10.22-linux-x86_64-gnu" in err
@@ -139,7 +139,7 @@ def test_when_uv_cannot_download_the_error_says_what_was_tried_and_the_fix(machi
   assert fix.startswith(f"Fix: {uv} python install 3.10 "), fix
 
 
-def test_a_named_interpreter_that_is_not_3_10_or_3_9_is_refused(machine):
+def test_a_named_interpreter_that_is_not_3_10_is_refused(machine):
   tmp_path, calls = machine
   standin_uv(tmp_path / "bin", calls, "/nonexistent/python3.10")
   out = run_setup(tmp_path, BASH)
