@@ -516,6 +516,15 @@ def startup_section(data: dict) -> str:
               f"everything first imported under them):", "",
               "| package | self s | share of import time |", "|---|---|---|"]
     lines += [f"| `{k}` | {v:.2f} | {v / total:.0%} |" for v, k in top]
+  ab = data.get("import_ab")
+  if ab:
+    lines += ["", ab["text"], "", "| package (self s, charged as above) | eager | ours |",
+              "|---|---|---|"]
+    keys = sorted(set(ab["eager"]) | set(ab["ours"]), key=lambda k: -ab["eager"].get(k, 0))
+    lines += [f"| `{k}` | {ab['eager'].get(k, 0):.2f} | {ab['ours'].get(k, 0):.2f} |"
+              for k in keys if max(ab["eager"].get(k, 0), ab["ours"].get(k, 0)) >= 0.3]
+  lines += [""] + [note + "\n" for note in data.get("notes", [])]
+  lines += ["![e2e_startup.png](plots/e2e_startup.png)"]
   return "\n".join(lines) + "\n"
 
 
@@ -579,7 +588,7 @@ def plot(res: Dict[str, List[dict]], path: str):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 3.5))
-  names = [n for n in ("stock", "before", "ours") if res.get(n)]
+  names = [n for n in ("stock", "before", "eager", "ours") if res.get(n)]
   left = np.zeros(len(names))
   for stage, color in zip(COMPONENT_ORDER, ("tab:blue", "tab:orange", "tab:green")):
     vals = np.array([np.median([r["components"].get(stage, 0.0) for r in res[n]])
@@ -627,6 +636,7 @@ def main() -> int:
         data = json.load(f)
     else:
       data = startup(a.rows, a.steps or sizes(False)["steps"], a.rounds)
+    plot(data["runs"], bu.plot_path("e2e_startup", False))
     text = startup_section(data)
     os.makedirs(os.path.dirname(STARTUP_SECTION), exist_ok=True)
     with open(STARTUP_SECTION, "w") as f:
