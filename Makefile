@@ -11,11 +11,16 @@ PYTEST := $(PY) -m pytest
 
 setup: $(STAMP)
 
+# The interpreter for a new .venv: Python 3.10 or 3.9 from the machine, else uv's managed
+# CPython 3.10, said in one line (.ci/find_python). `make run PYTHON=/path/to/python3.10`
+# names one (only on the command line: PYTHON in the environment is often another tool's).
+SETUP_PYTHON := $(if $(filter command line,$(origin PYTHON)),$(PYTHON))
+
 # Re-install only when the pins or the package definition change. --compile-bytecode: this
 # environment sets PYTHONDONTWRITEBYTECODE=1, so without it every process compiles TensorFlow anew.
 $(STAMP): constraints.txt setup.py
-	@PYBIN=$$(./.ci/find_python) || exit 1; \
-	if [ ! -x $(PY) ]; then echo "Creating $(VENV) with $$PYBIN"; $$PYBIN -m venv $(VENV); fi
+	@if [ ! -x $(PY) ]; then PYBIN=$$(./.ci/find_python "$(SETUP_PYTHON)") || exit 1; \
+	  echo "Creating $(VENV) with $$PYBIN"; $$PYBIN -m venv $(VENV) || exit 1; fi
 	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9
 	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -c constraints.txt -e '.[test,dask]'
 	$(PY) -c "import tfx_parallel.components.common.tfenv as e; e.prepare(); import tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed; print('environment OK')"

@@ -31,9 +31,10 @@ setup(
     description=("TFX pipeline: Beam-partitioned ingest, data- and model-parallel "
                  "training (tf.distribute / DTensor), convergence metrics in ML Metadata, "
                  "Kubeflow Pipelines on GPU nodes."),
-    # The full install needs Python 3.9-3.10 (tfx 1.16 requires it); the trainer alone
-    # (`make gpu-check`: --no-deps + requirements-gpu-trainer.txt) runs on 3.10-3.12.
-    python_requires=">=3.9,<3.13",
+    # The full install needs Python 3.10 (tfx 1.16: 3.9-3.10; the pins of constraints.txt:
+    # >= 3.10; README "Requirements"); the trainer alone (`make gpu-check`: --no-deps +
+    # requirements-gpu-trainer.txt) runs on 3.10-3.12.
+    python_requires=">=3.10,<3.13",
     packages=sorted(_PACKAGE_DIR),
     package_dir=_PACKAGE_DIR,
     package_data={"tfx_parallel.kubeflow": ["default_config.yaml", "Dockerfile", "gpu.yaml"]},

@@ -48,17 +48,25 @@ def _short(type_name: str) -> str:
   return name
 
 
-def component_seconds(metadata_path: str) -> Dict[str, float]:
+def _executions(metadata_path: str):
+  """(stage, create epoch s, last update epoch s) of every execution in the store."""
   from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
   from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
   cfg = metadata_store_pb2.ConnectionConfig()
   cfg.sqlite.filename_uri = metadata_path
   store = metadata_store.MetadataStore(cfg)
-  out = {}
+  out = []
   for e in store.get_executions():
     [t] = store.get_execution_types_by_id([e.type_id])
-    seconds = (e.last_update_time_since_epoch - e.create_time_since_epoch) / 1000.0
-    out[_short(t.name)] = out.get(_short(t.name), 0.0) + seconds
+    out.append((_short(t.name), e.create_time_since_epoch / 1000.0,
+                e.last_update_time_since_epoch / 1000.0))
+  return out
+
+
+def component_seconds(metadata_path: str) -> Dict[str, float]:
+  out = {}
+  for stage, created, updated in _executions(metadata_path):
+    out[stage] = out.get(stage, 0.0) + updated - created
   return out
 
 
@@ -89,7 +97,17 @@ def run_ours_before(csv: str, home: str, steps: int) -> str:
   return run_ours(csv, home, steps)
 
 
-RUNNERS = {"ours": run_ours, "before": run_ours_before}
+def run_ours_eager(csv: str, home: str, steps: int) -> str:
+  """Ours as it was before issue 42's deferred imports, as a side-by-side baseline: the
+  pipeline process imports all of ``tfx.components`` (every stock component) and of
+  ``tensorflow_model_analysis``, as their ``__init__`` files do when anything under them
+  is imported; pipeline/deferred_imports.py then has nothing to defer."""
+  import tensorflow_model_analysis  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfx.components  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  return run_ours(csv, home, steps)
+
+
+RUNNERS = {"ours": run_ours, "before": run_ours_before, "eager": run_ours_eager}
 
 
 def run_stock(csv: str, home: str, steps: int) -> str:
@@ -128,13 +146,15 @@ def child(which: str, csv: str, home: str, steps: int, profile: str = "") -> dic
     import cProfile  # pylint: disable=g-import-not-at-top
     profiler = cProfile.Profile()
     profiler.enable()
-  start = time.perf_counter()
+  start, run_start = time.perf_counter(), time.time()
   metadata = RUNNERS.get(which, run_stock)(csv, home, steps)
   seconds = time.perf_counter() - start
   if profiler is not None:
     profiler.disable()
     profiler.dump_stats(profile)
-  return {"pipeline_seconds": seconds, "components": component_seconds(metadata)}
+  return {"pipeline_seconds": seconds, "components": component_seconds(metadata),
+          "run_start": run_start, "run_end": time.time(),
+          "executions": sorted(_executions(metadata), key=lambda e: e[1])}
 
 
 # ----------------------------------------------------------------------------- overhead
@@ -350,6 +370,164 @@ def overhead_section(data: dict) -> str:
   return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------ startup
+
+STARTUP_JSON = os.path.join(bu.BENCH_DIR, "e2e_startup.json")
+STARTUP_SECTION = os.path.join(bu.BENCH_DIR, "results", "e2e_startup.md")
+SEGMENTS = ("start-up", "ExampleGen", "Trainer", "Evaluator", "between components", "end")
+
+
+def timeline(r: dict) -> Dict[str, float]:
+  """Seconds of each part of one run, from its spawn to its exit: ``start-up`` (spawn to the
+  first execution in ML Metadata: interpreter, imports, input checks, pipeline compilation,
+  ML Metadata set-up, the first driver), each component's execution, the gaps ``between
+  components`` (publishing, the next node's inputs and driver), and the ``end`` (the last
+  execution's end to the process's exit). They add up to the process wall time."""
+  ex = r["executions"]
+  seg = dict.fromkeys(SEGMENTS, 0.0)
+  seg["start-up"] = ex[0][1] - r["spawned"]
+  seg["between components"] = sum(b[1] - a[2] for a, b in zip(ex, ex[1:]))
+  for stage, created, updated in ex:
+    seg[stage] = seg.get(stage, 0.0) + updated - created
+  seg["end"] = r["spawned"] + r["process_seconds"] - ex[-1][2]
+  seg["wall"] = r["process_seconds"]
+  return seg
+
+
+def import_groups(importtime_stderr: str) -> Dict[str, float]:
+  """Self seconds of ``python -X importtime`` output summed per top-level package, and
+  ``total``; ``tfx.components`` and ``tensorflow_model_analysis`` get their own groups
+  (with what only they import, by the nesting of the output) as the avoidable part."""
+  import re  # pylint: disable=g-import-not-at-top
+  rows = []
+  for line in importtime_stderr.splitlines():
+    m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+    if m:
+      rows.append((int(m.group(1)) / 1e6, len(m.group(3)), m.group(4)))
+  groups: Dict[str, float] = {}
+  # importtime prints a module after everything it imported: walk backwards keeping the
+  # stack of enclosing modules, so each module is charged to its outermost avoidable one.
+  stack: List[tuple] = []
+  for self_s, depth, name in reversed(rows):
+    while stack and stack[-1][0] >= depth:
+      stack.pop()
+    stack.append((depth, name))
+    owner = next((n for _, n in stack if n in ("tfx.components", "tensorflow_model_analysis")),
+                 name.split(".")[0])
+    groups[owner] = groups.get(owner, 0.0) + self_s
+  groups["total"] = sum(r[0] for r in rows)
+  return groups
+
+
+def startup(rows: int, steps: int, rounds: int) -> dict:
+  """``rounds`` rounds of ours and stock, alternating, each in its own process, with their
+  timelines; then one run of ours under ``-X importtime``. Written to STARTUP_JSON."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  load_before, when = bu.load_average(), datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+  csv = bu.write_csv(os.path.join(bu.work_dir(f"e2e_data_{rows}"), "data.csv"), rows)
+
+  def one(which: str, label: str, env=None) -> dict:
+    home = os.path.join(bu.work_dir("e2e_runs"), f"startup-{label}")
+    shutil.rmtree(home, ignore_errors=True)
+    spawned = time.time()
+    out = bu.run_python([os.path.abspath(__file__), "--child", which, "--csv", csv, "--home",
+                         home, "--steps", str(steps)], timeout=1200, env=env)
+    r = bu.last_json_line(out["stdout"])
+    r.update(spawned=spawned, process_seconds=out["seconds"], load=bu.load_average(),
+             cpu_seconds=out["cpu_seconds"])
+    r["timeline"] = timeline(r)
+    r["timeline"]["CPU (process tree)"] = out["cpu_seconds"]
+    if env:
+      r["imports"] = import_groups(out["stderr"])
+    print(f"[bench_e2e] {label}: " + ", ".join(
+        f"{k} {v:.1f}" for k, v in r["timeline"].items()) + f"; load {r['load']}", flush=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return r
+
+  runs: Dict[str, List[dict]] = {"ours": [], "eager": [], "stock": []}
+  for i in range(rounds):
+    for which in runs:
+      runs[which].append(one(which, f"{which}-{i}"))
+  imported = one("ours", "ours-importtime", env={"PYTHONPROFILEIMPORTTIME": "1"})
+  data = {"rows": rows, "steps": steps, "when": when, "load_before": load_before,
+          "load_after": bu.load_average(), "runs": runs, "importtime": imported}
+  with open(STARTUP_JSON, "w") as f:
+    json.dump(data, f, indent=1)
+  return data
+
+
+def startup_section(data: dict) -> str:
+  """RESULTS.md's "where the fixed time goes" section from STARTUP_JSON."""
+  rounds = len(data["runs"]["stock"])
+  names = [w for w in ("ours", "eager", "stock") if data["runs"].get(w)]
+  parts = (*SEGMENTS, "wall", "CPU (process tree)")
+  med = {w: {k: _median([r["timeline"][k] for r in data["runs"][w]]) for k in parts}
+         for w in names}
+
+  def ratios(which: str) -> List[float]:
+    return [o["process_seconds"] / s["process_seconds"]
+            for o, s in zip(data["runs"][which], data["runs"]["stock"])]
+  lines = [
+      "## End to end: where the time goes (`benchmarks/bench_e2e.py --startup`)", "",
+      f"Command: `.venv/bin/python benchmarks/bench_e2e.py --startup --rows {data['rows']} "
+      f"--steps {data['steps']} --rounds {rounds}`; run {data['when']}"
+      + (f" at commit {data['commit']}" if data.get("commit") else "")
+      + f"; load average before: {data['load_before']}; after: {data['load_after']}. "
+      f"{rounds} rounds of " + ", ".join(names) + ", each in its own process, "
+      f"{data['rows']:,} rows, {data['steps']} steps of batch {BATCH} (**eager**: ours "
+      "importing all of `tfx.components` and `tensorflow_model_analysis` first, as before "
+      "`pipeline/deferred_imports.py`). Each run's wall time split by the times "
+      "ML Metadata records for its executions: **start-up** = spawn to the first "
+      "execution (interpreter, imports, input checks, pipeline compilation, ML Metadata "
+      "set-up, the first driver); **between components** = the gaps between executions "
+      "(publishing outputs, resolving the next node's inputs, its driver); **end** = the "
+      "last execution's end to the process's exit. Medians of the rounds (so the parts "
+      "need not add up to the median wall).", "",
+      "| part | " + " | ".join(f"{w} s" for w in names) + " | "
+      + " | ".join(f"{w} per round" for w in names) + " |",
+      "|---|" + "---|" * (2 * len(names))]
+  for k in parts:
+    lines.append(f"| {k} | " + " | ".join(f"{med[w][k]:.1f}" for w in names) + " | "
+                 + " | ".join(", ".join(f"{r['timeline'][k]:.1f}" for r in data["runs"][w])
+                              for w in names) + " |")
+  mine = ratios("ours")
+  lines += ["", "Process wall / stock's in the same round: ours "
+            + ", ".join(f"{x:.2f}" for x in mine) + f", median **{_median(mine):.2f}** "
+            f"(target <= 0.25: {'met' if _median(mine) <= 0.25 else '**not met**'})"
+            + ("; eager " + ", ".join(f"{x:.2f}" for x in ratios("eager"))
+               + f", median {_median(ratios('eager')):.2f}" if "eager" in names else "")
+            + ". CPU seconds of the process tree (user + system, `os.wait4`; less sensitive "
+            "to other jobs on the machine than wall time), ours / stock per round: "
+            + ", ".join(f"{o['cpu_seconds'] / s['cpu_seconds']:.2f}"
+                        for o, s in zip(data["runs"]["ours"], data["runs"]["stock"]))
+            + ("; ours / eager: " + ", ".join(
+                f"{o['cpu_seconds'] / e['cpu_seconds']:.2f}"
+                for o, e in zip(data["runs"]["ours"], data["runs"]["eager"]))
+               if "eager" in names else "") + "."]
+  imp = data["importtime"].get("imports")
+  if imp:
+    total = imp["total"]
+    top = sorted(((v, k) for k, v in imp.items() if k != "total"), reverse=True)[:10]
+    t = data["importtime"]["timeline"]
+    lines += ["", f"Imports in our pipeline process (one more run of ours under `-X "
+              f"importtime`, which slows imports; its start-up {t['start-up']:.1f} s, wall "
+              f"{t['wall']:.1f} s): {total:.1f} s of self time over every import, by the "
+              f"package charged (`tfx.components` and `tensorflow_model_analysis`: "
+              f"everything first imported under them):", "",
+              "| package | self s | share of import time |", "|---|---|---|"]
+    lines += [f"| `{k}` | {v:.2f} | {v / total:.0%} |" for v, k in top]
+  ab = data.get("import_ab")
+  if ab:
+    lines += ["", ab["text"], "", "| package (self s, charged as above) | eager | ours |",
+              "|---|---|---|"]
+    keys = sorted(set(ab["eager"]) | set(ab["ours"]), key=lambda k: -ab["eager"].get(k, 0))
+    lines += [f"| `{k}` | {ab['eager'].get(k, 0):.2f} | {ab['ours'].get(k, 0):.2f} |"
+              for k in keys if max(ab["eager"].get(k, 0), ab["ours"].get(k, 0)) >= 0.3]
+  lines += [""] + [note + "\n" for note in data.get("notes", [])]
+  lines += ["![e2e_startup.png](plots/e2e_startup.png)"]
+  return "\n".join(lines) + "\n"
+
+
 def run(smoke: bool) -> List[dict]:
   sz = sizes(smoke)
   csv = bu.write_csv(os.path.join(bu.work_dir(f"e2e_data_{sz['rows']}"), "data.csv"),
@@ -410,7 +588,7 @@ def plot(res: Dict[str, List[dict]], path: str):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 3.5))
-  names = [n for n in ("stock", "before", "ours") if res.get(n)]
+  names = [n for n in ("stock", "before", "eager", "ours") if res.get(n)]
   left = np.zeros(len(names))
   for stage, color in zip(COMPONENT_ORDER, ("tab:blue", "tab:orange", "tab:green")):
     vals = np.array([np.median([r["components"].get(stage, 0.0) for r in res[n]])
@@ -430,7 +608,7 @@ def plot(res: Dict[str, List[dict]], path: str):
 
 def main() -> int:
   p = argparse.ArgumentParser(description=__doc__)
-  p.add_argument("--child", choices=OVERHEAD_VARIANTS)
+  p.add_argument("--child", choices=(*OVERHEAD_VARIANTS, "eager"))
   p.add_argument("--csv")
   p.add_argument("--home")
   p.add_argument("--steps", type=int)
@@ -439,6 +617,11 @@ def main() -> int:
   p.add_argument("--overhead", action="store_true",
                  help="one run each and a profiled run of ours; writes "
                       "benchmarks/results/e2e_overhead.md")
+  p.add_argument("--startup", action="store_true",
+                 help="rounds of ours and stock with the timeline of each run, and a run "
+                      "of ours under -X importtime; writes benchmarks/results/e2e_startup.md")
+  p.add_argument("--render-startup", action="store_true",
+                 help="rewrite the --startup section from benchmarks/e2e_startup.json")
   p.add_argument("--render-overhead", action="store_true",
                  help="rewrite the --overhead section from benchmarks/e2e_overhead.json")
   p.add_argument("--rows", type=int, default=sizes(False)["rows"])
@@ -446,6 +629,19 @@ def main() -> int:
   a = p.parse_args()
   if a.child:
     print(json.dumps(child(a.child, a.csv, a.home, a.steps, a.profile)))
+    return 0
+  if a.startup or a.render_startup:
+    if a.render_startup:
+      with open(STARTUP_JSON) as f:
+        data = json.load(f)
+    else:
+      data = startup(a.rows, a.steps or sizes(False)["steps"], a.rounds)
+    plot(data["runs"], bu.plot_path("e2e_startup", False))
+    text = startup_section(data)
+    os.makedirs(os.path.dirname(STARTUP_SECTION), exist_ok=True)
+    with open(STARTUP_SECTION, "w") as f:
+      f.write(text)
+    print(text)
     return 0
   if a.overhead or a.render_overhead:
     if a.render_overhead:

@@ -113,10 +113,11 @@ def write_csv(path: str, rows: int, seed: int = 0) -> str:
 
 def run_python(args: Sequence[str], timeout: float = 900, env: Optional[dict] = None,
                cwd: Optional[str] = None) -> dict:
-  """Runs ``python ARGS``; returns {seconds, stdout, maxrss_mb}, raising with the tail of
+  """Runs ``python ARGS``; returns {seconds, stdout, stderr, maxrss_mb, cpu_seconds}, raising with the tail of
   the output on failure. ``maxrss_mb`` is the peak RSS of this child and the
   descendants it waited for (``os.wait4``: the same figure as
-  ``getrusage(RUSAGE_CHILDREN).ru_maxrss``, but for this child alone)."""
+  ``getrusage(RUSAGE_CHILDREN).ru_maxrss``, but for this child alone); ``cpu_seconds``
+  their user + system CPU time, from the same rusage."""
   import tempfile  # pylint: disable=g-import-not-at-top
   full_env = dict(os.environ, **(env or {}))
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -143,7 +144,9 @@ def run_python(args: Sequence[str], timeout: float = 900, env: Optional[dict] = 
     raise RuntimeError(f"`python {' '.join(args)}` failed (exit {proc.returncode}"
                        f"{', timed out' if seconds > timeout else ''}):\n"
                        f"{stdout[-2000:]}\n{stderr[-4000:]}")
-  return {"seconds": seconds, "stdout": stdout, "maxrss_mb": usage.ru_maxrss / 1024}
+  return {"seconds": seconds, "stdout": stdout, "stderr": stderr,
+          "maxrss_mb": usage.ru_maxrss / 1024,
+          "cpu_seconds": usage.ru_utime + usage.ru_stime}
 
 
 def last_json_line(stdout: str) -> dict:

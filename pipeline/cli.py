@@ -248,7 +248,8 @@ def cmd_run(args) -> int:
   try:
     config = config_from_args(args)
     config.validate()  # Before TFX is imported: a bad flag fails in about a second.
-    from tfx_parallel.pipeline import local_runner  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.pipeline import deferred_imports, local_runner  # pylint: disable=g-import-not-at-top
+    deferred_imports.defer_all()  # Before TFX is imported (the input checks import it).
     local_runner.check_home(args.home)
   except ConfigError as e:
     print(f"tfx-parallel: invalid config: {_error_text(e)}", file=sys.stderr)

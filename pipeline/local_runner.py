@@ -1,11 +1,14 @@
 """Runs the pipeline locally with TFX's LocalDagRunner and a SQLite ML Metadata store."""
+import logging as std_logging
 import os
+from typing import Optional
 
 from absl import logging
 
 from tfx_parallel.components.common.config_util import require
 from tfx_parallel.components.distributed_trainer.run import prestart
 from tfx_parallel.pipeline import config as config_lib
+from tfx_parallel.pipeline import deferred_imports
 
 
 def paths(home: str, pipeline_name: str):
@@ -31,6 +34,8 @@ def run(config: config_lib.PipelineConfig, home: str = config_lib.DEFAULT_HOME):
   """Validates the config and inputs, builds and runs the pipeline. Returns the MLMD
   SQLite path. Raises ConfigError (naming the key) before anything is written."""
   config.validate()
+  # Before TFX is imported: only the parts of tfx.components / TFMA that the run uses.
+  deferred_imports.defer_all()
   # The training process starts now and imports TensorFlow while this process checks
   # the inputs, imports TFX and runs the ExampleGen (prestart.py); stopped if unused.
   with trainer_started_early(config):
@@ -68,7 +73,13 @@ def _run(config: config_lib.PipelineConfig, home: str) -> str:
       metadata.sqlite_metadata_connection_config(metadata_path))
   logging.info("Running %s: pipeline root %s, ML Metadata %s",
                config.pipeline_name, pipeline_root, metadata_path)
-  LocalDagRunner().run(pipeline)
+  clock = StartupClock()
+  root = std_logging.getLogger()
+  root.addHandler(clock)
+  try:
+    LocalDagRunner().run(pipeline)
+  finally:
+    root.removeHandler(clock)
   return metadata_path
 
 
@@ -82,7 +93,6 @@ def run_pipeline(pipeline, verbose: bool = False) -> str:
   ``TrainerConfig(skip_missing_labels=True)``; the traceback in the log file) and
   raised."""
   import sys  # pylint: disable=g-import-not-at-top
-  import logging as std_logging  # pylint: disable=g-import-not-at-top
   from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # pylint: disable=g-import-not-at-top
   from tfx_parallel.pipeline import console as console_lib, run_progress, settings, summary  # pylint: disable=g-import-not-at-top
   connection = pipeline.metadata_connection_config
@@ -124,3 +134,35 @@ def _relative(path: str) -> str:
   """``path`` relative to the working directory when it is under it (shorter lines)."""
   relative = os.path.relpath(path)
   return path if relative.startswith("..") else relative
+
+
+def process_seconds() -> Optional[float]:
+  """Seconds since this process started (from /proc: Linux), or None where unknown."""
+  try:
+    with open("/proc/self/stat") as f:
+      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # Field 22, starttime.
+    with open("/proc/uptime") as f:
+      uptime = float(f.read().split()[0])
+  except (OSError, ValueError, IndexError):
+    return None
+  return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+class StartupClock(std_logging.Handler):
+  """Logs the start-up, from process start to the first component LocalDagRunner runs
+  (its "Component %s is running." record): interpreter, imports, input checks, pipeline
+  compilation and ML Metadata set-up (benchmarks/RESULTS.md, "where the time goes")."""
+
+  def __init__(self):
+    super().__init__()
+    self.seconds: Optional[float] = None
+    self.seen = False
+
+  def emit(self, record: std_logging.LogRecord):
+    if self.seen or record.msg != "Component %s is running.":
+      return
+    self.seen = True
+    self.seconds = process_seconds()
+    if self.seconds is not None:
+      logging.info("Start-up: %.1f s from process start to the first component (%s)",
+                   self.seconds, record.args[0] if record.args else "?")

@@ -132,6 +132,15 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
     assert "summary (read from ML Metadata" in out
     assert re.search(rf"^layout     {layout}\b", out, re.M), out
     assert re.search(r"^eval       MSE \d", out, re.M) and "\nlearned    w=[" in out
+  # Issue 42: each run's log says how long its start-up took, and no run imported every
+  # stock component or all of TFMA (pipeline/deferred_imports.py logs when it does).
+  logs = sorted((tmp_path / "logs").glob("cli-*.log"))
+  assert len(logs) == len(runs), logs
+  for log in logs:
+    text = log.read_text()
+    assert re.search(r"Start-up: \d+\.\d s from process start to the first component "
+                     r"\(PartitionedExampleGen\)", text), (log, text[-3000:])
+    assert "Importing all of" not in text, log
   # The printed layout line says how each variable is split.
   assert re.search(r"layout mesh .* variables: linear/kernel \[2, 1\] rows -> \[1, 1\] per "
                    r"device, linear/bias \[1\] replicated", outputs["mesh"]), outputs["mesh"]
