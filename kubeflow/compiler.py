@@ -38,7 +38,8 @@ def compile_package(config: config_lib.KubeflowConfig,
   from tfx_parallel.kubeflow import package  # pylint: disable=g-import-not-at-top  # TFX: slow
   result = package.build(config, pipeline)
   if target == "vertex":
-    result = package.Package(pipeline_spec=result.pipeline_spec, platform_spec={})
+    result = package.Package(pipeline_spec=result.pipeline_spec, platform_spec={},
+                             notes=result.notes)
   return result
 
 
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
   except ConfigError as e:
     print(f"tfx-parallel compile: invalid config: {e}", file=sys.stderr)
     return 2
+  for note in result.notes:
+    print(f"tfx-parallel compile: note: {note}", file=sys.stderr)
   executors = result.pipeline_spec["deploymentSpec"]["executors"]
   print(f"Wrote Kubeflow pipeline package {args.output} "
         f"({len(executors)} components, pipeline root "

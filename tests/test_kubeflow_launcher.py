@@ -9,6 +9,7 @@ driver's rules that the package must satisfy (constant parameters only, no resol
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -374,3 +375,103 @@ def test_placement_flag_is_consumed_not_passed_to_beam():
       "--executor_class_path", "x.Y", "--json_serialized_invocation_args", "{}",
       "--placement", '{"accelerator": null}', "--runner=DirectRunner"])
   assert args.placement == '{"accelerator": null}' and beam_args == ["--runner=DirectRunner"]
+
+
+# --- Preemption: a retried trainer resumes from its checkpoints on a volume. -----------
+
+_CHECKPOINT_CLAIM, _CHECKPOINT_MOUNT = "trainer-checkpoints", "/mnt/checkpoints"
+
+
+def _committed_checkpoints(workdir):
+  """Committed checkpoint state files on the emulated claim (checkpoint.py's `checkpoint`)."""
+  found = []
+  for directory, _, files in os.walk(os.path.join(workdir, "pvc", _CHECKPOINT_CLAIM)):
+    if "checkpoint" in files and os.path.basename(os.path.dirname(directory)) == "_checkpoints":
+      found.append(os.path.join(directory, "checkpoint"))
+  return found
+
+
+def _history(launcher):
+  with open(os.path.join(launcher.object_path(
+      launcher.mlmd["DistributedTrainer"]["history"]["uri"]), "history.json")) as f:
+    return json.load(f)
+
+
+def _preemptible_config():
+  data = _small_config()
+  data["pipeline"]["trainer"].update({"epochs": 30, "checkpoint_every": 40, "log_every": 40})
+  data["components"]["DistributedTrainer"] = {
+      "pvc_mounts": {_CHECKPOINT_CLAIM: _CHECKPOINT_MOUNT},
+      "checkpoint_volume": _CHECKPOINT_MOUNT, "retry": {"max_retry_count": 1}}
+  return data
+
+
+def test_retry_policy_and_checkpoint_volume_are_compiled():
+  package = compile_mapping(_preemptible_config())
+  tasks = package.pipeline_spec["root"]["dag"]["tasks"]
+  assert tasks["DistributedTrainer"]["retryPolicy"] == {
+      "maxRetryCount": 1, "backoffDuration": "60s", "backoffFactor": 2.0,
+      "backoffMaxDuration": "604800s"}
+  assert tasks["PartitionedExampleGen"]["retryPolicy"]["maxRetryCount"] == 2  # The default.
+  env = {e["name"]: e["value"] for e in package.pipeline_spec["deploymentSpec"]["executors"][
+      "DistributedTrainer_executor"]["container"]["env"]}
+  assert env["TFX_PARALLEL_CHECKPOINT_VOLUME"] == _CHECKPOINT_MOUNT
+  assert package.notes == ()
+  # Without a volume under a minio:// root, compile says that a retry starts again.
+  data = _preemptible_config()
+  del data["components"]["DistributedTrainer"]["checkpoint_volume"]
+  notes = compile_mapping(data).notes
+  assert len(notes) == 1 and "trains again from step 0" in notes[0], notes
+
+
+def test_checkpoint_root_is_keyed_by_run_and_task():
+  executor_input = {"outputs": {"artifacts": {
+      "model": {"artifacts": [{"uri": "minio://b/root/pipe/run-7/Trainer/salt/model"}]},
+      EXECUTOR_LOGS: {"artifacts": [{"uri": "minio://b/root/pipe/run-7/Trainer/salt/x",
+                                     "type": {"schemaTitle": "system.Artifact"}}]}}}}
+  volume = {"TFX_PARALLEL_CHECKPOINT_VOLUME": "/mnt/ck", "TFX_PARALLEL_MOUNT_ROOT": "/pod"}
+  assert entrypoint.checkpoint_root(executor_input, volume) == (
+      "/pod/mnt/ck/minio/b/root/pipe/run-7/Trainer")
+  assert entrypoint.checkpoint_root(executor_input, {}) is None  # TF cannot write minio://.
+  gcs = json.loads(json.dumps(executor_input).replace("minio://", "gs://"))
+  assert entrypoint.checkpoint_root(gcs, {}) == "gs://b/root/pipe/run-7/Trainer"
+
+
+@pytest.mark.slow
+def test_a_preempted_trainer_resumes_on_retry_and_ends_like_an_uninterrupted_one(tmp_path):
+  """The trainer's pod is SIGKILLed (with its training process) once a checkpoint is
+  committed; KFP's retry runs it in a fresh pod with the same ExecutorInput; it resumes
+  from the volume and ends within tolerance of an uninterrupted run of the same data."""
+  package = compile_mapping(_preemptible_config())
+  whole = Launcher(package.pipeline_spec, str(tmp_path / "whole"), PIPELINE_ROOT,
+                   platform_spec=package.platform_spec)
+  whole.run_task("PartitionedExampleGen")
+  whole.run_task("DistributedTrainer")
+  assert whole.attempts["DistributedTrainer"] == [0]
+
+  killed = []
+
+  def preempt(task, attempt, pod):
+    if task == "DistributedTrainer" and attempt == 0 and _committed_checkpoints(pod_root):
+      killed.append(attempt)
+      return True
+    return False
+
+  pod_root = str(tmp_path / "preempted")
+  preempted = Launcher(package.pipeline_spec, pod_root, PIPELINE_ROOT, run_id="run-2",
+                       platform_spec=package.platform_spec, interrupt=preempt)
+  preempted.mlmd["PartitionedExampleGen"] = whole.mlmd["PartitionedExampleGen"]
+  shutil.copytree(whole.bucket, preempted.bucket)  # The Examples, in the object store.
+  preempted.run_task("DistributedTrainer")
+  assert killed and preempted.attempts["DistributedTrainer"] == [-9, 0]
+  with open(tmp_path / "preempted" / "DistributedTrainer-retry-1.log") as f:
+    log = f.read()
+  checkpoints = f"{_CHECKPOINT_MOUNT}/minio/mlpipeline/v2/artifacts/tfx-parallel-fixture/run-2/"
+  assert f"[trainer] checkpoints: " in log and checkpoints in log, log[-3000:]
+  resumed = _history(preempted)["resumed_from_step"]
+  total = _history(whole)["total_steps"]
+  assert 0 < resumed < total and f"at step {resumed}" in log
+  assert _history(preempted)["total_steps"] == total
+  assert not _committed_checkpoints(pod_root)  # Cleared once the run finished.
+  final = [_history(l)["records"][-1]["loss"] for l in (whole, preempted)]
+  assert abs(final[1] - final[0]) <= 0.05 * abs(final[0]) + 1e-3, final
