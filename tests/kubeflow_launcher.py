@@ -410,7 +410,11 @@ class Launcher:
       logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
       logs["uri"] += f"-{attempt}"
     suffix = f"-retry-{attempt}" if attempt else ""
-    pod = os.path.join(self.workdir, "pods", task_name + suffix)  # Stands for the pod's "/".
+    # Stands for the pod's "/": the same path in every attempt (the executor sees the same
+    # /minio/... paths), with a fresh disk (a retry is a new pod).
+    pod = os.path.join(self.workdir, "pods", task_name)
+    if os.path.exists(pod):
+      shutil.rmtree(pod)  # Volumes are symlinks: unlinked, not followed.
     os.makedirs(os.path.join(pod, "home"))
     for mount in self.k8s.get(label, {}).get("pvcMount", []):  # makeVolumeMountPatch.
       name = (mount.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")
