@@ -64,6 +64,12 @@ reused.
   kept across pods and retries) appears at ``mountPath`` in every pod of the executor
   (``driver/k8s.go`` ``makeVolumeMountPatch``).
 
+* ``s3`` (a boto3 S3 client, e.g. of moto's server): the object store is that S3 API
+  (``minio://b/k`` and ``s3://b/k`` are bucket ``b``, key ``k``, as KFP's MinIO serves
+  them) instead of a directory. :attr:`Launcher.downloaded` counts the bytes each task's
+  launcher downloaded (``downloadArtifacts`` copies every input artifact in full:
+  ``launcher_v2.go`` master:927-1004).
+
 Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
 container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
 downloaded for it. The bucket is a directory of files keyed by object name.
@@ -252,6 +258,8 @@ class Launcher:
     self.output_file = output_file
     self.retries = retries
     self.interrupt = interrupt
+    self.s3 = s3
+    self.downloaded: Dict[str, int] = {}  # task -> bytes its launcher downloaded
     self.attempts: Dict[str, List[int]] = {}  # task -> each attempt's exit status
     self.k8s = ((platform_spec or {}).get("platforms", {}).get("kubernetes", {})
                 .get("deploymentSpec", {}).get("executors", {}))
@@ -271,9 +279,22 @@ class Launcher:
   def _object_dir(self, uri: str) -> str:
     return os.path.join(self.bucket, local_path_for_uri(uri))
 
+  @staticmethod
+  def _bucket_key(uri: str):
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key.rstrip("/")
+
   def upload(self, local: str, uri: str) -> None:
     if not os.path.exists(local):
       return  # launcher_v2.go: "Local filepath does not exist" is only a warning.
+    if self.s3 is not None:
+      bucket, key = self._bucket_key(uri)
+      files = ([(local, key)] if os.path.isfile(local) else
+               [(os.path.join(d, n), key + "/" + os.path.relpath(os.path.join(d, n), local))
+                for d, _, names in os.walk(local) for n in names])
+      for source, name in files:
+        self.s3.upload_file(source, bucket, name)
+      return
     if os.path.isfile(local):
       os.makedirs(os.path.dirname(self._object_dir(uri)), exist_ok=True)
       shutil.copy2(local, self._object_dir(uri))
@@ -285,13 +306,30 @@ class Launcher:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(source, target)
 
-  def download(self, uri: str, local: str) -> None:
+  def download(self, uri: str, local: str) -> int:
+    """Copies every object of `uri` to `local`; returns the bytes copied."""
+    if self.s3 is not None:
+      bucket, key = self._bucket_key(uri)
+      objects = [o for page in self.s3.get_paginator("list_objects_v2").paginate(
+          Bucket=bucket, Prefix=key) for o in page.get("Contents", [])
+                 if o["Key"] == key or o["Key"].startswith(key + "/")]
+      if not objects:
+        raise LauncherError(f"failed to download input artifact from remote storage URI "
+                            f"{uri}: no such object")
+      for o in objects:
+        target = local if o["Key"] == key else os.path.join(local, o["Key"][len(key) + 1:])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.s3.download_file(bucket, o["Key"], target)
+      return sum(o["Size"] for o in objects)
     source = self._object_dir(uri)
     if os.path.isfile(source):
       os.makedirs(os.path.dirname(local), exist_ok=True)
       shutil.copy2(source, local)
+      return os.path.getsize(source)
     elif os.path.isdir(source):
       shutil.copytree(source, local, dirs_exist_ok=True)
+      return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(source)
+                 for n in names)
     else:
       raise LauncherError(f"failed to download input artifact from remote storage URI {uri}: "
                           "no such object")
@@ -424,9 +462,11 @@ class Launcher:
       target = os.path.join(pod, mount["mountPath"].lstrip("/"))
       os.makedirs(os.path.dirname(target), exist_ok=True)
       os.symlink(claim, target)
+    self.downloaded[task_name] = 0
     for artifacts in executor_input["inputs"]["artifacts"].values():
       for artifact in artifacts["artifacts"]:
-        self.download(artifact["uri"], os.path.join(pod, local_path_for_uri(artifact["uri"])))
+        self.downloaded[task_name] += self.download(
+            artifact["uri"], os.path.join(pod, local_path_for_uri(artifact["uri"])))
     for artifacts in executor_input["outputs"]["artifacts"].values():
       for artifact in artifacts["artifacts"]:
         local = os.path.join(pod, local_path_for_uri(artifact["uri"]))

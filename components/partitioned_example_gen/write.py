@@ -345,6 +345,32 @@ def read_summary(root: str, split_names: Iterable[str]) -> IngestSummary:
 # ----------------------------------------------------------------------------- commit
 
 
+class MissingOutputError(RuntimeError):
+  """The pipeline succeeded but its files are not where this process reads them."""
+
+
+def check_staged(staging: str, split_names: Sequence[str], num_shards: int) -> None:
+  """Raises MissingOutputError unless every shard file and summary.json are in `staging`.
+
+  A runner whose workers run on other machines writes a local path to *their* disks:
+  here the pipeline then succeeds and nothing is found. Better to fail, naming what is
+  missing, than to commit (and record) an Examples artifact without files.
+  """
+  found = {m.path for m in FileSystems.match([join(staging, "Split-*", "*")])[0].metadata_list}
+  expected = [join(split_dir(staging, split), shard_file_name(shard, num_shards))
+              for split in split_names for shard in range(num_shards)]
+  missing = [path for path in expected if path not in found]
+  if not FileSystems.exists(join(staging, SUMMARY_FILE)):
+    missing.append(join(staging, SUMMARY_FILE))
+  if missing:
+    raise MissingOutputError(
+        f"the Beam pipeline succeeded but {len(missing)} of its {len(expected) + 1} files "
+        f"are not in {staging} (e.g. {missing[0]}). If the runner's workers run on other "
+        f"machines (Dataflow, Flink, Spark, a remote Dask cluster), they wrote to their own "
+        f"disks: the output must be a URI they share (gs://, s3://; on Kubeflow the "
+        f"entry point passes the artifact's remote URI for such runners).")
+
+
 @contextlib.contextmanager
 def staged_output(uri: str) -> Iterator[str]:
   """Yields a fresh staging dir inside ``uri``; on normal exit moves its Split-* files
@@ -362,6 +388,8 @@ def commit(staging: str, uri: str):
   """Moves staging/Split-*/* to uri/Split-*/; on failure removes what it moved."""
   sources = sorted(m.path for m in FileSystems.match([join(staging, "Split-*", "*")])[0]
                    .metadata_list)
+  if not sources:
+    raise MissingOutputError(f"nothing to commit: {staging} has no Split-*/ files")
   split_dirs = sorted({posixpath.dirname(p) for p in sources})
   created = []
   try:
