@@ -251,7 +251,7 @@ class Launcher:
                run_id: str = "run-1", timeout: int = 900, publish_logs: bool = True,
                output_file: str = "task_root",
                platform_spec: Optional[Mapping[str, Any]] = None, retries: bool = True,
-               interrupt: Optional[Callable[[str, int, str], bool]] = None):
+               interrupt: Optional[Callable[[str, int, str], bool]] = None, s3=None):
     if output_file not in OUTPUT_FILES:
       raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
     self.publish_logs = publish_logs
