@@ -29,8 +29,9 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
                                                                 config.num_shards)
              | "WriteShards" >> write.WriteShards(
                  root, splits.names, config.num_shards,
-                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None))
-  _ = written | "Summary" >> write.WriteSummary(skipped, root)
+                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None,
+                 options=pipeline.options))
+  _ = written | "Summary" >> write.WriteSummary(skipped, root, pipeline.options)
 
 
 def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
