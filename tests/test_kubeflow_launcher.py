@@ -365,6 +365,18 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
       with open(launcher.object_path(logs["uri"])) as f:
         assert "Executor output written to" in f.read(), task
 
+  def tree_bytes(uri):
+    path = launcher.object_path(uri)
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path)
+               for n in names)
+
+  # launcher_v2.go downloadArtifacts: each input in full, whatever the step reads.
+  for task in ("DistributedTrainer", "ConvergenceEvaluator"):
+    inputs = launcher.executor_inputs[task]["inputs"]["artifacts"].values()
+    assert launcher.downloaded[task] == sum(tree_bytes(a["artifacts"][0]["uri"])
+                                            for a in inputs), task
+  assert launcher.downloaded["ConvergenceEvaluator"] > tree_bytes(examples["uri"])
+
   first = copy.deepcopy(launcher.mlmd)
   assert launcher.run() == order and launcher.cached_tasks == order  # Nothing runs again,
   assert launcher.mlmd == first  # the recorded outputs are reused.
@@ -399,7 +411,7 @@ def _history(launcher):
 
 def _preemptible_config():
   data = _small_config()
-  data["pipeline"]["trainer"].update({"epochs": 30, "checkpoint_every": 40, "log_every": 40})
+  data["pipeline"]["trainer"].update({"epochs": 12, "checkpoint_every": 40, "log_every": 40})
   data["components"]["DistributedTrainer"] = {
       "pvc_mounts": {_CHECKPOINT_CLAIM: _CHECKPOINT_MOUNT},
       "checkpoint_volume": _CHECKPOINT_MOUNT, "retry": {"max_retry_count": 1}}
@@ -435,6 +447,14 @@ def test_checkpoint_root_is_keyed_by_run_and_task():
   assert entrypoint.checkpoint_root(executor_input, {}) is None  # TF cannot write minio://.
   gcs = json.loads(json.dumps(executor_input).replace("minio://", "gs://"))
   assert entrypoint.checkpoint_root(gcs, {}) == "gs://b/root/pipe/run-7/Trainer"
+  # The trainer executor keeps its checkpoints under that root, else beside its model.
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  root = executor.checkpoint_root({executor.CHECKPOINT_ROOT_ENV: "gs://b/run-7/Trainer"})
+  assert executor.checkpoint_dir("/pod/gcs/b/run-7/Trainer/s/model", "/ex", "{}",
+                                 root=root).startswith("gs://b/run-7/Trainer/_checkpoints/")
+  assert executor.checkpoint_dir("/pod/gcs/b/run-7/Trainer/s/model", "/ex", "{}",
+                                 root=executor.checkpoint_root({})).startswith(
+                                     "/pod/gcs/b/run-7/Trainer/_checkpoints/")
 
 
 @pytest.mark.slow
