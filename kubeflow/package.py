@@ -24,6 +24,8 @@ from tfx_parallel.components.distributed_trainer.component import DistributedTra
 from tfx_parallel.kubeflow import artifact_types, platform_spec, resources
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
+# Opts the trainer into a TFJob (components/distributed_trainer/run/tfjob.py ENV_IMAGE).
+_TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
 _DEFAULT_IMAGE_KEY = "default_image_path"
 # Every container runs our entry point (kubeflow/entrypoint.py), which adapts what the
@@ -93,6 +95,12 @@ def _checkpoint_notes(config: KubeflowConfig, nodes: Mapping[str, Any]) -> List[
                           f"only DistributedTrainer writes checkpoints; set it in "
                           f"components.DistributedTrainer. Received it for {node_id}")
       continue
+    if placement.checkpoint_volume is not None and _TFJOB_IMAGE_ENV in placement.env:
+      raise ConfigError(f"components.{node_id}.checkpoint_volume",
+                        f"the TFJob's replicas ({_TFJOB_IMAGE_ENV} is set) do not mount "
+                        f"{node_id}'s volumes and write the checkpoints themselves: use a "
+                        f"gs:// pipeline_root (they keep them beside the run's artifacts). "
+                        f"Received: {placement.checkpoint_volume!r}")
     if (placement.retry.max_retry_count and placement.checkpoint_volume is None
         and not config.pipeline_root.startswith("gs://")):
       notes.append(

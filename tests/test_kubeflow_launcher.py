@@ -434,6 +434,28 @@ def test_retry_policy_and_checkpoint_volume_are_compiled():
   del data["components"]["DistributedTrainer"]["checkpoint_volume"]
   notes = compile_mapping(data).notes
   assert len(notes) == 1 and "trains again from step 0" in notes[0], notes
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  data = _preemptible_config()
+  data["components"]["default"]["checkpoint_volume"] = "/mnt/checkpoints"
+  data["components"]["default"]["pvc_mounts"] = {"c": "/mnt/checkpoints"}
+  with pytest.raises(ConfigError, match=r"components.default.checkpoint_volume: only "
+                                        r"DistributedTrainer writes checkpoints"):
+    compile_mapping(data)
+  data = _preemptible_config()
+  data["components"]["DistributedTrainer"]["checkpoint_volume"] = "/elsewhere"
+  with pytest.raises(ConfigError, match=r"components.DistributedTrainer.checkpoint_volume: "
+                                        r"must be an absolute path at or below one of "
+                                        r"pvc_mounts \['/mnt/checkpoints'\]"):
+    compile_mapping(data)
+  data = _preemptible_config()
+  data["components"]["DistributedTrainer"]["env"] = {"TFX_PARALLEL_TFJOB_IMAGE": "i"}
+  with pytest.raises(ConfigError, match=r"the TFJob's replicas .* do not mount"):
+    compile_mapping(data)
+  data = _preemptible_config()
+  data["components"]["DistributedTrainer"]["retry"] = {"backoff_factor": 1.5}
+  with pytest.raises(ConfigError, match=r"components.DistributedTrainer.retry.backoff_factor: "
+                                        r"must be an integer >= 1. Received: 1.5"):
+    compile_mapping(data)
 
 
 def test_checkpoint_root_is_keyed_by_run_and_task():
