@@ -515,5 +515,11 @@ def test_a_preempted_trainer_resumes_on_retry_and_ends_like_an_uninterrupted_one
   assert 0 < resumed < total and f"at step {resumed}" in log
   assert _history(preempted)["total_steps"] == total
   assert not _committed_checkpoints(pod_root)  # Cleared once the run finished.
-  final = [_history(l)["records"][-1]["loss"] for l in (whole, preempted)]
-  assert abs(final[1] - final[0]) <= 0.05 * abs(final[0]) + 1e-3, final
+  # Every logged loss after the resume, up to the last, follows the uninterrupted run's:
+  # within 5% (measured: step 80 1.6837e-2 vs 1.6838e-2) or, at the data's noise floor
+  # (noise 0.01: a mean squared error near 1e-4), within 2e-5.
+  records = [{r["step"]: r["loss"] for r in _history(l)["records"]} for l in (whole, preempted)]
+  assert sorted(records[1]) == sorted(records[0]) and max(records[0]) == total
+  for step in sorted(s for s in records[0] if s > resumed):
+    assert abs(records[1][step] - records[0][step]) <= 0.05 * records[0][step] + 2e-5, (
+        step, records)
