@@ -315,7 +315,8 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     assert "--direct_running_mode=multi_processing" in _default_beam_args()
     package = compile_mapping(data).pipeline_spec
   launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT, publish_logs=publish_logs,
-                      output_file=output_file)
+                      output_file=output_file,
+                      retries=output_file != "legacy")  # 2.1-2.4 ignore retryPolicy.
   order = launcher.run()
   assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
   with open(tmp_path / "PartitionedExampleGen.log") as f:
