@@ -91,6 +91,7 @@ def cluster():
     for process in processes:
       process.wait(timeout=60)
     shutil.rmtree(pod, ignore_errors=True)
+    shutil.rmtree(logs, ignore_errors=True)
 
 
 def _boto_credentials():
