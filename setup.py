@@ -46,9 +46,13 @@ setup(
         "dill",
         "pyyaml",
         "matplotlib",
+        # Beam's S3 filesystem (apache_beam[aws]): an ingest whose Beam workers run
+        # outside the pod writes s3:// and minio:// artifacts directly (kubeflow/entrypoint.py).
+        "boto3",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
+        # moto's server mode: a real S3 API on this machine (tests/test_kubeflow_s3.py).
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "moto[server]"],
         # The ingest on a Dask cluster: Beam's DaskRunner (see README, "Ingest on Dask").
         "dask": ["dask[distributed]>=2024.4.2"],
     },

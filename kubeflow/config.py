@@ -84,6 +84,45 @@ class Toleration:
     return self
 
 
+# Backends 2.5.0 and later compile a task's retryPolicy into an Argo retryStrategy on its
+# executor template; 2.1.0 to 2.4.x ignore it (kubeflow/pipelines
+# backend/src/v2/compiler/argocompiler/container.go: getTaskRetryStrategy from 2.5.0, no
+# retry code before). Argo ends all retries at the first attempt's start + backoff_max
+# and gives each retried pod that deadline (argo-workflows workflow/controller/
+# operator.go processNodeRetries: ``maxDurationDeadline := firstChildNode.StartedAt.Add
+# (maxDuration)``, ``opts.executionDeadline = maxDurationDeadline``), so its default
+# here is a week, not the KFP SDK's 3600s (kfp/dsl/structures.py RetryPolicy.to_proto),
+# which would forbid the retry of a trainer preempted after its first hour.
+DEFAULT_BACKOFF_MAX_SECONDS = 7 * 24 * 3600
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+  """A task's KFP retryPolicy (``PipelineTaskSpec.RetryPolicy``, kfp ``set_retry``).
+
+  Attributes:
+    max_retry_count: retries after a failed attempt (0: none). A retried trainer
+      resumes from its last checkpoint (``checkpoint_volume``, docs/KUBEFLOW.md).
+    backoff_seconds: wait before the first retry.
+    backoff_factor: each later wait is the previous one times this (a whole number:
+      the Argo compiler truncates it to an integer, ``int32(GetBackoffFactor())``).
+    backoff_max_seconds: no retry starts later than this after the first attempt
+      started, and a retried pod is stopped then.
+  """
+  max_retry_count: int = 2
+  backoff_seconds: int = 60
+  backoff_factor: int = 2
+  backoff_max_seconds: int = DEFAULT_BACKOFF_MAX_SECONDS
+
+  def validate(self) -> "RetryPolicy":
+    for name, low in (("max_retry_count", 0), ("backoff_seconds", 0), ("backoff_factor", 1),
+                      ("backoff_max_seconds", 1)):
+      value = getattr(self, name)
+      require(isinstance(value, int) and not isinstance(value, bool) and value >= low, name,
+              f"must be an integer >= {low}. Received: {value!r}")
+    return self
+
+
 @dataclasses.dataclass(frozen=True)
 class ComponentPlacement:
   """How and where one component's container runs.
@@ -102,6 +141,13 @@ class ComponentPlacement:
     pvc_mounts: existing PersistentVolumeClaim name -> absolute path in the container,
       e.g. ``{cuda-jit-cache: /var/cache/cuda}``: the image's CUDA_CACHE_PATH, so the
       kernels CUDA JIT-compiles (Hopper) are kept across pods (kubeflow/gpu.yaml).
+    retry: the task's KFP retryPolicy (:class:`RetryPolicy`); ``{max_retry_count: 0}``
+      turns retries off.
+    checkpoint_volume: DistributedTrainer only: an absolute path at or below one of its
+      ``pvc_mounts``, where its checkpoints live, keyed by run and task, so that a
+      retried pod resumes them. Unset: under a gs:// pipeline root, next to the task's
+      artifacts (TensorFlow writes gs:// itself); under minio:// or s3:// in the pod,
+      and a retry restarts from step 0 (`tfx-parallel compile` says so).
   """
   image: str = ""
   cpu_request: Optional[str] = None
@@ -114,6 +160,8 @@ class ComponentPlacement:
   beam_pipeline_args: Tuple[str, ...] = ()
   env: Dict[str, str] = dataclasses.field(default_factory=dict)
   pvc_mounts: Dict[str, str] = dataclasses.field(default_factory=dict)
+  retry: RetryPolicy = RetryPolicy()
+  checkpoint_volume: Optional[str] = None
 
   def validate(self) -> "ComponentPlacement":
     require(isinstance(self.image, str) and bool(self.image) and " " not in self.image,
@@ -157,6 +205,14 @@ class ComponentPlacement:
     paths = list(self.pvc_mounts.values())
     require(len(set(paths)) == len(paths), "pvc_mounts",
             f"two claims are mounted at the same path. Received: {dict(self.pvc_mounts)!r}")
+    _nested("retry", self.retry.validate)
+    if self.checkpoint_volume is not None:
+      volume = self.checkpoint_volume
+      require(isinstance(volume, str) and volume.startswith("/")
+              and any(volume.rstrip("/") == p.rstrip("/") or volume.startswith(p.rstrip("/") + "/")
+                      for p in paths), "checkpoint_volume",
+              f"must be an absolute path at or below one of pvc_mounts {sorted(paths)} (a "
+              f"volume that outlives the pod). Received: {volume!r}")
     return self
 
 
@@ -203,6 +259,10 @@ def _placement(data: Dict[str, Any], prefix: str) -> ComponentPlacement:
     require(isinstance(value, dict), prefix + key,
             f"must be a mapping. Received: {type(value).__name__}")
     data[key] = {str(k): v for k, v in value.items()}
+  retry = data.get("retry")
+  require(retry is None or isinstance(retry, dict), prefix + "retry",
+          f"must be a mapping such as {{max_retry_count: 2}}. Received: {retry!r}")
+  data["retry"] = from_dict(RetryPolicy, retry or {}, prefix + "retry.")
   args = data.get("beam_pipeline_args") or []
   require(isinstance(args, list), prefix + "beam_pipeline_args",
           f"must be a list. Received: {type(args).__name__}")

@@ -46,6 +46,30 @@ adapting what the open-source KFP v2 driver and launcher hand over
   interpreter's shutdown can hang on non-daemon threads (Beam, Dask) or crash in
   protobuf/MLMD destructors, and the launcher waits for the process to end.
 
+* **Beam runners whose workers run outside the pod** (Dataflow, Flink, Spark, a portable
+  job server, Dask on a remote scheduler: ``runners.runs_outside`` reads the step's Beam
+  args). Their workers cannot write to the pod's ``/minio/...``: the files would land on
+  their own disks, the commit would find nothing, and the launcher would upload nothing
+  with only a warning (``launcher_v2.go`` ``uploadOutputArtifacts``: "Local filepath
+  %q does not exist"). Such a step gets the remote URIs, as the workers' Beam
+  filesystems read them: ``gs://`` and ``s3://`` as they are, and ``minio://b/k`` as
+  ``s3://b/k`` (Beam's S3 filesystem, pointed at MinIO by ``--s3_endpoint_url`` and
+  the ``--s3_access_key_id``/``--s3_secret_access_key`` Beam args). The launcher then
+  finds no local file to upload and the object is already where the next step's
+  launcher downloads it from. In-pod runners (DirectRunner, PrismRunner, a local Dask
+  cluster) keep the local paths.
+* **Checkpoints that outlive the pod.** A KFP retry re-runs only the executor pod, with
+  the same ExecutorInput (the driver is not re-run: ``argocompiler/container.go`` puts
+  the retryStrategy on the executor template, from 2.5.0), on a fresh disk. So the
+  trainer's checkpoints must not stay in the pod: :func:`checkpoint_root` names a
+  durable directory keyed by run and task, the output URIs' task root
+  ``<pipeline root>/<pipeline>/<run>/<task>`` (``driver/driver.go``:
+  ``GenerateOutputURI(pipelineRoot, [taskName, outputURISalt, name])``, the salt
+  dropped), and hands it to the executor as ``TFX_PARALLEL_CHECKPOINT_ROOT``: on the
+  volume named by ``TFX_PARALLEL_CHECKPOINT_VOLUME`` (the compiled
+  ``checkpoint_volume``), else the remote task root itself when TensorFlow can write it
+  (``gs://``), else nothing (the executor keeps them beside its local output).
+
 ``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
 and ``/s3`` directories are; tests point it at a temporary directory.
 ``TFX_PARALLEL_ARTIFACT_PATHS=remote`` keeps the remote URIs instead (for a step whose
@@ -64,6 +88,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.partitioned_example_gen import runners
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
@@ -72,8 +97,21 @@ ARTIFACT_PATHS = ("local", "remote")
 _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 
 
+# Read by the DistributedTrainer executor (executor.CHECKPOINT_ROOT_ENV); set by
+# kubeflow/resources.py (CHECKPOINT_VOLUME_ENV).
+CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
+CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
+_TF_WRITES = ("gs://",)  # Schemes TensorFlow's own filesystems write (not minio://, s3://).
+
+
 class EntrypointError(ValueError):
   """The ExecutorInput cannot be adapted; the message names the artifact."""
+
+
+def beam_uri(uri: str) -> str:
+  """`uri` as Beam's filesystems name it: ``minio://b/k`` is ``s3://b/k`` (KFP's MinIO
+  speaks the S3 API); other URIs unchanged."""
+  return "s3://" + uri[len("minio://"):] if uri.startswith("minio://") else uri
 
 
 def local_path(uri: str, mount_root: Optional[str] = "/") -> str:
@@ -120,8 +158,16 @@ def backend_outputs(executor_input: Mapping[str, Any]) -> List[str]:
                        for a in artifacts.get("artifacts", [])))
 
 
+def step_uri(uri: str, mount_root: Optional[str] = "/", outside: bool = False) -> str:
+  """The URI the step's executor gets for artifact `uri`: the launcher's local path, or
+  with `outside` (a Beam runner whose workers run elsewhere) the remote URI as Beam's
+  filesystems name it; with `mount_root` None, `uri` itself."""
+  return beam_uri(uri) if outside else local_path(uri, mount_root)
+
+
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
-          mount_root: Optional[str] = "/") -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
+          mount_root: Optional[str] = "/", outside: bool = False
+          ) -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
   """The ExecutorInput TFX's entry point can run, and {output key: original URIs}.
 
   Outputs typed ``system.*`` (:func:`backend_outputs`) are left out of both.
@@ -135,27 +181,28 @@ def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any
   for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
     for artifact in artifacts.get("artifacts", []):
       _typed(key, artifact, declared.get(key, {}).get("artifactType"))
-      artifact["uri"] = local_path(artifact.get("uri", ""), mount_root)
+      artifact["uri"] = step_uri(artifact.get("uri", ""), mount_root, outside)
   remote = {}
   for key, artifacts in adapted.get("outputs", {}).get("artifacts", {}).items():
     remote[key] = [a.get("uri", "") for a in artifacts.get("artifacts", [])]
     for artifact in artifacts.get("artifacts", []):
       if not _title(artifact.get("type")):
         raise EntrypointError(f"output artifact {key!r} has no type in the ExecutorInput")
-      artifact["uri"] = local_path(artifact.get("uri", ""), mount_root)
+      artifact["uri"] = step_uri(artifact.get("uri", ""), mount_root, outside)
   return adapted, remote
 
 
 def local_to_remote(executor_input: Mapping[str, Any],
-                    mount_root: Optional[str] = "/") -> Dict[str, str]:
-  """{local path: remote URI} of every input and output artifact with a remote URI."""
+                    mount_root: Optional[str] = "/", outside: bool = False) -> Dict[str, str]:
+  """{the step's path (:func:`step_uri`): remote URI} of every input and output artifact
+  whose path differs from its remote URI."""
   result = {}
   for side in ("inputs", "outputs"):
     for artifacts in executor_input.get(side, {}).get("artifacts", {}).values():
       for artifact in artifacts.get("artifacts", []):
         uri = artifact.get("uri", "")
-        if local_path(uri, mount_root) != uri:
-          result[local_path(uri, mount_root)] = uri
+        if step_uri(uri, mount_root, outside) != uri:
+          result[step_uri(uri, mount_root, outside)] = uri
   return result
 
 
@@ -225,6 +272,29 @@ def restore(executor_output: Dict[str, Any], remote: Mapping[str, List[str]],
   return restored
 
 
+def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str]
+                    ) -> Optional[str]:
+  """The durable directory, keyed by run and task, for this step's checkpoints; None
+  when there is none (no remote output, or a store TensorFlow cannot write and no
+  volume). The task root is ``dirname(dirname(output URI))``: ``<root>/<pipeline>/
+  <run>/<task>`` from backend 2.5.0, ``<root>/<pipeline>/<run>`` on 2.3-2.4 (no salt;
+  those backends do not retry)."""
+  uris = sorted(artifacts["artifacts"][0].get("uri", "") for key, artifacts in
+                executor_input.get("outputs", {}).get("artifacts", {}).items()
+                if key not in backend_outputs(executor_input) and artifacts.get("artifacts"))
+  remote = [u for u in uris if local_path(u, "/") != u]
+  if not remote:
+    return None
+  task_root = remote[0].rstrip("/").rsplit("/", 2)[0]
+  volume = environ.get(CHECKPOINT_VOLUME_ENV)
+  if volume:
+    mounted = os.path.join(environ.get(MOUNT_ROOT_ENV, "/"), volume.lstrip("/"))
+    return os.path.join(mounted, local_path(task_root, "/").lstrip("/"))
+  if task_root.startswith(_TF_WRITES):
+    return task_root
+  return None
+
+
 def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   """The flags of TFX's kubeflow_v2_run_executor; the rest are Beam args."""
   parser = argparse.ArgumentParser(prog="tfx_parallel.kubeflow.entrypoint")
@@ -250,8 +320,16 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     raise EntrypointError(f"{ARTIFACT_PATHS_ENV} must be one of {ARTIFACT_PATHS}. "
                           f"Received: {paths!r}")
   mount_root = environ.get(MOUNT_ROOT_ENV, "/") if paths == "local" else None
-  adapted, remote = adapt(executor_input, inputs_spec, mount_root)
+  outside = runners.runs_outside(beam_args) if beam_args else False
+  if outside:
+    logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
+                 "reads and writes its artifacts' remote URIs (minio:// as s3://)",
+                 runners.runner_name(beam_args))
+  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside)
   args.json_serialized_invocation_args = json.dumps(adapted)
+  durable = checkpoint_root(executor_input, environ)
+  if durable:  # The executor (run in this process) and its training processes read it.
+    os.environ[CHECKPOINT_ROOT_ENV] = durable
   # Imported here: TFX imports TensorFlow (main has set its environment).
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
@@ -261,7 +339,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     executor_output = json.loads(f.read())
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
-                               local_to_remote(executor_input, mount_root),
+                               local_to_remote(executor_input, mount_root, outside),
                                input_ids(executor_input)),
                        indent=2, sort_keys=True, allow_nan=False))  # protojson rejects NaN.
   logging.info("Executor output written to %s", output_file)

@@ -13,16 +13,19 @@ open-source KFP would reject.
 """
 import dataclasses
 import json
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 import yaml
 from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_component
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
 from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
+# Opts the trainer into a TFJob (components/distributed_trainer/run/tfjob.py ENV_IMAGE).
+_TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
 _DEFAULT_IMAGE_KEY = "default_image_path"
 # Every container runs our entry point (kubeflow/entrypoint.py), which adapts what the
@@ -33,10 +36,12 @@ ENTRYPOINT_COMMAND = ("python", "-m", "tfx_parallel.kubeflow.entrypoint")
 @dataclasses.dataclass(frozen=True)
 class Package:
   """A compiled pipeline: the bare PipelineSpec and the Kubernetes PlatformSpec, and
-  {task: why KFP's cache is off for it} (kubeflow/cache.py)."""
+  {task: why KFP's cache is off for it} (kubeflow/cache.py); notes for the person
+  compiling (what the package cannot do on their setup)."""
   pipeline_spec: Dict[str, Any]
   platform_spec: Dict[str, Any]
   uncached: Dict[str, str] = dataclasses.field(default_factory=dict)
+  notes: Tuple[str, ...] = ()
 
   def documents(self) -> List[Dict[str, Any]]:
     return [self.pipeline_spec] + ([self.platform_spec] if self.platform_spec else [])
@@ -65,6 +70,49 @@ def _beam_args(config: KubeflowConfig, node_id: str, node) -> List[str]:
                       f"{node_id} is not a Beam component; only Beam components "
                       "(PartitionedExampleGen) take Beam args")
   return []
+
+
+def retry_policy(placement: ComponentPlacement) -> Dict[str, Any]:
+  """``PipelineTaskSpec.RetryPolicy`` as proto JSON, with every field written, as the KFP
+  SDK's ``RetryPolicy.to_proto`` does (kfp/dsl/structures.py); {} for no retries."""
+  retry = placement.retry
+  if not retry.max_retry_count:
+    return {}
+  return {"maxRetryCount": retry.max_retry_count,
+          "backoffDuration": f"{retry.backoff_seconds}s",
+          "backoffFactor": float(retry.backoff_factor),
+          "backoffMaxDuration": f"{retry.backoff_max_seconds}s"}
+
+
+def _checkpoint_notes(config: KubeflowConfig, nodes: Mapping[str, Any]) -> List[str]:
+  """Rejects checkpoint_volume outside the trainer; notes a trainer whose retries would
+  restart from step 0 (its checkpoints cannot leave the pod)."""
+  notes = []
+  for node_id, node in sorted(nodes.items()):
+    placement = config.placement(node_id)
+    if not isinstance(node, DistributedTrainer):
+      if placement.checkpoint_volume is not None:
+        section = node_id if node_id in config.components else DEFAULT_SECTION
+        raise ConfigError(f"components.{section}.checkpoint_volume",
+                          f"only DistributedTrainer writes checkpoints; set it in "
+                          f"components.DistributedTrainer. Received it for {node_id}")
+      continue
+    if placement.checkpoint_volume is not None and _TFJOB_IMAGE_ENV in placement.env:
+      raise ConfigError(f"components.{node_id}.checkpoint_volume",
+                        f"the TFJob's replicas ({_TFJOB_IMAGE_ENV} is set) do not mount "
+                        f"{node_id}'s volumes and write the checkpoints themselves: use a "
+                        f"gs:// pipeline_root (they keep them beside the run's artifacts). "
+                        f"Received: {placement.checkpoint_volume!r}")
+    if (placement.retry.max_retry_count and placement.checkpoint_volume is None
+        and not config.pipeline_root.startswith("gs://")):
+      notes.append(
+          f"components.{node_id}.checkpoint_volume is not set and pipeline_root "
+          f"{config.pipeline_root} is not gs:// (TensorFlow cannot write "
+          f"{config.pipeline_root.split('://')[0]}://): its checkpoints stay in the pod, "
+          f"so a retried {node_id} (retry.max_retry_count "
+          f"{placement.retry.max_retry_count}) trains again from step 0. Mount a "
+          f"PersistentVolumeClaim (pvc_mounts) and set checkpoint_volume to its path.")
+  return notes
 
 
 def tfx_pipeline_spec(pipeline: tfx.dsl.Pipeline, images: Dict[str, str]) -> Dict[str, Any]:
@@ -145,9 +193,12 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     placement = config.placement(task_id)
     _inputs_spec_arg(executors[label]["container"], component.get("inputDefinitions", {}))
     _complete_executor(executors[label]["container"], placement, beam_args[task_id])
+    if retry_policy(placement):
+      task["retryPolicy"] = retry_policy(placement)
     placements[label] = placement
   uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}
   cache.switch_off(spec, uncached)
+  notes = _checkpoint_notes(config, nodes)
   check_open_source(spec)
   return Package(pipeline_spec=spec, platform_spec=platform_spec.platform_spec(placements),
-                 uncached=uncached)
+                 uncached=uncached, notes=tuple(notes))

@@ -14,6 +14,8 @@ from typing import Any, Dict, List
 from tfx_parallel.kubeflow.config import ComponentPlacement
 from tfx_parallel.components.common import tfenv
 
+# Where the trainer's checkpoints outlive its pod (ComponentPlacement.checkpoint_volume).
+CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
 # Bytes per unit suffix of a Kubernetes memory quantity.
 _MEMORY_UNITS = {
     "E": 10**18, "P": 10**15, "T": 10**12, "G": 10**9, "M": 10**6, "K": 10**3,
@@ -61,6 +63,8 @@ def container_env(placement: ComponentPlacement) -> List[Dict[str, str]]:
   TF_USE_LEGACY_KERAS=1 must already be in the environment (see components/common/tfenv.py).
   """
   env = {**tfenv.ENV_DEFAULTS, **placement.env, "TF_USE_LEGACY_KERAS": "1"}
+  if placement.checkpoint_volume is not None:  # Read by kubeflow/entrypoint.py.
+    env[CHECKPOINT_VOLUME_ENV] = placement.checkpoint_volume
   return [{"name": name, "value": env[name]} for name in sorted(env)]
 
 

@@ -64,6 +64,25 @@ A task whose ``cachingOptions.enableCache`` is false is never looked up in the c
 (``driver/cache.go``:133 at master, ``driver/driver.go``:1648 at 2.1.0). PVC names are
 part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
 
+* ``retries`` (default True; 2.5.0 and later): a task's ``retryPolicy.maxRetryCount``
+  is honoured as the Argo compiler does (``argocompiler/container.go``: the
+  ``retryStrategy`` sits on the *executor* template, from 2.5.0; 2.1.0-2.4.x have no
+  retry code): a failed attempt runs again in a fresh pod with the same ExecutorInput
+  (the driver does not run again), its executor-logs URI suffixed with the attempt
+  index (``launcher_v2.go`` 2.17.0:538-567 ``qualifyExecutorLogsURI``, from
+  ``KFP_RETRY_INDEX``). Backoff waits are not emulated. ``interrupt(task, attempt,
+  pod)`` is polled while a step runs; True SIGKILLs the pod's processes, as a preempted
+  node would.
+* ``pvcMount`` of the PlatformSpec: the claim's directory (``<workdir>/pvc/<claim>``,
+  kept across pods and retries) appears at ``mountPath`` in every pod of the executor
+  (``driver/k8s.go`` ``makeVolumeMountPatch``).
+
+* ``s3`` (a boto3 S3 client, e.g. of moto's server): the object store is that S3 API
+  (``minio://b/k`` and ``s3://b/k`` are bucket ``b``, key ``k``, as KFP's MinIO serves
+  them) instead of a directory. :attr:`Launcher.downloaded` counts the bytes each task's
+  launcher downloaded (``downloadArtifacts`` copies every input artifact in full:
+  ``launcher_v2.go`` master:927-1004).
+
 Every task runs in its own "pod": a fresh directory that stands for ``/`` (the
 container's ``TFX_PARALLEL_MOUNT_ROOT``), so a step can only read what the launcher
 downloaded for it. The bucket is a directory of files keyed by object name.
@@ -77,9 +96,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
@@ -377,12 +398,18 @@ class Launcher:
                run_id: str = "run-1", timeout: int = 900, publish_logs: bool = True,
                output_file: str = "task_root",
                platform_spec: Optional[Mapping[str, Any]] = None,
-               pvc_cache_key: bool = True):
+               pvc_cache_key: bool = True, retries: bool = True,
+               interrupt: Optional[Callable[[str, int, str], bool]] = None, s3=None):
     if output_file not in OUTPUT_FILES:
       raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
     self.publish_logs = publish_logs
     self.output_file = output_file
     self.pvc_cache_key = pvc_cache_key  # 2.15.0 and later (commit 1b3decdc81).
+    self.retries = retries
+    self.interrupt = interrupt
+    self.s3 = s3
+    self.downloaded: Dict[str, int] = {}  # task -> bytes its launcher downloaded
+    self.attempts: Dict[str, List[int]] = {}  # task -> each attempt's exit status
     self.k8s = ((platform_spec or {}).get("platforms", {}).get("kubernetes", {})
                 .get("deploymentSpec", {}).get("executors", {}))
     self.cache: Dict[str, Dict[str, Dict[str, Any]]] = {}  # fingerprint -> recorded outputs
@@ -418,9 +445,22 @@ class Launcher:
   def _object_dir(self, uri: str) -> str:
     return os.path.join(self.bucket, local_path_for_uri(uri))
 
+  @staticmethod
+  def _bucket_key(uri: str):
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key.rstrip("/")
+
   def upload(self, local: str, uri: str) -> None:
     if not os.path.exists(local):
       return  # launcher_v2.go: "Local filepath does not exist" is only a warning.
+    if self.s3 is not None:
+      bucket, key = self._bucket_key(uri)
+      files = ([(local, key)] if os.path.isfile(local) else
+               [(os.path.join(d, n), key + "/" + os.path.relpath(os.path.join(d, n), local))
+                for d, _, names in os.walk(local) for n in names])
+      for source, name in files:
+        self.s3.upload_file(source, bucket, name)
+      return
     if os.path.isfile(local):
       os.makedirs(os.path.dirname(self._object_dir(uri)), exist_ok=True)
       shutil.copy2(local, self._object_dir(uri))
@@ -432,13 +472,30 @@ class Launcher:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(source, target)
 
-  def download(self, uri: str, local: str) -> None:
+  def download(self, uri: str, local: str) -> int:
+    """Copies every object of `uri` to `local`; returns the bytes copied."""
+    if self.s3 is not None:
+      bucket, key = self._bucket_key(uri)
+      objects = [o for page in self.s3.get_paginator("list_objects_v2").paginate(
+          Bucket=bucket, Prefix=key) for o in page.get("Contents", [])
+                 if o["Key"] == key or o["Key"].startswith(key + "/")]
+      if not objects:
+        raise LauncherError(f"failed to download input artifact from remote storage URI "
+                            f"{uri}: no such object")
+      for o in objects:
+        target = local if o["Key"] == key else os.path.join(local, o["Key"][len(key) + 1:])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.s3.download_file(bucket, o["Key"], target)
+      return sum(o["Size"] for o in objects)
     source = self._object_dir(uri)
     if os.path.isfile(source):
       os.makedirs(os.path.dirname(local), exist_ok=True)
       shutil.copy2(source, local)
+      return os.path.getsize(source)
     elif os.path.isdir(source):
       shutil.copytree(source, local, dirs_exist_ok=True)
+      return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(source)
+                 for n in names)
     else:
       raise LauncherError(f"failed to download input artifact from remote storage URI {uri}: "
                           "no such object")
@@ -516,44 +573,21 @@ class Launcher:
           cached=True)
       self.cached_tasks.append(task_name)
       return {}
-    if self.publish_logs:  # launcher_v2.go:538-597, retry index 0.
-      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
-      logs["uri"] += "-0"
-    pod = os.path.join(self.workdir, "pods", self.run_id, task_name)  # The pod's "/".
-    os.makedirs(os.path.join(pod, "home"))
-    for artifacts in executor_input["inputs"]["artifacts"].values():
-      for artifact in artifacts["artifacts"]:
-        self.download(artifact["uri"], os.path.join(pod, local_path_for_uri(artifact["uri"])))
-    for artifacts in executor_input["outputs"]["artifacts"].values():
-      for artifact in artifacts["artifacts"]:
-        local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
-        os.makedirs(os.path.dirname(local), exist_ok=True)  # prepareOutputFolders.
-    # The pod sees "/minio/..."; this machine sees <pod>/minio/...
-    executor_input_json = json.dumps(dict(executor_input, outputs=dict(
-        executor_input["outputs"], outputFile=pod + executor_input["outputs"]["outputFile"])))
-    command = [a.replace("{{$}}", executor_input_json) for a in container["command"]]
-    args = [a.replace("{{$}}", executor_input_json) for a in container.get("args", [])]
-    unresolved = [a for a in command + args if "{{$." in a]
-    if unresolved:
-      raise LauncherError(f"{task_name}: placeholders this test does not fill: {unresolved}")
-    if command[0] != "python":
-      raise LauncherError(f"{task_name}: the image's python is expected, got {command[0]!r}")
-    command[0] = sys.executable  # This venv stands for the image's python.
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
-           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod}
-    env.update({e["name"]: e["value"] for e in container.get("env", [])})
-    log_path = os.path.join(self.workdir, f"{task_name}.log")
-    with open(log_path, "w") as log:
-      proc = subprocess.run(command + args, env=env, cwd=os.path.join(pod, "home"),
-                            stdout=log, stderr=subprocess.STDOUT, timeout=self.timeout)
-    with open(log_path) as f:
-      log_text = f.read()
-    if self.publish_logs:  # getLogWriter: stdout and stderr also go to the log artifact.
-      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
-      shutil.copy2(log_path, os.path.join(pod, local_path_for_uri(logs["uri"])))
-    if proc.returncode != 0:
-      raise LauncherError(f"{task_name}: the step exited with {proc.returncode}:\n"
-                          f"{log_text[-6000:]}")
+    max_retries = (int(task.get("retryPolicy", {}).get("maxRetryCount", 0))
+                   if self.retries else 0)
+    self.attempts[task_name] = []
+    for attempt in range(max_retries + 1):
+      pod, returncode, log_text = self._attempt(task_name, component["executorLabel"],
+                                                container, executor_input, attempt)
+      self.attempts[task_name].append(returncode)
+      if returncode == 0:
+        break
+    if returncode != 0:
+      raise LauncherError(f"{task_name}: the step exited with {returncode} "
+                          f"(attempts: {self.attempts[task_name]}):\n{log_text[-6000:]}")
+    if self.publish_logs:  # The last attempt's log is the one recorded.
+      executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]["uri"] += (
+          f"-{attempt}")
     output_file = pod + executor_input["outputs"]["outputFile"]
     if not os.path.exists(output_file):
       raise LauncherError(f"{task_name}: no executor output at {output_file}:\n"
@@ -580,6 +614,80 @@ class Launcher:
     if caching:  # launcher_v2.go: a cache entry only for a task with a fingerprint.
       self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output
+
+  def _attempt(self, task_name: str, label: str, container: Mapping[str, Any],
+               executor_input: Dict[str, Any], attempt: int):
+    """One executor pod: downloads, runs the command, returns (pod, exit status, log)."""
+    executor_input = copy.deepcopy(executor_input)
+    if self.publish_logs:  # launcher_v2.go:538-597, the retry index.
+      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
+      logs["uri"] += f"-{attempt}"
+    suffix = f"-retry-{attempt}" if attempt else ""
+    # Stands for the pod's "/": the same path in every attempt (the executor sees the same
+    # /minio/... paths), with a fresh disk (a retry is a new pod).
+    pod = os.path.join(self.workdir, "pods", self.run_id, task_name)
+    if os.path.exists(pod):
+      shutil.rmtree(pod)  # Volumes are symlinks: unlinked, not followed.
+    os.makedirs(os.path.join(pod, "home"))
+    for mount in self.k8s.get(label, {}).get("pvcMount", []):  # makeVolumeMountPatch.
+      name = (mount.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")
+              or mount["constant"])
+      claim = os.path.join(self.workdir, "pvc", name)
+      os.makedirs(claim, exist_ok=True)
+      target = os.path.join(pod, mount["mountPath"].lstrip("/"))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.symlink(claim, target)
+    self.downloaded[task_name] = 0
+    for artifacts in executor_input["inputs"]["artifacts"].values():
+      for artifact in artifacts["artifacts"]:
+        self.downloaded[task_name] += self.download(
+            artifact["uri"], os.path.join(pod, local_path_for_uri(artifact["uri"])))
+    for artifacts in executor_input["outputs"]["artifacts"].values():
+      for artifact in artifacts["artifacts"]:
+        local = os.path.join(pod, local_path_for_uri(artifact["uri"]))
+        os.makedirs(os.path.dirname(local), exist_ok=True)  # prepareOutputFolders.
+    # The pod sees "/minio/..."; this machine sees <pod>/minio/...
+    executor_input_json = json.dumps(dict(executor_input, outputs=dict(
+        executor_input["outputs"], outputFile=pod + executor_input["outputs"]["outputFile"])))
+    command = [a.replace("{{$}}", executor_input_json) for a in container["command"]]
+    args = [a.replace("{{$}}", executor_input_json) for a in container.get("args", [])]
+    unresolved = [a for a in command + args if "{{$." in a]
+    if unresolved:
+      raise LauncherError(f"{task_name}: placeholders this test does not fill: {unresolved}")
+    if command[0] != "python":
+      raise LauncherError(f"{task_name}: the image's python is expected, got {command[0]!r}")
+    command[0] = sys.executable  # This venv stands for the image's python.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
+           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod}
+    env.update({e["name"]: e["value"] for e in container.get("env", [])})
+    log_path = os.path.join(self.workdir, f"{task_name}{suffix}.log")
+    with open(log_path, "w") as log:
+      # Its own session: the pod's processes (the step and its training children) are
+      # killed together, as when the node goes.
+      proc = subprocess.Popen(command + args, env=env, cwd=os.path.join(pod, "home"),
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+      deadline = time.monotonic() + self.timeout
+      try:
+        while proc.poll() is None:
+          if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(command, self.timeout)
+          if self.interrupt is not None and self.interrupt(task_name, attempt, pod):
+            os.killpg(proc.pid, signal.SIGKILL)
+          time.sleep(0.2)
+      finally:
+        if proc.poll() is None:
+          os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        try:  # Children left by the step (the pod's other processes) go with it.
+          os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+    with open(log_path) as f:
+      log_text = f.read()
+    if self.publish_logs:  # getLogWriter: stdout and stderr also go to the log artifact.
+      logs = executor_input["outputs"]["artifacts"][EXECUTOR_LOGS]["artifacts"][0]
+      shutil.copy2(log_path, os.path.join(pod, local_path_for_uri(logs["uri"])))
+    return pod, proc.returncode, log_text
 
   def run(self) -> List[str]:
     """Runs every task of the root DAG; returns the order they ran in."""

@@ -12,6 +12,9 @@ until one of our executors runs. What :func:`prepare` sets:
   kept; if it selects Keras 3, one line on stderr says so (:func:`prepare`);
 * ``TF_CPP_MIN_LOG_LEVEL=2`` (C++ INFO and WARNING off) unless the user chose a level;
   :func:`defaulted` tells which variables were ours to set;
+* ``CUDA_CACHE_PATH``, if set, is checked once: when the process cannot write there (a
+  volume owned by root, see cuda_cache.py), CUDA is pointed at a writable directory and
+  one line says so;
 * optionally splits the CPU into N logical devices (:func:`split_cpu`), so every
   layout (mirrored, mesh) is testable and runnable without a GPU.
 
@@ -25,6 +28,8 @@ tf_keras.Model by name. The processes our executors start (training) inherit the
 """
 import os
 import sys
+
+from tfx_parallel.components.common import cuda_cache
 
 # Environment variables that must be set before TensorFlow is imported.
 ENV_DEFAULTS = {
@@ -57,6 +62,7 @@ def prepare(stream=None):
     print(f"tfx-parallel: TF_USE_LEGACY_KERAS={legacy!r} selects Keras 3, but TFX 1.16, "
           f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
           f"{legacy!r}).", file=stream or sys.stderr, flush=True)
+  cuda_cache.prepare(stream=stream)
 
 
 def defaulted():

@@ -22,16 +22,30 @@ from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
 
 
-def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str) -> str:
+# A directory that outlives this process's machine, keyed by run and task, for the
+# checkpoints: set by the Kubeflow container's entry point (kubeflow/entrypoint.py
+# checkpoint_root), where the model's own directory is on the pod's disk.
+CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
+
+
+def checkpoint_root(environ: Dict[str, str]) -> Optional[str]:
+  """The durable checkpoint root the environment names; None: beside the model."""
+  return environ.get(CHECKPOINT_ROOT_ENV) or None
+
+
+def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str,
+                   root: Optional[str] = None) -> str:
   """Stable across reruns of the same inputs + config, so a killed run resumes.
   ``config_json``: checkpoint.run_identity, without the layout, so that a rerun on
   another layout resumes too. The module's source is not part of the name: each
   checkpoint records its digest, and the training process refuses to resume one
   written by other source, saying so (run/train.py restore_checkpoint).
 
-  `<pipeline_root>/<component>/_checkpoints/<sha256(examples uri, config)[:16]>`.
+  `<root>/_checkpoints/<sha256(examples uri, config)[:16]>`; `root` defaults to the
+  model's `<pipeline_root>/<component>` (LocalDagRunner: durable, and a rerun of the
+  pipeline resumes a killed one).
   """
-  component_root = os.path.dirname(os.path.dirname(model_uri.rstrip("/")))
+  component_root = root or os.path.dirname(os.path.dirname(model_uri.rstrip("/")))
   text = f"{examples_uri}\n{config_json}"
   digest = hashlib.sha256(text.encode()).hexdigest()[:16]
   return os.path.join(component_root, "_checkpoints", digest)
@@ -40,7 +54,8 @@ def checkpoint_dir(model_uri: str, examples_uri: str, config_json: str) -> str:
 def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_uri: str,
                        model_run_uri: str, history_uri: str,
                        schema: Optional[types.Artifact] = None,
-                       transform_graph: Optional[types.Artifact] = None) -> Job:
+                       transform_graph: Optional[types.Artifact] = None,
+                       checkpoint_root: Optional[str] = None) -> Job:
   """The Job of any Examples artifact (and optional Schema): description.describe decides the
   files, features, types and label; custom properties are hints (description.py)."""
   described = description.describe(
@@ -55,7 +70,8 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              model_dir=path_utils.serving_model_path(model_uri),
              model_run_dir=model_run_uri, history_dir=history_uri,
              checkpoint_dir=checkpoint_dir(model_uri, examples.uri,
-                                           checkpoint.run_identity(json.loads(config_json))),
+                                           checkpoint.run_identity(json.loads(config_json)),
+                                           checkpoint_root),
              num_shards=described.num_shards or 1,
              string_feature_keys=list(described.string_keys),
              train_files=list(described.files[config.train_split]),
@@ -177,7 +193,9 @@ class Executor(base_executor.BaseExecutor):
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
-                                     schema, transform_graph), config)
+                                     schema, transform_graph, checkpoint_root(os.environ)),
+                  config)
+    print(f"[trainer] checkpoints: {job.checkpoint_dir}", flush=True)
     job, config, planned = layout_choice.plan_job(job, config)  # layout: auto -> concrete
     check_on_layout(job, config)
     # The choice goes into history.json too (the evaluator reads it), written by the child.

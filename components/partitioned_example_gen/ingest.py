@@ -29,8 +29,9 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
                                                                 config.num_shards)
              | "WriteShards" >> write.WriteShards(
                  root, splits.names, config.num_shards,
-                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None))
-  _ = written | "Summary" >> write.WriteSummary(skipped, root)
+                 part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None,
+                 options=pipeline.options))
+  _ = written | "Summary" >> write.WriteSummary(skipped, root, pipeline.options)
 
 
 def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
@@ -51,6 +52,8 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
     sources.BadInputError: the source has bad rows (policy "fail") or no rows at all.
     verify.CorruptRecordError: ``config.verify_output`` is on and a record read back
       fails a check.
+    write.MissingOutputError: the runner succeeded but its files are not at ``uri``
+      (workers on other machines wrote to their own disks).
     Exception: whatever the runner raised; ``uri`` then has no Split-* directories.
   """
   if splits is None:
@@ -72,6 +75,7 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
       raise RuntimeError(f"PartitionedExampleGen's Beam pipeline ended in state {state}; "
                          f"nothing was written to {uri}")
     log_metrics(result)
+    write.check_staged(staging, splits.names, config.num_shards)
     summary = write.read_summary(staging, splits.names)
     if summary.total_rows == 0:
       raise sources.BadInputError(

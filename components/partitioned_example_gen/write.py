@@ -161,6 +161,19 @@ class IngestSummary:
 # ----------------------------------------------------------------------------- Beam
 
 
+def _worker_filesystems(options) -> None:
+  """Gives this worker process's Beam filesystems the pipeline's options.
+
+  The portable SDK harness does so (apache_beam/runners/worker/sdk_worker_main.py:125
+  ``FileSystems.set_options``), DaskRunner's workers do not (runners/dask/): there
+  Beam's S3 filesystem has no endpoint or credentials and fails ("Must provide one of
+  client or options", apache_beam/io/aws/s3io.py). Setting the same options again is a
+  no-op elsewhere. None: left as they are.
+  """
+  if options is not None:
+    FileSystems.set_options(options)
+
+
 @beam.ptransform_fn
 def EncodeExamples(parts, encoder: ExampleEncoder):
   """((split, shard), RowBatch) -> ((split, shard), GzipChunk)."""
@@ -217,9 +230,13 @@ class _StageChunks(beam.DoFn):
   memory stays flat whatever the number of rows. Part files live under the staging dir.
   """
 
-  def __init__(self, parts_dir: str, buffer_bytes: int):
+  def __init__(self, parts_dir: str, buffer_bytes: int, options=None):
     self._parts_dir = parts_dir
     self._buffer_bytes = buffer_bytes
+    self._options = options
+
+  def setup(self):
+    _worker_filesystems(self._options)
 
   def start_bundle(self):
     self._pending: List[Tuple[ShardKey, GzipChunk]] = []
@@ -254,9 +271,13 @@ class _WriteShard(beam.DoFn):
   """((split, shard), [ChunkRef or None]) -> one shard file, its chunks in sort-key
   order copied from the part files; emits (split, rows)."""
 
-  def __init__(self, root: str, num_shards: int):
+  def __init__(self, root: str, num_shards: int, options=None):
     self._root = root
     self._num_shards = num_shards
+    self._options = options
+
+  def setup(self):
+    _worker_filesystems(self._options)
 
   def process(self, element) -> Iterator[Tuple[str, int]]:
     (split, shard), refs = element
@@ -285,26 +306,28 @@ class _WriteShard(beam.DoFn):
 
 @beam.ptransform_fn
 def WriteShards(chunks, root: str, split_names: Sequence[str], num_shards: int,
-                part_buffer_bytes: Optional[int] = None):
+                part_buffer_bytes: Optional[int] = None, options=None):
   """((split, shard), GzipChunk) -> files under root/Split-*; returns (split, rows).
 
   Chunks are staged in part files under root/_parts (removed with the staging dir); only
   their references are grouped by shard. ``part_buffer_bytes`` defaults to
-  ``PART_BUFFER_BYTES``, read when the pipeline is built.
+  ``PART_BUFFER_BYTES``, read when the pipeline is built. ``options``: the pipeline's
+  options, for the workers' filesystems (:func:`_worker_filesystems`).
   """
   if part_buffer_bytes is None:
     part_buffer_bytes = PART_BUFFER_BYTES
   every_shard = [((s, i), None) for s in split_names for i in range(num_shards)]
   placeholders = chunks.pipeline | "EveryShard" >> beam.Create(every_shard)
   refs = chunks | "StageChunks" >> beam.ParDo(
-      _StageChunks(join(root, PARTS_DIR), part_buffer_bytes))
+      _StageChunks(join(root, PARTS_DIR), part_buffer_bytes, options))
   return ((refs, placeholders)
           | "WithEmptyShards" >> beam.Flatten()
           | "GroupByShard" >> beam.GroupByKey()
-          | "Write" >> beam.ParDo(_WriteShard(root, num_shards)))
+          | "Write" >> beam.ParDo(_WriteShard(root, num_shards, options)))
 
 
-def _write_summary(counts: Iterable[Tuple[str, str, int]], path: str):
+def _write_summary(counts: Iterable[Tuple[str, str, int]], path: str, options=None):
+  _worker_filesystems(options)
   summary = {"row_counts": {}, "skipped_rows": 0}
   for kind, split, n in counts:
     if kind == _ROWS:
@@ -316,7 +339,7 @@ def _write_summary(counts: Iterable[Tuple[str, str, int]], path: str):
 
 
 @beam.ptransform_fn
-def WriteSummary(written, skipped: Optional[beam.PCollection], root: str):
+def WriteSummary(written, skipped: Optional[beam.PCollection], root: str, options=None):
   """Row counts per split and skipped rows -> root/summary.json, read by the driver.
 
   A file rather than Beam metrics, because not every runner reports metrics (DaskRunner
@@ -331,7 +354,7 @@ def WriteSummary(written, skipped: Optional[beam.PCollection], root: str):
           | "OneKey" >> beam.Map(lambda count: (None, count))
           | "Collect" >> beam.GroupByKey()
           | "WriteSummary" >> beam.MapTuple(lambda _, values: _write_summary(
-              values, join(root, SUMMARY_FILE))))
+              values, join(root, SUMMARY_FILE), options)))
 
 
 def read_summary(root: str, split_names: Iterable[str]) -> IngestSummary:
@@ -343,6 +366,32 @@ def read_summary(root: str, split_names: Iterable[str]) -> IngestSummary:
 
 
 # ----------------------------------------------------------------------------- commit
+
+
+class MissingOutputError(RuntimeError):
+  """The pipeline succeeded but its files are not where this process reads them."""
+
+
+def check_staged(staging: str, split_names: Sequence[str], num_shards: int) -> None:
+  """Raises MissingOutputError unless every shard file and summary.json are in `staging`.
+
+  A runner whose workers run on other machines writes a local path to *their* disks:
+  here the pipeline then succeeds and nothing is found. Better to fail, naming what is
+  missing, than to commit (and record) an Examples artifact without files.
+  """
+  found = {m.path for m in FileSystems.match([join(staging, "Split-*", "*")])[0].metadata_list}
+  expected = [join(split_dir(staging, split), shard_file_name(shard, num_shards))
+              for split in split_names for shard in range(num_shards)]
+  missing = [path for path in expected if path not in found]
+  if not FileSystems.exists(join(staging, SUMMARY_FILE)):
+    missing.append(join(staging, SUMMARY_FILE))
+  if missing:
+    raise MissingOutputError(
+        f"the Beam pipeline succeeded but {len(missing)} of its {len(expected) + 1} files "
+        f"are not in {staging} (e.g. {missing[0]}). If the runner's workers run on other "
+        f"machines (Dataflow, Flink, Spark, a remote Dask cluster), they wrote to their own "
+        f"disks: the output must be a URI they share (gs://, s3://; on Kubeflow the "
+        f"entry point passes the artifact's remote URI for such runners).")
 
 
 @contextlib.contextmanager
@@ -362,6 +411,8 @@ def commit(staging: str, uri: str):
   """Moves staging/Split-*/* to uri/Split-*/; on failure removes what it moved."""
   sources = sorted(m.path for m in FileSystems.match([join(staging, "Split-*", "*")])[0]
                    .metadata_list)
+  if not sources:
+    raise MissingOutputError(f"nothing to commit: {staging} has no Split-*/ files")
   split_dirs = sorted({posixpath.dirname(p) for p in sources})
   created = []
   try:
