@@ -21,6 +21,7 @@ CONDITIONAL = {
     "weights": run_history.WHEN_LINEAR,
     "label_vocabulary": run_history.WHEN_STRING_LABEL,
     "missing_values": run_history.WHEN_EXECUTOR,
+    "input_columns": run_history.WHEN_EXECUTOR,
     "layout_chosen": run_history.WHEN_AUTO,
     "layout_reason": run_history.WHEN_AUTO,
 }

@@ -119,6 +119,10 @@ class RunHistory:
   # Added by the executor.
   missing_values: Optional[Dict[str, Any]] = _field(when=WHEN_EXECUTOR,
                                                     prop="missing_values", encode=json.dumps)
+  input_columns: Optional[Dict[str, Any]] = _field(
+      when=WHEN_EXECUTOR, prop="input_columns", encode=_json_sorted,
+      doc="string features left out (ID-like), read as dates or numbers, and their "
+          "missing-value tokens (distributed_trainer/inputs/columns.py)")
   layout_chosen: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_CHOSEN, encode=str)
   layout_reason: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_REASON, encode=str)
 

@@ -65,7 +65,16 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              feature_dtypes=described.dtypes,
              vocabularies={k: list(v) for k, v in described.vocabularies.items()},
              transform_graph_uri=transform_graph.uri if transform_graph is not None else None,
-             required_features=list(described.required))
+             required_features=list(described.required),
+             na_values=_na_values(config, described))
+
+
+def _na_values(config: TrainerConfig, described: description.InputDescription
+               ) -> Optional[List[str]]:
+  """Config ``na_values``, else the tokens the Examples' writer recorded, else None
+  (pandas' set)."""
+  tokens = config.na_values if config.na_values is not None else described.na_values
+  return None if tokens is None else list(tokens)
 
 
 def prepare(job: Job, config: TrainerConfig) -> Job:
@@ -79,11 +88,18 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={config.train_split: job.files("train"), config.eval_split: job.files("eval")},
-      splits=(config.train_split, config.eval_split), required=job.required_features)
+      splits=(config.train_split, config.eval_split), required=job.required_features,
+      na_values=job.na_values, id_like_ratio=config.id_like_ratio,
+      keep_as_category=config.keep_as_category)
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
+  for line in prepared.columns.messages:
+    print(f"[trainer] {line}", flush=True)
+  for line in prepared.columns.warnings:
+    logging.warning("DistributedTrainer: %s", line)
+    print(f"[trainer] WARNING: {line}", flush=True)
   print(f"[trainer] {missing.summary(prepared.missing_values, prepared.rows)}", flush=True)
   if skipped:
     logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
@@ -95,7 +111,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   train_rows = job.train_rows or prepared.rows[config.train_split]
   return dataclasses.replace(job, model_spec=spec.to_dict(), normalization=norm,
                              skipped_examples=skipped, train_rows=train_rows,
-                             missing_values=prepared.missing_values)
+                             missing_values=prepared.missing_values,
+                             input_columns=prepared.columns.record())
 
 
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
@@ -136,6 +153,7 @@ class Executor(base_executor.BaseExecutor):
     with fileio.open(path) as f:
       record = run_history.RunHistory.from_json(f.read(), path)
     record.missing_values = job.missing_values  # Counts and fills, per feature.
+    record.input_columns = job.input_columns  # Left out, dates, tokens (columns.py).
     if planned:  # The choice goes into history.json too (the evaluator reads it).
       record = dataclasses.replace(record, **planned)
     with fileio.open(path, "w") as f:

@@ -49,6 +49,10 @@ class Job:
   transform_graph_uri: Optional[str] = None
   required_features: List[str] = dataclasses.field(default_factory=list)  # missing.py
   missing_values: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+  # Missing-value tokens of string features (None: pandas' set) and what became of the
+  # string features (inputs/columns.py; history.json's input_columns).
+  na_values: Optional[List[str]] = None
+  input_columns: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
