@@ -50,7 +50,8 @@ def before_tree(base: str, root: str) -> str:
     src = os.path.join(root, "src")
     os.makedirs(src)
     archive = subprocess.run(["git", "archive", base, "components", "pipeline", "kubeflow"],
-                             cwd=HERE, capture_output=True, check=True).stdout
+                             cwd=os.path.dirname(HERE), capture_output=True,
+                             check=True).stdout
     subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
     os.makedirs(pkg)
     open(os.path.join(pkg, "__init__.py"), "w").close()
@@ -92,28 +93,33 @@ def main():
            ("numeric", "after", numeric, ""), ("numeric", "before", numeric, before),
            ("mixed_na", "after", mixed_na, "")]
   seconds = {(k, side): [] for k, side, _, _ in cases}
+  cpu = {(k, side): [] for k, side, _, _ in cases}
   print(f"[bench_na_tokens] load before: {benchutil.load_average()}", flush=True)
   for i in range(args.rounds):
     for kind, side, path, pythonpath in (cases if i % 2 == 0 else cases[::-1]):
       got = run(path, pythonpath)
-      seconds[(kind, side)].append(got["seconds"])
+      seconds[(kind, side)].append(round(got["seconds"], 2))
+      cpu[(kind, side)].append(round(got["cpu_seconds"], 2))
       print(f"[bench_na_tokens] round {i + 1} {kind} {side}: {got['seconds']:.2f} s, "
-            f"{got['rows_written']} rows", flush=True)
+            f"CPU {got['cpu_seconds']:.2f} s, {got['rows_written']} rows", flush=True)
+  for label, table in (("wall", seconds), ("CPU", cpu)):
+    med = {k: statistics.median(v) for k, v in table.items()}
+    print(f"--- by {label} seconds (median of {args.rounds}): {dict((f'{k}/{s}', v) for (k, s), v in table.items())}")
+    for side in ("after", "before"):
+      print(f"{side}: mixed/numeric rows/s {med[('numeric', side)] / med[('mixed', side)]:.2f}x")
+    print(f"after/before rows/s: mixed {med[('mixed', 'before')] / med[('mixed', 'after')]:.2f}x,"
+          f" numeric {med[('numeric', 'before')] / med[('numeric', 'after')]:.2f}x")
+    print(f"after: mixed_na/numeric rows/s "
+          f"{med[('numeric', 'after')] / med[('mixed_na', 'after')]:.2f}x")
   med = {k: statistics.median(v) for k, v in seconds.items()}
-  for side in ("after", "before"):
-    print(f"{side}: mixed/numeric rows/s {med[('numeric', side)] / med[('mixed', side)]:.2f}x"
-          f" (seconds mixed {seconds[('mixed', side)]}, numeric "
-          f"{seconds[('numeric', side)]})")
-  print(f"after/before rows/s: mixed {med[('mixed', 'before')] / med[('mixed', 'after')]:.2f}x,"
-        f" numeric {med[('numeric', 'before')] / med[('numeric', 'after')]:.2f}x")
-  print(f"after: mixed_na/numeric rows/s {med[('numeric', 'after')] / med[('mixed_na', 'after')]:.2f}x"
-        f" (seconds {seconds[('mixed_na', 'after')]})")
   if not args.no_stock:
     stock = bench_ingest._run_child(  # pylint: disable=protected-access
         ["--_child", "stock_csv", "--csv", mixed, "--mode", "in_memory", "--rows",
          str(args.rows)])
-    print(f"stock CsvExampleGen mixed: {stock['seconds']:.1f} s; after/stock rows/s "
-          f"{stock['seconds'] / med[('mixed', 'after')]:.1f}x")
+    print(f"stock CsvExampleGen mixed: {stock['seconds']:.1f} s, CPU "
+          f"{stock['cpu_seconds']:.1f} s; after/stock rows/s by wall "
+          f"{stock['seconds'] / med[('mixed', 'after')]:.1f}x, by CPU "
+          f"{stock['cpu_seconds'] / statistics.median(cpu[('mixed', 'after')]):.1f}x")
   print(f"[bench_na_tokens] load after: {benchutil.load_average()}", flush=True)
 
 
