@@ -149,3 +149,51 @@ def test_stock_shaped_examples_end_to_end(tmp_path):
   assert served["island"][0] == 0 and served["island"][1] == 2  # NA -> id 0; "B" -> 2
   counts = collections.Counter(served["island"].tolist())
   assert counts[0] == 1
+
+
+def test_stock_csv_example_gen_with_na_cells(tmp_path):
+  """The stock path for real: stock CsvExampleGen types a numeric column with NA cells as
+  a string column; the trainer reads it as a number, warns once naming the column, the
+  token and the fix, and counts the NA cells as missing values."""
+  from tfx.components.example_gen.csv_example_gen import executor as csv_executor  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.components.base import base_beam_executor  # pylint: disable=g-import-not-at-top
+  from tfx.proto import example_gen_pb2  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_component_specs as specs  # pylint: disable=g-import-not-at-top
+  from tfx.utils import proto_utils  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.inputs import description  # pylint: disable=g-import-not-at-top
+  os.makedirs(tmp_path / "in")
+  rows = ["bill_length_mm,island,body_mass_g"]
+  for i in range(120):
+    bill = "NA" if i % 10 == 3 else f"{38 + (i % 17) * 0.7:.1f}"
+    rows.append(f"{bill},{'NA' if i % 15 == 4 else 'XYZ'[i % 3]},{3000 + 10 * i}")
+  (tmp_path / "in" / "penguins.csv").write_text("\n".join(rows) + "\n")
+  examples = standard_artifacts.Examples()
+  examples.uri = str(tmp_path / "examples")
+  csv_executor.Executor(base_beam_executor.BaseBeamExecutor.Context(
+      beam_pipeline_args=[], tmp_dir=str(tmp_path / "tmp"))).Do(
+          {}, {"examples": [examples]}, {
+              specs.INPUT_BASE_KEY: str(tmp_path / "in"),
+              specs.INPUT_CONFIG_KEY: proto_utils.proto_to_json(example_gen_pb2.Input(
+                  splits=[example_gen_pb2.Input.Split(name="all", pattern="*.csv")])),
+              specs.OUTPUT_CONFIG_KEY: proto_utils.proto_to_json(example_gen_pb2.Output(
+                  split_config=example_gen_pb2.SplitConfig(splits=[
+                      example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=4),
+                      example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1)])))})
+  described = description.describe(examples, label_key="body_mass_g")
+  assert "bill_length_mm" in described.string_keys  # stock read NA as text
+  assert described.na_values is None  # nothing recorded: pandas' set applies
+  prepared = stats.prepare_all(
+      examples.uri, described.feature_keys, described.string_keys, "body_mass_g", task=None,
+      max_vocabulary=100, hash_buckets=0, hparams={}, skip_missing_labels=False,
+      normalize=True, dtypes=described.dtypes, files=described.files)
+  warnings = prepared.columns.warnings
+  assert len(warnings) == 1 and "'bill_length_mm'" in warnings[0] and "'NA'" in warnings[0]
+  assert "leave missing cells empty" in warnings[0]
+  bill = prepared.spec.feature("bill_length_mm")
+  assert (bill.dtype, bill.source, bill.part) == (ms.FLOAT32, "bill_length_mm", "number")
+  assert sorted(prepared.spec.feature("island").vocabulary) == ["X", "Y", "Z"]  # no NA
+  na_cells = sum(1 for i in range(120) if i % 10 == 3)
+  assert sum(v for k, v in prepared.missing_values["bill_length_mm"].items()
+             if k != "fill") == na_cells
+  assert missing.summary(prepared.missing_values, prepared.rows) != "missing values: none"

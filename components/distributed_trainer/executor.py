@@ -97,9 +97,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
   for line in prepared.columns.messages:
     print(f"[trainer] {line}", flush=True)
-  for line in prepared.columns.warnings:
+  for line in prepared.columns.warnings:  # One each: the console shows absl WARNINGs.
     logging.warning("DistributedTrainer: %s", line)
-    print(f"[trainer] WARNING: {line}", flush=True)
   print(f"[trainer] {missing.summary(prepared.missing_values, prepared.rows)}", flush=True)
   if skipped:
     logging.warning("DistributedTrainer: skipping %d examples without a label", skipped)
