@@ -94,15 +94,19 @@ def main():
            ("mixed_na", "after", mixed_na, "")]
   seconds = {(k, side): [] for k, side, _, _ in cases}
   cpu = {(k, side): [] for k, side, _, _ in cases}
+  ingest_cpu = {(k, side): [] for k, side, _, _ in cases}
   print(f"[bench_na_tokens] load before: {benchutil.load_average()}", flush=True)
   for i in range(args.rounds):
     for kind, side, path, pythonpath in (cases if i % 2 == 0 else cases[::-1]):
       got = run(path, pythonpath)
       seconds[(kind, side)].append(round(got["seconds"], 2))
       cpu[(kind, side)].append(round(got["cpu_seconds"], 2))
+      ingest_cpu[(kind, side)].append(round(got["ingest_cpu_seconds"], 2))
       print(f"[bench_na_tokens] round {i + 1} {kind} {side}: {got['seconds']:.2f} s, "
-            f"CPU {got['cpu_seconds']:.2f} s, {got['rows_written']} rows", flush=True)
-  for label, table in (("wall", seconds), ("CPU", cpu)):
+            f"CPU {got['cpu_seconds']:.2f} s (ingest call {got['ingest_cpu_seconds']:.2f} s),"
+            f" {got['rows_written']} rows", flush=True)
+  for label, table in (("wall", seconds), ("process CPU", cpu),
+                       ("ingest-call CPU", ingest_cpu)):
     med = {k: statistics.median(v) for k, v in table.items()}
     print(f"--- by {label} seconds (median of {args.rounds}): {dict((f'{k}/{s}', v) for (k, s), v in table.items())}")
     for side in ("after", "before"):
