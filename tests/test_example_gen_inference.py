@@ -48,7 +48,11 @@ def test_empty_cells_say_nothing_and_an_all_empty_column_is_string():
 def test_int_only_when_every_number_is_an_integer():
   assert inference.infer_column("c", [("f", 2, "1"), ("f", 3, "-4")]).type == "int"
   assert inference.infer_column("c", [("f", 2, "1"), ("f", 3, "1.5")]).type == "float"
-  assert inference.infer_column("c", [("f", 2, "1"), ("f", 3, "nan")]).type == "float"
+  # "nan" is one of pandas' missing-value tokens (na_values): missing, no evidence of a
+  # float. Without the tokens it is a float NaN.
+  assert inference.infer_column("c", [("f", 2, "1"), ("f", 3, "nan")]).type == "int"
+  assert inference.infer_column("c", [("f", 2, "1"), ("f", 3, "nan")],
+                                frozenset({""})).type == "float"
 
 
 def test_explicit_types_win_and_report_the_cells_that_will_be_bad_rows():
@@ -98,4 +102,6 @@ def test_properties_are_json_in_header_order():
   detail = json.loads(inference.inference_property(reports, 1))
   assert detail["sampled_rows"] == 1 and detail["numeric_share"] == 0.99
   assert detail["columns"]["a"] == {"type": "string", "origin": "inferred",
-                                    "sampled_cells": 1, "numeric_cells": 0}
+                                    "sampled_cells": 1, "numeric_cells": 0,
+                                    "missing_cells": 0, "distinct": 1}
+  assert "NA" in detail["na_values"] and "" in detail["na_values"]

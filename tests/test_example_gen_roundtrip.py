@@ -56,7 +56,7 @@ def _f32(value) -> float:
 
 def _expected_csv_rows(plan: sources.CsvLayout):
   """The input rows as the Examples must hold them: float cells as float32, int cells as
-  exact ints, strings as UTF-8 bytes, empty cells absent."""
+  exact ints, strings as UTF-8 bytes, missing cells (empty or na_values) absent."""
   rows = []
   for path in plan.files:
     with open(path, newline="", encoding="utf-8") as f:
@@ -68,7 +68,7 @@ def _expected_csv_rows(plan: sources.CsvLayout):
         row = {}
         for name, cell in zip(header, cells):
           typ = plan.types.get(name)
-          if typ is None or cell == "":
+          if typ is None or cell in plan.na_values:
             continue
           if typ == "string":
             row[name] = (cell.encode("utf-8"),)

@@ -76,6 +76,7 @@ def test_real_runs_write_every_field_and_nothing_else(tmp_path):
   decided = {"missing_values": {"x0": {"train": 0, "eval": 0, "fill": 0.0}},
              "missing_labels": {"count": 0, "rows": 160, "share": 0.0, "splits": {},
                                 "policy": "skip"},
+             "input_columns": {"left_out": {"id": "ID-like"}},
              "layout_choice": {keys.LAYOUT_CHOSEN: "mesh 1x2", keys.LAYOUT_REASON: "fits"}}
   jobs = [dict(tu.job_dict(str(tmp_path / layout), str(tmp_path / "ex"), feats, rows,
                            layout=layout, steps=4, batch_size=32, log_every=2,
@@ -96,6 +97,7 @@ def test_real_runs_write_every_field_and_nothing_else(tmp_path):
                                   | _when(run_history.WHEN_AUTO))
   assert written["mesh"]["missing_values"] == decided["missing_values"]
   assert written["mesh"]["missing_labels"] == decided["missing_labels"]
+  assert written["mesh"]["input_columns"] == decided["input_columns"]
   assert written["mesh"]["layout_chosen"] == "mesh 1x2"
   # What the user wrote (config optimizer sgd), on the mesh too (not MeshSGD).
   for record in written.values():

@@ -141,6 +141,10 @@ class RunHistory:
   label_classes_not_in_train: Optional[Dict[str, Dict[str, int]]] = _field(
       when=WHEN_NOT_IN_TRAIN, prop=keys.LABEL_CLASSES_NOT_IN_TRAIN, encode=_json_sorted,
       doc="class -> {split: examples}: classes the model never saw a training example of")
+  input_columns: Optional[Dict[str, Any]] = _field(
+      when=WHEN_EXECUTOR, prop="input_columns", encode=_json_sorted,
+      doc="string features left out (ID-like), read as dates or numbers, and their "
+          "missing-value tokens (distributed_trainer/inputs/columns.py)")
   layout_chosen: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_CHOSEN, encode=str)
   layout_reason: Optional[str] = _field(when=WHEN_AUTO, prop=keys.LAYOUT_REASON, encode=str)
 

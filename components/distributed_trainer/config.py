@@ -3,7 +3,8 @@ import dataclasses
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from tfx_parallel.components.common import keys, task_contract
+from tfx_parallel.components.common import column_rules, keys, task_contract
+from tfx_parallel.components.common import na_values as na_lib
 from tfx_parallel.components.common.config_util import require
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_choice
@@ -99,6 +100,15 @@ class TrainerConfig:
       ``label_key`` property (PartitionedExampleGen sets it; stock ExampleGens do not).
     train_split, eval_split: the Examples splits to train and evaluate on (as TFX's
       ``TrainArgs`` / ``EvalArgs`` name them).
+    na_values: string feature values read as missing (id 0, counted in
+      ``missing values``), as in a CSV cell (common/na_values.py). None (default): the
+      set PartitionedExampleGen recorded (its ``na_values``), else pandas' default
+      (``NA``, ``N/A``, ``NULL``, ...); ``[]``: none.
+    id_like_ratio: a string feature with at least 20 non-missing train values of which
+      this share or more are distinct is ID-like and left out (common/column_rules.py;
+      a console line and history.json's ``input_columns`` name it). None: never.
+    keep_as_category: string features used as categories as they are, even when the
+      ID-like or date rules would leave them out or derive numbers from them.
   """
   layout: str = "single"
   devices: int = 0
@@ -139,6 +149,9 @@ class TrainerConfig:
   label_key: Optional[str] = None
   train_split: str = "train"
   eval_split: str = "eval"
+  na_values: Optional[Tuple[str, ...]] = None
+  id_like_ratio: Optional[float] = column_rules.ID_LIKE_RATIO
+  keep_as_category: Tuple[str, ...] = ()
 
   @property
   def mesh_batch(self) -> int:
@@ -226,6 +239,16 @@ class TrainerConfig:
     for key in ("train_split", "eval_split"):
       require(isinstance(getattr(self, key), str) and getattr(self, key), key,
               f"must be a split name. Received: {getattr(self, key)!r}")
+    problem = na_lib.check(self.na_values)
+    require(problem is None, "na_values", f"{problem}. Received: {self.na_values!r}")
+    require(self.id_like_ratio is None or (isinstance(self.id_like_ratio, (int, float))
+                                           and 0 < self.id_like_ratio <= 1),
+            "id_like_ratio", f"must be in (0, 1], or null to embed every string feature. "
+            f"Received: {self.id_like_ratio!r}")
+    require(not isinstance(self.keep_as_category, str)
+            and all(isinstance(k, str) and k for k in self.keep_as_category),
+            "keep_as_category", f"must be a list of feature names. "
+            f"Received: {self.keep_as_category!r}")
     replicas = self.replicas_hint()
     if replicas:
       require(self.batch_size % replicas == 0, "batch_size",

@@ -79,7 +79,16 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              feature_dtypes=described.dtypes,
              vocabularies={k: list(v) for k, v in described.vocabularies.items()},
              transform_graph_uri=transform_graph.uri if transform_graph is not None else None,
-             required_features=list(described.required))
+             required_features=list(described.required),
+             na_values=_na_values(config, described))
+
+
+def _na_values(config: TrainerConfig, described: description.InputDescription
+               ) -> Optional[List[str]]:
+  """Config ``na_values``, else the tokens the Examples' writer recorded, else None
+  (pandas' set)."""
+  tokens = config.na_values if config.na_values is not None else described.na_values
+  return None if tokens is None else list(tokens)
 
 
 def prepare(job: Job, config: TrainerConfig) -> Job:
@@ -94,11 +103,17 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
       normalize=config.normalize, normalize_clip=config.normalize_clip,
       dtypes=job.feature_dtypes, vocabularies=job.vocabularies,
       files={config.train_split: job.files("train"), config.eval_split: job.files("eval")},
-      splits=(config.train_split, config.eval_split), required=job.required_features)
+      splits=(config.train_split, config.eval_split), required=job.required_features,
+      na_values=job.na_values, id_like_ratio=config.id_like_ratio,
+      keep_as_category=config.keep_as_category)
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
+  for line in prepared.columns.messages:
+    print(f"[trainer] {line}", flush=True)
+  for line in prepared.columns.warnings:  # One each: the console shows absl WARNINGs.
+    logging.warning("DistributedTrainer: %s", line)
   print(f"[trainer] {missing.summary(prepared.missing_values, prepared.rows)}", flush=True)
   if skipped:
     print(f"[trainer] {stats.missing_label_line(prepared.missing_labels, spec.label_key)}",
@@ -124,7 +139,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                              missing_values=prepared.missing_values,
                              missing_labels=prepared.missing_labels,
                              label_counts=prepared.label_counts,
-                             label_classes_not_in_train=prepared.unseen_classes)
+                             label_classes_not_in_train=prepared.unseen_classes,
+                             input_columns=prepared.columns.record())
 
 
 def label_summary(counts: Dict[str, Dict[str, int]], train_split: str,

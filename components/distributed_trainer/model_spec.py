@@ -59,6 +59,9 @@ class FeatureSpec:
       mean of a numeric feature, "" (id 0) for a string; None: 0.
     missing: examples of the scanned splits without a value (0: the training input
       may parse the feature as a dense column; serving always accepts a missing one).
+    source: a feature derived in the graph (inputs/columns.py): the string feature of
+      the tf.Examples it is computed from (``raw_dtype`` "string"); None: ``name``.
+    part: of a derived feature: a date part ("year", "month", ...) or "number".
   """
   name: str
   dtype: str
@@ -69,10 +72,17 @@ class FeatureSpec:
   raw_dtype: Optional[str] = None
   fill: Any = None
   missing: int = 0
+  source: Optional[str] = None
+  part: Optional[str] = None
 
   @property
   def is_string(self) -> bool:
     return self.dtype == STRING
+
+  @property
+  def example_key(self) -> str:
+    """The tf.Example feature this input is read from."""
+    return self.source or self.name
 
   @property
   def example_dtype(self) -> str:

@@ -2,6 +2,7 @@
 import dataclasses
 from typing import Dict, Optional, Tuple
 
+from tfx_parallel.components.common import na_values as na_lib
 from tfx_parallel.components.common.config_util import require
 
 SYNTHETIC = "synthetic"
@@ -41,6 +42,10 @@ class ExampleGenConfig:
       is in benchmarks/RESULTS.md.
     type_inference_rows: data rows (from the first files, in order) sampled to infer
       the types of the columns not in column_types.
+    na_values: cell texts read as a missing value in every column (numeric, string,
+      label), besides the empty cell, which always is. None (default): the set pandas
+      reads, ``NA``, ``N/A``, ``NULL``, ``NaN``, ``#N/A``, ... (common/na_values.py,
+      from pandas' ``STR_NA_VALUES``); a list replaces it; ``[]``: only the empty cell.
   """
   source: str = SYNTHETIC
   label: Optional[str] = None
@@ -60,6 +65,7 @@ class ExampleGenConfig:
   columns: Optional[Tuple[str, ...]] = None
   verify_output: bool = False
   type_inference_rows: int = 10_000
+  na_values: Optional[Tuple[str, ...]] = None
 
   @property
   def is_synthetic(self) -> bool:
@@ -118,6 +124,8 @@ class ExampleGenConfig:
     require(isinstance(self.type_inference_rows, int) and self.type_inference_rows >= 1,
             "type_inference_rows",
             f"must be a positive integer. Received: {self.type_inference_rows!r}")
+    problem = na_lib.check(self.na_values)
+    require(problem is None, "na_values", f"{problem}. Received: {self.na_values!r}")
     if self.column_types:
       for col, typ in self.column_types.items():
         require(typ in ("float", "int", "string"), f"column_types.{col}",

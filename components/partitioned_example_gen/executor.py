@@ -64,7 +64,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         string_feature_keys=[k for k in plan.string_keys if k != plan.label_key],
         column_types=None if synthetic else inference.to_property(reports),
         type_inference=(None if synthetic else
-                        inference.inference_property(reports, plan.sampled_rows)))
+                        inference.inference_property(reports, plan.sampled_rows,
+                                                                   plan.na_values)))
 
 
 def _log_column_types(plan: sources.CsvLayout) -> None:

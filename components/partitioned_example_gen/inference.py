@@ -4,8 +4,9 @@ Pure logic: no Beam, no TFX. ``sources.plan_source`` samples the first rows of t
 input (``sample_rows``) and calls ``infer_types``; the executor logs ``describe`` and
 records ``to_property`` on the Examples artifact.
 
-The rule, per column, over the sampled non-empty cells (an empty cell is a missing value
-and says nothing about the type):
+The rule, per column, over the sampled non-missing cells (an empty cell, or one of the
+``na_values`` tokens: ``NA``, ``N/A``, ``NULL``, ``NaN``, ... as pandas reads them, see
+common/na_values.py, is a missing value and says nothing about the type):
 
 * **numeric** when at least ``NUMERIC_SHARE`` (99%) of them parse as numbers: ``int`` if
   every number is an integer, else ``float``. The other cells, e.g. one ``not-a-number``
@@ -21,9 +22,13 @@ A cell that does not fit a column's type after the sample is a bad row too: the 
 fixed before Beam starts and every row is checked against it, so a sample can make a run
 fail loudly but never change data silently.
 """
+import collections
 import dataclasses
 import json
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tfx_parallel.components.common import column_rules
+from tfx_parallel.components.common import na_values as na_lib
 
 NUMERIC_SHARE = 0.99
 NUMERIC_TYPES = ("float", "int")
@@ -53,6 +58,11 @@ class ColumnReport:
     numeric: how many of them parse as numbers.
     odd_cells: up to MAX_EXAMPLES (path, line, cell) that do not fit ``type``: the
       non-numbers of a numeric column (bad rows), or the numbers of a string column.
+    missing: sampled missing cells (empty, or an na_values token).
+    na_tokens: the na_values tokens other than "" seen in the sample, sorted.
+    distinct: distinct non-missing sampled values (string columns).
+    date_parts: string columns whose sampled values are dates: the parts the trainer
+      derives (column_rules.date_kind); else ().
   """
   name: str
   type: str
@@ -60,6 +70,10 @@ class ColumnReport:
   non_empty: int = 0
   numeric: int = 0
   odd_cells: Tuple[Tuple[str, int, str], ...] = ()
+  missing: int = 0
+  na_tokens: Tuple[str, ...] = ()
+  distinct: int = 0
+  date_parts: Tuple[str, ...] = ()
 
   @property
   def odd_count(self) -> int:
@@ -68,9 +82,24 @@ class ColumnReport:
       return self.non_empty - self.numeric
     return 0
 
+  @property
+  def id_like(self) -> bool:
+    """A string column that the trainer's default rule would leave out (column_rules)."""
+    return (self.type == "string" and not self.date_parts
+            and column_rules.id_like(self.distinct, self.non_empty))
+
   def to_dict(self) -> dict:
-    return {"type": self.type, "origin": self.origin, "sampled_cells": self.non_empty,
-            "numeric_cells": self.numeric}
+    out = {"type": self.type, "origin": self.origin, "sampled_cells": self.non_empty,
+           "numeric_cells": self.numeric, "missing_cells": self.missing}
+    if self.na_tokens:
+      out["na_tokens"] = list(self.na_tokens)
+    if self.type == "string":
+      out["distinct"] = self.distinct
+      if self.date_parts:
+        out["date_parts"] = list(self.date_parts)
+      elif self.id_like:
+        out["id_like"] = True
+    return out
 
 
 def _parses(cell: str, parse) -> bool:
@@ -81,9 +110,12 @@ def _parses(cell: str, parse) -> bool:
   return True
 
 
-def infer_column(name: str, cells: Sequence[Tuple[str, int, str]]) -> ColumnReport:
-  """Type of one column from its sampled (path, line, cell) triples (see module doc)."""
-  non_empty = [c for c in cells if c[2] != ""]
+def infer_column(name: str, cells: Sequence[Tuple[str, int, str]],
+                 na: AbstractSet[str] = na_lib.token_set()) -> ColumnReport:
+  """Type of one column from its sampled (path, line, cell) triples (see module doc);
+  ``na``: the cells read as missing (na_values.token_set)."""
+  non_empty = [c for c in cells if c[2] not in na]
+  tokens = tuple(sorted({c[2] for c in cells if c[2] and c[2] in na}))
   numbers, others = [], []
   for c in non_empty:
     (numbers if _parses(c[2], float) else others).append(c)
@@ -94,17 +126,24 @@ def infer_column(name: str, cells: Sequence[Tuple[str, int, str]]) -> ColumnRepo
   else:
     typ = "string"
     odd = numbers
+  values = collections.Counter(c[2] for c in non_empty)
   return ColumnReport(name=name, type=typ, origin=INFERRED, non_empty=len(non_empty),
-                      numeric=len(numbers), odd_cells=tuple(odd[:MAX_EXAMPLES]))
+                      numeric=len(numbers), odd_cells=tuple(odd[:MAX_EXAMPLES]),
+                      missing=len(cells) - len(non_empty), na_tokens=tokens,
+                      distinct=len(values),
+                      date_parts=(column_rules.date_kind(values) or ()
+                                  if typ == "string" else ()))
 
 
 def infer_types(header: Sequence[str], sample: Sequence[SampleRow],
                 explicit: Optional[Mapping[str, str]] = None,
-                keep: Optional[Sequence[str]] = None) -> Dict[str, ColumnReport]:
+                keep: Optional[Sequence[str]] = None,
+                na: AbstractSet[str] = na_lib.token_set()) -> Dict[str, ColumnReport]:
   """ColumnReports of the kept columns (all by default), in header order.
 
   ``explicit`` types win over inference; their report still counts the sampled cells,
-  and odd_cells lists sampled cells that would be bad rows under that type.
+  and odd_cells lists sampled cells that would be bad rows under that type. ``na``: the
+  cells read as missing (na_values.token_set).
   """
   explicit = dict(explicit or {})
   kept = set(header if keep is None else keep)
@@ -113,15 +152,15 @@ def infer_types(header: Sequence[str], sample: Sequence[SampleRow],
     if name not in kept:
       continue
     cells = [(row.path, row.line, row.cells[j]) for row in sample]
-    report = infer_column(name, cells)
+    report = infer_column(name, cells, na)
     if name in explicit:
       typ = explicit[name]
       parse = {"int": int, "float": float}.get(typ)
-      non_empty = [c for c in cells if c[2] != ""]
+      non_empty = [c for c in cells if c[2] not in na]
       odd = ([c for c in non_empty if not _parses(c[2], parse)] if parse else [])
-      report = ColumnReport(name=name, type=typ, origin=EXPLICIT,
-                            non_empty=report.non_empty, numeric=report.numeric,
-                            odd_cells=tuple(odd[:MAX_EXAMPLES]))
+      report = dataclasses.replace(
+          report, type=typ, origin=EXPLICIT, odd_cells=tuple(odd[:MAX_EXAMPLES]),
+          date_parts=report.date_parts if typ == "string" else ())
     reports[name] = report
   return reports
 
@@ -145,11 +184,27 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
   kind = (" (string: class names)" if label is not None and label.type == "string" else "")
   info = (f"PartitionedExampleGen column types (inferred from the first {sampled_rows} "
           f"data rows unless explicit): {types}; label {label_key!r}{kind}")
+  seen = sorted({t for r in reports.values() for t in r.na_tokens})
+  if seen:
+    where = ", ".join(f"{t!r} in " + ", ".join(r.name for r in reports.values()
+                                              if t in r.na_tokens) for t in seen)
+    info += f"; read as missing values (na_values): {where}"
   warnings = []
   for r in reports.values():
     if r.type == "string" and r.name == label_key:
       continue  # A string label holds class names (sources.check_label); info says so.
-    if r.type == "string":
+    if r.type == "string" and (r.date_parts or r.id_like):
+      if r.date_parts:
+        what = (f"its sampled values are dates, so the trainer derives the numeric "
+                f"features {', '.join(r.name + '_' + p for p in r.date_parts)} from it")
+      else:
+        what = (f"it looks ID-like ({r.distinct} distinct of {r.non_empty} sampled "
+                f"values), so the trainer leaves it out unless "
+                f"trainer.keep_as_category names it")
+      warnings.append(f"column {r.name!r} is a string column written as a bytes_list "
+                      f"feature; {what} (rules: common/column_rules.py, decided on the "
+                      f"train split).")
+    elif r.type == "string":
       why = ("no sampled cell has a value" if r.non_empty == 0 else
              f"{r.non_empty - r.numeric} of {r.non_empty} sampled cells are not numbers")
       if r.origin == EXPLICIT:
@@ -177,7 +232,10 @@ def to_property(reports: Mapping[str, ColumnReport]) -> str:
   return json.dumps({name: r.type for name, r in reports.items()})
 
 
-def inference_property(reports: Mapping[str, ColumnReport], sampled_rows: int) -> str:
-  """JSON of how each type was decided (the TYPE_INFERENCE property)."""
+def inference_property(reports: Mapping[str, ColumnReport], sampled_rows: int,
+                       na: AbstractSet[str] = na_lib.token_set()) -> str:
+  """JSON of how each type was decided (the TYPE_INFERENCE property), with the tokens
+  read as missing (``na_values``)."""
   return json.dumps({"sampled_rows": sampled_rows, "numeric_share": NUMERIC_SHARE,
+                     "na_values": sorted(na),
                      "columns": {name: r.to_dict() for name, r in reports.items()}})

@@ -26,7 +26,7 @@ tests/test_example_gen_rows.py:
   long cells) is assembled row by row with ``bytes.join`` instead; both give the same
   bytes.
 """
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -124,10 +124,11 @@ _TAG_3 = 0x1A  # field 3, length-delimited
 # Feature{float_list(2): FloatList{value(1), packed: 4 bytes}}
 _FLOAT_FEATURE_HEAD = bytes([_TAG_2, 6, _TAG_1, 4])
 MAX_EXACT_INT = 2**53  # Largest |int| a float64 holds exactly.
-# Bumped whenever the bytes written for the same rows change (2: int columns as
+# Bumped whenever the bytes written for the same rows change (3: na_values tokens
+# such as NA are missing values, were strings or bad rows; 2: int columns as
 # int64_list, were float_list). The component passes it as an execution property, so a
 # pipeline cache never serves an artifact written by another encoding.
-ENCODING_VERSION = 2
+ENCODING_VERSION = 3
 
 
 def float_entry_prefix(key: str) -> bytes:
@@ -215,10 +216,12 @@ class StringColumn(list):
   laid_out = None
 
 
-def string_column(cells: Sequence[str]) -> StringColumn:
-  """The StringColumn of CSV text cells, an empty cell missing, laid out on the way (the
-  UTF-8 bytes are joined once, for the values and the matrix alike)."""
-  filled = [c.encode("utf-8") for c in cells]
+def string_column(cells: Sequence[str], na: AbstractSet[str] = frozenset({""})
+                  ) -> StringColumn:
+  """The StringColumn of CSV text cells, a cell in ``na`` (the empty one, and the
+  configured na_values tokens) missing, laid out on the way (the UTF-8 bytes are joined
+  once, for the values and the matrix alike)."""
+  filled = [b"" if c in na else c.encode("utf-8") for c in cells]
   column = StringColumn([v or None for v in filled])
   lengths = np.fromiter(map(len, filled), dtype=np.int64, count=len(filled))
   column.laid_out = _lay_out(filled, lengths, lengths > 0)

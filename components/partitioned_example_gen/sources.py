@@ -16,21 +16,25 @@ CSV rows: one record per line (quoted fields may contain commas, not newlines), 
 row in every file (all files must have the same header), UTF-8. Line numbers count from 1
 with the header as line 1, so error messages match what an editor shows. Blank lines are
 ignored. Numeric columns ("float", "int") are parsed with ``float``/``int`` (an int beyond
-+-2**53 is a bad cell: a RowBatch holds ints as float64, exact only that far); an empty
-cell (or the text ``nan``) is a missing value and the feature is absent from that Example.
++-2**53 is a bad cell: a RowBatch holds ints as float64, exact only that far). An empty
+cell, a cell that is one of the ``na_values`` tokens (pandas' set by default: ``NA``,
+``N/A``, ``NULL``, ``NaN``, ...; common/na_values.py), and in a float column the text
+``nan`` are missing values, in every column type: the feature is absent from that
+Example.
 Each row's split key is stock CsvExampleGen's (stock_key.py). Files are read by
 line-aligned byte ranges (file_ranges), so one big file is read in parallel.
 """
 import csv
 import dataclasses
 import os
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from tfx_parallel.components.common import na_values as na_lib
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
 from tfx_parallel.components.partitioned_example_gen import inference
 from tfx_parallel.components.partitioned_example_gen import stock_key
@@ -115,6 +119,7 @@ class CsvLayout:
       splits; None hashes the row's stock Example (stock_key.py).
     reports: how each kept column's type was decided (inference.ColumnReport).
     sampled_rows: data rows the types were inferred from.
+    na_values: the cell texts read as missing (config na_values, plus "").
   """
   source: str
   files: Tuple[str, ...]
@@ -124,6 +129,7 @@ class CsvLayout:
   split_key: Optional[str] = None
   reports: Tuple[inference.ColumnReport, ...] = ()
   sampled_rows: int = 0
+  na_values: FrozenSet[str] = na_lib.token_set()
 
   @property
   def numeric_keys(self) -> Tuple[str, ...]:
@@ -193,8 +199,9 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
   kept = set(columns or header) | {label}
   if partition_feature:
     kept.add(partition_feature)
+  na = na_lib.token_set(config.na_values)
   reports = inference.infer_types(header, sample, explicit=column_types,
-                                  keep=[c for c in header if c in kept])
+                                  keep=[c for c in header if c in kept], na=na)
   types = {c: r.type for c, r in reports.items()}
   check_label(reports[label], first, len(sample))
   if partition_feature and types[partition_feature] not in ("int", "string"):
@@ -204,7 +211,7 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
         f"string features. Set column_types.{partition_feature}='string' to hash its text")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
                    label_key=label, split_key=partition_feature,
-                   reports=tuple(reports.values()), sampled_rows=len(sample))
+                   reports=tuple(reports.values()), sampled_rows=len(sample), na_values=na)
 
 
 # A label column inferred "string" whose sampled non-empty cells are at least this share
@@ -562,12 +569,16 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
   ok = np.ones(len(good), dtype=bool)
   numeric: Dict[str, np.ndarray] = {}
   strings: Dict[str, List[Optional[bytes]]] = {}
+  na = layout.na_values
+  na_numbers = _na_numbers(na)
   for name, typ in layout.types.items():
     cells = columns[index[name]]
     if typ == "string":
-      strings[name] = string_column(cells)
+      strings[name] = string_column(cells, na)
       continue
-    values, errors = _parse_numeric(cells, typ)
+    values, errors = _parse_numeric(cells, typ, na)
+    if na_numbers.size:  # A configured token such as "-999": missing as a number too.
+      values[np.isin(values, na_numbers)] = np.nan
     numeric[name] = values
     for k, cell in errors:
       ok[k] = False
@@ -587,8 +598,21 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
   return batch, [(first_line + i, bad[i]) for i in sorted(bad)]
 
 
-def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tuple[int, str]]]:
-  """float64 values (NaN where empty) and the (position, cell) of unparsable cells."""
+_NA_NUMBERS: Dict[FrozenSet[str], np.ndarray] = {}
+
+
+def _na_numbers(na: FrozenSet[str]) -> np.ndarray:
+  """The numbers among the tokens (na_values.numeric_tokens), kept per token set."""
+  found = _NA_NUMBERS.get(na)
+  if found is None:
+    found = _NA_NUMBERS[na] = np.asarray(na_lib.numeric_tokens(na), dtype=np.float64)
+  return found
+
+
+def _parse_numeric(cells: Sequence[str], typ: str, na: FrozenSet[str] = na_lib.token_set()
+                   ) -> Tuple[np.ndarray, List[Tuple[int, str]]]:
+  """float64 values (NaN where missing: a cell in ``na``, or ``nan`` in a float column)
+  and the (position, cell) of unparsable cells."""
   dtype = np.int64 if typ == "int" else np.float64
   try:
     values = np.array(cells, dtype=dtype)
@@ -596,14 +620,14 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
       return values.astype(np.float64, copy=False), []
   except (ValueError, OverflowError):
     pass
-  values = _parse_with_empty_cells(cells, dtype)
+  values = _parse_with_empty_cells(cells, dtype, na)
   if values is not None:
     return values, []
   parse = _exact_int if typ == "int" else float
   values = np.empty(len(cells), dtype=np.float64)
   errors = []
   for k, cell in enumerate(cells):
-    if cell == "":
+    if cell in na:
       values[k] = np.nan
       continue
     try:
@@ -614,20 +638,22 @@ def _parse_numeric(cells: Sequence[str], typ: str) -> Tuple[np.ndarray, List[Tup
   return values, errors
 
 
-def _parse_with_empty_cells(cells: Sequence[str], dtype) -> Optional[np.ndarray]:
-  """float64 values, NaN at the empty cells, when every other cell parses in one numpy
-  call as ``dtype`` (the same conversion as a column without empty cells) and ints are
-  within +-2**53; else None (the caller then parses cell by cell and names the bad ones).
-  Empty cells are the common case of a column with missing values: without this, one
-  empty cell sent the whole column of the batch through ``float`` cell by cell."""
+def _parse_with_empty_cells(cells: Sequence[str], dtype,
+                            na: FrozenSet[str] = na_lib.token_set()) -> Optional[np.ndarray]:
+  """float64 values, NaN at the missing cells (empty, or a token in ``na``), when every
+  other cell parses in one numpy call as ``dtype`` (the same conversion as a column
+  without missing cells) and ints are within +-2**53; else None (the caller then parses
+  cell by cell and names the bad ones). Missing cells are the common case of a column
+  with holes: without this, one empty cell or ``NA`` sent the whole column of the batch
+  through ``float`` cell by cell."""
   if dtype == np.float64:  # "nan" is a missing value too: one call, no scatter.
     try:
-      return np.array([c or "nan" for c in cells], dtype=dtype)
+      return np.array(["nan" if c in na else c for c in cells], dtype=dtype)
     except (ValueError, OverflowError):
       return None
-  present = np.fromiter(map(bool, cells), dtype=bool, count=len(cells))
+  present = np.fromiter((c not in na for c in cells), dtype=bool, count=len(cells))
   try:
-    parsed = np.array([c for c in cells if c], dtype=dtype)
+    parsed = np.array([c for c in cells if c not in na], dtype=dtype)
   except (ValueError, OverflowError):
     return None
   if dtype == np.int64 and np.any((parsed > MAX_EXACT_INT) | (parsed < -MAX_EXACT_INT)):

@@ -21,7 +21,10 @@ are hints, used when present:
   fails before training), any other is optional (filled); a feature the schema gives
   more than one value per example (``shape``, ``value_count``) is rejected here, naming
   it and the way out;
-* **rows**: the ``row_counts`` hint, else counted by the trainer's one scan (stats.py).
+* **rows**: the ``row_counts`` hint, else counted by the trainer's one scan (stats.py);
+* **missing-value tokens**: the ``na_values`` PartitionedExampleGen read as missing (its
+  ``type_inference`` property), used for string features unless config ``na_values``
+  is set; None (stock ExampleGens): pandas' default set (columns.py).
 
 With a ``transform_graph`` input (TFX Transform) the Examples are the transformed ones
 and the features are the graph's ``transformed_feature_spec()`` (dense scalars); a graph
@@ -64,6 +67,7 @@ class InputDescription:
   vocabularies: Mapping[str, Tuple[str, ...]] = dataclasses.field(default_factory=dict)
   source: str = "data"  # "transform graph" | "schema" | "custom properties" | "data"
   required: Tuple[str, ...] = ()  # the schema requires them (presence 1 + shape); else none
+  na_values: Optional[Tuple[str, ...]] = None  # PartitionedExampleGen's; None: not recorded
 
   @property
   def feature_keys(self) -> List[str]:
@@ -267,8 +271,11 @@ def describe(examples, train_split: str = "train", eval_split: str = "eval",
       rows = {k: int(v) for k, v in counts.items()}
   num_shards = int(_hint(examples, keys.NUM_SHARDS) or 0)
   kinds = example_kinds(files[train_split])
+  inference = json.loads(_hint(examples, keys.TYPE_INFERENCE) or "{}")
+  na_values = inference.get("na_values") if isinstance(inference, dict) else None
   common = dict(files=files, train_split=train_split, eval_split=eval_split, label_key=label,
-                rows=rows, num_shards=num_shards)
+                rows=rows, num_shards=num_shards,
+                na_values=None if na_values is None else tuple(na_values))
   if transform_graph_uri is not None:
     transformed = transform_features(transform_graph_uri, label)
     numeric = tuple((n, d) for n, d in transformed.items() if n != label and d != ms.STRING)

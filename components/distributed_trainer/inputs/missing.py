@@ -108,6 +108,9 @@ def summary(recorded: Mapping[str, Mapping[str, Any]], rows: Optional[Mapping[st
     n = sum(v for k, v in entry.items() if k != "fill")
     share = f" ({100.0 * n / total_rows:.1f}%)" if total_rows else ""
     fill = entry.get("fill")
-    how = "id 0" if isinstance(fill, str) else f"{fill:.6g}"
+    if isinstance(fill, dict):  # A date: each derived part's train mean.
+      how = "each part's mean"
+    else:
+      how = "id 0" if isinstance(fill, str) else f"{fill:.6g}"
     parts.append(f"{name} {n}{share} -> {how}")
   return "missing values (all splits, filled): " + ", ".join(parts)

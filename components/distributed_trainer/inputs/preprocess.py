@@ -20,14 +20,20 @@ input parses ragged only the features the scan found missing somewhere
   the vocabulary (a StaticHashTable), or 1..N a hash bucket;
 * labels: float32 [B, 1] (regression; binary 0/1), int64 class ids [B, 1] (multiclass);
   string labels are mapped to class ids by components/common/label_encoding.py, as the
-  evaluator maps them and the serving signature names them.
+  evaluator maps them and the serving signature names them;
+* derived features (``FeatureSpec.source``, inputs/columns.py): float32 [B, 1] computed
+  from a raw string feature: a date part (year, month, day, day_of_week, hour) of an ISO
+  date, or the number a text cell holds; a value that is not a date / number, or is
+  missing, becomes ``fill`` (the part's train mean). Then standardised like any float.
 """
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
 from tfx_parallel.components.common import label_encoding
+from tfx_parallel.components.common import column_rules
 from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer.inputs import columns as columns_lib
 
 _DTYPES = {ms.FLOAT32: tf.float32, ms.INT64: tf.int64, ms.STRING: tf.string}
 
@@ -63,6 +69,56 @@ def _dense(f: ms.FeatureSpec, x) -> tf.Tensor:
   return x.to_tensor(default_value=_fill(f), shape=[None] + list(f.shape))
 
 
+def _days_from_civil(y, m, d):
+  """Days since 1970-01-01 of int64 tensors (H. Hinnant's days_from_civil, years >= 0)."""
+  y = y - tf.cast(m <= 2, tf.int64)
+  era = y // 400
+  yoe = y - era * 400
+  doy = (153 * ((m + 9) % 12) + 2) // 5 + d - 1
+  doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+  return era * 146097 + doe - 719468
+
+
+_MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def date_part(strings: tf.Tensor, part: str) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(float32 value, valid) of a date part of ISO date strings, as
+  column_rules.date_parts computes it (checked against it in tests)."""
+  ok = tf.strings.regex_full_match(strings, column_rules.DATE_PATTERN)
+  safe = tf.where(ok, strings, "2000-01-01")
+
+  def num(pos, length):
+    return tf.strings.to_number(tf.strings.substr(safe, pos, length), tf.int64)
+
+  y, m, d = num(0, 4), num(5, 2), num(8, 2)
+  leap = tf.logical_or(tf.logical_and(y % 4 == 0, y % 100 != 0), y % 400 == 0)
+  days_in = (tf.gather(tf.constant(_MONTH_DAYS, tf.int64), tf.clip_by_value(m - 1, 0, 11))
+             + tf.cast(tf.logical_and(m == 2, leap), tf.int64))
+  timed = tf.strings.length(safe) > 10
+  hour = tf.strings.to_number(tf.strings.substr(tf.where(timed, safe, "0000-00-00T00"),
+                                                11, 2), tf.int64)
+  ok = (ok & (m >= 1) & (m <= 12) & (d >= 1) & (d <= days_in)
+        & tf.logical_or(tf.logical_not(timed), hour <= 23))
+  if part == column_rules.HOUR:
+    ok = ok & timed
+    value = hour
+  else:
+    value = {"year": y, "month": m, "day": d,
+             "day_of_week": (_days_from_civil(y, m, d) + 3) % 7}[part]
+  return tf.cast(value, tf.float32), ok
+
+
+def derive(f: ms.FeatureSpec, strings: tf.Tensor) -> tf.Tensor:
+  """A derived feature (``f.source``) from its raw strings [B, 1] ("" where missing)."""
+  if f.part == columns_lib.NUMBER:
+    ok = tf.strings.regex_full_match(strings, columns_lib.NUMBER_PATTERN)
+    value = tf.strings.to_number(tf.where(ok, strings, "0"), tf.float32)
+  else:
+    value, ok = date_part(strings, f.part)
+  return tf.where(ok, value, tf.fill(tf.shape(value), float(f.fill or 0.0)))
+
+
 class Preprocessor:
   """Parses and transforms batches for ``spec`` (see the module docstring).
 
@@ -90,7 +146,9 @@ class Preprocessor:
     out = {}
     for f in self.spec.features:
       dtype = _DTYPES[f.example_dtype]
-      if with_label and not f.missing:
+      if f.source:  # Derived in the graph from a string feature: always ragged.
+        out[f.source] = tf.io.RaggedFeature(tf.string)
+      elif with_label and not f.missing:
         # Training input: no scanned example lacks it, so a dense parse reads the same
         # values, faster (benchmarks/results/missing_parse.md).
         out[f.name] = tf.io.FixedLenFeature(list(f.shape), dtype, default_value=_fill(f))
@@ -102,7 +160,16 @@ class Preprocessor:
 
   def inputs(self, parsed: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The model's input dict from parsed raw features."""
-    parsed = {f.name: _dense(f, parsed[f.name]) for f in self.spec.features}
+    raw = parsed
+    parsed = {}
+    for f in self.spec.features:
+      if f.source:
+        strings = raw[f.source]
+        if isinstance(strings, tf.RaggedTensor):
+          strings = strings.to_tensor(default_value="", shape=[None] + list(f.shape))
+        parsed[f.name] = derive(f, strings)
+      else:
+        parsed[f.name] = _dense(f, raw[f.name])
     out = {}
     for i, f in enumerate(self.spec.numeric_features):  # Normalisation: one per numeric.
       if f.dtype != ms.FLOAT32:

@@ -18,7 +18,9 @@ import tensorflow as tf
 
 from tfx_parallel.components.common import label_encoding
 from tfx_parallel.components.common import task_contract
+from tfx_parallel.components.common import na_values as na_lib
 from tfx_parallel.components.common.splits import split_files
+from tfx_parallel.components.distributed_trainer.inputs import columns as columns_lib
 from tfx_parallel.components.distributed_trainer.inputs import missing as missing_lib
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 
@@ -57,12 +59,16 @@ def label_kind(files: Sequence[str], label_key: str) -> str:
 
 def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
          string_keys: Sequence[str], splits: Sequence[str] = ("train", "eval"),
-         files: Optional[Mapping[str, Sequence[str]]] = None) -> ScanResult:
+         files: Optional[Mapping[str, Sequence[str]]] = None,
+         na_values: Optional[Sequence[str]] = None) -> ScanResult:
   """Scans ``splits`` (the first one is the train split for counts and moments).
 
   ``files``: split -> files (description.describe lists them with TFX's split helpers); None
-  reads ``Split-<name>/`` under ``examples_uri``.
+  reads ``Split-<name>/`` under ``examples_uri``. A string value in ``na_values`` (None:
+  pandas' set, common/na_values.py) is counted as a missing value of its feature; the
+  train counts keep it (columns.decide takes it out of the vocabulary).
   """
+  na_bytes = {t.encode("utf-8") for t in na_lib.token_set(na_values)}
   if files is None:
     files = {split: split_files(examples_uri, split) for split in splits}
   kind = label_kind(files[splits[0]], label_key)
@@ -102,6 +108,8 @@ def scan(examples_uri: str, label_key: str, numeric: Sequence[Tuple[str, str]],
         for name in holes:
           per_row = batch[name].row_lengths().numpy()
           empty[name] += int(np.sum(per_row == 0))
+          if name in counts:  # A string feature: its missing-value tokens are missing.
+            empty[name] += sum(v in na_bytes for v in batch[name].flat_values.numpy().tolist())
           if np.any(per_row > 1):
             multi.append(name)
         if multi:
@@ -202,6 +210,7 @@ class Prepared:
   label_counts: Optional[Dict[str, Dict[str, int]]] = None
   # Classes with eval examples but none in train: class -> {split: examples}.
   unseen_classes: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)
+  columns: Optional[columns_lib.Columns] = None
 
 
 def prepare_all(examples_uri: str, feature_keys: Sequence[str],
@@ -213,7 +222,9 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
                 files: Optional[Mapping[str, Sequence[str]]] = None,
                 splits: Sequence[str] = ("train", "eval"),
                 vocabularies: Optional[Mapping[str, Sequence[str]]] = None,
-                required: Sequence[str] = ()) -> Prepared:
+                required: Sequence[str] = (), na_values: Optional[Sequence[str]] = None,
+                id_like_ratio: Optional[float] = columns_lib.column_rules.ID_LIKE_RATIO,
+                keep_as_category: Sequence[str] = ()) -> Prepared:
   """The scan and the spec. ``dtypes``: numeric feature -> "float32" | "int64" (default
   float32); ``vocabularies``: string feature -> fixed vocabulary (a schema's string
   domain) instead of the counted one. With ``normalize`` every numeric feature is
@@ -223,23 +234,41 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   have (a schema's presence); one missing is a missing.RequiredFeatureError. Every other
   missing value is filled (missing.py; ``FeatureSpec.fill``). Examples without a label
   are skipped and counted under ``skip_missing_labels`` while they are at most
-  ``max_missing_label_share`` of the examples (missing_label_record)."""
+  ``max_missing_label_share`` of the examples (missing_label_record). ``na_values``,
+  ``id_like_ratio``, ``keep_as_category``: what becomes of each string feature
+  (columns.py: missing-value tokens, dates, numbers written as text, ID-like)."""
   dtypes = dict(dtypes or {})
   numeric = [(k, dtypes.get(k, ms.FLOAT32)) for k in feature_keys]
-  result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files)
+  result = scan(examples_uri, label_key, numeric, list(string_feature_keys), splits, files,
+                na_values)
   labels = missing_label_record(result, label_key, skip_missing_labels,
                                 max_missing_label_share)
   missing_lib.check_required(result.missing_values, required, label_key)
-  counts = dict(result.string_counts)
+  na = na_lib.token_set(na_values)
+  cols = columns_lib.decide(result.string_counts, list(string_feature_keys), na,
+                            id_like_ratio, keep_as_category,
+                            taken=[n for n, _ in numeric] + [label_key])
+  counts = dict(cols.counts)
   for name, vocab in (vocabularies or {}).items():
     # A fixed vocabulary keeps its order: rank by position (most "frequent" first).
-    counts[name] = {v: len(vocab) - i for i, v in enumerate(vocab)}
-  spec = ms.build_spec(numeric, list(string_feature_keys), counts, label_key,
+    vocab = [v for v in vocab if v not in na]
+    if name in counts:
+      counts[name] = {v: len(vocab) - i for i, v in enumerate(vocab)}
+  spec = ms.build_spec(numeric, cols.categories, counts, label_key,
                        result.label, task=task, max_vocabulary=max_vocabulary,
                        hash_buckets=hash_buckets, hparams=hparams)
+  derived = [ms.FeatureSpec(name, ms.FLOAT32, raw_dtype=ms.STRING, source=d.source,
+                            part=part, fill=mean, missing=1)
+             for d in cols.derived.values()
+             for name, part, mean in zip(d.names, d.parts, d.mean)]
+  spec = dataclasses.replace(spec, features=(
+      spec.features[:len(numeric)] + tuple(derived) + spec.features[len(numeric):]))
+  derived_mean = [m for d in cols.derived.values() for m in d.mean]
+  derived_std = [s for d in cols.derived.values() for s in d.std]
   norm = None
-  if normalize and numeric:
-    norm = {"mean": result.numeric_mean.tolist(), "std": result.numeric_std.tolist(),
+  if normalize and (numeric or derived):
+    norm = {"mean": result.numeric_mean.tolist() + derived_mean,
+            "std": result.numeric_std.tolist() + derived_std,
             "clip": float(normalize_clip)}
     spec = dataclasses.replace(spec, features=tuple(
         dataclasses.replace(f, dtype=ms.FLOAT32, raw_dtype=ms.INT64)
@@ -247,15 +276,20 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   fills = {name: missing_lib.fill_value(dtype, float(result.numeric_mean[i]))
            for i, (name, dtype) in enumerate(numeric)}
   fills.update({name: "" for name in string_feature_keys})
+  for d in cols.derived.values():  # The train mean of each part (a dict for a date).
+    fills[d.source] = d.mean[0] if d.parts == (columns_lib.NUMBER,) else dict(
+        zip(d.parts, d.mean))
   holes = missing_lib.counts(result.missing_values)
   spec = dataclasses.replace(spec, features=tuple(
+      f if f.source else
       dataclasses.replace(f, fill=fills[f.name], missing=sum(holes.get(f.name, {}).values()))
       for f in spec.features))
   label_counts = result.label.class_counts(spec.task, spec.label_vocabulary)
   return Prepared(spec, norm, labels["count"], dict(result.rows),
                   missing_lib.record(result.missing_values, fills), missing_labels=labels,
                   label_counts=label_counts,
-                  unseen_classes=label_encoding.unseen_in_train(label_counts or {}, splits[0]))
+                  unseen_classes=label_encoding.unseen_in_train(label_counts or {}, splits[0]),
+                  columns=cols)
 
 
 def prepare(examples_uri: str, feature_keys: Sequence[str], string_feature_keys: Sequence[str],

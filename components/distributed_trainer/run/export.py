@@ -96,7 +96,7 @@ def export(path: str, model: tf_keras.Model, pre: Preprocessor,
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def serve(examples):
       transformed = model.tft_layer(tf.io.parse_example(examples, raw_spec))
-      parsed = {f.name: _column(transformed[f.name]) for f in pre.spec.features}
+      parsed = {f.example_key: _column(transformed[f.example_key]) for f in pre.spec.features}
       return outputs(model(pre.inputs(parsed), training=False), task, names)
 
   signatures = {keys.SERVING_SIGNATURE: serve}

@@ -58,6 +58,10 @@ class Job:
   label_counts: Optional[Dict[str, Dict[str, int]]] = None
   label_classes_not_in_train: Dict[str, Dict[str, int]] = dataclasses.field(
       default_factory=dict)
+  # Missing-value tokens of string features (None: pandas' set) and what became of the
+  # string features (inputs/columns.py; history.json's input_columns).
+  na_values: Optional[List[str]] = None
+  input_columns: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()
@@ -329,8 +333,9 @@ def run(job: Job) -> dict:
                  variable_splits=splits, replicated_variables=replicated)
   history.update(run_record.describe(engine.written_optimizer, engine.loss, spec.task,
                                      spec.num_classes, state.diverged_reason))
-  if job.missing_values is not None:  # The executor's scan: counts and fills per feature.
+  if job.missing_values is not None:  # The executor's scan: counts and fills per feature,
     history["missing_values"] = job.missing_values
+    history["input_columns"] = job.input_columns  # and what became of string features.
   # The executor's scan of the label: missing labels, classes per split.
   history["missing_labels"] = job.missing_labels or None
   history["label_counts"] = job.label_counts
