@@ -142,5 +142,5 @@ def run(args: argparse.Namespace) -> int:
         f"{result.pipeline_spec['defaultPipelineRoot']}). Upload it in the KFP UI or with "
         f"kfp.Client().upload_pipeline({args.output!r}).")
   for task, reason in sorted(result.uncached.items()):
-    print(f"{task}: {reason} (docs/KUBEFLOW.md, \"Caching\").")
+    print(f"tfx-parallel compile: note: {task}: {reason} (docs/KUBEFLOW.md, \"Caching\").")
   return 0

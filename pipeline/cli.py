@@ -136,8 +136,8 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--steps", type=int, default=None,
                  help=f"training steps (default {tr.steps}: use --epochs)")
   p.add_argument("--epochs", type=int, default=None,
-                 help="passes over the train split (default: the length is chosen from the "
-                      "data and printed; README 'Training length')")
+                 help=f"passes over the train split (default: {tr.epochs}); 0 chooses the "
+                      f"length from the data and prints why (README 'Training length')")
   p.add_argument("--batch-size", type=int, default=None,
                  help=f"global batch size (default: {tr.batch_size})")
   p.add_argument("--learning-rate", type=float, default=None,

@@ -311,9 +311,12 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
   # Who decides: the evaluator's config, else what the trainer did, else its default.
   from tfx_parallel.components.common.run_history import RunHistory  # pylint: disable=g-import-not-at-top
   decide = executor.skip_missing_labels
-  assert decide(EvaluatorConfig(), RunHistory()) is task_contract.SKIP_MISSING_LABELS is False
+  assert decide(EvaluatorConfig(), RunHistory()) is task_contract.SKIP_MISSING_LABELS is True
   assert decide(EvaluatorConfig(), RunHistory(skipped_examples=10)) is True
-  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=0)) is False
+  # The trainer's recorded policy: it failed on missing labels, so the evaluator does too.
+  assert decide(EvaluatorConfig(), RunHistory(skipped_examples=0,
+                                              missing_labels={"policy": "fail"})) is False
+  assert decide(EvaluatorConfig(), RunHistory(missing_labels={"policy": "skip"})) is True
   assert decide(EvaluatorConfig(skip_missing_labels=False),
                 RunHistory(skipped_examples=10)) is False
   assert decide(EvaluatorConfig(skip_missing_labels=True), RunHistory()) is True

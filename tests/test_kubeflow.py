@@ -271,7 +271,7 @@ def test_cli_writes_the_package(tmp_path, capsys):
 # Console lines `tfx-parallel compile` may print: its own, prefixed. Anything else (TF's
 # C++ registration notes, google.api_core's FutureWarnings, TFX's absl warnings: 36 lines
 # before issue 38) is noise and fails the test.
-_COMPILE_LINE = re.compile(r"^(Wrote Kubeflow pipeline package |tfx-parallel compile: warning: )")
+_COMPILE_LINE = re.compile(r"^(Wrote Kubeflow pipeline package |tfx-parallel compile: (warning|note): )")
 
 
 def test_compile_is_quiet_and_warns_about_placeholders_and_local_paths(tmp_path):
@@ -294,7 +294,9 @@ def test_compile_is_quiet_and_warns_about_placeholders_and_local_paths(tmp_path)
   noise = [line for line in lines if not _COMPILE_LINE.match(line)]
   assert not noise, f"{len(noise)} lines of noise:\n" + "\n".join(noise[:40])
   warnings = [line.split("warning: ", 1)[1] for line in lines if "warning: " in line]
-  assert len(warnings) == 3 and len(lines) == 4, lines
+  notes = [line for line in lines if "compile: note: " in line]
+  assert len(warnings) == 3 and len(notes) == 1 and len(lines) == 5, lines
+  assert "PartitionedExampleGen: reads input files" in notes[0]  # Its cache is off.
   assert warnings[0].startswith("pipeline_root 'gs://your-bucket/tfx-parallel' is the "
                                 "placeholder")
   assert warnings[1].startswith("components.ConvergenceEvaluator.image, "
