@@ -10,9 +10,9 @@ string-label cases also call the exported model's TF Serving ``classification`` 
 on the eval rows: its class names are the recorded vocabulary, and its accuracy is the
 evaluator's (one label encoding in training, evaluation and serving).
 
-``--epochs``: the default training length (5 epochs) is 20-25 steps on files this size,
-too few for these floors (issue 38 item 6 changes it); each case passes the epochs that
-its floor needs.
+No ``--epochs``: the default length is chosen from the data (a floor on steps, early
+stopping on the eval loss with the best weights kept: plan/length.py), which is what a
+user who types only ``--data`` and ``--label`` gets.
 """
 import json
 import os
@@ -78,16 +78,17 @@ def _design(train, evaluate, label):
   return x_train, x_eval
 
 
-def _run(home, path, label, epochs):
-  proc = _cli(home, "--data", path, "--label", label, "--epochs", str(epochs))
+def _run(home, path, label):
+  proc = _cli(home, "--data", path, "--label", label)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return proc
 
 
-def _classifier_case(tmp_path, make, label, epochs):
+def _classifier_case(tmp_path, make, label):
   path, written = make(tmp_path / f"{label}.csv")
   home = tmp_path / "home"
-  proc = _run(home, path, label, epochs)
+  proc = _run(home, path, label)
+  assert "[trainer] length: " in proc.stdout  # What was chosen and why.
   store = _store(home)
   examples_uri, ex_props = _artifact(store, "Examples")
   model_uri, model_props = _artifact(store, "Model")
@@ -143,7 +144,7 @@ def _check_classifier(case, label):
 
 def test_penguins_344_rows_three_string_classes(tmp_path):
   """palmerpenguins' shape: ``--label species`` trains a 3-class classifier."""
-  case = _classifier_case(tmp_path, real_csv.penguins, "species", epochs=25)
+  case = _classifier_case(tmp_path, real_csv.penguins, "species")
   assert case["classes"] == ["Adelie", "Chinstrap", "Gentoo"]
   _check_classifier(case, "species")
   assert case["history"]["skipped_examples"] == 0
@@ -151,7 +152,7 @@ def test_penguins_344_rows_three_string_classes(tmp_path):
 
 def test_five_imbalanced_string_classes(tmp_path):
   """A 5-class label with 7 % in the rarest class."""
-  case = _classifier_case(tmp_path, real_csv.five_classes, "weather", epochs=40)
+  case = _classifier_case(tmp_path, real_csv.five_classes, "weather")
   assert case["classes"] == sorted(real_csv.FIVE_CLASSES)
   _check_classifier(case, "weather")
   out = case["proc"].stdout
@@ -165,7 +166,7 @@ def test_regression_with_eight_empty_labels_skips_and_records_them(tmp_path):
   path, written = real_csv.auto_mpg(tmp_path / "auto-mpg.csv")
   assert written["mpg"].isna().sum() == 8
   home = tmp_path / "home"
-  proc = _run(home, path, "mpg", epochs=150)
+  proc = _run(home, path, "mpg")
   store = _store(home)
   examples_uri, _ = _artifact(store, "Examples")
   _, hist = _artifact(store, "TrainingHistory")
