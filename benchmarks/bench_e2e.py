@@ -630,29 +630,23 @@ def main() -> int:
   if a.child:
     print(json.dumps(child(a.child, a.csv, a.home, a.steps, a.profile)))
     return 0
-  if a.startup or a.render_startup:
-    if a.render_startup:
-      with open(STARTUP_JSON) as f:
+  studies = (  # (measure, re-render, saved JSON, measurement, plot name, section, its text)
+      (a.startup, a.render_startup, STARTUP_JSON, startup, "e2e_startup", STARTUP_SECTION,
+       startup_section),
+      (a.overhead, a.render_overhead, OVERHEAD_JSON, overhead, "e2e_overhead",
+       OVERHEAD_SECTION, overhead_section))
+  for measure, render, saved, measurement, name, section, section_text in studies:
+    if not (measure or render):
+      continue
+    if render:
+      with open(saved) as f:
         data = json.load(f)
     else:
-      data = startup(a.rows, a.steps or sizes(False)["steps"], a.rounds)
-    plot(data["runs"], bu.plot_path("e2e_startup", False))
-    text = startup_section(data)
-    os.makedirs(os.path.dirname(STARTUP_SECTION), exist_ok=True)
-    with open(STARTUP_SECTION, "w") as f:
-      f.write(text)
-    print(text)
-    return 0
-  if a.overhead or a.render_overhead:
-    if a.render_overhead:
-      with open(OVERHEAD_JSON) as f:
-        data = json.load(f)
-    else:
-      data = overhead(a.rows, a.steps or sizes(False)["steps"], a.rounds)
-    plot(data["runs"], bu.plot_path("e2e_overhead", False))
-    text = overhead_section(data)
-    os.makedirs(os.path.dirname(OVERHEAD_SECTION), exist_ok=True)
-    with open(OVERHEAD_SECTION, "w") as f:
+      data = measurement(a.rows, a.steps or sizes(False)["steps"], a.rounds)
+    plot(data["runs"], bu.plot_path(name, False))
+    text = section_text(data)
+    os.makedirs(os.path.dirname(section), exist_ok=True)
+    with open(section, "w") as f:
       f.write(text)
     print(text)
     return 0

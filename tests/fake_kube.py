@@ -618,12 +618,19 @@ class FakeCluster:
     if self.istio_injection and annotations.get("sidecar.istio.io/inject") != "false":
       spec["containers"].append({"name": ISTIO_PROXY, "image": "docker.io/istio/proxyv2"})
     outcome = self.outcome(replica, incarnation)
-    self.pods[pod_name] = {
+    self.pods[pod_name] = self.pending_pod(
+        pod_name, job["metadata"]["namespace"], annotations,
+        {JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rtype.lower(), REPLICA_INDEX_LABEL: str(index)},
+        spec)
+    self.outcomes[pod_name] = outcome
+
+  def pending_pod(self, pod_name, namespace, annotations, labels, spec):
+    """A new pod as the API server stores it: Pending, scheduled, containers creating."""
+    return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name, "namespace": job["metadata"]["namespace"],
+        "metadata": {"name": pod_name, "namespace": namespace,
                      "uid": f"pod-uid-{next(self._uids)}", "annotations": annotations,
-                     "labels": {JOB_NAME_LABEL: name, REPLICA_TYPE_LABEL: rtype.lower(),
-                                REPLICA_INDEX_LABEL: str(index)}},
+                     "labels": labels},
         "spec": spec,
         "status": {"phase": "Pending",
                    "conditions": [{"type": "PodScheduled", "status": "True"}],
@@ -633,7 +640,6 @@ class FakeCluster:
                         "state": {"waiting": {"reason": "ContainerCreating"}}}
                        for c in spec["containers"]]},
     }
-    self.outcomes[pod_name] = outcome
 
   @staticmethod
   def is_distributed(job):
@@ -1042,20 +1048,7 @@ class FakeCluster:
     if self.istio_injection and annotations.get("sidecar.istio.io/inject") != "false":
       spec["containers"].append({"name": ISTIO_PROXY, "image": "docker.io/istio/proxyv2"})
     pod_name = f"{hostname}-{next(self._uids):05d}"  # generateName <job>-<index>-
-    self.pods[pod_name] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name, "namespace": namespace,
-                     "uid": f"pod-uid-{next(self._uids)}", "annotations": annotations,
-                     "labels": pod_labels},
-        "spec": spec,
-        "status": {"phase": "Pending",
-                   "conditions": [{"type": "PodScheduled", "status": "True"}],
-                   "containerStatuses": [
-                       {"name": c["name"], "ready": False, "restartCount": 0,
-                        "image": c["image"], "imageID": "",
-                        "state": {"waiting": {"reason": "ContainerCreating"}}}
-                       for c in spec["containers"]]},
-    }
+    self.pods[pod_name] = self.pending_pod(pod_name, namespace, annotations, pod_labels, spec)
     self.outcomes[pod_name] = outcome
 
   def local_hosts(self, pod, env):
