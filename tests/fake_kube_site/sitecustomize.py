@@ -4,7 +4,14 @@ not resolve on this machine, so after the replica has derived its TF_CONFIG from
 JobSet environment (the real trainjob.tf_config_from_jobset, unchanged) each
 `host:port` is replaced by the 127.0.0.1 port the fake gave that hostname
 (FAKE_KUBE_HOSTS, a JSON map). A hostname the fake did not give a pod is a KeyError:
-the derivation must name exactly JobSet's hostnames."""
+the derivation must name exactly JobSet's hostnames.
+
+The hostnames follow the sources trainjob.py cites: the Job name
+``<jobset>-<replicatedJob>-<jobIndex>`` (kubernetes-sigs/jobset v0.10.1
+pkg/util/placement/placement.go:14-15), the pod hostname ``<job>-<completion index>``
+(kubernetes pkg/controller/job/job_controller.go, ``template.Spec.Hostname``), and the
+subdomain defaulting to the JobSet's name (jobset pkg/controllers/jobset_controller.go:
+708-712)."""
 import json
 import os
 
