@@ -533,7 +533,7 @@ def test_the_executor_beats_and_the_replicas_watch(tmp_path):
                          clock=lambda: t[0])
   for t[0] in (0.0, 30.0, 59.0, 60.0, 100.0, 121.0):
     beat.beat()
-  assert writes == [repr(1e9), repr(1e9 + 60), repr(1e9 + 121)]
+  assert writes == [f"1 {1e9!r}", f"2 {1e9 + 60!r}", f"3 {1e9 + 121!r}"]
   value, t = ["a"], [0.0]
   def read():
     if value[0] is None:
