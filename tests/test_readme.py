@@ -69,7 +69,7 @@ def test_the_readme_pipeline_runs_as_written_and_pushes(readme_run):
 # with quiet() before issue 38) fails the test.
 PROJECT_LINE = re.compile(
     r"^(tfx-parallel: |\[\d+/\d+\] \w+: |\[(trainer|evaluator|example_gen)\] |"
-    r"=== tfx-parallel summary |(layout|training|eval|learned|blessed|model|metrics|log) +\S)")
+    r"=== tfx-parallel summary |(layout|training|eval|labels|learned|blessed|model|metrics|log) +\S)")
 WARNING_LINE = re.compile(r"^(WARNING|ERROR):[\w.]+:")
 
 

@@ -55,7 +55,15 @@ def test_two_worker_processes_train_together(examples, tmp_path, capfd, caplog):
   job = Job(**tu.job_dict(str(tmp_path), root, keys, rows, layout="multi_worker",
                           workers=2, **SEED_CONFIG))
   caplog.set_level(logging.INFO)
-  launcher.launch(job, "multi_worker", 2, "cpu")
+  # The launcher logs through absl, whose logger keeps the level an earlier test in this
+  # process may have set (absl verbosity): INFO here, whatever ran before.
+  caplog.set_level(logging.INFO, logger="absl")
+  absl_logger = logging.getLogger("absl")
+  absl_logger.addHandler(caplog.handler)  # Also when an earlier test stopped propagation.
+  try:
+    launcher.launch(job, "multi_worker", 2, "cpu")
+  finally:
+    absl_logger.removeHandler(caplog.handler)
   out = capfd.readouterr().out
   assert out.count("[trainer] layout multi_worker replicas 2") == 1, out
   assert out.count("[trainer] done:") == 1, out

@@ -136,14 +136,16 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
   choice = memory_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
                               memory_cache.example_bytes(spec), memory_cache.available_memory())
-  print(f"[trainer] input cache: {choice.mode} ({choice.reason})", flush=True)
+  if choice.mode != "memory":  # Else said once, with what the load took (on_load).
+    print(f"[trainer] input cache: {choice.mode} ({choice.reason})", flush=True)
   record = choice.as_record()
 
   def on_load(columns):
     record.update(rows=columns.rows, bytes=columns.nbytes(),
                   load_seconds=round(columns.load_seconds, 3))
-    print(f"[trainer] input cache: parsed {columns.rows:,} rows into memory "
-          f"({columns.nbytes() / 2**20:,.1f} MB) in {columns.load_seconds:.2f}s", flush=True)
+    print(f"[trainer] input cache: memory: parsed {columns.rows:,} rows "
+          f"({columns.nbytes() / 2**20:,.1f} MB) in {columns.load_seconds:.2f}s "
+          f"({choice.reason})", flush=True)
   return record, on_load
 
 
