@@ -91,8 +91,8 @@ def test_a_python_pipeline_prints_the_project_lines_and_its_verdict(readme_run):
   verdict = [line for line in out if re.match(r"\[\d/7\] ConvergenceEvaluator: done", line)]
   assert re.search(r": (converged|improving|stalled|diverged), eval accuracy \S+", verdict[0])
   summary = out[out.index(next(l for l in out if l.startswith("=== tfx-parallel summary"))):]
-  assert [l.split()[0] for l in summary[1:]] == ["layout", "training", "eval", "blessed",
-                                                 "model", "metrics", "log"], summary
+  assert [l.split()[0] for l in summary[1:]] == ["layout", "training", "labels", "eval",
+                                                 "blessed", "model", "metrics", "log"], summary
 
 
 @pytest.mark.slow
