@@ -12,6 +12,8 @@ import pytest
 
 import tensorflow as tf
 
+import trainer_util as tu
+
 from tfx_parallel.components.common import column_rules
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import model_spec as ms
@@ -102,18 +104,9 @@ def _example(i, with_label=True):
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def _write(root, split, records):
-  path = os.path.join(root, f"Split-{split}", "data.gz")
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with tf.io.TFRecordWriter(path, "GZIP") as w:
-    for r in records:
-      w.write(r)
-  return [path]
-
-
 def test_stock_shaped_examples_end_to_end(tmp_path):
-  files = {"train": _write(tmp_path, "train", [_example(i) for i in range(60)]),
-           "eval": _write(tmp_path, "eval", [_example(i) for i in range(60, 80)])}
+  files = {"train": [tu.write_split(tmp_path, "train", [_example(i) for i in range(60)])],
+           "eval": [tu.write_split(tmp_path, "eval", [_example(i) for i in range(60, 80)])]}
   prepared = stats.prepare_all(
       str(tmp_path), [], ["bill", "island", "day", "id"], "y", task=None, max_vocabulary=10,
       hash_buckets=0, hparams={}, skip_missing_labels=False, normalize=True, files=files)

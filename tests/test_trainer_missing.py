@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import tensorflow as tf
+
+import trainer_util as tu
 from tfx.types import artifact_utils, standard_artifacts
 
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
@@ -38,15 +40,6 @@ def _example(**values) -> bytes:
   return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
 
 
-def _write(root, split, records):
-  path = os.path.join(root, f"Split-{split}", "data.gz")
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with tf.io.TFRecordWriter(path, "GZIP") as w:
-    for r in records:
-      w.write(r)
-  return path
-
-
 # Train split: x (float) 1, 3, -, [] -> mean 2; n (int) 4, [], 7, - -> mean 5.5 -> 6;
 # s (string) "a", -, [], "b".
 # c (float) is never missing: the training input parses it dense.
@@ -58,8 +51,8 @@ EVAL = [_example(x=[], n=5, s="a", c=1.0, y=1.0), _example(x=2.0, n=5, s="b", c=
 
 
 def _prepare(root, **kwargs):
-  files = {"train": [_write(root, "train", kwargs.pop("train", TRAIN))],
-           "eval": [_write(root, "eval", kwargs.pop("eval", EVAL))]}
+  files = {"train": [tu.write_split(root, "train", kwargs.pop("train", TRAIN))],
+           "eval": [tu.write_split(root, "eval", kwargs.pop("eval", EVAL))]}
   return stats.prepare_all(str(root), ["x", "n", "c"], ["s"], "y", task=None, max_vocabulary=10,
                            hash_buckets=0, hparams={}, dtypes={"x": "float32", "n": "int64"},
                            files=files, **dict(dict(normalize=False, skip_missing_labels=False),
@@ -161,7 +154,7 @@ def test_the_schema_decides_required_optional_and_multi_valued(tmp_path, extra, 
   examples.uri = str(tmp_path / "examples")
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
   for split in ("train", "eval"):
-    _write(examples.uri, split, rows)
+    tu.write_split(examples.uri, split, rows)
   if multi is None:
     described = description.describe(examples, label_key="y", schema_uri=str(schema_dir))
     assert described.required == ("req",)

@@ -164,3 +164,13 @@ def write_classification_examples(root: str, rows: int = 1024, eval_rows: int = 
     for wr in writers:
       wr.close()
   return ["x"], ["color"], rows
+
+
+def write_split(root, split, records) -> str:
+  """Serialized tf.Examples as one gzipped TFRecord file of Split-<split>; its path."""
+  path = os.path.join(root, f"Split-{split}", "data.gz")
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tf.io.TFRecordWriter(path, "GZIP") as w:
+    for r in records:
+      w.write(r)
+  return path
