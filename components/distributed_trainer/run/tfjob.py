@@ -1172,23 +1172,25 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
   "Submitted", "Adopted" or "Replaced"."""
   from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
   name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-  try:
-    client.create(body)
+
+  def created() -> bool:
+    """True once created; False when a job of that name still exists (409)."""
+    try:
+      client.create(body)
+      return True
+    except ApiException as e:
+      if e.status != 409:
+        raise
+      return False
+  if created():
     return "Submitted"
-  except ApiException as e:
-    if e.status != 409:
-      raise
   state, _ = client.state(client.get(name, namespace))
   if state != FAILED:
     return "Adopted"
   _delete_quietly(client, name, namespace)
   for _ in range(attempts):  # Deletion is asynchronous (finalizers, the garbage collector).
-    try:
-      client.create(body)
+    if created():
       return "Replaced"
-    except ApiException as e:
-      if e.status != 409:
-        raise
     sleep(2.0)
   raise RuntimeError(f"{client.KIND} {namespace}/{name}: a failed job of an earlier attempt "
                      f"is still being deleted after {2 * attempts} s; delete it (kubectl "
