@@ -197,8 +197,6 @@ def gpus_present(device: str):
   from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   if device == "cpu":
     return 0, "--device cpu: logical CPU devices stand in for GPUs"
-  if devices.standin_gpus() is not None:  # Test hook TFXP_STANDIN_GPUS.
-    return len(devices.visible_gpus()), ""
   smi = gpu_env.nvidia_smi_gpus()
   count, messages = gpu_env.probe()
   if smi and not count:

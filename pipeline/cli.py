@@ -221,9 +221,6 @@ def _mesh_of(args, trainer):
   from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env  # pylint: disable=g-import-not-at-top
   if trainer.device == "cpu":
     return devices.default_mesh(0, trainer.batch_size)
-  standin = devices.standin_gpus()  # Test hook TFXP_STANDIN_GPUS: stand-in GPUs.
-  if standin is not None:
-    return devices.default_mesh(len(standin), trainer.batch_size)
   listed = gpu_env.nvidia_smi_gpus() or []
   visible = devices.parse_visible(os.environ.get(devices.WORKER_GPUS_ENV), len(listed))
   return devices.default_mesh(min(len(listed), len(visible)), trainer.batch_size)

@@ -37,7 +37,7 @@ def test_json_round_trip_leaves_out_what_was_not_recorded():
 def test_the_properties_are_named_once_and_typed_as_ml_metadata_stores_them():
   record = RunHistory(
       layout="mesh", replicas=2, mesh_shape=[2, 2], devices=["/cpu:0", "/cpu:1"],
-      device_type="CPU", collective="dtensor_cpu", standin_gpus=4, model="linear",
+      device_type="CPU", collective="dtensor_cpu", model="linear",
       optimizer="Adam", optimizer_config={"class": "Adam", "config": {"b": 1, "a": 2}},
       loss={"class": "mse", "config": {}}, steps_run=10, examples_per_sec=12.5,
       diverged=True, diverged_reason="", skipped_examples=3,
@@ -48,7 +48,7 @@ def test_the_properties_are_named_once_and_typed_as_ml_metadata_stores_them():
   assert record.to_properties() == {
       "layout": "mesh", "replicas": 2, "mesh_shape": "2x2",
       "devices": '["/cpu:0", "/cpu:1"]', keys.DEVICE_TYPE: "CPU",
-      keys.COLLECTIVE: "dtensor_cpu", keys.STANDIN_GPUS: "4", "model": "linear",
+      keys.COLLECTIVE: "dtensor_cpu", "model": "linear",
       "optimizer": "Adam",
       "optimizer_config": '{"class": "Adam", "config": {"a": 2, "b": 1}}',
       "loss": '{"class": "mse", "config": {}}', "steps_run": 10, "examples_per_sec": 12.5,

@@ -1,11 +1,13 @@
 """devices.py: the device plan and the collective choice, with the devices injected."""
 import dataclasses
+import re
 
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env
 from tfx_parallel.components.distributed_trainer.run import launcher
+from hooks_site import standin
 
 
 def _plan(layout, gpus, devices_=0, mesh=(1, 1), device="auto", batch=64, logical=0):
@@ -246,46 +248,56 @@ def test_cli_default_mesh_is_2x2_without_gpus():
 
 
 def test_standin_gpus_hook_reads_its_count_and_cuda_visible_devices():
-  env = devices.STANDIN_GPUS_ENV
-  assert devices.standin_gpus({}) is None and devices.standin_gpus({env: ""}) is None
-  assert devices.standin_gpus({env: "3"}) == ["0", "1", "2"]
-  assert devices.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
-  assert devices.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": ""}) == []
-  assert devices.standin_gpus({env: "2", "CUDA_VISIBLE_DEVICES": "1,5"}) == ["1"]
+  env = standin.STANDIN_GPUS_ENV
+  assert standin.standin_gpus({}) is None and standin.standin_gpus({env: ""}) is None
+  assert standin.standin_gpus({env: "3"}) == ["0", "1", "2"]
+  assert standin.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+  assert standin.standin_gpus({env: "4", "CUDA_VISIBLE_DEVICES": ""}) == []
+  assert standin.standin_gpus({env: "2", "CUDA_VISIBLE_DEVICES": "1,5"}) == ["1"]
   with pytest.raises(ValueError, match=r"^TFXP_STANDIN_GPUS \(a test hook\) must be a GPU "
                                        r"count >= 0. Received: 'two'"):
-    devices.standin_gpus({env: "two"})
+    standin.standin_gpus({env: "two"})
 
 
 def test_stand_in_runs_the_gpu_plan_on_as_many_logical_cpus():
-  env = {devices.STANDIN_GPUS_ENV: "3"}
+  env = {standin.STANDIN_GPUS_ENV: "3"}
   gpu = _plan("mirrored", 3, 0)
-  p = devices.stand_in(gpu, env)
+  made = standin.stand_in(gpu, env)
+  p = made.plan
   assert (p.devices, p.reason) == (2, gpu.reason) and "3 GPU(s)" in p.reason
   assert (p.device_type, p.cpu_devices, p.hide_gpus, p.collective) == (
       "CPU", 3, True, "reduce_to_cpu")
-  assert (p.standin_gpus, p.standin_collective) == (3, "nccl_all_reduce")
-  assert p.describe() == "mirrored x2 on 2 CPU(s) standing in for 3 GPU(s) (TFXP_STANDIN_GPUS)"
-  record = p.as_record()
-  assert (record["standin_gpus"], record["standin_collective"], record["collective"]) == (
-      3, "nccl_all_reduce", "reduce_to_cpu")
-  mesh = devices.stand_in(_plan("mesh", 3, mesh=(2, 2)), env)
-  assert (mesh.mesh, mesh.collective, mesh.standin_collective) == (
+  assert (made.gpus, made.gpu_collective) == (3, "nccl_all_reduce")
+  assert standin.describe(made) == (
+      "mirrored x2 on 2 CPU(s) standing in for 3 GPU(s) (TFXP_STANDIN_GPUS)")
+  assert p.as_record()["collective"] == "reduce_to_cpu"
+  mesh = standin.stand_in(_plan("mesh", 3, mesh=(2, 2)), env)
+  assert (mesh.plan.mesh, mesh.plan.collective, mesh.gpu_collective) == (
       (1, 2), "dtensor_cpu", "dtensor_gpu_nccl")
-  # Unset hook: unchanged. A CPU plan (device: cpu, or no stand-in GPU visible): the
+  # Unset hook: None. A CPU plan (device: cpu, or no stand-in GPU visible): the
   # same, with a real GPU hidden (the hook never trains on one).
-  assert devices.stand_in(gpu, {}) is gpu
+  assert standin.stand_in(gpu, {}) is None
   cpu = _plan("mirrored", 0, 2)
-  assert devices.stand_in(cpu, env) == dataclasses.replace(cpu, hide_gpus=True)
+  assert standin.stand_in(cpu, env).plan == dataclasses.replace(cpu, hide_gpus=True)
   assert not cpu.hide_gpus
-  assert "standin_gpus" not in gpu.as_record()
+
+
+def test_production_code_knows_no_test_hook():
+  """Issue #39 item 9: stand-in GPUs and checkpoint pauses live in tests/hooks_site."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parent.parent
+  found = [str(p.relative_to(root)) for folder in ("components", "pipeline", "kubeflow")
+           for p in (root / folder).rglob("*.py")
+           if re.search(r"TFXP_STANDIN|TFXP_TEST_|standin|stand_in", p.read_text())]
+  assert found == []
 
 
 def test_cli_default_mesh_fits_the_standin_gpus(monkeypatch):
   from tfx_parallel.pipeline import cli
   parse = lambda *a: cli.config_from_args(cli.build_parser().parse_args(["run", *a])).trainer
   monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+  standin.install(monkeypatch.setattr)
   for n, mesh in ((1, (1, 1)), (3, (1, 2)), (8, (4, 2))):
-    monkeypatch.setenv(devices.STANDIN_GPUS_ENV, str(n))
+    monkeypatch.setenv(standin.STANDIN_GPUS_ENV, str(n))
     assert parse().mesh == mesh
     assert parse("--device", "cpu").mesh == (2, 2)

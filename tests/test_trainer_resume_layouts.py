@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import trainer_util as tu
+from hooks_site import pause
 from tfx_parallel.components.distributed_trainer import executor
 from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher
 
@@ -38,7 +39,7 @@ def _kill_while_writing(job: dict, tmp: str, step: int) -> str:
   with open(path, "w") as f:
     json.dump(job, f)
   proc = subprocess.Popen(launcher._command(path),  # pylint: disable=protected-access
-                          env=dict(os.environ, **{checkpoint.PAUSE_ENV: str(step)}),
+                          env=dict(os.environ, **pause.env(step)),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   lines = []
   try:
@@ -163,7 +164,7 @@ def test_a_killed_mesh_pipeline_rerun_as_mirrored_resumes_from_its_checkpoint(tm
   from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
   home = str(tmp_path / "home")
   proc = subprocess.Popen([sys.executable, "-c", _RUN_PIPELINE, json.dumps(PIPELINE), home],
-                          env=dict(os.environ, **{checkpoint.PAUSE_ENV: "16"}),
+                          env=dict(os.environ, **pause.env(16)),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True)
   lines = []

@@ -1,5 +1,6 @@
 """Real training runs through the GPU branch of the device plan, with N = 1..8 logical
-CPU devices standing in for N GPUs (test hook TFXP_STANDIN_GPUS, devices.py): every
+CPU devices standing in for N GPUs (TFXP_STANDIN_GPUS, the test-only plugin
+tests/hooks_site/standin.py; production code has no such hook): every
 layout's default (the CLI's, no --devices / --mesh) and `make run`'s default complete.
 
 Cost (CI budget): one process per N trains mirrored, then mesh (and single first at
@@ -16,14 +17,14 @@ to end, at N = 3.
 What the stand-in stands in for, and where real TensorFlow does it (TensorFlow 2.16.2,
 paths under site-packages/tensorflow/ unless said otherwise):
 
-* GPU names and numbering. ``devices.visible_gpus`` names N stand-ins
+* GPU names and numbering. The stand-in ``devices.visible_gpus`` names N stand-ins
   ``/physical_device:GPU:0..N-1``. TensorFlow builds the same names in C++,
   ``tensorflow/core/common_runtime/gpu/gpu_device.cc`` ``BaseGPUDeviceFactory::
   ListPhysicalDevices`` (``StrCat("/physical_device:GPU:", platform_device_id)``), over
   ``CacheDeviceIds``'s ``iota(0, VisibleDeviceCount())``: the GPUs CUDA makes visible,
   numbered from 0. python/eager/context.py:1578-1580 wraps each name in a PhysicalDevice.
 * ``CUDA_VISIBLE_DEVICES`` picks among the N and the picked ones are numbered from 0 again
-  (``devices.standin_gpus``, then ``visible_gpus``): the same iota over
+  (``standin.standin_gpus``, then ``visible_gpus``): the same iota over
   ``VisibleDeviceCount()`` above; the selection itself is CUDA's.
 * N GPUs become N logical CPU devices: ``tf.config.set_logical_device_configuration``
   (python/framework/config.py:847), fixed once TensorFlow initialises
@@ -56,9 +57,11 @@ from tfx_parallel.components.distributed_trainer.plan import devices
 from tfx_parallel.components.distributed_trainer.run import launcher
 from tfx_parallel.pipeline import cli
 from tfx_parallel.pipeline import config as config_lib
+from hooks_site import standin
 
-STANDIN = devices.STANDIN_GPUS_ENV
+STANDIN = standin.STANDIN_GPUS_ENV
 STEPS = 20
+_REAL_PLAN = devices.plan  # The plan production makes (standin.install wraps it).
 # The plans a reader can check by hand (global batch 64, the CLI's default).
 # mirrored, --devices 0 = every GPU: the most replicas <= N dividing 64.
 MIRRORED = {1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 4, 8: 8}
@@ -68,7 +71,7 @@ MESH = {1: (1, 1), 2: (1, 2), 3: (1, 2), 4: (2, 2), 5: (2, 2), 6: (2, 2), 7: (2,
         8: (4, 2)}
 # single trains at these N only (module docstring: CI budget).
 SINGLE_AT = (1, 8)
-# What real GPUs would all-reduce with (recorded as standin_collective).
+# What real GPUs would all-reduce with (the stand-in's log: gpu_collective).
 GPU_COLLECTIVE = {"single": "none", "mirrored": "nccl_all_reduce", "mesh": "dtensor_gpu_nccl",
                   "multi_worker": "nccl"}
 
@@ -77,6 +80,7 @@ def cli_trainer_config(monkeypatch, n: int, layout: str, *flags) -> dict:
   """The trainer config `tfx-parallel run --layout LAYOUT` makes with N stand-in GPUs
   (defaults only), trained for a few steps."""
   monkeypatch.setenv(STANDIN, str(n))
+  standin.install(monkeypatch.setattr)
   monkeypatch.delenv(devices.WORKER_GPUS_ENV, raising=False)
   args = cli.build_parser().parse_args(["run", "--layout", layout, *flags])
   config = json.loads(config_util.to_json(cli.config_from_args(args).validate().trainer))
@@ -122,7 +126,7 @@ def test_standin_gpus_read_cuda_visible_devices_as_cuda_does(visible, ids):
   environ = {STANDIN: "4"}
   if visible is not None:
     environ[devices.WORKER_GPUS_ENV] = visible
-  assert devices.standin_gpus(environ) == ids
+  assert standin.standin_gpus(environ) == ids
 
 
 @pytest.mark.parametrize("n", range(1, 9))
@@ -130,10 +134,11 @@ def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
   """No TensorFlow: the CLI's defaults and the plan each training process makes."""
   for layout in ("single", "mirrored", "mesh", "multi_worker"):
     config = cli_trainer_config(monkeypatch, n, layout)
-    plan = devices.stand_in(devices.plan(
+    made = standin.stand_in(_REAL_PLAN(
         layout, config["devices"], config["mesh"], config["device"],
         len(devices.visible_gpus()), config["batch_size"]))
-    assert (plan.standin_gpus, plan.standin_collective) == (n, GPU_COLLECTIVE[layout])
+    plan = made.plan
+    assert (made.gpus, made.gpu_collective) == (n, GPU_COLLECTIVE[layout])
     assert (plan.device_type, plan.hide_gpus) == ("CPU", True)
     assert plan.cpu_devices == (n if n > 1 else 0)
     assert plan.devices_used <= n
@@ -145,7 +150,7 @@ def test_cli_defaults_plan_for_the_standin_gpus(monkeypatch, n):
   # Local multi_worker: each of the 2 workers gets its own share of the N.
   envs, reason = launcher.worker_environments(2, "auto", {STANDIN: str(n)},
                                               len(devices.visible_gpus()))
-  per_worker = [len(devices.standin_gpus(dict(e, **{STANDIN: str(n)}))) for e in envs]
+  per_worker = [len(standin.standin_gpus(dict(e, **{STANDIN: str(n)}))) for e in envs]
   assert per_worker == [n // 2] * 2
   assert ("on the CPU" in reason) == (n == 1)
   assert ("1 GPU(s) unused" in reason) == (n in (3, 5, 7))
@@ -159,13 +164,17 @@ def test_every_local_layout_default_trains_on_n_standin_gpus(examples, tmp_path,
   layouts = (["single"] if n in SINGLE_AT else []) + ["mirrored", "mesh"]
   jobs = [job_of(str(tmp_path / layout), examples, cli_trainer_config(monkeypatch, n, layout))
           for layout in layouts]
-  tu.run_jobs_in_one_process(jobs, str(tmp_path), env={STANDIN: str(n)})
-  for layout, job in zip(layouts, jobs):
+  log = str(tmp_path / "standin.jsonl")
+  tu.run_jobs_in_one_process(jobs, str(tmp_path), env=standin.env(n, log))
+  plans = standin.read_log(log)
+  assert [p["layout"] for p in plans] == layouts, plans
+  for layout, job, made in zip(layouts, jobs, plans):
     history = read_history(job)
     check_trained(history)
-    assert (history["layout"], history["standin_gpus"], history["device_type"]) == (
-        layout, n, "CPU"), history
-    assert history["standin_collective"] == GPU_COLLECTIVE[layout]
+    assert (history["layout"], history["device_type"]) == (layout, "CPU"), history
+    assert (made["gpus"], made["gpu_collective"], made["collective"]) == (
+        n, GPU_COLLECTIVE[layout], history["collective"]), made
+    assert "standin_gpus" not in history  # The record holds no test field.
     used = {"single": 1, "mirrored": MIRRORED[n], "mesh": MESH[n][0] * MESH[n][1]}[layout]
     assert cpus(history) == [f"CPU:{i}" for i in range(used)], history["devices"]
     if layout == "mirrored":
@@ -185,23 +194,29 @@ def test_multi_worker_default_trains_with_each_worker_on_its_standin_gpu(
   """Two local worker processes on 3 stand-in GPUs: one each, one unused (said)."""
   from tfx_parallel.components.distributed_trainer.run.train import Job
   job = job_of(str(tmp_path), examples, cli_trainer_config(monkeypatch, 3, "multi_worker"))
+  log = str(tmp_path / "standin.jsonl")
+  for key, value in standin.env(3, log).items():
+    monkeypatch.setenv(key, value)  # The worker processes inherit it.
   launcher.launch(Job(**job), "multi_worker", job["config"]["workers"])
   assert "multi_worker: 1 GPU(s) per worker; 1 GPU(s) unused" in capfd.readouterr().out
   history = read_history(job)
   check_trained(history)
   assert (history["layout"], history["replicas"], history["device_type"]) == (
       "multi_worker", 2, "CPU")
-  assert (history["collective"], history["standin_collective"]) == ("ring", "nccl")
-  # The chief (worker 0) records its own share of the stand-in GPUs.
-  assert history["standin_gpus"] == 1, history
+  assert history["collective"] == "ring"
+  # Each worker plans on its own share of the stand-in GPUs: one each.
+  plans = standin.read_log(log)
+  assert sorted((p["layout"], p["gpus"], p["gpu_collective"], p["collective"])
+                for p in plans) == [("multi_worker", 1, "nccl", "ring")] * 2, plans
   assert len(history["devices"]) == 2
 
 
 @pytest.mark.slow
 def test_make_run_defaults_complete_on_three_standin_gpus(tmp_path):
   """`tfx-parallel run` (make run) with its defaults, smaller data and fewer steps, on 3
-  stand-in GPUs: its default mesh (1x2) fits, and ML Metadata records the stand-in."""
-  env = dict(os.environ, **{STANDIN: "3"})
+  stand-in GPUs: its default mesh (1x2) fits, and the training process plans on them."""
+  log = str(tmp_path / "standin.jsonl")
+  env = dict(os.environ, **standin.env(3, log))
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "run", "--home", str(tmp_path),
        "--rows", "500", "--epochs", "2"], capture_output=True, text=True, timeout=600, env=env)
@@ -211,7 +226,9 @@ def test_make_run_defaults_complete_on_three_standin_gpus(tmp_path):
   (history,) = [a for a in _store(str(tmp_path / config_lib.METADATA_FILE)).get_artifacts()
                 if "collective" in a.custom_properties]
   props = {k: v.string_value or v.int_value for k, v in history.custom_properties.items()}
-  assert (props["layout"], props["mesh_shape"], props["standin_gpus"]) == ("mesh", "1x2", "3")
+  assert (props["layout"], props["mesh_shape"]) == ("mesh", "1x2")
+  assert "standin_gpus" not in props  # ML Metadata holds no test field.
+  assert [(p["layout"], p["gpus"]) for p in standin.read_log(log)] == [("mesh", 3)]
   assert (props["device_type"], props["collective"]) == ("CPU", "dtensor_cpu")
   assert props["steps_run"] > 0 and props["diverged"] == 0
 

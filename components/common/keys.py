@@ -77,5 +77,3 @@ LAYOUT_REASON = "layout_reason"    # str: the planner's reason.
 # The device plan (distributed_trainer/plan/devices.py): on TrainingHistory and in history.json.
 DEVICE_TYPE = "device_type"        # str: "CPU" or "GPU".
 COLLECTIVE = "collective"          # str: a key of devices.COLLECTIVES, e.g. "nccl_all_reduce".
-# int: a test run's stand-in GPUs (devices.STANDIN_GPUS_ENV; absent in real runs).
-STANDIN_GPUS = "standin_gpus"

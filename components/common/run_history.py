@@ -25,7 +25,6 @@ Scalar = Union[str, int, float]
 WHEN_MESH = "mesh layout"
 WHEN_AUTO = "layout: auto (the planner's choice, carried by the job)"
 WHEN_GPU = "GPUs (TensorFlow's peak memory per GPU)"
-WHEN_STANDIN = "stand-in GPUs (tests only)"
 WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model)"
 WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
@@ -71,8 +70,6 @@ class RunHistory:
                                      doc="how replicas all-reduce (devices.COLLECTIVES)")
   collective_detail: Optional[str] = _field(doc="the collective, in words")
   device_plan_reason: Optional[str] = _field(doc="why the plan differs from the config")
-  standin_gpus: Optional[int] = _field(when=WHEN_STANDIN, prop=keys.STANDIN_GPUS, encode=str)
-  standin_collective: Optional[str] = _field(when=WHEN_STANDIN)
   tf32: Optional[bool] = _field(doc="config tf32 as applied")
   steps_per_execution: Optional[int] = _field()
   # What trained.

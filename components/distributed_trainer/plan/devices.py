@@ -12,8 +12,6 @@ present (:func:`visible_gpus`, which tests replace by injecting a list) and call
   :data:`COLLECTIVES`); the choice is recorded in history.json.
 * :func:`worker_gpus`: local ``multi_worker``: each worker process gets its own GPUs
   (``CUDA_VISIBLE_DEVICES``), or none when there are fewer GPUs than workers.
-* :func:`stand_in`: TEST HOOK (``TFXP_STANDIN_GPUS=N``): the GPU plan for N GPUs, run on
-  N logical CPU devices standing in for them (:data:`STANDIN_GPUS_ENV`).
 
 :func:`configure` then applies a plan to TensorFlow before it initialises: hides the
 GPUs for ``device: cpu``, sets the GPU memory policy (config ``gpu_memory``: growth by
@@ -54,16 +52,6 @@ COLLECTIVES = {
 # Set by the launcher on each local multi_worker process: the GPUs it was given.
 WORKER_GPUS_ENV = "CUDA_VISIBLE_DEVICES"
 
-# TEST HOOK, not a user setting. TFXP_STANDIN_GPUS=N: every process plans as if N GPUs
-# were present (visible_gpus, the CLI's default mesh, the launcher's share per local
-# worker, CUDA_VISIBLE_DEVICES applied as to real GPUs), so the GPU branch of plan()
-# (fit_replicas, fit_mesh, default_mesh, devices 0 = all, worker_gpus) drives real
-# training runs on a GPU-less machine; the layout then runs on N logical CPU devices
-# with TensorFlow's CPU collectives (stand_in), and history.json records the stand-in
-# (keys.STANDIN_GPUS, standin_collective: what real GPUs would have used).
-# Local multi_worker: MultiWorkerMirroredStrategy uses one CPU device per worker, so
-# its replicas are the workers (on real GPUs: workers x GPUs per worker).
-STANDIN_GPUS_ENV = "TFXP_STANDIN_GPUS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +67,6 @@ class DevicePlan:
     hide_gpus: ``device: cpu`` with GPUs present: make them invisible to TensorFlow.
     collective: a key of :data:`COLLECTIVES`.
     reason: why the plan differs from the request ("" when it is the request).
-    standin_gpus: TEST HOOK (:data:`STANDIN_GPUS_ENV`): the GPUs this CPU plan stands in
-      for (0: a real plan).
-    standin_collective: the collective those GPUs would have used ("" for a real plan).
   """
   device_type: str
   layout: str
@@ -91,8 +76,6 @@ class DevicePlan:
   hide_gpus: bool
   collective: str
   reason: str = ""
-  standin_gpus: int = 0
-  standin_collective: str = ""
 
   @property
   def devices_used(self) -> int:
@@ -105,19 +88,13 @@ class DevicePlan:
   def describe(self) -> str:
     what = {"mesh": f"mesh {self.mesh[0]}x{self.mesh[1]}",
             "mirrored": f"mirrored x{self.devices}"}.get(self.layout, self.layout)
-    standin = (f" standing in for {self.standin_gpus} GPU(s) ({STANDIN_GPUS_ENV})"
-               if self.standin_gpus else "")
-    return f"{what} on {self.devices_used} {self.device_type}(s){standin}"
+    return f"{what} on {self.devices_used} {self.device_type}(s)"
 
   def as_record(self) -> Dict[str, str]:
-    """The keys this plan adds to history.json (the stand-in's only when it is one)."""
-    record = {keys.DEVICE_TYPE: self.device_type, keys.COLLECTIVE: self.collective,
-              "collective_detail": COLLECTIVES[self.collective],
-              "device_plan_reason": self.reason}
-    if self.standin_gpus:
-      record.update({keys.STANDIN_GPUS: self.standin_gpus,
-                     "standin_collective": self.standin_collective})
-    return record
+    """The keys this plan adds to history.json."""
+    return {keys.DEVICE_TYPE: self.device_type, keys.COLLECTIVE: self.collective,
+            "collective_detail": COLLECTIVES[self.collective],
+            "device_plan_reason": self.reason}
 
 
 def _divisors(n: int) -> List[int]:
@@ -218,44 +195,6 @@ def plan(layout: str, devices: int, mesh: Sequence[int], device: str, gpu_count:
     return DevicePlan("GPU", layout, 0, got_mesh, 0, False,
                       collectives(layout, "GPU", shared), reason)
   return DevicePlan("GPU", layout, 0, (1, 1), 0, False, collectives(layout, "GPU", shared))
-
-
-def standin_gpus(environ=None) -> Optional[List[str]]:
-  """TEST HOOK: the ids of the stand-in GPUs this process may use when
-  ``TFXP_STANDIN_GPUS=N`` is set (``CUDA_VISIBLE_DEVICES`` picks among the N, as among
-  real GPUs); None when it is unset or empty.
-
-  Raises:
-    ValueError: the value is not a count >= 0 (names the variable).
-  """
-  environ = os.environ if environ is None else environ
-  value = environ.get(STANDIN_GPUS_ENV, "").strip()
-  if not value:
-    return None
-  if not value.isdigit():
-    raise ValueError(f"{STANDIN_GPUS_ENV} (a test hook) must be a GPU count >= 0. "
-                     f"Received: {value!r}")
-  count = int(value)
-  ids = parse_visible(environ.get(WORKER_GPUS_ENV), count)
-  valid = [i.isdigit() and int(i) < count for i in ids]  # Ends at the first invalid, as CUDA.
-  return ids[:valid.index(False)] if False in valid else ids
-
-
-def stand_in(plan_: DevicePlan, environ=None) -> DevicePlan:
-  """TEST HOOK: ``plan_`` unchanged, unless ``TFXP_STANDIN_GPUS`` is set. Then real GPUs,
-  if any, are hidden, and a GPU plan keeps its layout, replicas and mesh (fitted to the
-  stand-in GPUs) on as many logical CPU devices as stand-in GPUs are visible, with the
-  CPU collective; the GPU collective is kept as ``standin_collective``."""
-  gpus = standin_gpus(environ)
-  if gpus is None:
-    return plan_
-  if plan_.device_type != "GPU":  # No stand-in GPU visible, or device: cpu.
-    return dataclasses.replace(plan_, hide_gpus=True)
-  count = len(gpus)
-  return dataclasses.replace(
-      plan_, device_type="CPU", cpu_devices=count if count > 1 else 0, hide_gpus=True,
-      collective=collectives(plan_.layout, "CPU"), standin_gpus=count,
-      standin_collective=plan_.collective)
 
 
 def multi_worker_replicas(workers: int, gpus_per_worker: int, batch_size: int,
@@ -382,11 +321,7 @@ def memory_limit_mb(value) -> Optional[int]:
 
 
 def visible_gpus() -> List[str]:
-  """Physical GPUs TensorFlow sees (does not initialise TensorFlow's context); with the
-  test hook ``TFXP_STANDIN_GPUS`` set, the stand-in GPUs instead."""
-  standin = standin_gpus()
-  if standin is not None:
-    return [f"/physical_device:GPU:{i} (stand-in)" for i in range(len(standin))]
+  """Physical GPUs TensorFlow sees (does not initialise TensorFlow's context)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return [g.name for g in tf.config.list_physical_devices("GPU")]
 

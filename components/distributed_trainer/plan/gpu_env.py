@@ -114,17 +114,16 @@ def preflight(config, out=None, environ=None) -> bool:
   When nvidia-smi lists GPUs (or a GPU is required) and TensorFlow sees none:
   ``require_gpu`` / ``device: gpu`` print the error and return False (stop the run);
   ``device: auto`` prints one warning (``out``, default stderr) and returns True.
-  Nothing is probed for ``device: cpu``, a remote (TFJob) trainer, the stand-in test
-  hook, or a default run on a machine without nvidia-smi GPUs. ``config``: the
+  Nothing is probed for ``device: cpu``, a remote (TFJob) trainer, or a default run on
+  a machine without nvidia-smi GPUs. ``config``: the
   TrainerConfig (``device``, ``require_gpu``, ``layout``)."""
-  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
   environ = os.environ if environ is None else environ
   out = sys.stderr if out is None else out
   device = config.device
   required = bool(config.require_gpu) or device == "gpu"
   remote = config.layout == "multi_worker" and bool(environ.get(tfjob.ENV_IMAGE))
-  if device == "cpu" or remote or devices.standin_gpus(environ) is not None:
+  if device == "cpu" or remote:
     return True
   smi = nvidia_smi_gpus()
   if not required and not smi:

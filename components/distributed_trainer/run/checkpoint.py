@@ -40,10 +40,6 @@ _STEP = re.compile(rf"^{_NAME}-(\d+)(?:\.|_temp|$)")
 # same checkpoints (executor.checkpoint_dir hashes the rest: run_identity).
 LAYOUT_KEYS = ("layout", "devices", "device_memory", "mesh", "workers", "device",
                "gpu_memory", "require_gpu", "logical_gpus", "tf32", "steps_per_execution")
-# Test hook: "<step>" makes the checkpoint of that step pause (sleep) after its files
-# are written and before it is committed, so that a test can SIGKILL the process
-# mid-write (tests/test_trainer_resume_layouts.py). Unset in real runs.
-PAUSE_ENV = "TFXP_TEST_PAUSE_BEFORE_COMMIT"
 
 
 def _prefix(directory: str, step: int) -> str:
@@ -58,7 +54,6 @@ def save(directory: str, step: int, objects: Dict[str, object], meta: dict) -> s
   prefix = _prefix(directory, step)
   tf.train.Checkpoint(**objects).write(prefix)
   _write_atomic(prefix + ".json", json.dumps(dict(meta, step=step)))
-  _pause_if_asked(step)
   kept = [s for s in steps(directory) if s != step][-(_KEEP - 1):] + [step]
   # TensorFlow's CheckpointState (checkpoint_state.proto, text format), as
   # checkpoint_management.update_checkpoint_state_internal writes it, with relative paths.
@@ -175,13 +170,6 @@ def _remove_all_but(directory: str, kept: List[int]):
         tf.io.gfile.remove(path)
     except tf.errors.NotFoundError:
       pass
-
-
-def _pause_if_asked(step: int):
-  if os.environ.get(PAUSE_ENV) == str(step):
-    print(f"[trainer] checkpoint: step {step} written, pausing before its commit "
-          f"({PAUSE_ENV})", flush=True)
-    time.sleep(600)
 
 
 class Lock:

@@ -92,9 +92,6 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
                           len(gpus), config.batch_size, config.logical_gpus)
   if plan.reason:
     print(f"[trainer] devices: {plan.reason}", flush=True)
-  plan = devices_lib.stand_in(plan)  # Test hook TFXP_STANDIN_GPUS (else unchanged).
-  if plan.standin_gpus:
-    print(f"[trainer] devices: {plan.describe()}", flush=True)
   devices_lib.configure(plan, config.gpu_memory, config.logical_gpus, config.tf32)
   if config.layout == "mirrored":
     config = dataclasses.replace(config, devices=plan.devices)

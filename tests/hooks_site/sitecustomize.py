@@ -1,0 +1,16 @@
+"""Loaded by the child processes of tests that put this folder on PYTHONPATH
+(standin.env, pause.env). Production code has no test hook (issue #39 item 9); these
+patch it from outside:
+
+* ``TFXP_STANDIN_GPUS=N``: the process plans and trains on N stand-in GPUs (standin.py);
+* ``TFXP_TEST_PAUSE_BEFORE_COMMIT=<step>``: that step's checkpoint pauses before its
+  commit (pause.py).
+"""
+import os
+
+if os.environ.get("TFXP_STANDIN_GPUS", "").strip():
+  import standin  # pylint: disable=g-import-not-at-top
+  standin.install()
+if os.environ.get("TFXP_TEST_PAUSE_BEFORE_COMMIT", "").strip():
+  import pause  # pylint: disable=g-import-not-at-top
+  pause.install()
