@@ -51,7 +51,7 @@ def test_planner_variables_follow_the_default_rules(mlp):
   one, two = at(1), at(2)
   assert sum(v.num_elements for v in one) == 4 * 4096 + 1
   # hidden_1 kernel column-split with its bias, output kernel row-split, output bias whole.
-  split = {v.name: v.split_dims for v in two}
+  split = {v.path: v.split_dims for v in two}
   assert split == {"hidden_1/kernel": (1,), "hidden_1/bias": (0,), "output/kernel": (0,),
                    "output/bias": ()}
   assert layout_search.state_bytes_per_device(two, 2, 2) == (2 * 4096 + 1) * 4 * 4

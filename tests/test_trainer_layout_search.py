@@ -10,15 +10,16 @@ MIB = 1 << 20
 
 def _mlp(width: int, features: int = 64):
   """Megatron pair: column-split then row-split kernels; biases of the second replicated."""
-  return [VariableInfo("dense_0/kernel", (features, width), 4, (None, "model")),
-          VariableInfo("dense_0/bias", (width,), 4, ("model",)),
-          VariableInfo("dense_1/kernel", (width, 1), 4, ("model", None)),
-          VariableInfo("dense_1/bias", (1,), 4, ())]
+  return [VariableInfo("dense_0/kernel", (features, width), dtype_bytes=4,
+                       sharding=(None, "model")),
+          VariableInfo("dense_0/bias", (width,), dtype_bytes=4, sharding=("model",)),
+          VariableInfo("dense_1/kernel", (width, 1), dtype_bytes=4, sharding=("model", None)),
+          VariableInfo("dense_1/bias", (1,), dtype_bytes=4, sharding=())]
 
 
 def test_bytes_per_device_halve_for_a_split_dimension_only():
-  kernel = VariableInfo("k", (64, 1024), 4, (None, "model"))
-  bias = VariableInfo("b", (1,), 4, ())
+  kernel = VariableInfo("k", (64, 1024), dtype_bytes=4, sharding=(None, "model"))
+  bias = VariableInfo("b", (1,), dtype_bytes=4, sharding=())
   assert kernel.bytes_per_device(1) == 64 * 1024 * 4
   assert kernel.bytes_per_device(2) == 64 * 1024 * 2
   assert bias.bytes_per_device(4) == 4
@@ -79,14 +80,14 @@ def test_model_that_fits_nowhere_fails_with_the_numbers():
 
 
 def test_replicated_only_model_never_gets_a_model_axis():
-  variables = [VariableInfo("w", (1000, 1000), 4, ())]
+  variables = [VariableInfo("w", (1000, 1000), dtype_bytes=4, sharding=())]
   with pytest.raises(layout_search.PlanError, match=r"M=1 of 4"):
     layout_search.plan(variables, num_devices=4, memory_per_device=MIB, global_batch=8,
                  slots_per_param=0)
 
 
 def test_allreduce_volume_is_the_ring_formula():
-  variables = [VariableInfo("w", (256, 256), 4, (None, "model"))]
+  variables = [VariableInfo("w", (256, 256), dtype_bytes=4, sharding=(None, "model"))]
   grad = 256 * 256 * 4
   assert layout_search.allreduce_bytes_per_step(variables, 1, 1) == 0
   assert layout_search.allreduce_bytes_per_step(variables, 4, 1) == 2 * 3 * grad // 4
@@ -108,7 +109,8 @@ def test_variables_may_depend_on_the_model_axis():
   def at(model_axis):
     width = 4098
     split = width % model_axis == 0
-    return [VariableInfo("k", (64, width), 4, (None, "model") if split else ())]
+    return [VariableInfo("k", (64, width), dtype_bytes=4,
+                         sharding=(None, "model") if split else ())]
   one = layout_search.state_bytes_per_device(at(1), 1, 0)
   p = layout_search.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
                    slots_per_param=0)

@@ -170,7 +170,6 @@ def test_mesh_runs_on_the_cpu_devices_it_was_given():
 @pytest.mark.parametrize("kwargs,fragment", [
     (dict(mesh_shape=(2, 0)), "mesh_shape: two positive sizes"),
     (dict(mesh_shape=(2, 1, 1)), "mesh_shape: two positive sizes"),
-    (dict(global_batch=7), "global_batch: must be a positive multiple of the batch axis 2"),
     (dict(optimizer="adagrad"), "optimizer: must be one of"),
 ])
 def test_bad_trainer_arguments_are_rejected_before_any_device_work(kwargs, fragment):

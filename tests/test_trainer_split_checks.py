@@ -81,8 +81,9 @@ def test_a_user_split_that_cannot_divide_fails_before_the_first_step_naming_the_
   job = _job(tmp_path, layout="mesh", mesh=[1, 3], module_file=path)
   with pytest.raises(ConfigError, match=r"^trainer\.module_file: module '.*three_way\.py': "
                                         r"layout rule 'hidden/kernel' variable 'hidden/kernel': "
-                                        r"dimension 0 of shape \[2, 6\] has size 2, which the "
-                                        r"model axis of 3 devices does not divide"):
+                                        r"dimension 0 of hidden/kernel \[2, 6\] has size 2, "
+                                        r"which the mesh's 'model' axis of 3 devices does not "
+                                        r"divide"):
     executor.prepare(job, TrainerConfig(layout="mesh", mesh=(1, 3), module_file=path))
   assert not (tmp_path / "ckpt").exists() and not (tmp_path / "history").exists()
 

@@ -228,7 +228,8 @@ def test_make_run_defaults_complete_on_three_standin_gpus(tmp_path):
   props = {k: v.string_value or v.int_value for k, v in history.custom_properties.items()}
   assert (props["layout"], props["mesh_shape"]) == ("mesh", "1x2")
   assert "standin_gpus" not in props  # ML Metadata holds no test field.
-  assert [(p["layout"], p["gpus"]) for p in standin.read_log(log)] == [("mesh", 3)]
+  # The training process planned on the 3 stand-ins (the executor's pre-check plans too).
+  assert ("mesh", 3) in [(p["layout"], p["gpus"]) for p in standin.read_log(log)]
   assert (props["device_type"], props["collective"]) == ("CPU", "dtensor_cpu")
   assert props["steps_run"] > 0 and props["diverged"] == 0
 

@@ -129,8 +129,8 @@ RULES = GOOD.replace("UNITS", "spec.output_units") + """
      r"'\.\*_deep_embedding/embeddings': matches no variable \(rules match the whole path\)\. "
      r"Variables: \['embedding/embeddings', 'dense/kernel', 'dense/bias'\]$"),
     ('{"embedding/embeddings": ("model", None)}',  # 3 ids on a model axis of 2
-     r"^trainer\.module_file: .*dimension 0 of shape \[3, 4\] has size 3, which the model "
-     r"axis of 2 devices does not divide"),
+     r"^trainer\.module_file: .*dimension 0 of embedding/embeddings \[3, 4\] has size 3, "
+     r"which the mesh's 'model' axis of 2 devices does not divide"),
     ('{"dense/bias": (None, "model")}', r"^trainer\.module_file: .*the sharding has rank 2"),
 ])
 def test_layout_rules_are_resolved_before_training_naming_the_config_key(tmp_path, rules,

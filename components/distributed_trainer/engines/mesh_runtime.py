@@ -107,7 +107,7 @@ class MeshTrainer:
     optimizer: config ``optimizer`` ("sgd", "momentum" or "adam", with ``learning_rate``),
       or ``mesh -> tf_keras optimizer built with mesh=`` (user_module.make_optimizer).
     learning_rate: the learning rate of a named optimizer.
-    global_batch: rows per step; B must divide it.
+    global_batch: rows per step; B divides it (TrainerConfig.validate checks it).
     module_name: names the user module in errors.
 
   Raises:
@@ -123,9 +123,6 @@ class MeshTrainer:
     mesh_shape = tuple(int(x) for x in mesh_shape)
     if len(mesh_shape) != 2 or min(mesh_shape) < 1:
       raise ValueError(f"mesh_shape: two positive sizes (batch, model). Received: {mesh_shape}")
-    if global_batch < 1 or global_batch % mesh_shape[0]:
-      raise ValueError(f"global_batch: must be a positive multiple of the batch axis "
-                       f"{mesh_shape[0]}. Received: global_batch={global_batch}")
     if isinstance(optimizer, str) and optimizer not in optimizers_lib.OPTIMIZERS:
       raise ValueError(f"optimizer: must be one of {list(optimizers_lib.OPTIMIZERS)}. "
                        f"Received: {optimizer!r}")

@@ -44,20 +44,17 @@ matches no variable, names a dimension the model axis does not divide, has the w
 rank, or splits a gathered table on its rows, is a :class:`ShardingError` naming the
 module, the variable and the rule.
 """
-import dataclasses
 import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
-BATCH_AXIS = "batch"
-MODEL_AXIS = "model"
+# The axes, VariableInfo and the divisibility check live in mesh_axes.py (one of each).
+from tfx_parallel.components.distributed_trainer.mesh_axes import (  # pylint: disable=g-bad-import-order,unused-import
+    BATCH_AXIS, DENSE_BIAS, DENSE_KERNEL, EMBEDDING, MODEL_AXIS, OTHER, Sharding, VariableInfo,
+    undivided, undivided_message)
 
-Sharding = Tuple[Optional[str], ...]
 Rules = Mapping[str, Sharding]
-
-# What a variable is, for the default rules and the embedding check.
-DENSE_KERNEL, DENSE_BIAS, EMBEDDING, OTHER = "dense_kernel", "dense_bias", "embedding", "other"
 
 
 class ShardingError(ValueError):
@@ -68,15 +65,6 @@ class ShardingError(ValueError):
     self.module, self.rule, self.variable = module, rule, variable
     where = f" variable {variable!r}" if variable is not None else ""
     super().__init__(f"module {module!r}: layout rule {rule!r}{where}: {message}")
-
-
-@dataclasses.dataclass(frozen=True)
-class VariableInfo:
-  """What the rules need to know about one model variable."""
-  path: str                 # variable name without ':0', e.g. "hidden_1/kernel"
-  shape: Tuple[int, ...]
-  kind: str = OTHER         # DENSE_KERNEL | DENSE_BIAS | EMBEDDING | OTHER
-  layer: str = ""           # owning layer's name (pairs a Dense kernel with its bias)
 
 
 def variable_path(variable) -> str:
@@ -108,11 +96,12 @@ def describe_variables(model) -> List[VariableInfo]:
     elif isinstance(layer, tf_keras.layers.Embedding):
       kinds[id(layer.embeddings)] = (EMBEDDING, layer.name)
   return [VariableInfo(variable_path(v), tuple(v.shape.as_list()),
-                       *kinds.get(id(v), (OTHER, ""))) for v in model.weights]
+                       *kinds.get(id(v), (OTHER, "")), dtype_bytes=v.dtype.size)
+          for v in model.weights]
 
 
 def _divides(model_axis: int, info: VariableInfo, sharding: Sharding) -> bool:
-  return all(s is None or info.shape[d] % model_axis == 0 for d, s in enumerate(sharding))
+  return undivided(info.shape, sharding, model_axis) is None
 
 
 def default_rules_for(variables: Sequence[VariableInfo], model_axis: int) -> Dict[str, Sharding]:
@@ -222,12 +211,11 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
                             f"the sharding has rank {len(sharding)} but the variable has "
                             f"shape {list(v.shape)} (rank {len(v.shape)}). "
                             f"Received: {sharding!r}")
-      for dim, s in enumerate(sharding):
-        if s is not None and v.shape[dim] % model_axis:
-          raise ShardingError(module_name, rule, v.path,
-                              f"dimension {dim} of shape {list(v.shape)} has size "
-                              f"{v.shape[dim]}, which the model axis of {model_axis} devices "
-                              f"does not divide. Received: {sharding!r}")
+      dim = undivided(v.shape, sharding, model_axis)
+      if dim is not None:
+        raise ShardingError(module_name, rule, v.path,
+                            f"{undivided_message(v.path, v.shape, dim, model_axis)}. "
+                            f"Received: {sharding!r}")
       if v.kind == EMBEDDING and sharding and sharding[0] is not None:
         raise ShardingError(module_name, rule, v.path,
                             "an embedding table cannot be split on dimension 0: DTensor's "

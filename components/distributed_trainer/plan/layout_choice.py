@@ -85,8 +85,8 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
         raise
       logging.info("planner: model axis %d skipped: %s", model_axis, e)
       return None
-    return [layout_search.VariableInfo(i.path, tuple(i.shape), dtype_bytes[i.path],
-                                 tuple(resolved.get(i.path, ()))) for i in infos]
+    return [dataclasses.replace(i, dtype_bytes=dtype_bytes[i.path],
+                                sharding=tuple(resolved.get(i.path, ()))) for i in infos]
   return at
 
 

@@ -17,47 +17,14 @@ Choice, in order:
 When nothing fits, ``PlanError`` says what the best layout would need against the budget.
 """
 import dataclasses
-import math
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
-MODEL_AXIS = "model"
+# The one VariableInfo (with its sharding and bytes per device) and MODEL_AXIS.
+from tfx_parallel.components.distributed_trainer.mesh_axes import MODEL_AXIS, VariableInfo  # pylint: disable=unused-import
 
 
 class PlanError(ValueError):
   """No layout fits; the message has the numbers."""
-
-
-@dataclasses.dataclass(frozen=True)
-class VariableInfo:
-  """One trainable variable as the planner sees it.
-
-  Attributes:
-    name: variable path, for messages.
-    shape: global shape.
-    dtype_bytes: bytes per element.
-    sharding: per dimension, "model" if the layout rules split it over the model axis,
-      else None (empty: replicated).
-  """
-  name: str
-  shape: Tuple[int, ...]
-  dtype_bytes: int = 4
-  sharding: Tuple[Optional[str], ...] = ()
-
-  @property
-  def num_elements(self) -> int:
-    return int(math.prod(self.shape))
-
-  @property
-  def split_dims(self) -> Tuple[int, ...]:
-    return tuple(i for i, s in enumerate(self.sharding) if s == MODEL_AXIS)
-
-  def bytes_per_device(self, model_axis: int) -> int:
-    """Bytes of this variable on one device when the model axis has ``model_axis`` devices."""
-    divisor = model_axis if self.split_dims and model_axis > 1 else 1
-    return self.num_elements * self.dtype_bytes // divisor
-
-  def divisible_by(self, model_axis: int) -> bool:
-    return all(self.shape[d] % model_axis == 0 for d in self.split_dims)
 
 
 @dataclasses.dataclass(frozen=True)
