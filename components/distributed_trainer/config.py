@@ -1,18 +1,59 @@
 """Typed config of DistributedTrainer: the parallel layout, model and optimizer."""
 import dataclasses
 import math
+import re
 from typing import Any, Dict, Optional, Tuple
 
 from tfx_parallel.components.common import column_rules, keys, task_contract
 from tfx_parallel.components.common import na_values as na_lib
-from tfx_parallel.components.common.config_util import require
-from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
-from tfx_parallel.components.distributed_trainer.plan import layout_choice
+from tfx_parallel.components.common.config_util import ConfigError, require
+# The optimizer names (optimizers.RULES, a leaf module that imports nothing of ours).
+from tfx_parallel.components.distributed_trainer.engines.optimizers import OPTIMIZERS  # pylint: disable=unused-import
 
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")
-from tfx_parallel.components.distributed_trainer.engines.optimizers import OPTIMIZERS  # pylint: disable=g-bad-import-order,unused-import
 CACHE_MODES = ("auto", "memory", "none")
+# Config ``device``: where training runs (plan/devices.py applies it).
+DEVICE_KINDS = ("auto", "cpu", "gpu")
+# gpu_memory: "growth" (take memory as needed), "all" (TensorFlow's default: reserve
+# nearly all of every GPU at start), or a size per GPU ("4GiB": a hard limit).
+GPU_MEMORY_POLICIES = ("growth", "all")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value) -> int:
+  """``device_memory`` in bytes: a positive int, or a string such as "512MiB", "2GiB",
+  "1.5GB" (binary and decimal units). Raises ValueError naming what was received."""
+  if isinstance(value, bool):
+    raise ValueError(f"must be bytes (an int) or a size such as '512MiB'. Received: {value!r}")
+  if isinstance(value, int):
+    if value <= 0:
+      raise ValueError(f"must be a positive number of bytes. Received: {value!r}")
+    return value
+  if isinstance(value, str):
+    match = _BYTES.match(value)
+    unit = match.group(2).lower() if match else None
+    if match and unit in _UNITS:
+      n = int(float(match.group(1)) * _UNITS[unit])
+      if n > 0:
+        return n
+  raise ValueError(f"must be bytes (an int) or a size such as '512MiB', '2GiB' or '1.5GB' "
+                   f"(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB). Received: {value!r}")
+
+
+def check_gpu_memory(value) -> None:
+  """Validates config ``gpu_memory`` (ConfigError naming the key)."""
+  if value in GPU_MEMORY_POLICIES:
+    return
+  try:
+    parse_bytes(value)
+  except ValueError:
+    raise ConfigError("gpu_memory", f"must be 'growth', 'all' or a size per GPU such as "
+                      f"'4GiB'. Received: {value!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,12 +207,12 @@ class TrainerConfig:
             f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
     if self.device_memory is not None:
       try:
-        layout_choice.parse_bytes(self.device_memory)
+        parse_bytes(self.device_memory)
       except ValueError as e:
         require(False, "device_memory", str(e))
-    require(self.device in devices_lib.DEVICE_KINDS, "device",
-            f"must be one of {list(devices_lib.DEVICE_KINDS)}. Received: {self.device!r}")
-    devices_lib.check_gpu_memory(self.gpu_memory)
+    require(self.device in DEVICE_KINDS, "device",
+            f"must be one of {list(DEVICE_KINDS)}. Received: {self.device!r}")
+    check_gpu_memory(self.gpu_memory)
     require(isinstance(self.require_gpu, bool), "require_gpu",
             f"must be true or false. Received: {self.require_gpu!r}")
     require(not (self.require_gpu and self.device == "cpu"), "require_gpu",

@@ -25,13 +25,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
+# Config vocabulary, validated by TrainerConfig (config.py); re-exported for the callers.
+from tfx_parallel.components.distributed_trainer.config import (  # pylint: disable=unused-import
+    DEVICE_KINDS, GPU_MEMORY_POLICIES, check_gpu_memory, parse_bytes)
 
-DEVICE_KINDS = ("auto", "cpu", "gpu")
 # Logical CPU devices of "mirrored" and "auto" without a GPU when config ``devices`` is 0.
 CPU_DEVICES = 2
-# gpu_memory: "growth" (take memory as needed), "all" (TensorFlow's default: reserve
-# nearly all of every GPU at start), or a size per GPU ("4GiB": a hard limit).
-GPU_MEMORY_POLICIES = ("growth", "all")
 
 # Collective implementations, by name (recorded in history.json as ``collective``).
 COLLECTIVES = {
@@ -300,24 +299,11 @@ def parse_visible(value: Optional[str], physical: int) -> List[str]:
 _SIZE = re.compile(r"^\s*\d")
 
 
-def check_gpu_memory(value) -> None:
-  """Validates config ``gpu_memory`` (ConfigError naming the key)."""
-  from tfx_parallel.components.distributed_trainer.plan import layout_choice  # pylint: disable=g-import-not-at-top
-  if value in GPU_MEMORY_POLICIES:
-    return
-  try:
-    layout_choice.parse_bytes(value)
-  except ValueError:
-    raise ConfigError("gpu_memory", f"must be 'growth', 'all' or a size per GPU such as "
-                      f"'4GiB'. Received: {value!r}") from None
-
-
 def memory_limit_mb(value) -> Optional[int]:
   """The hard per-GPU limit in MiB of a size ``gpu_memory``; None for growth / all."""
   if value in GPU_MEMORY_POLICIES:
     return None
-  from tfx_parallel.components.distributed_trainer.plan import layout_choice  # pylint: disable=g-import-not-at-top
-  return max(1, layout_choice.parse_bytes(value) // 2**20)
+  return max(1, parse_bytes(value) // 2**20)
 
 
 def visible_gpus() -> List[str]:

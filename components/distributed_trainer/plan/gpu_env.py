@@ -109,20 +109,18 @@ def unused_gpus_message(smi: List[str], messages: List[str], environ=None) -> st
   return "\n".join(lines)
 
 
-def preflight(config, out=None, environ=None) -> bool:
+def preflight(config, out=None, environ=None, remote: bool = False) -> bool:
   """The GPU check before a run, in a fresh process (this one never initialises CUDA).
   When nvidia-smi lists GPUs (or a GPU is required) and TensorFlow sees none:
   ``require_gpu`` / ``device: gpu`` print the error and return False (stop the run);
   ``device: auto`` prints one warning (``out``, default stderr) and returns True.
-  Nothing is probed for ``device: cpu``, a remote (TFJob) trainer, or a default run on
-  a machine without nvidia-smi GPUs. ``config``: the
-  TrainerConfig (``device``, ``require_gpu``, ``layout``)."""
-  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
+  Nothing is probed for ``device: cpu``, a ``remote`` trainer (a TFJob: the caller
+  knows, run/ decides it), or a default run on a machine without nvidia-smi GPUs.
+  ``config``: the TrainerConfig (``device``, ``require_gpu``)."""
   environ = os.environ if environ is None else environ
   out = sys.stderr if out is None else out
   device = config.device
   required = bool(config.require_gpu) or device == "gpu"
-  remote = config.layout == "multi_worker" and bool(environ.get(tfjob.ENV_IMAGE))
   if device == "cpu" or remote:
     return True
   smi = nvidia_smi_gpus()

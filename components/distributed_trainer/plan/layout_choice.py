@@ -18,41 +18,16 @@ starts: a model that fits nowhere fails before any step, with the planner's numb
 """
 import dataclasses
 import math
-import re
 from typing import Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.config import parse_bytes  # pylint: disable=unused-import
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
 from tfx_parallel.components.distributed_trainer.engines import sharding
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_bytes(value) -> int:
-  """``device_memory`` in bytes: a positive int, or a string such as "512MiB", "2GiB",
-  "1.5GB" (binary and decimal units). Raises ValueError naming what was received."""
-  if isinstance(value, bool):
-    raise ValueError(f"must be bytes (an int) or a size such as '512MiB'. Received: {value!r}")
-  if isinstance(value, int):
-    if value <= 0:
-      raise ValueError(f"must be a positive number of bytes. Received: {value!r}")
-    return value
-  if isinstance(value, str):
-    match = _BYTES.match(value)
-    unit = match.group(2).lower() if match else None
-    if match and unit in _UNITS:
-      n = int(float(match.group(1)) * _UNITS[unit])
-      if n > 0:
-        return n
-  raise ValueError(f"must be bytes (an int) or a size such as '512MiB', '2GiB' or '1.5GB' "
-                   f"(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB). Received: {value!r}")
-
 
 def trainable_infos(model) -> List[sharding.VariableInfo]:
   """sharding.VariableInfo of the model's trainable variables (what training state holds)."""
