@@ -180,6 +180,10 @@ DEFERRED = {
 OWNED_ELSEWHERE = {
     "distributed_trainer/run/tfjob.py": "h4 (u-kube-package) splits it into kube/",
     "distributed_trainer/run/trainjob.py": "h4 (u-kube-package) moves it into kube/",
+    "distributed_trainer/engines/__init__.py": "h2 (u-mesh-speed) rewrites the FitEngine "
+                                               "loss path and its callbacks",
+    "distributed_trainer/run/prestart.py": "h7 (u-startup) reworks the training process's "
+                                           "start-up",
 }
 
 _REASON = re.compile(r"#\s*(?!pylint:)(\S.*)$")

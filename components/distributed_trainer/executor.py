@@ -18,6 +18,7 @@ from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, l
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
 from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher, tfjob
 from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
 from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
 
@@ -174,7 +175,6 @@ def check_on_layout(job: Job, config: TrainerConfig):
   ``config.layout`` (concrete: after ``layout: auto`` is resolved): on a mesh, the
   optimizer rebuilt with ``mesh=`` (user_module.check_optimizer). An optimizer or callback
   the layout cannot honour fails here, before training, naming the hook."""
-  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   module = user_module.load(config.module_file, config.module_path, config.model)
   spec = ms.ModelSpec.from_dict(job.model_spec)
   user_module.check_optimizer(module, spec, config.optimizer, config.learning_rate,

@@ -36,7 +36,10 @@ import os
 import sys
 from typing import Any, Callable, Dict, Optional
 
+from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer.engines import sharding
 
 BUILTIN_PACKAGE = "tfx_parallel.components.distributed_trainer.models"
 HOOKS = ("loss", "optimizer", "layout_rules", "callbacks")
@@ -178,7 +181,6 @@ def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_r
                    mesh=None):
   """The optimizer of every layout (optimizers.py): the hook's, or config ``optimizer``;
   on a DTensor ``mesh`` rebuilt there (:func:`place_optimizer`)."""
-  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   opt = module.optimizer(spec) if module.optimizer else optimizers.make(name, learning_rate)
   return opt if mesh is None else place_optimizer(module, opt, mesh, name)
 
@@ -186,7 +188,6 @@ def make_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_r
 def place_optimizer(module: UserModule, optimizer, mesh, name: str):
   """``optimizer`` (from :func:`make_optimizer`) rebuilt on a DTensor ``mesh``, or
   optimizers.OptimizerError naming the hook (or config ``optimizer`` ``name``)."""
-  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
   return optimizers.on_mesh(optimizer, mesh,
                             *optimizers.owner(module.name, bool(module.optimizer), name))
 
@@ -306,8 +307,6 @@ def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis
   key that chose the module. No-op without the hook."""
   if not module.layout_rules:
     return
-  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
   try:
     rules = module.layout_rules(spec)
   except Exception as e:  # pylint: disable=broad-except
@@ -332,8 +331,6 @@ def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axi
   user's hparams set them)."""
   if module.builtin is None or model_axis <= 1:
     return
-  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
   whole = sharding.unsplit_kernels(sharding.describe_variables(model), model_axis)
   if not whole:
     return

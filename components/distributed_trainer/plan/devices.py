@@ -21,9 +21,11 @@ initialises DTensor's accelerator system for a mesh on GPUs.
 import dataclasses
 import os
 import re
+import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.common.config_util import ConfigError
 # Config vocabulary, validated by TrainerConfig (config.py); re-exported for the callers.
 from tfx_parallel.components.distributed_trainer.config import (  # pylint: disable=unused-import
@@ -316,7 +318,6 @@ def configure(plan_: DevicePlan, gpu_memory="growth", logical_gpus: int = 0,
               tf32: bool = True) -> None:
   """Applies ``plan_`` to TensorFlow; must run before TensorFlow initialises."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tf.config.experimental.enable_tensor_float_32_execution(tf32)
   gpus = tf.config.list_physical_devices("GPU")
   if plan_.hide_gpus:
@@ -364,7 +365,6 @@ def smi_free_bytes(output: str, visible: Optional[str]) -> Optional[int]:
 
 def gpu_free_bytes(environ=None) -> Optional[int]:
   """:func:`smi_free_bytes` of this machine (None without nvidia-smi)."""
-  import subprocess  # pylint: disable=g-import-not-at-top
   environ = os.environ if environ is None else environ
   try:
     out = subprocess.run(SMI_FREE_QUERY, capture_output=True, text=True, timeout=60,
@@ -401,7 +401,6 @@ def _even_share_mb(gpu, parts: int) -> int:
   details = tf.config.experimental.get_device_details(gpu)
   total = 0
   try:
-    import subprocess  # pylint: disable=g-import-not-at-top
     out = subprocess.run(["nvidia-smi", f"--id={first_visible_gpu()}",
                           "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=30, check=False).stdout

@@ -17,14 +17,19 @@ The executor calls :func:`apply` in the parent process, before the training chil
 starts: a model that fits nowhere fails before any step, with the planner's numbers.
 """
 import dataclasses
+import json
 import math
+import os
 from typing import Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 
-from tfx_parallel.components.common import keys
+from tfx_parallel.components.common import config_util, keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.config import parse_bytes  # pylint: disable=unused-import
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.inputs import memory_cache
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
 from tfx_parallel.components.distributed_trainer.engines import sharding
@@ -86,8 +91,7 @@ class Budget:
 def gpu_memory(gpu_names: List[str]) -> Optional[int]:
   """Free memory of the smallest visible GPU, as nvidia-smi reports it (this process
   never opens CUDA: devices.keep_off_gpus); None when unknown."""
-  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
-  return devices.gpu_free_bytes() if gpu_names else None
+  return devices_lib.gpu_free_bytes() if gpu_names else None
 
 
 def device_budget(config, gpus: Optional[List[str]] = None,
@@ -110,7 +114,6 @@ def device_budget(config, gpus: Optional[List[str]] = None,
   if configured is not None:
     return Budget(n, configured, f"{n} logical CPU device(s), device_memory")
   if host_memory is None:
-    from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
     host_memory = memory_cache.available_memory
   available = host_memory()
   if not available:
@@ -184,7 +187,6 @@ def apply(config, module, spec, gpus: Optional[List[str]] = None):
   """The executor's step before launching training: (config to train with, properties to
   record). ``layout: auto`` -> the planner's choice (printed); an explicit layout -> a
   warning line when it does not fit the budget. Builds ``module``'s model once plainly."""
-  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   auto = config.layout == "auto"
   if gpus is None:
     gpus = gpu_names()
@@ -220,10 +222,6 @@ def gpu_names() -> List[str]:
 def plan_job(job, config):
   """The executor's entry: (job, config) to launch, with ``layout: auto`` resolved to a
   concrete layout in both, and the properties to record ({} unless auto)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import config_util  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   module = user_module.load(config.module_file, config.module_path, config.model)
   spec = ms.ModelSpec.from_dict(job.model_spec)
   chosen, record = apply(config, module, spec, gpus=[] if config.device == "cpu" else None)
@@ -239,7 +237,6 @@ STANDIN_DEVICES = 4
 
 def cpu_cores() -> int:
   """CPU cores this process may run on (its affinity; else ``os.cpu_count()``)."""
-  import os  # pylint: disable=g-import-not-at-top
   try:
     return len(os.sched_getaffinity(0))
   except (AttributeError, OSError):

@@ -188,7 +188,7 @@ class Lock:
   def __enter__(self):
     if "://" in self.directory:
       return self
-    import fcntl  # pylint: disable=g-import-not-at-top
+    import fcntl  # Optional: POSIX only; remote directories need no lock.  # pylint: disable=g-import-not-at-top
     os.makedirs(self.directory, exist_ok=True)
     self._file = open(os.path.join(self.directory, ".lock"), "w")
     try:

@@ -18,6 +18,12 @@ exit codes into the message of the error the component fails with
 """
 from typing import Tuple, Type
 
+from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.engines.optimizers import OptimizerError
+from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError
+from tfx_parallel.components.distributed_trainer.run.checkpoint import CheckpointMismatchError
+from tfx_parallel.components.distributed_trainer.user_module import ModuleError
+
 # Exit code of a training process that stopped on an error a rerun cannot fix.
 NOT_RESUMABLE_EXIT_CODE = 4
 # tf.errors of the runtime, which a rerun may not meet again: a peer or the network went
@@ -32,11 +38,6 @@ _PATH_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirec
 def user_error_types() -> Tuple[Type[BaseException], ...]:
   """The errors that say in their message what to fix (printed as one line, no
   traceback): config, module contract, optimizer, layout rule and checkpoint errors."""
-  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines.optimizers import OptimizerError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.run.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.user_module import ModuleError  # pylint: disable=g-import-not-at-top
   return (ConfigError, ModuleError, OptimizerError, ShardingError, CheckpointMismatchError)
 
 

@@ -11,6 +11,7 @@ run stopped if it diverged. Called by the run skeleton once training ends:
 import json
 from typing import Any, Dict
 
+from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import task_contract
 
 
@@ -88,7 +89,6 @@ def describe(optimizer, loss, task: str, num_classes: int,
 
 def non_negative(loss) -> bool:
   """Whether the loss can never be negative (the divergence rule's range check)."""
-  from tfx_parallel.components.common import divergence  # pylint: disable=g-import-not-at-top
   return divergence.is_non_negative(loss_record(loss)["class"])
 
 

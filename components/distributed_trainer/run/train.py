@@ -9,6 +9,7 @@ worker with its own TF_CONFIG. The job file is written by the executor (`Job`).
 """
 import argparse
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -16,10 +17,19 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from tfx_parallel.components.common import config_util
+from tfx_parallel.components.common import config_util, keys, run_history
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer import engines
+from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
+from tfx_parallel.components.distributed_trainer.inputs import memory_cache
+from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib, gpu_env
+from tfx_parallel.components.distributed_trainer.plan import length as length_lib
+from tfx_parallel.components.distributed_trainer.plan import memory
+from tfx_parallel.components.distributed_trainer.run import checkpoint
 from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer.run import run_record
 
 
 @dataclasses.dataclass
@@ -71,6 +81,8 @@ class Job:
     listed = self.train_files if which == "train" else self.eval_files
     if listed:
       return list(listed)
+    # Start-up: splits imports TensorFlow, and the executor imports this module (Job) in
+    # the pipeline process.
     from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
     return split_files(self.examples_uri, which)
 
@@ -82,7 +94,6 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   ``require_gpu`` (or ``device: gpu``) without a visible GPU raises gpu_env.NoGpuError
   with CUDA's own load error. ``gpu_names``: the GPUs present (default: TensorFlow's list).
   """
-  from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib, gpu_env  # pylint: disable=g-import-not-at-top
   gpus = devices_lib.visible_gpus() if gpu_names is None else gpu_names
   if (config.require_gpu or config.device == "gpu") and not gpus:
     raise gpu_env.NoGpuError(gpu_env.no_gpu_message("training process"))
@@ -111,7 +122,7 @@ def builtin_hparams(config: TrainerConfig) -> Dict[str, Any]:
 def resolve_spec(job: Job, config: TrainerConfig):
   """(ModelSpec, normalisation) from the job, or from a scan of the data when the job
   was written without them (e.g. by a test)."""
-  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  # Start-up: stats imports TensorFlow.
   from tfx_parallel.components.distributed_trainer.inputs import stats  # pylint: disable=g-import-not-at-top
   if job.model_spec is not None:
     return ms.ModelSpec.from_dict(job.model_spec), job.normalization
@@ -130,7 +141,6 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
   """(record, on_load) for config ``cache``: the choice for this worker's share of the
   ``rows``, printed once; ``record`` goes into history.json as ``input_cache`` and
   ``on_load`` (pass it to tf_data.training_dataset) adds what loading took."""
-  from tfx_parallel.components.distributed_trainer.inputs import memory_cache  # pylint: disable=g-import-not-at-top
   choice = memory_cache.choose(config.cache, -(-int(rows) // max(1, workers)),
                               memory_cache.example_bytes(spec), memory_cache.available_memory())
   if choice.mode != "memory":  # Else said once, with what the load took (on_load).
@@ -149,6 +159,7 @@ def input_cache_plan(config: TrainerConfig, spec, rows: int, workers: int = 1):
 def linear_weights(model, spec, normalization) -> Optional[dict]:
   """The built-in linear model's numeric kernel and bias in raw feature units."""
   import numpy as np  # pylint: disable=g-import-not-at-top
+  # Start-up: linear imports tf_keras.
   from tfx_parallel.components.distributed_trainer.models import linear  # pylint: disable=g-import-not-at-top
   try:
     kernel, bias = model.get_layer(linear.LINEAR_LAYER).get_weights()
@@ -166,7 +177,6 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
   """The one checkpoint path (checkpoint.py): the engine's model and optimizer as a
   tf.train.Checkpoint, which any layout reads; the run state, the layout it was saved
   by and the digest of the module source it trained go along."""
-  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   checkpoint.save(job.checkpoint_dir, step, engine.checkpointed(),
                   {"records": state.records, "epochs": state.epochs,
                    "wall_time": state.wall_time(),
@@ -182,7 +192,6 @@ def restore_checkpoint(job: Job, engine, module=None):
   A checkpoint written by other source of the user ``module`` (its recorded
   ``module_digest`` differs from ``module.source_digest``) is not resumed: the console
   says so, and the chief removes it. Restoring is strict (checkpoint.restore)."""
-  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   found = checkpoint.latest(job.checkpoint_dir)
   if not found:
     old = checkpoint.legacy(job.checkpoint_dir)
@@ -232,13 +241,11 @@ def run(job: Job) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
+  # After skip_tf_keras_autograph, as the device plan is applied before TensorFlow
+  # initialises: these import tf_keras / TensorFlow.
   from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import engines  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import export  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.plan import memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.run import run_record  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   engine = engines.create(config, plan, device_record)
@@ -252,7 +259,6 @@ def run(job: Job) -> dict:
   start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine,
                                                                             module)
 
-  from tfx_parallel.components.distributed_trainer.plan import length as length_lib  # pylint: disable=g-import-not-at-top
   length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
                              job.train_rows, config.batch_size)
   steps_per_epoch, total = length.steps_per_epoch, length.total_steps
@@ -374,7 +380,6 @@ def run(job: Job) -> dict:
 def write_history(directory: str, history: dict):
   """history.json through the typed run record (a key outside its schema raises)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import keys, run_history  # pylint: disable=g-import-not-at-top
   record = run_history.RunHistory.from_dict(history, "the training run's history")
   tf.io.gfile.makedirs(directory)
   with tf.io.gfile.GFile(os.path.join(directory, keys.HISTORY_FILE), "w") as f:
@@ -400,7 +405,6 @@ def plot_loss(path: str, history: dict):
   ax.set_title(f"{history['layout']} (replicas {history['replicas']}, mesh {m[0]}x{m[1]})")
   ax.legend()
   fig.tight_layout()
-  import io  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=100)
