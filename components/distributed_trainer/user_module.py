@@ -37,6 +37,7 @@ import sys
 from typing import Any, Callable, Dict, Optional
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer import mesh_axes
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer.engines import optimizers
 from tfx_parallel.components.distributed_trainer.engines import sharding
@@ -324,7 +325,7 @@ def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axi
                         widths_key: str = "trainer.hidden_units"):
   """A built-in model on a model axis > 1 must split every Dense kernel as the README
   says (the linear kernel by rows, the mlp's hidden layers as Megatron pairs): where the
-  default rules cannot (sharding.unsplit_kernels, the one divisibility check), a
+  default rules cannot (sharding.unsplit_kernels, through mesh_axes.undivided), a
   ConfigError names the config key that decides the shape. A user module is not refused
   here: what nothing divides stays replicated, said on the console by the run.
   ``widths_key`` names where the mlp's widths came from (``trainer.hparams`` when the
@@ -336,7 +337,8 @@ def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axi
     return
   v = whole[0]
   widths = list(spec.hparams.get("hidden_units", ())) if module.builtin == "mlp" else []
-  uneven = [h for h in widths if h % model_axis]
+  uneven = [h for h in widths
+            if mesh_axes.undivided((h,), (mesh_axes.MODEL_AXIS,), model_axis) is not None]
   if uneven:
     raise ConfigError(widths_key,
                       f"hidden width {uneven[0]} is not divisible by the model axis "
