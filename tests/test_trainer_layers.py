@@ -10,12 +10,14 @@ The layers, bottom first, as the code is built:
    optimizer names and factory) and ``engines.sharding`` (the layout rules);
 2. ``config``: the typed config and its validation;
 3. ``models`` (the built-ins), ``inputs`` (data in), ``user_module`` (the user's code);
-4. ``plan``: devices, the GPU environment, the layout planner, memory, length;
-5. ``engines``: the step engines (tf.distribute and the DTensor mesh);
-6. ``kube``: launching on Kubernetes (``run/tfjob.py`` and ``run/trainjob.py`` move here,
+4. ``job`` and ``failures``, if they become modules of their own (``Job`` as TFX keeps
+   ``FnArgs`` in ``fn_args_utils``; the exit codes), branch u-kube-package;
+5. ``plan``: devices, the GPU environment, the layout planner, memory, length;
+6. ``engines``: the step engines (tf.distribute and the DTensor mesh);
+7. ``kube``: launching on Kubernetes (``run/tfjob.py`` and ``run/trainjob.py`` move here,
    branch u-kube-package);
-7. ``run``: the training process (train, launcher, checkpoint, export, records);
-8. ``executor``, then 9. ``component``: the TFX boundary.
+8. ``run``: the training process (train, launcher, checkpoint, export, records);
+9. ``executor``, then 10. ``component``: the TFX boundary.
 
 Units of one layer do not import each other.
 
@@ -39,6 +41,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("engines.optimizers", "engines.sharding"),
     ("config",),
     ("models", "inputs", "user_module"),
+    ("job", "failures"),  # Where #39 item 8 puts Job and the exit codes (u-kube-package).
     ("plan",),
     ("engines",),
     ("kube",),
