@@ -75,6 +75,10 @@ def test_preflight_warns_once_for_auto_and_stops_require_gpu(smi_env, monkeypatc
   assert gpu_env.preflight(TrainerConfig(device="cpu", require_gpu=False),
                            environ=dict(smi_env)) is True
   assert capsys.readouterr().err == ""
+  # A remote (TFJob) trainer: the caller says so; this machine's GPUs are not probed.
+  environ = dict(smi_env)
+  assert gpu_env.preflight(TrainerConfig(require_gpu=True), environ=environ, remote=True) is True
+  assert capsys.readouterr().err == "" and gpu_env.CHECKED_ENV not in environ
 
 
 @pytest.mark.slow
