@@ -27,7 +27,6 @@ which ``latest`` returns; the torn files are removed by the next save.
 import json
 import os
 import re
-import time
 import uuid
 from typing import Dict, List, Optional
 
