@@ -109,21 +109,20 @@ def unused_gpus_message(smi: List[str], messages: List[str], environ=None) -> st
   return "\n".join(lines)
 
 
-def preflight(config, out=None, environ=None) -> bool:
+def preflight(config, out=None, environ=None, remote: bool = False) -> bool:
   """The GPU check before a run, in a fresh process (this one never initialises CUDA).
   When nvidia-smi lists GPUs (or a GPU is required) and TensorFlow sees none:
   ``require_gpu`` / ``device: gpu`` print the error and return False (stop the run);
   ``device: auto`` prints one warning (``out``, default stderr) and returns True.
   Nothing is probed for ``device: cpu``, a remote (TFJob) trainer, the stand-in test
   hook, or a default run on a machine without nvidia-smi GPUs. ``config``: the
-  TrainerConfig (``device``, ``require_gpu``, ``layout``)."""
+  TrainerConfig (``device``, ``require_gpu``, ``layout``); ``remote``: training runs on
+  Kubernetes replicas (the caller asks ``kube.settings.opted_in``), which check their own."""
   from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
   environ = os.environ if environ is None else environ
   out = sys.stderr if out is None else out
   device = config.device
   required = bool(config.require_gpu) or device == "gpu"
-  remote = config.layout == "multi_worker" and bool(environ.get(tfjob.ENV_IMAGE))
   if device == "cpu" or remote or devices.standin_gpus(environ) is not None:
     return True
   smi = nvidia_smi_gpus()
