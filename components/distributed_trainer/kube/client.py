@@ -9,11 +9,12 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from tfx_parallel.components.distributed_trainer.kube import trainjob
-from tfx_parallel.components.distributed_trainer.kube.manifest import (CONTAINER_NAME, GROUP, JOB_NAME_LABEL, KIND, PLURAL,
-                              REQUIRED_ACCESS, VERSION, replica_count)
-from tfx_parallel.components.distributed_trainer.kube.settings import ENV_IMAGE, UNSCHEDULABLE_GRACE_SECONDS
-from tfx_parallel.components.distributed_trainer.kube.watch import (FAILED, RESTARTING, SUCCEEDED, TIMEOUT, PodWatch, TFJobResult,
-                           condition_message, job_state)
+from tfx_parallel.components.distributed_trainer.kube.manifest import (
+    CONTAINER_NAME, GROUP, JOB_NAME_LABEL, KIND, PLURAL, REQUIRED_ACCESS, VERSION, replica_count)
+from tfx_parallel.components.distributed_trainer.kube.settings import (
+    ENV_IMAGE, UNSCHEDULABLE_GRACE_SECONDS)
+from tfx_parallel.components.distributed_trainer.kube.watch import (
+    FAILED, RESTARTING, SUCCEEDED, TIMEOUT, PodWatch, TFJobResult, condition_message, job_state)
 
 # Consecutive failed polls (API server 5xx/429, connection errors) tolerated in a wait.
 MAX_POLL_ERRORS = 5
@@ -48,7 +49,7 @@ class TFJobClient:
     return self._api
 
   def __init__(self, api_client=None):
-    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    from kubernetes import client  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     if api_client is None:
       api_client = _default_api_client()
     self._api = api_client
@@ -58,7 +59,7 @@ class TFJobClient:
   def serves(self, group_version: str, plural: str) -> bool:
     """API discovery: does the API server serve `plural` in `group_version` (the CRD is
     installed)? GET /apis/<group>/<version> answers 404 when nothing serves it."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     try:
       found = self._api.call_api(f"/apis/{group_version}", "GET", response_type="object",
                                  auth_settings=["BearerToken"], _return_http_data_only=True)
@@ -96,7 +97,7 @@ class TFJobClient:
     """The API server's answer to a SelfSubjectAccessReview (authorization.k8s.io/v1)
     for this pod's service account: may it `verb` `resource` ("pods/log" names a
     subresource) in `namespace`?"""
-    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    from kubernetes import client  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     resource, _, subresource = resource.partition("/")
     review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
         resource_attributes=client.V1ResourceAttributes(
@@ -150,7 +151,7 @@ class TFJobClient:
   def events(self, name: str, namespace: str) -> List[Dict[str, Any]]:
     """The events about the TFJob (the operator's ExitedWithCode, Restarting, ...);
     [] when they cannot be read (e.g. no RBAC for events): they only name a cause."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     try:
       found = self._core.list_namespaced_event(
           namespace, field_selector=f"involvedObject.kind={KIND},involvedObject.name={name}")
@@ -162,7 +163,7 @@ class TFJobClient:
     """Pod name -> log of the `tensorflow` container of every replica pod. A pod whose
     log cannot be read (still starting, just recreated, gone) gets the API's answer
     instead of its log; it does not hide the others."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     out = {}
     try:
       pods = self.pods(name, namespace)
@@ -187,8 +188,8 @@ class TFJobClient:
     """Polls the job's conditions and pods until Succeeded/Failed, a pod stuck past the
     grace period, too many restarts, or the timeout; never raises on the job's
     outcome. Returns the state, the message and the pods' logs."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
-    import urllib3  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
+    import urllib3  # pylint: disable=g-import-not-at-top  (with kubernetes)
     deadline = clock() + timeout_seconds
     watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds,
                      container=self.container, replica_of=self.replica_of)
@@ -265,7 +266,7 @@ class TrainJobClient(TFJobClient):
   def check_ready(self, namespace: str) -> None:
     """Raises RuntimeError, before anything is created, when this project's TensorFlow
     runtime is not installed in `namespace` (Trainer v2 ships none)."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     try:
       self._custom.get_namespaced_custom_object(trainjob.GROUP, trainjob.VERSION, namespace,
                                                 trainjob.RUNTIME_PLURAL, trainjob.RUNTIME_NAME)
@@ -297,7 +298,7 @@ class TrainJobClient(TFJobClient):
   def events(self, name: str, namespace: str) -> List[Dict[str, Any]]:
     """Events about the trainer Job (the Job controller's FailedCreate when the API server
     refuses a pod) and the JobSet (its restarts); [] when they cannot be read."""
-    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     out = []
     for kind, involved in (("Job", f"{name}-{trainjob.REPLICATED_JOB}-0"), ("JobSet", name)):
       try:
@@ -315,7 +316,7 @@ def _body(e) -> str:
     return str(e.body)
 
 def _default_api_client():
-  from kubernetes import client, config  # pylint: disable=g-import-not-at-top
+  from kubernetes import client, config  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
   try:
     config.load_incluster_config()
   except config.ConfigException:

@@ -11,11 +11,18 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from absl import logging
+from tfx.dsl.io import fileio
+
 from tfx_parallel.components.distributed_trainer.kube import trainjob
-from tfx_parallel.components.distributed_trainer.kube.client import BACKEND_TRAINER_V2, TFJobClient, TrainJobClient
-from tfx_parallel.components.distributed_trainer.kube.manifest import KIND, job_name, manifest, spec_for
-from tfx_parallel.components.distributed_trainer.kube.settings import HEARTBEAT_SECONDS, TFJobSettings
+from tfx_parallel.components.distributed_trainer.kube.client import (BACKEND_TRAINER_V2,
+                                                                     TFJobClient, TrainJobClient)
+from tfx_parallel.components.distributed_trainer.kube.manifest import (KIND, job_name, manifest,
+                                                                       spec_for)
+from tfx_parallel.components.distributed_trainer.kube.settings import (HEARTBEAT_SECONDS,
+                                                                       TFJobSettings)
 from tfx_parallel.components.distributed_trainer.kube.watch import FAILED, TFJobResult
+from tfx_parallel.components.distributed_trainer.plan import devices
 
 class Heartbeat:
   """The executor's side: writes the time to `uri` at most every HEARTBEAT_SECONDS."""
@@ -35,7 +42,6 @@ class Heartbeat:
       self._write(self.uri, f"{self._beats} {self._now()!r}")
     except Exception as e:  # pylint: disable=broad-except
       # A store having a bad moment must not end the step; ORPHAN_SECONDS is 10 beats.
-      from absl import logging  # pylint: disable=g-import-not-at-top
       logging.warning("Could not write the TFJob heartbeat %s: %s", self.uri, e)
 
 class ExecutorTerminated(RuntimeError):
@@ -64,9 +70,6 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   """Writes `job` (a train.Job) beside its checkpoints, submits the TFJob, waits, and
   deletes it, also on SIGTERM. Raises RuntimeError naming the job and the cause and
   quoting the logs on failure."""
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
   devices.check_multi_worker_batch(settings.worker_replicas + settings.chief_replicas,  # Chief trains too.
                                    settings.gpus_per_replica, job.config.get("batch_size"), "TFJob")
   name = job_name(job.checkpoint_dir)
@@ -125,7 +128,7 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
   adopted (waited for; its replicas keep their progress); a failed one is deleted and
   replaced. So a KFP retry never runs two jobs on one checkpoint directory. Returns
   "Submitted", "Adopted" or "Replaced"."""
-  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
+  from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
   name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
 
   def created() -> bool:
@@ -154,7 +157,6 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
 def _delete_quietly(client, name: str, namespace: str) -> None:
   """Deletes the TFJob; a failure to delete is logged, not raised over the job's own
   outcome (ownerReference, activeDeadlineSeconds and the TTL still bound it)."""
-  from absl import logging  # pylint: disable=g-import-not-at-top
   try:
     client.delete(name, namespace)
   except Exception as e:  # pylint: disable=broad-except

@@ -7,7 +7,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer.kube import trainjob
-from tfx_parallel.components.distributed_trainer.kube.settings import ENV_HEARTBEAT, ENV_ORPHAN, TFJobSettings
+from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
+                                                                       TFJobSettings)
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 

@@ -13,7 +13,9 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.kube import trainjob
-from tfx_parallel.components.distributed_trainer.kube.settings import ENV_HEARTBEAT, ENV_ORPHAN, HEARTBEAT_SECONDS, ORPHAN_SECONDS
+from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
+                                                                       HEARTBEAT_SECONDS,
+                                                                       ORPHAN_SECONDS)
 from tfx_parallel.components.distributed_trainer.run.failures import ORPHANED_EXIT_CODE
 
 class Watchdog:
@@ -66,7 +68,7 @@ def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
   return thread
 
 def read_text(uri: str) -> str:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
   with tf.io.gfile.GFile(uri) as f:
     return f.read()
 
@@ -87,8 +89,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
   args = parser.parse_args(argv)
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
-  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top  (the one door up into run/, after tfenv.prepare())
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
   start_watchdog(os.environ, read_text, stop_replica)
   tf_config = replica_tf_config(os.environ)
   if tf_config:

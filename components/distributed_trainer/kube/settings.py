@@ -78,7 +78,7 @@ def _check_model(value: Any, model: str, where: str) -> None:
   """Checks `value` (API JSON, camelCase) against a model of the `kubernetes` client
   (generated from the Kubernetes OpenAPI spec): field names and types. Raises
   ValueError naming `where` and the field."""
-  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  from kubernetes import client  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
   if model.startswith("list["):
     if not isinstance(value, list):
       raise ValueError(f"{where}: expected a list. Received: {value!r}")
@@ -112,7 +112,7 @@ def _check_model(value: Any, model: str, where: str) -> None:
     _check_model(item, cls.openapi_types[by_json[key]], f"{where}.{key}")
 
 def _check_quantities(resources: Mapping[str, Any], where: str) -> None:
-  from kubernetes.utils import parse_quantity  # pylint: disable=g-import-not-at-top
+  from kubernetes.utils import parse_quantity  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
   for kind in ("requests", "limits"):
     for resource, quantity in (resources.get(kind) or {}).items():
       try:
