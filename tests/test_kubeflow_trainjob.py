@@ -469,3 +469,27 @@ def test_two_real_replicas_train_with_the_tf_config_they_derive(tmp_path):
   assert history["replicas"] == 2, history["replicas"]  # One strategy over both processes.
   assert len(result.logs) == 2 and all("replicas 2" in text for text in result.logs.values())
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
+
+
+def test_a_jobset_restart_names_the_failed_job_when_no_poll_saw_the_pod():
+  """JobSet deletes every Job of an attempt when it restarts, so a poll every 10 s can miss
+  the failed pod; its RestartJobSetFailurePolicyAction event (message format cited in
+  kube/watch.py) is then the cause on the console, not "not recorded"."""
+  watch = kube_watch.PodWatch(max_restarts=0, grace_seconds=300.0,
+                              container=trainjob.CONTAINER_NAME,
+                              replica_of=trainjob.replica_key)
+  assert watch.cause([]) == ""
+  events = [{"reason": kube_watch.RESTART_JOBSET, "lastTimestamp": f"2026-01-01T00:0{i}:00Z",
+             "message": ("applying RestartJobSet failure policy action (first failed job: "
+                         f"tj-node-{i})")} for i in (0, 1)]
+  cause = watch.cause(events)
+  assert cause == ("RestartJobSetFailurePolicyAction: applying RestartJobSet failure policy "
+                   "action (first failed job: tj-node-1) (the restart deleted the failed pod "
+                   "before a poll saw its exit code)")
+  assert watch.budget_message(cause).endswith("last failure: " + cause)
+  # A pod exit that was seen wins over the event.
+  watch.observe([{"metadata": {"name": "tj-node-0-1-abc", "uid": "u1"}, "status": {
+      "containerStatuses": [{"name": "node", "state": {"terminated": {"exitCode": 137,
+                                                                      "reason": "OOMKilled"}}}]}}],
+                now=0.0)
+  assert watch.cause(events) == "pod tj-node-0-1-abc: container node exited with code 137 (OOMKilled)"

@@ -96,6 +96,13 @@ _EXITED = re.compile(r"^Pod: (?P<namespace>[^.]+)\.(?P<pod>\S+) exited with code
 # staging/src/k8s.io/client-go/tools/record/events_cache.go, commit 00080d4).
 COMBINED_PREFIX = "(combined from similar events): "
 
+# JobSet's event when a failed Job restarts the JobSet (RestartJobSetActionReason, and the
+# message with " (first failed job: <job>)", kubernetes-sigs/jobset v0.10.1
+# pkg/constants/constants.go:90-92, pkg/controllers/failure_policy.go:234,336-338). It
+# names the Job whose pod failed when the restart deleted that pod before a poll saw it.
+RESTART_JOBSET = "RestartJobSetFailurePolicyAction"
+
+
 def _uncombined(message: str) -> str:
   return message[len(COMBINED_PREFIX):] if message.startswith(COMBINED_PREFIX) else message
 
@@ -209,14 +216,21 @@ class PodWatch:
 
   def cause(self, events: Sequence[Mapping[str, Any]] = ()) -> str:
     """The last failure: the latest non-zero exit of a replica that did not merely lose
-    a peer (else the latest exit), from the operator's events, else from the pods."""
-    exits = []
+    a peer (else the latest exit), from the operator's events, else from the pods, else
+    JobSet's latest restart event (which names the failed Job)."""
+    exits, restarts = [], []
     for event in events:
+      if event.get("reason") == RESTART_JOBSET:
+        when = event.get("lastTimestamp") or event.get("eventTime") or ""
+        restarts.append((when, _uncombined(event.get("message") or "")))
       match = _EXITED.match(_uncombined(event.get("message") or ""))
       if event.get("reason") == EXITED_WITH_CODE and match and int(match["code"]) != 0:
         when = event.get("lastTimestamp") or event.get("eventTime") or ""
         exits.append((when, match["pod"], int(match["code"])))
     found = [(pod, code) for _, pod, code in sorted(exits)] or list(self._seen)
+    if not found and restarts:
+      return (f"{RESTART_JOBSET}: {sorted(restarts)[-1][1]} (the restart deleted the "
+              f"failed pod before a poll saw its exit code)")
     if not found:
       return ""
     own = [f for f in found if f[1] != PEER_LOST_EXIT_CODE]
