@@ -469,13 +469,14 @@ class FakeCluster:
       self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
 
   def collect_garbage(self):
-    """[gc] Deletes every TFJob whose owners are all absent: an owner Pod is looked up by
-    name in the TFJob's own namespace and must have the referenced uid."""
-    for name, job in list(self.jobs.items()):
-      refs = job["metadata"].get("ownerReferences") or []
-      namespace = job["metadata"]["namespace"]
-      if refs and all(self.owner_pods.get((namespace, r["name"])) != r["uid"] for r in refs):
-        self.delete_tfjob(name)
+    """[gc] Deletes every TFJob and TrainJob whose owners are all absent: an owner Pod is
+    looked up by name in the job's own namespace and must have the referenced uid."""
+    for jobs, delete in ((self.jobs, self.delete_tfjob), (self.trainjobs, self.delete_trainjob)):
+      for name, job in list(jobs.items()):
+        refs = job["metadata"].get("ownerReferences") or []
+        namespace = job["metadata"]["namespace"]
+        if refs and all(self.owner_pods.get((namespace, r["name"])) != r["uid"] for r in refs):
+          delete(name)
 
   def delete_owner_pod(self, namespace, name):
     """The KFP step's pod is deleted (the workflow's TTL, or by hand) [gc]."""
@@ -938,15 +939,18 @@ class FakeCluster:
       self.tick_trainjob(name)
       return 200, self.trainjobs[name], "application/json"
     if method == "DELETE":
-      del self.trainjobs[name]
-      self.deleted_trainjobs.append(name)
-      self.jobsets.pop(name, None)  # The garbage collector: JobSet, Jobs, pods.
-      for job in [j for j, v in self.batch_jobs.items()
-                  if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
-        self.delete_batch_job(job)
+      self.delete_trainjob(name)
       return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
           "application/json"
     return self.status(405, "MethodNotAllowed", method)
+
+  def delete_trainjob(self, name):
+    del self.trainjobs[name]
+    self.deleted_trainjobs.append(name)
+    self.jobsets.pop(name, None)  # The garbage collector: JobSet, Jobs, pods.
+    for job in [j for j, v in self.batch_jobs.items()
+                if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
+      self.delete_batch_job(job)
 
   def create_trainjob(self, namespace, body):
     name = body["metadata"]["name"]
@@ -965,7 +969,9 @@ class FakeCluster:
     job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
     job["status"] = {"conditions": []}
     self.trainjobs[name] = job
-    return 201, job, "application/json"
+    stored = copy.deepcopy(job)
+    self.collect_garbage()  # [gc]
+    return 201, stored, "application/json"
 
   @staticmethod
   def true_condition(obj, kind):

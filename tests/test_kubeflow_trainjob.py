@@ -493,3 +493,20 @@ def test_a_jobset_restart_names_the_failed_job_when_no_poll_saw_the_pod():
                                                                       "reason": "OOMKilled"}}}]}}],
                 now=0.0)
   assert watch.cause(events) == "pod tj-node-0-1-abc: container node exited with code 137 (OOMKilled)"
+
+
+def test_deleting_the_kfp_pod_deletes_the_trainjob_its_jobset_and_pods():
+  """fake_kube [gc]: the TrainJob is owned by the step's pod; the JobSet is owned by the
+  TrainJob ([tj-build]), its Jobs and pods by the JobSet; one deletion frees them all."""
+  from fake_kube import Hang  # pylint: disable=g-import-not-at-top
+  body = trainjob.manifest(_spec(owner=("run-1-trainer", "uid-1"), worker_replicas=2))
+  with _trainer_v2(FakeCluster({"node-0": [Hang()], "node-1": [Hang()]})) as cluster:
+    cluster.owner_pods[("ns", "run-1-trainer")] = "uid-1"
+    k8s = kube_client.TrainJobClient(cluster.api_client())
+    k8s.create(body)
+    for _ in range(3):
+      k8s.get("train-1", "ns")
+    assert len(k8s.pods("train-1", "ns")) == 2 and "train-1" in cluster.jobsets
+    cluster.delete_owner_pod("ns", "run-1-trainer")
+    assert not cluster.trainjobs and not cluster.jobsets and not cluster.batch_jobs
+    assert not cluster.pods and cluster.deleted_trainjobs == ["train-1"]

@@ -56,7 +56,11 @@ What happens on failure (training-operator v1.9.0, cited per rule):
   OOM, node loss) the bound is the heartbeat: the executor writes ``<job file>.alive``
   every HEARTBEAT_SECONDS and each replica stops (exit ORPHANED_EXIT_CODE, which fails
   the job) once it has not changed for ``TFX_PARALLEL_TFJOB_ORPHAN_SECONDS`` (600);
-  ``activeDeadlineSeconds`` and ``ttlSecondsAfterFinished`` stay as the last bounds.
+  ``activeDeadlineSeconds`` and ``ttlSecondsAfterFinished`` stay as the last bounds: at
+  the deadline the operator fails the job (job.go:208-247); v1.9.0-v1.9.3 also deleted
+  every pod, but v1.9.4 honours ``cleanPodPolicy: None`` there (kubeflow/trainer#3420)
+  and the running replicas stay until the TTL deletes the job, so the bound without a
+  heartbeat is TIMEOUT_SECONDS + TTL_SECONDS (86400 + 600 s by default).
   The job's name is the checkpoint directory's digest, so a KFP retry of the step
   adopts the job of the attempt before (running or succeeded) or replaces a failed
   one: never two jobs on one checkpoint directory.
