@@ -275,8 +275,12 @@ class FakeCluster:
   repeats. Unscripted replicas exit 0."""
 
   def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True,
-               local_network=False, operator_version="v1.9.4"):
+               local_network=False, operator_version="v1.9.4", seconds_per_poll=10.0):
     self.script = dict(script or {})
+    # How far the cluster's clock moves per GET of a job: 10 s, the executor's poll; a
+    # test whose replicas are real processes passes its real poll period, so that
+    # activeDeadlineSeconds [job.go] is timed as the processes run.
+    self.seconds_per_poll = seconds_per_poll
     # [3420]: what happens to a cleanPodPolicy None job's pods at its deadline.
     self.operator_version = tuple(int(x) for x in operator_version.lstrip("v").split("."))
     # [gc] Pods that exist besides the replicas (the KFP step's): (namespace, name) -> uid.
@@ -602,7 +606,7 @@ class FakeCluster:
     if self.finished(job):
       self.clean_up(job)  # ReconcileJobs of a finished job: CleanUpResources [job.go].
       return
-    self.now += datetime.timedelta(seconds=10)
+    self.now += datetime.timedelta(seconds=self.seconds_per_poll)
     for pod in self.pods.values():
       if pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name:
         self.kubelet_step(pod)
@@ -982,7 +986,7 @@ class FakeCluster:
     trainjob = self.trainjobs[name]
     if self.true_condition(trainjob, "Complete") or self.true_condition(trainjob, "Failed"):
       return
-    self.now += datetime.timedelta(seconds=10)
+    self.now += datetime.timedelta(seconds=self.seconds_per_poll)
     for pod in list(self.pods.values()):
       if pod["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name:
         self.kubelet_step(pod)

@@ -168,14 +168,16 @@ def test_a_misspelt_or_mistyped_setting_fails_before_submission_naming_it(name, 
     kube_settings.settings_from_env(env, "multi_worker", 2)
 
 
-def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only():
-  env = {kube_settings.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1",
-         "KFP_NAMESPACE": "team-a"}
-  settings = kube_settings.settings_from_env(env, "multi_worker", 2)
+def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only(tmp_path):
+  # The pod's namespace comes from its service account's file: KFP sets no variable for it.
+  namespace_file = tmp_path / "namespace"
+  namespace_file.write_text("team-a\n")
+  env = {kube_settings.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1"}
+  settings = kube_settings.settings_from_env(env, "multi_worker", 2, str(namespace_file))
   assert settings.namespace == "team-a" and settings.owner == ("run-abc-trainer", "u-1")
   # An owner in another namespace would count as absent: the GC would delete the job.
   other = kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="team-b"),
-                                  "multi_worker", 2)
+                                          "multi_worker", 2, str(namespace_file))
   assert other.namespace == "team-b" and other.owner is None
   body = kube_manifest.manifest(kube_manifest.spec_for(settings, "tfx-parallel-train-x-1", "gs://b/j.json"))
   assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
@@ -701,11 +703,12 @@ def test_a_replica_oom_killed_after_a_checkpoint_restarts_and_all_resume(tmp_pat
   killed = f"worker-{workers - 1}"
   script = {f"worker-{i}": [Run()] for i in range(workers - 1)}
   script[killed] = [Run(oom_kill_when=oom_now), Run()]
-  with FakeCluster(script, local_network=workers > 1) as cluster:
+  poll = 0.2 if workers == 1 else 0.5
+  with FakeCluster(script, local_network=workers > 1, seconds_per_poll=poll) as cluster:
     result = kube_launch.run(job, _settings(worker_replicas=workers, gpus_per_replica=0,
-                                      timeout_seconds=900.0),
-                       client=kube_client.TFJobClient(cluster.api_client()),
-                       poll_seconds=0.2 if workers == 1 else 0.5)
+                                            timeout_seconds=900.0),
+                             client=kube_client.TFJobClient(cluster.api_client()),
+                             poll_seconds=poll)
     name = cluster.deleted_jobs[0]
   messages = [e["message"] for e in cluster.events]
   print(f"restarts={result.restarts} incarnations={cluster.incarnations} events={messages}")
@@ -782,7 +785,7 @@ DOCUMENTED_SETTINGS = {
         "TFX_PARALLEL_TFJOB_MAX_RESTARTS": "5", "TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS": "600",
         "TFX_PARALLEL_TFJOB_TTL_SECONDS": "3600"},
     "one_replica": {"TFX_PARALLEL_TFJOB_WORKERS": "1"},
-    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123", "KFP_NAMESPACE": "team-a",
+    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123",  # In its own namespace.
                              "KFP_POD_UID": "8d2e1a4c-0000-4000-8000-000000000001"},
 }
 

@@ -5,6 +5,8 @@ cleanPodPolicy, ttlSecondsAfterFinished and the ownerReference cascade. Together
 bound how long replicas outlive an executor that was killed without deleting its job.
 """
 import copy
+import os
+import tempfile
 
 from fake_kube import FakeCluster, Hang
 from tfx_parallel.components.distributed_trainer.kube import client as kube_client
@@ -16,8 +18,9 @@ TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedu
 HANG = {"chief-0": [Hang()], "worker-0": [Hang()], "worker-1": [Hang()]}
 
 
-def _settings(**overrides):
-  """Every setting that reaches the manifest, as the executor decodes them."""
+def _settings(own_namespace="ns", **overrides):
+  """Every setting that reaches the manifest, as the executor decodes them, in a pod
+  whose service account's namespace file says `own_namespace`."""
   env = {kube_settings.ENV_IMAGE: "registry.example.com/t:1",
          "TFX_PARALLEL_TFJOB_NAMESPACE": "ns", "TFX_PARALLEL_TFJOB_GPUS": "2",
          "TFX_PARALLEL_TFJOB_CHIEF": "1",
@@ -26,7 +29,11 @@ def _settings(**overrides):
                                            '"effect": "NoSchedule"}]',
          "TFX_PARALLEL_TFJOB_RESOURCES": '{"requests": {"cpu": "8", "memory": "32G"}}'}
   env.update(overrides)
-  return kube_settings.settings_from_env(env, "multi_worker", 2)
+  with tempfile.TemporaryDirectory() as tmp:
+    namespace_file = os.path.join(tmp, "namespace")
+    with open(namespace_file, "w") as f:
+      f.write(own_namespace)
+    return kube_settings.settings_from_env(env, "multi_worker", 2, namespace_file)
 
 
 def _body(settings, name="train-1"):
@@ -128,7 +135,7 @@ def test_with_the_default_settings_an_orphaned_jobs_replicas_stop_by_timeout_plu
 def test_deleting_the_kfp_pod_deletes_the_tfjob_and_its_replicas():
   """[gc]: the TFJob is owned by the step's pod (KFP_POD_NAME/KFP_POD_UID); when that pod
   goes, the job goes, and its pods with it."""
-  settings = _settings(KFP_POD_NAME="run-1-trainer", KFP_POD_UID="uid-1", KFP_NAMESPACE="ns")
+  settings = _settings(KFP_POD_NAME="run-1-trainer", KFP_POD_UID="uid-1")
   assert settings.owner == ("run-1-trainer", "uid-1")
   with FakeCluster(HANG) as cluster:
     cluster.owner_pods[("ns", "run-1-trainer")] = "uid-1"
@@ -146,9 +153,9 @@ def test_an_owner_the_garbage_collector_cannot_find_deletes_the_job_at_once():
   by a pod elsewhere (or a stale uid) is deleted as soon as it is created, and the
   executor's wait says so, which is why settings_from_env sets an owner only in the
   pod's own namespace."""
-  owned = _settings(KFP_POD_NAME="run-1-trainer", KFP_POD_UID="uid-1", KFP_NAMESPACE="ns")
-  elsewhere = _settings(KFP_POD_NAME="run-1-trainer", KFP_POD_UID="uid-1",
-                        KFP_NAMESPACE="kubeflow", TFX_PARALLEL_TFJOB_NAMESPACE="ns")
+  owned = _settings(KFP_POD_NAME="run-1-trainer", KFP_POD_UID="uid-1")
+  elsewhere = _settings(own_namespace="kubeflow", KFP_POD_NAME="run-1-trainer",
+                        KFP_POD_UID="uid-1")  # Standalone KFP's namespace; the job in "ns".
   assert elsewhere.owner is None  # The executor does not write such an owner.
   body = _body(owned)
   with FakeCluster(HANG) as cluster:

@@ -456,7 +456,7 @@ def test_two_real_replicas_train_with_the_tf_config_they_derive(tmp_path):
                                     layout="multi_worker", steps=40, epochs=1,
                                     checkpoint_every=20, log_every=20, batch_size=32))
   with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
-                               local_network=True)) as cluster:
+                               local_network=True, seconds_per_poll=0.5)) as cluster:
     result = kube_launch.run(job, _settings(gpus_per_replica=0, timeout_seconds=900.0),
                        client=kube_client.TFJobClient(cluster.api_client()), poll_seconds=0.5)
     mapped = sorted(cluster.ports)

@@ -12,11 +12,14 @@ ENV_PREFIX = "TFX_PARALLEL_TFJOB_"
 ENV_IMAGE = ENV_PREFIX + "IMAGE"
 
 # Set by the KFP v2 driver on every executor container through the downward API
-# (kubeflow/pipelines backend/src/v2/component/constants.go: EnvPodName, EnvPodUID).
-ENV_KFP_POD_NAME, ENV_KFP_POD_UID, ENV_KFP_NAMESPACE = (
-    "KFP_POD_NAME", "KFP_POD_UID", "KFP_NAMESPACE")
-
-_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# (kubeflow/pipelines backend/src/v2/component/constants.go: EnvPodName, EnvPodUID). No
+# variable names the namespace: KFP v2 compiles only these two into every container
+# (kubeflow/pipelines 2.15.0 backend/src/v2/compiler/argocompiler/common.go:40-54).
+ENV_KFP_POD_NAME, ENV_KFP_POD_UID = "KFP_POD_NAME", "KFP_POD_UID"
+# The pod's own namespace, in every pod that mounts its service account's token (the
+# ServiceAccount admission controller's volume; kubernetes plugin/pkg/admission/
+# serviceaccount/admission.go).
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 # Cluster autoscaler's --max-node-provision-time default (15 min: kubernetes/autoscaler
 # cluster-autoscaler/config/flags/flags.go; main.go before 1.30) plus 5 min for the new node to join and pull the image:
@@ -65,11 +68,9 @@ _SETTINGS = {
     "ORPHAN_SECONDS": "orphan_seconds",
 }
 
-def _own_namespace(environ: Mapping[str, str]) -> str:
-  if environ.get(ENV_KFP_NAMESPACE):
-    return environ[ENV_KFP_NAMESPACE]
+def _own_namespace(namespace_file: str) -> str:
   try:
-    with open(_NAMESPACE_FILE) as f:
+    with open(namespace_file) as f:
       return f.read().strip() or "default"
   except OSError:
     return "default"
@@ -121,8 +122,8 @@ def _check_quantities(resources: Mapping[str, Any], where: str) -> None:
         raise ValueError(f"{where}.{kind}.{resource}: not a Kubernetes quantity. Received: "
                          f"{quantity!r}") from None
 
-def settings_from_env(environ: Mapping[str, str], layout: str,
-                      workers: int) -> Optional[TFJobSettings]:
+def settings_from_env(environ: Mapping[str, str], layout: str, workers: int,
+                      namespace_file: str = NAMESPACE_FILE) -> Optional[TFJobSettings]:
   """TFJob settings when opted in (layout multi_worker and TFX_PARALLEL_TFJOB_IMAGE
   set), else None. Raises ValueError naming the variable on an unknown name or a bad
   value (types and field names of JSON settings, Kubernetes quantities)."""
@@ -176,10 +177,10 @@ def settings_from_env(environ: Mapping[str, str], layout: str,
     _check_quantities(resources, "value")
   except ValueError as e:
     raise ValueError(f"{ENV_PREFIX}RESOURCES: {e}") from None
-  namespace = read("NAMESPACE", str, None) or _own_namespace(environ)
+  namespace = read("NAMESPACE", str, None) or _own_namespace(namespace_file)
   owner = None
   if environ.get(ENV_KFP_POD_NAME) and environ.get(ENV_KFP_POD_UID) \
-      and namespace == _own_namespace(environ):
+      and namespace == _own_namespace(namespace_file):
     # An owner in another namespace counts as absent: the garbage collector would
     # delete the TFJob at once. So only in the pod's own namespace.
     owner = (environ[ENV_KFP_POD_NAME], environ[ENV_KFP_POD_UID])
