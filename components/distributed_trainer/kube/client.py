@@ -32,6 +32,7 @@ TRAINING_OPERATOR_INSTALL = (
     'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/'
     f'standalone?ref={TRAINING_OPERATOR_VERSION}"')
 
+
 class TFJobClient:
   """The Kubernetes API calls for TFJobs, and nothing else; :class:`TrainJobClient` is
   the same for Trainer v2's TrainJobs.
@@ -242,6 +243,7 @@ class TFJobClient:
                            restarts=watch.restarts)
       sleep(poll_seconds)
 
+
 class TrainJobClient(TFJobClient):
   """The same calls for Kubeflow Trainer v2's TrainJobs (trainer.kubeflow.org/v1alpha1)
   with this project's runtime (kube/trainjob.py). The pods are the JobSet's, which is named
@@ -309,11 +311,13 @@ class TrainJobClient(TFJobClient):
       out.extend(self._api.sanitize_for_serialization(e) for e in found.items)
     return out
 
+
 def _body(e) -> str:
   try:
     return json.loads(e.body).get("message", e.body)
   except (TypeError, ValueError, AttributeError):
     return str(e.body)
+
 
 def _default_api_client():
   from kubernetes import client, config  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)

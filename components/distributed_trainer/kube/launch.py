@@ -24,6 +24,7 @@ from tfx_parallel.components.distributed_trainer.kube.settings import (HEARTBEAT
 from tfx_parallel.components.distributed_trainer.kube.watch import FAILED, TFJobResult
 from tfx_parallel.components.distributed_trainer.plan import devices
 
+
 class Heartbeat:
   """The executor's side: writes the time to `uri` at most every HEARTBEAT_SECONDS."""
 
@@ -44,8 +45,10 @@ class Heartbeat:
       # A store having a bad moment must not end the step; ORPHAN_SECONDS is 10 beats.
       logging.warning("Could not write the TFJob heartbeat %s: %s", self.uri, e)
 
+
 class ExecutorTerminated(RuntimeError):
   """The executor got SIGTERM (a cancelled KFP run) while its TFJob ran."""
+
 
 @contextlib.contextmanager
 def _raise_on_sigterm() -> Iterator[None]:
@@ -63,6 +66,7 @@ def _raise_on_sigterm() -> Iterator[None]:
     yield
   finally:
     signal.signal(signal.SIGTERM, previous)
+
 
 def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
         now: Callable[[], float] = time.time, poll_seconds: float = 10.0,
@@ -121,6 +125,7 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
                        f"{result.message}. Job file: {job_uri}. Pod logs:\n{tails}")
   return result
 
+
 def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = time.sleep,
             attempts: int = 30) -> str:
   """Creates the TFJob, or finds the one an earlier attempt of this step left (its name
@@ -153,6 +158,7 @@ def _submit(client, body: Mapping[str, Any], sleep: Callable[[float], None] = ti
   raise RuntimeError(f"{client.KIND} {namespace}/{name}: a failed job of an earlier attempt "
                      f"is still being deleted after {2 * attempts} s; delete it (kubectl "
                      f"delete {client.KIND.lower()} -n {namespace} {name}) and retry the step")
+
 
 def _delete_quietly(client, name: str, namespace: str) -> None:
   """Deletes the TFJob; a failure to delete is logged, not raised over the job's own

@@ -32,6 +32,7 @@ REQUIRED_ACCESS = (
 # Either backend's needs: the step picks one at run time (API discovery).
 ALL_REQUIRED_ACCESS = trainjob.all_access(REQUIRED_ACCESS, trainjob.REQUIRED_ACCESS)
 
+
 def rbac_manifests(namespace: str, service_account: str,
                    access: Sequence[Tuple[str, str, str]] = ALL_REQUIRED_ACCESS
                    ) -> List[Dict[str, Any]]:
@@ -58,6 +59,7 @@ def rbac_manifests(namespace: str, service_account: str,
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
 # tfjob_webhook.go:75).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
 
 @dataclasses.dataclass(frozen=True)
 class TFJobSpec:
@@ -114,6 +116,7 @@ class TFJobSpec:
         raise ValueError(f"{key} must be a positive integer. Received: {value!r}")
     return self
 
+
 def _replica(spec: TFJobSpec, replicas: int) -> Dict[str, Any]:
   resources = {kind: dict(values) for kind, values in spec.resources.items()}
   if spec.gpus_per_replica:
@@ -132,6 +135,7 @@ def _replica(spec: TFJobSpec, replicas: int) -> Dict[str, Any]:
   return {"replicas": replicas, "restartPolicy": "ExitCode",
           "template": {"metadata": {"annotations": {ISTIO_INJECT_ANNOTATION: "false"}},
                        "spec": pod}}
+
 
 def manifest(spec: TFJobSpec) -> Dict[str, Any]:
   """The kubeflow.org/v1 TFJob resource (a JSON dict) for `spec`. Pure."""
@@ -159,9 +163,11 @@ def manifest(spec: TFJobSpec) -> Dict[str, Any]:
       "spec": {"runPolicy": run_policy, "tfReplicaSpecs": replica_specs},
   }
 
+
 def replica_count(tfjob: Mapping[str, Any]) -> int:
   specs = (tfjob.get("spec") or {}).get("tfReplicaSpecs") or {}
   return sum(int(spec.get("replicas", 1)) for spec in specs.values())
+
 
 def job_name(checkpoint_dir: str) -> str:
   """The DNS-1035 name of the one TFJob that may train into `checkpoint_dir`.
@@ -172,9 +178,11 @@ def job_name(checkpoint_dir: str) -> str:
   digest = hashlib.sha256(checkpoint_dir.encode()).hexdigest()[:16]
   return f"tfx-parallel-train-{digest}"
 
+
 def replica_command(job_uri: str) -> Tuple[str, ...]:
   return ("python", "-m", "tfx_parallel.components.distributed_trainer.kube.replica",
           "--job", job_uri)
+
 
 def spec_for(settings: TFJobSettings, name: str, job_uri: str) -> TFJobSpec:
   return TFJobSpec(name=name, namespace=settings.namespace, image=settings.image,

@@ -18,6 +18,7 @@ from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEART
                                                                        ORPHAN_SECONDS)
 from tfx_parallel.components.distributed_trainer.run.failures import ORPHANED_EXIT_CODE
 
+
 class Watchdog:
   """The replica's side: whether the executor's heartbeat has changed in the last
   `stale_seconds`, timed on this replica's own clock (no clock skew across nodes). A
@@ -46,6 +47,7 @@ class Watchdog:
               f"job. Stopping this replica so that its GPUs are freed.")
     return None
 
+
 def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
                    stop: Callable[[str], None]) -> Optional[threading.Thread]:
   """On a replica whose job names a heartbeat, a daemon thread that calls `stop` with
@@ -67,15 +69,18 @@ def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
   thread.start()
   return thread
 
+
 def read_text(uri: str) -> str:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
   with tf.io.gfile.GFile(uri) as f:
     return f.read()
 
+
 def stop_replica(message: str) -> None:
   """Ends this replica at once: the training threads would hold up a normal exit."""
   print(message, file=sys.stderr, flush=True)
   os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
+
 
 def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
   """The TF_CONFIG a replica must set itself: None under a TFJob (the operator set it) or
@@ -83,6 +88,7 @@ def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
   if "TF_CONFIG" in environ:
     return None
   return trainjob.tf_config_from_jobset(environ)
+
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")

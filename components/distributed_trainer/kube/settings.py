@@ -38,6 +38,7 @@ ORPHAN_SECONDS = 600.0
 # The replicas' own variables (not TFX_PARALLEL_TFJOB_*: those are the executor's settings).
 ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_SECONDS"
 
+
 @dataclasses.dataclass(frozen=True)
 class TFJobSettings:
   """The executor's TFJob settings, decoded once from TFX_PARALLEL_TFJOB_* variables."""
@@ -68,12 +69,14 @@ _SETTINGS = {
     "ORPHAN_SECONDS": "orphan_seconds",
 }
 
+
 def _own_namespace(namespace_file: str) -> str:
   try:
     with open(namespace_file) as f:
       return f.read().strip() or "default"
   except OSError:
     return "default"
+
 
 def _check_model(value: Any, model: str, where: str) -> None:
   """Checks `value` (API JSON, camelCase) against a model of the `kubernetes` client
@@ -112,6 +115,7 @@ def _check_model(value: Any, model: str, where: str) -> None:
                        f"{sorted(by_json)}).{hint}")
     _check_model(item, cls.openapi_types[by_json[key]], f"{where}.{key}")
 
+
 def _check_quantities(resources: Mapping[str, Any], where: str) -> None:
   from kubernetes.utils import parse_quantity  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
   for kind in ("requests", "limits"):
@@ -121,6 +125,7 @@ def _check_quantities(resources: Mapping[str, Any], where: str) -> None:
       except ValueError:
         raise ValueError(f"{where}.{kind}.{resource}: not a Kubernetes quantity. Received: "
                          f"{quantity!r}") from None
+
 
 def settings_from_env(environ: Mapping[str, str], layout: str, workers: int,
                       namespace_file: str = NAMESPACE_FILE) -> Optional[TFJobSettings]:

@@ -39,6 +39,7 @@ FAILED_CREATE_POD = "FailedCreatePod"
 # kubernetes pkg/controller/controller_utils.go), on a TrainJob's Jobs.
 FAILED_CREATE = "FailedCreate"
 
+
 def job_state(tfjob: Mapping[str, Any]) -> Tuple[Optional[str], str]:
   """(SUCCEEDED | FAILED | None while running, message) from the TFJob's conditions."""
   for condition in (tfjob.get("status") or {}).get("conditions") or []:
@@ -46,11 +47,13 @@ def job_state(tfjob: Mapping[str, Any]) -> Tuple[Optional[str], str]:
       return condition["type"], condition.get("message", "")
   return None, ""
 
+
 def condition_message(tfjob: Mapping[str, Any], kind: str) -> str:
   for condition in (tfjob.get("status") or {}).get("conditions") or []:
     if condition.get("type") == kind and condition.get("status") == "True":
       return condition.get("message", "")
   return ""
+
 
 @dataclasses.dataclass(frozen=True)
 class TFJobResult:
@@ -63,6 +66,7 @@ class TFJobResult:
   @property
   def succeeded(self) -> bool:
     return self.state == SUCCEEDED
+
 
 def describe_exit(code: int, reason: str = "") -> str:
   """'exited with code 137 (OOMKilled)'-style text for a container's terminated state."""
@@ -105,6 +109,7 @@ RESTART_JOBSET = "RestartJobSetFailurePolicyAction"
 
 def _uncombined(message: str) -> str:
   return message[len(COMBINED_PREFIX):] if message.startswith(COMBINED_PREFIX) else message
+
 
 class PodWatch:
   """What the executor has seen of a job's pods across polls, and when to give up.
