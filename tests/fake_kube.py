@@ -455,10 +455,11 @@ class FakeCluster:
     job = prune(body, TFJOB_SCHEMA)  # [prune] [tfjob-crd]
     job["spec"].setdefault("runPolicy", {}).setdefault("cleanPodPolicy", "None")  # [job.go]
     job["metadata"]["uid"] = f"job-uid-{next(self._uids)}"
-    # The operator's first reconcile adds Created (tfjob_controller.go onOwnerCreateFunc).
+    # The operator's first reconcile adds Created, naming the job without its namespace
+    # (onOwnerCreateFunc, kubeflow/trainer v1.9.4 pkg/controller.v1/tensorflow/
+    # tfjob_controller.go:651-662).
     job["status"] = {"conditions": [], "replicaStatuses": {}}
-    self.set_condition(job, "Created", "TFJobCreated",
-                       f"TFJob {job['metadata']['namespace']}/{name} is created.")
+    self.set_condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
     self.jobs[name] = job
     stored = copy.deepcopy(job)
     self.collect_garbage()  # [gc] An owner that does not exist deletes the job at once.
@@ -868,9 +869,10 @@ class FakeCluster:
             message = f"job {name} is restarting because {rtype} replica(s) failed."
             self.record_event(job, "Warning", "TFJobRestarting", message)
             self.set_condition(job, "Restarting", "TFJobRestarting", message)
-          elif spec.get("restartPolicy") == "ExitCode":
-            self.set_condition(job, "Failed", "TFJobFailed",
-                               f'job "{name}" is failing because "{rtype}" replica(s) failed.')
+          elif spec.get("restartPolicy") == "ExitCode":  # An event and the condition
+            message = f'job "{name}" is failing because "{rtype}" replica(s) failed.'  # [pod.go:367-372]
+            self.record_event(job, "Warning", "TFJobFailed", message)
+            self.set_condition(job, "Failed", "TFJobFailed", message)
         key = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}.get(phase)
         if key:  # updateJobReplicaStatuses counts the pod as it was seen.
           counts[key] += 1

@@ -166,3 +166,22 @@ def test_an_owner_the_garbage_collector_cannot_find_deletes_the_job_at_once():
     result = k8s.wait("train-1", "ns", timeout_seconds=600, poll_seconds=0)
   assert result.state == kube_watch.FAILED
   assert result.message == "TFJob ns/train-1 was deleted while the executor waited for it"
+
+
+def test_the_operators_own_messages_for_creation_and_a_permanent_exit():
+  """[tfjob] onOwnerCreateFunc names the job without its namespace; [pod.go] a replica
+  that exits 1-127 under ExitCode gives a Warning event and the Failed condition, both
+  with the operator's quoting."""
+  from fake_kube import Exit  # pylint: disable=g-import-not-at-top
+  with FakeCluster({"chief-0": [Hang()], "worker-0": [Hang()], "worker-1": [Exit(1)]}) as cluster:
+    k8s = kube_client.TFJobClient(cluster.api_client())
+    created = k8s.create(_body(_settings()))
+    assert created["status"]["conditions"] == [
+        {"type": "Created", "status": "True", "reason": "TFJobCreated",
+         "message": "TFJob train-1 is created."}]
+    job = _poll_until_finished(k8s, "train-1")
+    events = [(e["type"], e["reason"], e["message"]) for e in k8s.events("train-1", "ns")]
+  message = 'job "train-1" is failing because "Worker" replica(s) failed.'
+  assert kube_watch.job_state(job) == ("Failed", message)
+  assert ("Warning", "TFJobFailed", message) in events
+  assert ("Normal", "ExitedWithCode", "Pod: ns.train-1-worker-1 exited with code 1") in events
