@@ -24,7 +24,7 @@ from tfx_parallel.components.distributed_trainer.component import DistributedTra
 from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
-# Opts the trainer into a TFJob (components/distributed_trainer/run/tfjob.py ENV_IMAGE).
+# Opts the trainer into a TFJob (components/distributed_trainer/kube/settings.py ENV_IMAGE).
 _TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
 # tfx/orchestration/kubeflow/v2/pipeline_builder.DEFAULT_IMAGE_PATH_KEY.
 _DEFAULT_IMAGE_KEY = "default_image_path"

@@ -3,7 +3,7 @@
 
 The DistributedTrainer step creates a TFJob, or on Kubeflow Trainer v2 a TrainJob (after
 reading this project's TrainingRuntime), and reads its pods, their logs and the job's
-events (run/tfjob.py ALL_REQUIRED_ACCESS); before it creates anything it asks the API
+events (kube/manifest.py ALL_REQUIRED_ACCESS); before it creates anything it asks the API
 server (SelfSubjectAccessReview) and fails naming each missing verb. This prints what
 grants exactly that, for the account the step runs as:
 
@@ -11,15 +11,15 @@ grants exactly that, for the account the step runs as:
 * a Kubeflow profile (multi-user): ``default-editor`` in the profile's namespace.
 
 Apply it with ``tfx-parallel rbac --namespace NS --service-account SA | kubectl apply -f -``.
-On Trainer v2, also ``tfx-parallel runtime --namespace NS | kubectl apply -f -`` (run/trainjob.py).
+On Trainer v2, also ``tfx-parallel runtime --namespace NS | kubectl apply -f -`` (kube/trainjob.py).
 """
 import argparse
 import sys
 
 import yaml
 
-from tfx_parallel.components.distributed_trainer.run import tfjob
-from tfx_parallel.components.distributed_trainer.run import trainjob
+from tfx_parallel.components.distributed_trainer.kube import manifest
+from tfx_parallel.components.distributed_trainer.kube import trainjob
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  docs = tfjob.rbac_manifests(args.namespace, args.service_account)
+  docs = manifest.rbac_manifests(args.namespace, args.service_account)
   sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
   return 0
 

@@ -255,9 +255,9 @@ def cmd_run(args) -> int:
   with console_lib.Console(args.home, config.pipeline_name, verbose=args.verbose) as console, \
       contextlib.ExitStack() as early:
     from tfx_parallel.components.distributed_trainer.plan import gpu_env  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
-    remote = config.trainer.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
-    if not gpu_env.preflight(config.trainer, remote=remote):  # GPUs unseen by TensorFlow.
+    from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings  # pylint: disable=g-import-not-at-top
+    if not gpu_env.preflight(config.trainer, remote=kube_settings.opted_in(  # nvidia-smi's GPUs unseen by TensorFlow.
+        os.environ, config.trainer.layout)):
       return 2
     # The training process imports TensorFlow while the inputs are checked and TFX loads.
     early.enter_context(local_runner.trainer_started_early(config))

@@ -54,9 +54,9 @@ def trainer_started_early(config: config_lib.PipelineConfig):
 def trains_here(config: config_lib.PipelineConfig) -> bool:
   """Whether the trainer will run one training process on this machine (the layouts
   other than multi_worker, no TF_CONFIG, no TFJob): the one the local runner starts early."""
-  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings  # pylint: disable=g-import-not-at-top
   return (config.trainer.layout != "multi_worker" and not os.environ.get("TF_CONFIG")
-          and not os.environ.get(tfjob.ENV_IMAGE))
+          and not os.environ.get(kube_settings.ENV_IMAGE))
 
 
 def _run(config: config_lib.PipelineConfig, home: str) -> str:

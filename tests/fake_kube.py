@@ -52,6 +52,27 @@ Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
                pkg/controller/controller_utils.go (FailedCreate "Error creating: %v")
   [prune]      kubernetes apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go
                (unknown fields dropped against the CRD's structural schema, on every write)
+  [tfjob-crd]  kubeflow/trainer v1.9.4 manifests/base/crds/kubeflow.org_tfjobs.yaml (the
+               TFJob CRD's structural schema: spec :46-149, runPolicy :52-128, replica specs
+               :134-149, template.metadata :156-177, template.spec :178 = core/v1 PodSpec)
+  [job.go]     kubeflow/trainer v1.9.4 pkg/controller.v1/common/job.go: ReconcileJobs
+               :98-141 (a finished job: CleanUpResources), :208-247 (past
+               activeDeadlineSeconds: "Job %s has failed because it was active longer than
+               specified deadline", event and condition reason TFJobFailed), :420-453
+               (CleanupJob: the job is deleted ttlSecondsAfterFinished after
+               completionTime); DeletePodsAndServices :43-70 (cleanPodPolicy None keeps
+               pods of a finished job, Running deletes Running and Pending ones); pkg/core/
+               job.go:82-91 (PastActiveDeadline from status.startTime, set on the first
+               reconcile, tfjob_controller.go:394-396); tensorflow_defaults.go:52-53
+               (cleanPodPolicy defaults to None)
+  [3420]       kubeflow/trainer#3420 (v1.9.4): past the deadline the Failed condition is set
+               BEFORE DeletePodsAndServices, so cleanPodPolicy None keeps the pods; v1.9.0 to
+               v1.9.3 deleted them first (job.go:216-245 at v1.9.3), whatever the policy
+  [gc]         kubernetes pkg/controller/garbagecollector/garbagecollector.go
+               (attemptToDeleteItem: a dependent whose owners are all absent is deleted,
+               background propagation; a namespaced owner is looked up in the dependent's
+               own namespace, so one elsewhere counts as absent); the operator's pods are
+               owned by their TFJob, the TFJob by the KFP pod when the executor says so
   [downward]   kubernetes pkg/kubelet/kubelet_pods.go (podFieldSelectorRuntimeValue:
                metadata.labels['k'] / metadata.annotations['k'] in env valueFrom.fieldRef)
 
@@ -127,6 +148,21 @@ JOBSET_SPEC_SCHEMA = {  # kubernetes-sigs/jobset v0.10.1 api/jobset/v1alpha2/job
                           "onJobFailureMessagePatterns", "targetReplicatedJobs")}]},
     "startupPolicy": _OPAQUE, "suspend": _OPAQUE, "coordinator": _OPAQUE,
     "managedBy": _OPAQUE, "ttlSecondsAfterFinished": _OPAQUE}
+# [tfjob-crd] A replica's template.spec is core/v1 PodSpec (the CRD expands the Go type):
+# pruned against the `kubernetes` client's V1PodSpec model, generated from the same type.
+POD_SPEC_MODEL = "model:V1PodSpec"
+TFJOB_SCHEMA = {
+    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE, "status": _OPAQUE,
+    "spec": {  # TFJobSpec, tensorflow_types.go:69-90
+        "enableDynamicWorker": _OPAQUE, "successPolicy": _OPAQUE,
+        "runPolicy": {k: _OPAQUE for k in (  # RunPolicy, common_types.go:194-
+            "activeDeadlineSeconds", "backoffLimit", "cleanPodPolicy", "managedBy",
+            "schedulingPolicy", "suspend", "ttlSecondsAfterFinished")},
+        "tfReplicaSpecs": {"*": {  # map[ReplicaType]*ReplicaSpec (additionalProperties)
+            "replicas": _OPAQUE, "restartPolicy": _OPAQUE,
+            "template": {"metadata": {k: _OPAQUE for k in (
+                "annotations", "finalizers", "labels", "name", "namespace")},
+                         "spec": POD_SPEC_MODEL}}}}}
 RUNTIME_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainingruntime_types.go
     "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE,
     "spec": {"mlPolicy": {"numNodes": _OPAQUE, "torch": _OPAQUE, "mpi": _OPAQUE},  # :110-196
@@ -135,14 +171,36 @@ RUNTIME_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/training
 
 
 def prune(value, schema):
-  """[prune]: a copy of `value` without the fields `schema` does not name."""
+  """[prune]: a copy of `value` without the fields `schema` does not name. A schema is
+  None (kept whole), [item], {"*": value} (a map), a dict of fields, or "model:<Name>"
+  (a `kubernetes` client model, walked through its attribute_map and openapi_types)."""
   if schema is None:
     return copy.deepcopy(value)
+  if isinstance(schema, str):
+    return _prune_model(value, schema[len("model:"):])
   if isinstance(schema, list):
     return [prune(v, schema[0]) for v in value] if isinstance(value, list) else value
   if not isinstance(value, dict):
     return value
+  if "*" in schema:
+    return {k: prune(v, schema["*"]) for k, v in value.items()}
   return {k: prune(v, schema[k]) for k, v in value.items() if k in schema}
+
+
+def _prune_model(value, model):
+  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  if model.startswith("list["):
+    return [_prune_model(v, model[5:-1]) for v in value] if isinstance(value, list) else value
+  if model.startswith("dict("):
+    inner = model[5:-1].split(", ", 1)[1]
+    return ({k: _prune_model(v, inner) for k, v in value.items()} if isinstance(value, dict)
+            else value)
+  cls = getattr(client, model, None)
+  if cls is None or not isinstance(value, dict):  # str, int, object, ...: a leaf.
+    return copy.deepcopy(value)
+  by_json = {json_name: attr for attr, json_name in cls.attribute_map.items()}
+  return {k: _prune_model(v, cls.openapi_types[by_json[k]]) for k, v in value.items()
+          if k in by_json}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +239,12 @@ EVENT_TTL_SECONDS = 3600  # [event-ttl]
 
 
 @dataclasses.dataclass(frozen=True)
+class Hang:
+  """Starts and keeps running until its pod is deleted (a replica that trains on, or
+  waits for a peer, with no executor left to stop it)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Unschedulable:
   message: str = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
@@ -211,8 +275,16 @@ class FakeCluster:
   repeats. Unscripted replicas exit 0."""
 
   def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True,
-               local_network=False):
+               local_network=False, operator_version="v1.9.4", seconds_per_poll=10.0):
     self.script = dict(script or {})
+    # How far the cluster's clock moves per GET of a job: 10 s, the executor's poll; a
+    # test whose replicas are real processes passes its real poll period, so that
+    # activeDeadlineSeconds [job.go] is timed as the processes run.
+    self.seconds_per_poll = seconds_per_poll
+    # [3420]: what happens to a cleanPodPolicy None job's pods at its deadline.
+    self.operator_version = tuple(int(x) for x in operator_version.lstrip("v").split("."))
+    # [gc] Pods that exist besides the replicas (the KFP step's): (namespace, name) -> uid.
+    self.owner_pods: Dict[tuple, str] = {}
     self.local_network = local_network
     self.ports: Dict[str, int] = {}
     self.istio_injection = istio_injection
@@ -343,13 +415,11 @@ class FakeCluster:
         return self.status(404, "NotFound", f'tfjobs.kubeflow.org "{name}" not found')
       if method == "GET":
         self.tick(name)
+        if name not in self.jobs:  # Deleted by its TTL [job.go] in this reconcile.
+          return self.status(404, "NotFound", f'tfjobs.kubeflow.org "{name}" not found')
         return 200, self.jobs[name], "application/json"
       if method == "DELETE":
-        del self.jobs[name]
-        self.deleted_jobs.append(name)
-        for pod in [p for p, v in self.pods.items()
-                    if v["metadata"]["labels"].get(JOB_NAME_LABEL) == name]:
-          self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
+        self.delete_tfjob(name)
         return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
             "application/json"
     if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[4] == "pods":
@@ -382,14 +452,54 @@ class FakeCluster:
     name = body["metadata"]["name"]
     if name in self.jobs:
       return self.status(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
-    job = copy.deepcopy(body)
+    job = prune(body, TFJOB_SCHEMA)  # [prune] [tfjob-crd]
+    job["spec"].setdefault("runPolicy", {}).setdefault("cleanPodPolicy", "None")  # [job.go]
     job["metadata"]["uid"] = f"job-uid-{next(self._uids)}"
-    # The operator's first reconcile adds Created (tfjob_controller.go onOwnerCreateFunc).
+    # The operator's first reconcile adds Created, naming the job without its namespace
+    # (onOwnerCreateFunc, kubeflow/trainer v1.9.4 pkg/controller.v1/tensorflow/
+    # tfjob_controller.go:651-662).
     job["status"] = {"conditions": [], "replicaStatuses": {}}
-    self.set_condition(job, "Created", "TFJobCreated",
-                       f"TFJob {job['metadata']['namespace']}/{name} is created.")
+    self.set_condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
     self.jobs[name] = job
-    return 201, job, "application/json"
+    stored = copy.deepcopy(job)
+    self.collect_garbage()  # [gc] An owner that does not exist deletes the job at once.
+    return 201, stored, "application/json"
+
+  def delete_tfjob(self, name):
+    """DELETE, by a client, the TTL or the garbage collector; the pods follow [gc]."""
+    del self.jobs[name]
+    self.deleted_jobs.append(name)
+    for pod in [p for p, v in self.pods.items()
+                if v["metadata"]["labels"].get(JOB_NAME_LABEL) == name]:
+      self.delete_pod(pod)  # The garbage collector, via the operator's ownerRefs.
+
+  def collect_garbage(self):
+    """[gc] Deletes every TFJob and TrainJob whose owners are all absent: an owner Pod is
+    looked up by name in the job's own namespace and must have the referenced uid."""
+    for jobs, delete in ((self.jobs, self.delete_tfjob), (self.trainjobs, self.delete_trainjob)):
+      for name, job in list(jobs.items()):
+        refs = job["metadata"].get("ownerReferences") or []
+        namespace = job["metadata"]["namespace"]
+        if refs and all(self.owner_pods.get((namespace, r["name"])) != r["uid"] for r in refs):
+          delete(name)
+
+  def delete_owner_pod(self, namespace, name):
+    """The KFP step's pod is deleted (the workflow's TTL, or by hand) [gc]."""
+    del self.owner_pods[(namespace, name)]
+    self.collect_garbage()
+
+  def advance(self, seconds):
+    """Time passes with no client polling: the operator's work queue still syncs each
+    job (AddAfter for its deadline, tfjob_controller.go:397-401, and for its TTL,
+    job.go:446) and the garbage collector runs."""
+    self.now += datetime.timedelta(seconds=seconds)
+    for name in list(self.jobs):
+      job = self.jobs[name]
+      if self.finished(job):
+        self.clean_up(job)
+      elif self.past_deadline(job):
+        self.fail_past_deadline(job)
+    self.collect_garbage()
 
   def log(self, pod_name, container):
     pod = self.pods.get(pod_name)
@@ -495,12 +605,73 @@ class FakeCluster:
   def tick(self, name):
     job = self.jobs[name]
     if self.finished(job):
-      return  # ReconcileJobs stops at a finished job (cleanPodPolicy None keeps pods).
-    self.now += datetime.timedelta(seconds=10)
+      self.clean_up(job)  # ReconcileJobs of a finished job: CleanUpResources [job.go].
+      return
+    self.now += datetime.timedelta(seconds=self.seconds_per_poll)
     for pod in self.pods.values():
       if pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name:
         self.kubelet_step(pod)
+    if self.past_deadline(job):
+      self.fail_past_deadline(job)
+      return
     self.reconcile(job)
+    stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    job["status"].setdefault("startTime", stamp)  # First reconcile [job.go]
+    if self.finished(job):
+      job["status"].setdefault("completionTime", stamp)
+
+  # --- Operator: deadline, cleanPodPolicy, TTL [job.go] [3420] -----------------------
+
+  def past_deadline(self, job):
+    """PastActiveDeadline (pkg/core/job.go:82-91)."""
+    deadline = job["spec"]["runPolicy"].get("activeDeadlineSeconds")
+    start = job["status"].get("startTime")
+    return deadline is not None and start is not None and \
+        (self.now - self.parse_time(start)).total_seconds() >= deadline
+
+  def job_pods(self, job):
+    return [p for p, v in self.pods.items()
+            if v["metadata"]["labels"].get(JOB_NAME_LABEL) == job["metadata"]["name"]]
+
+  def delete_pods_and_services(self, job):
+    """DeletePodsAndServices [job.go:43-70]: cleanPodPolicy is ignored until the job has
+    a Succeeded or Failed condition."""
+    policy, finished = job["spec"]["runPolicy"]["cleanPodPolicy"], self.finished(job)
+    if finished and policy == "None":
+      return
+    for pod in self.job_pods(job):
+      if finished and policy == "Running" and \
+          self.pods[pod]["status"]["phase"] not in ("Running", "Pending"):
+        continue
+      self.delete_pod(pod)
+
+  def fail_past_deadline(self, job):
+    """The jobExceedsLimit branch of ReconcileJobs [job.go:208-247], in v1.9.4's order
+    (Failed, then DeletePodsAndServices) or, before it, the reverse [3420]."""
+    message = (f"Job {job['metadata']['name']} has failed because it was active longer "
+               f"than specified deadline")
+    job["status"].setdefault("completionTime", self.now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    if self.operator_version < (1, 9, 4):
+      self.delete_pods_and_services(job)  # Not yet finished: every pod goes.
+    self.record_event(job, "Normal", "TFJobFailed", message)
+    self.set_condition(job, "Failed", "TFJobFailed", message)
+    if self.operator_version >= (1, 9, 4):
+      self.delete_pods_and_services(job)
+    self.cleanup_job(job)
+
+  def clean_up(self, job):
+    """CleanUpResources [job.go:361-388] of a finished job."""
+    self.delete_pods_and_services(job)
+    self.cleanup_job(job)
+
+  def cleanup_job(self, job):
+    """CleanupJob [job.go:420-453]: delete the job ttlSecondsAfterFinished after its
+    completionTime (its pods follow through their ownerReferences [gc])."""
+    ttl = job["spec"]["runPolicy"].get("ttlSecondsAfterFinished")
+    done = job["status"].get("completionTime")
+    if ttl is not None and done is not None and \
+        self.now > self.parse_time(done) + datetime.timedelta(seconds=ttl):
+      self.delete_tfjob(job["metadata"]["name"])
 
   def delete_pod(self, pod_name):
     proc = self.procs.pop(pod_name, None)
@@ -543,6 +714,8 @@ class FakeCluster:
       pod["metadata"]["annotations"]["fake/log"] = (
           f"[trainer] {pod['metadata']['name']} (uid {pod['metadata']['uid']}) started\n")
       return
+    if isinstance(outcome, Hang):
+      return  # Trains on.
     reason = outcome.reason or ("Completed" if outcome.code == 0 else "Error")
     if "running" in tf_status["state"] or "waiting" in tf_status["state"]:
       tf_status["state"] = {"terminated": {"exitCode": outcome.code, "reason": reason}}
@@ -696,9 +869,10 @@ class FakeCluster:
             message = f"job {name} is restarting because {rtype} replica(s) failed."
             self.record_event(job, "Warning", "TFJobRestarting", message)
             self.set_condition(job, "Restarting", "TFJobRestarting", message)
-          elif spec.get("restartPolicy") == "ExitCode":
-            self.set_condition(job, "Failed", "TFJobFailed",
-                               f'job "{name}" is failing because "{rtype}" replica(s) failed.')
+          elif spec.get("restartPolicy") == "ExitCode":  # An event and the condition
+            message = f'job "{name}" is failing because "{rtype}" replica(s) failed.'  # [pod.go:367-372]
+            self.record_event(job, "Warning", "TFJobFailed", message)
+            self.set_condition(job, "Failed", "TFJobFailed", message)
         key = {"Running": "active", "Succeeded": "succeeded", "Failed": "failed"}.get(phase)
         if key:  # updateJobReplicaStatuses counts the pod as it was seen.
           counts[key] += 1
@@ -771,15 +945,18 @@ class FakeCluster:
       self.tick_trainjob(name)
       return 200, self.trainjobs[name], "application/json"
     if method == "DELETE":
-      del self.trainjobs[name]
-      self.deleted_trainjobs.append(name)
-      self.jobsets.pop(name, None)  # The garbage collector: JobSet, Jobs, pods.
-      for job in [j for j, v in self.batch_jobs.items()
-                  if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
-        self.delete_batch_job(job)
+      self.delete_trainjob(name)
       return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}, \
           "application/json"
     return self.status(405, "MethodNotAllowed", method)
+
+  def delete_trainjob(self, name):
+    del self.trainjobs[name]
+    self.deleted_trainjobs.append(name)
+    self.jobsets.pop(name, None)  # The garbage collector: JobSet, Jobs, pods.
+    for job in [j for j, v in self.batch_jobs.items()
+                if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
+      self.delete_batch_job(job)
 
   def create_trainjob(self, namespace, body):
     name = body["metadata"]["name"]
@@ -798,7 +975,9 @@ class FakeCluster:
     job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
     job["status"] = {"conditions": []}
     self.trainjobs[name] = job
-    return 201, job, "application/json"
+    stored = copy.deepcopy(job)
+    self.collect_garbage()  # [gc]
+    return 201, stored, "application/json"
 
   @staticmethod
   def true_condition(obj, kind):
@@ -809,7 +988,7 @@ class FakeCluster:
     trainjob = self.trainjobs[name]
     if self.true_condition(trainjob, "Complete") or self.true_condition(trainjob, "Failed"):
       return
-    self.now += datetime.timedelta(seconds=10)
+    self.now += datetime.timedelta(seconds=self.seconds_per_poll)
     for pod in list(self.pods.values()):
       if pod["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name:
         self.kubelet_step(pod)

@@ -158,7 +158,8 @@ class AtTensorFlowImport:
     return None
 sys.meta_path.insert(0, AtTensorFlowImport())
 
-from tfx_parallel.components.distributed_trainer.run import tfjob, train
+from tfx_parallel.components.distributed_trainer.kube import replica
+from tfx_parallel.components.distributed_trainer.run import train
 from tfx_parallel.kubeflow import entrypoint
 out["imported_tensorflow"] = "tensorflow" in sys.modules
 out["after_import"] = env()
@@ -169,8 +170,8 @@ def seen(name):
     reset()  # The next entry point starts clean again.
   return record
 
-train.run = seen("tfjob.main")
-tfjob.main(["--job", sys.argv[1]])  # Imports TensorFlow, copies the job, calls train.main.
+train.run = seen("replica.main")
+replica.main(["--job", sys.argv[1]])  # Imports TensorFlow, copies the job, calls train.main.
 train.run = seen("train.main")
 train.main(["--job", sys.argv[1]])
 import tfx_parallel.pipeline.cli  # The console script imports it, then calls main.
@@ -203,5 +204,5 @@ def test_each_entry_point_prepares_the_environment(tmp_path):
   prepared = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
   assert got["imported_tensorflow"] is False and got["after_import"] == unset, got
   assert got["at_tensorflow_import"] == prepared, got
-  for entry in ("tfjob.main", "train.main", "cli", "kubeflow.entrypoint.main"):
+  for entry in ("replica.main", "train.main", "cli", "kubeflow.entrypoint.main"):
     assert got[entry] == prepared, (entry, got)

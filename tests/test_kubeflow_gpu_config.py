@@ -94,10 +94,10 @@ def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():
   env = {e["name"]: e["value"] for e in executors(documents)[TRAINER]["container"]["env"]}
   assert env["TFX_PARALLEL_TFJOB_WORKERS"] == "2"
   assert env["TFX_PARALLEL_ARTIFACT_PATHS"] == "remote"  # Replicas cannot see /gcs/ copies.
-  from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
-  settings = tfjob.settings_from_env(env, config.pipeline.trainer.layout,
-                                     config.pipeline.trainer.workers)
-  body = tfjob.manifest(tfjob.spec_for(settings, "train-1", "gs://b/job.json"))
+  from tfx_parallel.components.distributed_trainer.kube import manifest, settings as kube_settings  # pylint: disable=g-import-not-at-top
+  settings = kube_settings.settings_from_env(env, config.pipeline.trainer.layout,
+                                             config.pipeline.trainer.workers)
+  body = manifest.manifest(manifest.spec_for(settings, "train-1", "gs://b/job.json"))
   worker = body["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["replicas"] == 2
   pod = worker["template"]["spec"]

@@ -15,8 +15,14 @@ import sys
 import pytest
 
 from fake_kube import CreateRefused, Exit, FakeCluster, PullFails, Run, Stuck, Unschedulable
-from tfx_parallel.components.distributed_trainer.run import tfjob
-from tfx_parallel.components.distributed_trainer.run.train import Job
+from tfx_parallel.components.distributed_trainer.job import Job
+from tfx_parallel.components.distributed_trainer.kube import client as kube_client
+from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
+from tfx_parallel.components.distributed_trainer.kube import manifest as kube_manifest
+from tfx_parallel.components.distributed_trainer.kube import replica as kube_replica
+from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
+from tfx_parallel.components.distributed_trainer.kube import watch as kube_watch
+from tfx_parallel.components.distributed_trainer.run import failures
 
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -28,13 +34,13 @@ def _spec(**overrides):
                 node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
                 tolerations=(TOLERATION,), env={"TF_USE_LEGACY_KERAS": "1"})
   fields.update(overrides)
-  return tfjob.TFJobSpec(**fields)
+  return kube_manifest.TFJobSpec(**fields)
 
 
 # --- The manifest: a pure function. --------------------------------------------------
 
 def test_manifest_has_replicas_gpus_image_command_restart_policy_and_placement():
-  body = tfjob.manifest(_spec())
+  body = kube_manifest.manifest(_spec())
   assert body["apiVersion"] == "kubeflow.org/v1" and body["kind"] == "TFJob"
   assert body["metadata"]["name"] == "train-1"
   assert body["metadata"]["namespace"] == "kubeflow-user"
@@ -61,7 +67,7 @@ def test_manifest_has_replicas_gpus_image_command_restart_policy_and_placement()
 
 
 def test_manifest_chief_and_cpu_only():
-  body = tfjob.manifest(_spec(chief_replicas=1, gpus_per_replica=0, resources={},
+  body = kube_manifest.manifest(_spec(chief_replicas=1, gpus_per_replica=0, resources={},
                               node_selector={}, tolerations=()))
   replicas = body["spec"]["tfReplicaSpecs"]
   assert replicas["Chief"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
@@ -72,7 +78,7 @@ def test_manifest_chief_and_cpu_only():
 
 
 def test_manifest_owner_deadline_and_ttl():
-  body = tfjob.manifest(_spec(owner=("kfp-pod-abc", "1234-uid"), active_deadline_seconds=600,
+  body = kube_manifest.manifest(_spec(owner=("kfp-pod-abc", "1234-uid"), active_deadline_seconds=600,
                               ttl_seconds_after_finished=300))
   assert body["metadata"]["ownerReferences"] == [
       {"apiVersion": "v1", "kind": "Pod", "name": "kfp-pod-abc", "uid": "1234-uid"}]
@@ -89,49 +95,49 @@ def test_manifest_owner_deadline_and_ttl():
 ])
 def test_manifest_rejects_bad_specs_echoing_the_value(overrides, needle):
   with pytest.raises(ValueError, match=needle):
-    tfjob.manifest(_spec(**overrides))
+    kube_manifest.manifest(_spec(**overrides))
 
 
 def test_job_state_reads_the_conditions():
   running = {"status": {"conditions": [{"type": "Created", "status": "True"},
                                        {"type": "Running", "status": "True"}]}}
-  assert tfjob.job_state(running) == (None, "")
-  assert tfjob.job_state({}) == (None, "")
+  assert kube_watch.job_state(running) == (None, "")
+  assert kube_watch.job_state({}) == (None, "")
   done = {"status": {"conditions": [{"type": "Running", "status": "False"},
                                     {"type": "Succeeded", "status": "True", "message": "ok"}]}}
-  assert tfjob.job_state(done) == ("Succeeded", "ok")
+  assert kube_watch.job_state(done) == ("Succeeded", "ok")
   failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "message": "x"}]}}
-  assert tfjob.job_state(failed) == ("Failed", "x")
+  assert kube_watch.job_state(failed) == ("Failed", "x")
 
 
 # --- Opt-in from the environment. ----------------------------------------------------
 
 def test_settings_only_for_multi_worker_with_an_image():
-  env = {tfjob.ENV_IMAGE: "img:1"}
-  assert tfjob.settings_from_env({}, "multi_worker", 2) is None
-  assert tfjob.settings_from_env(env, "mirrored", 2) is None
-  settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
+  env = {kube_settings.ENV_IMAGE: "img:1"}
+  assert kube_settings.settings_from_env({}, "multi_worker", 2) is None
+  assert kube_settings.settings_from_env(env, "mirrored", 2) is None
+  settings = kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
                                      "multi_worker", 2)
   assert (settings.image, settings.namespace, settings.worker_replicas,
           settings.gpus_per_replica) == ("img:1", "ns", 2, 0)
 
 
 def test_settings_parse_every_variable_and_name_a_bad_one():
-  env = {tfjob.ENV_IMAGE: "img:1", "TFX_PARALLEL_TFJOB_WORKERS": "4",
+  env = {kube_settings.ENV_IMAGE: "img:1", "TFX_PARALLEL_TFJOB_WORKERS": "4",
          "TFX_PARALLEL_TFJOB_CHIEF": "1", "TFX_PARALLEL_TFJOB_GPUS": "8",
          "TFX_PARALLEL_TFJOB_NODE_SELECTOR": '{"pool": "gpu"}',
          "TFX_PARALLEL_TFJOB_TOLERATIONS": json.dumps([TOLERATION]),
          "TFX_PARALLEL_TFJOB_RESOURCES": '{"limits": {"memory": "64G"}}',
          "TFX_PARALLEL_TFJOB_NAMESPACE": "ns", "TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS": "60"}
-  s = tfjob.settings_from_env(env, "multi_worker", 2)
+  s = kube_settings.settings_from_env(env, "multi_worker", 2)
   assert (s.worker_replicas, s.chief_replicas, s.gpus_per_replica) == (4, 1, 8)
   assert s.node_selector == {"pool": "gpu"} and s.tolerations == (TOLERATION,)
   assert s.resources == {"limits": {"memory": "64G"}} and s.timeout_seconds == 60.0
   with pytest.raises(ValueError, match="TFX_PARALLEL_TFJOB_NODE_SELECTOR"):
-    tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NODE_SELECTOR="[1]"),
+    kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NODE_SELECTOR="[1]"),
                             "multi_worker", 2)
   with pytest.raises(ValueError, match="TFX_PARALLEL_TFJOB_GPUS: cannot parse 'two'"):
-    tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_GPUS="two"), "multi_worker", 2)
+    kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_GPUS="two"), "multi_worker", 2)
 
 
 @pytest.mark.parametrize("name,value,needle", [
@@ -157,21 +163,23 @@ def test_settings_parse_every_variable_and_name_a_bad_one():
 ])
 def test_a_misspelt_or_mistyped_setting_fails_before_submission_naming_it(name, value,
                                                                          needle):
-  env = {tfjob.ENV_IMAGE: "img:1", name: value}
+  env = {kube_settings.ENV_IMAGE: "img:1", name: value}
   with pytest.raises(ValueError, match=needle):
-    tfjob.settings_from_env(env, "multi_worker", 2)
+    kube_settings.settings_from_env(env, "multi_worker", 2)
 
 
-def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only():
-  env = {tfjob.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1",
-         "KFP_NAMESPACE": "team-a"}
-  settings = tfjob.settings_from_env(env, "multi_worker", 2)
+def test_settings_own_the_tfjob_by_the_kfp_pod_in_its_namespace_only(tmp_path):
+  # The pod's namespace comes from its service account's file: KFP sets no variable for it.
+  namespace_file = tmp_path / "namespace"
+  namespace_file.write_text("team-a\n")
+  env = {kube_settings.ENV_IMAGE: "img:1", "KFP_POD_NAME": "run-abc-trainer", "KFP_POD_UID": "u-1"}
+  settings = kube_settings.settings_from_env(env, "multi_worker", 2, str(namespace_file))
   assert settings.namespace == "team-a" and settings.owner == ("run-abc-trainer", "u-1")
   # An owner in another namespace would count as absent: the GC would delete the job.
-  other = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="team-b"),
-                                  "multi_worker", 2)
+  other = kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_NAMESPACE="team-b"),
+                                          "multi_worker", 2, str(namespace_file))
   assert other.namespace == "team-b" and other.owner is None
-  body = tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-x-1", "gs://b/j.json"))
+  body = kube_manifest.manifest(kube_manifest.spec_for(settings, "tfx-parallel-train-x-1", "gs://b/j.json"))
   assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
   assert body["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
   assert body["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 600
@@ -194,16 +202,16 @@ def _settings(**overrides):
                 tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0,
                 timeout_seconds=600.0)  # 60 polls of the fake clock: a hang fails fast.
   fields.update(overrides)
-  return tfjob.TFJobSettings(**fields)
+  return kube_settings.TFJobSettings(**fields)
 
 
 def _run(cluster, tmp_path, settings=None, seconds_per_poll=10):
-  """tfjob.run against `cluster`; its clock advances `seconds_per_poll` per TFJob GET."""
+  """kube_launch.run against `cluster`; its clock advances `seconds_per_poll` per TFJob GET."""
   def clock():
     return seconds_per_poll * sum(1 for m, p, _, _ in cluster.requests
                                   if m == "GET" and "/tfjobs/" in p)
-  return tfjob.run(_job(tmp_path), settings or _settings(),
-                   client=tfjob.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
+  return kube_launch.run(_job(tmp_path), settings or _settings(),
+                   client=kube_client.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
                    poll_seconds=0, clock=clock)
 
 
@@ -216,14 +224,14 @@ def test_fake_cluster_is_strict_like_the_real_one_about_istio():
   and a log read without container= is a 400 naming both containers."""
   from kubernetes import client  # pylint: disable=g-import-not-at-top
   from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
-  body = tfjob.manifest(_spec(worker_replicas=1, namespace="ns"))
+  body = kube_manifest.manifest(_spec(worker_replicas=1, namespace="ns"))
   del body["spec"]["tfReplicaSpecs"]["Worker"]["template"]["metadata"]
   with FakeCluster() as cluster:
-    k8s = tfjob.TFJobClient(cluster.api_client())
+    k8s = kube_client.TFJobClient(cluster.api_client())
     k8s.create(body)
     for _ in range(6):
       job = k8s.get("train-1", "ns")
-    assert tfjob.job_state(job) == (None, "")
+    assert kube_watch.job_state(job) == (None, "")
     pod = cluster.pods["train-1-worker-0"]
     assert pod["status"]["phase"] == "Running"
     assert [c["name"] for c in pod["spec"]["containers"]] == ["tensorflow", "istio-proxy"]
@@ -233,7 +241,7 @@ def test_fake_cluster_is_strict_like_the_real_one_about_istio():
     assert ("a container name must be specified for pod train-1-worker-0, choose one of: "
             "[tensorflow istio-proxy]") in e.value.body
     result = k8s.wait("train-1", "ns", timeout_seconds=0, poll_seconds=0)
-  assert result.state == tfjob.TIMEOUT
+  assert result.state == kube_watch.TIMEOUT
   assert "exiting with 0" in result.logs["train-1-worker-0"]  # Read with container=.
 
 
@@ -248,7 +256,7 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["tensorflow"] for q in logs)
   posted = next(b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/tfjobs"))
-  assert posted["metadata"]["name"] == name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
+  assert posted["metadata"]["name"] == name == kube_manifest.job_name(_job(tmp_path).checkpoint_dir)
   worker = posted["spec"]["tfReplicaSpecs"]["Worker"]
   assert worker["restartPolicy"] == "ExitCode" and worker["replicas"] == 2
   assert posted["spec"]["runPolicy"]["activeDeadlineSeconds"] == 600
@@ -258,19 +266,19 @@ def test_a_successful_job_in_an_istio_namespace(tmp_path):
 def test_passing_api_server_errors_do_not_end_the_wait_but_many_do(tmp_path):
   from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
   with FakeCluster() as cluster:
-    k8s = tfjob.TFJobClient(cluster.api_client())
-    k8s.create(tfjob.manifest(_spec(namespace="ns")))
-    cluster.fail_next = tfjob.MAX_POLL_ERRORS
+    k8s = kube_client.TFJobClient(cluster.api_client())
+    k8s.create(kube_manifest.manifest(_spec(namespace="ns")))
+    cluster.fail_next = kube_client.MAX_POLL_ERRORS
     result = k8s.wait("train-1", "ns", timeout_seconds=600, poll_seconds=0)
     assert result.succeeded, result.message
-    k8s.create(tfjob.manifest(_spec(name="train-2", namespace="ns")))
-    cluster.fail_next = tfjob.MAX_POLL_ERRORS + 1
+    k8s.create(kube_manifest.manifest(_spec(name="train-2", namespace="ns")))
+    cluster.fail_next = kube_client.MAX_POLL_ERRORS + 1
     with pytest.raises(ApiException, match="503"):
       k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
     cluster.fail_next = 0
     k8s.delete("train-2", "ns")  # Deleted by someone else: a failure, said plainly.
     result = k8s.wait("train-2", "ns", timeout_seconds=600, poll_seconds=0)
-  assert result.state == tfjob.FAILED
+  assert result.state == kube_watch.FAILED
   assert result.message == "TFJob ns/train-2 was deleted while the executor waited for it"
 
 
@@ -287,8 +295,8 @@ def test_with_a_chief_the_job_succeeds_when_the_chief_does(tmp_path):
 
 def test_the_operator_conditions_come_in_its_order(tmp_path):
   with FakeCluster() as cluster:
-    k8s = tfjob.TFJobClient(cluster.api_client())
-    k8s.create(tfjob.manifest(_spec(namespace="ns")))
+    k8s = kube_client.TFJobClient(cluster.api_client())
+    k8s.create(kube_manifest.manifest(_spec(namespace="ns")))
     seen = []
     for _ in range(5):
       job = k8s.get("train-1", "ns")
@@ -300,7 +308,7 @@ def test_the_operator_conditions_come_in_its_order(tmp_path):
 
 def test_a_worker_oom_killed_once_restarts_and_the_job_succeeds(tmp_path):
   script = {"worker-1": [Exit(137, "OOMKilled"), Exit(0)],
-            "worker-0": [Exit(tfjob.PEER_LOST_EXIT_CODE), Exit(0)]}  # The survivor.
+            "worker-0": [Exit(failures.PEER_LOST_EXIT_CODE), Exit(0)]}  # The survivor.
   with FakeCluster(script) as cluster:
     result = _run(cluster, tmp_path)
     name = cluster.deleted_jobs[0]
@@ -312,7 +320,7 @@ def test_a_worker_oom_killed_once_restarts_and_the_job_succeeds(tmp_path):
 def test_a_lost_peer_restarts_up_to_the_limit_then_fails_naming_the_cause(tmp_path):
   # The survivor is worker-1: its exit is recorded last, and is still not the cause.
   script = {"worker-0": [Exit(137, "OOMKilled")],
-            "worker-1": [Exit(tfjob.PEER_LOST_EXIT_CODE)]}
+            "worker-1": [Exit(failures.PEER_LOST_EXIT_CODE)]}
   with FakeCluster(script) as cluster:
     with pytest.raises(RuntimeError) as e:
       _run(cluster, tmp_path, _settings(max_restarts=2))
@@ -365,8 +373,8 @@ def test_the_fake_kubelet_alternates_pull_failures_with_a_doubling_back_off():
   """[images] in fake_kube: ErrImagePull at 10 s, 20 s, 40 s, 80 s, ... after the first,
   ImagePullBackOff between, the gap capped at 300 s."""
   with FakeCluster({"worker-0": [PullFails()]}) as cluster:
-    k8s = tfjob.TFJobClient(cluster.api_client())
-    k8s.create(tfjob.manifest(_spec(namespace="ns", worker_replicas=1)))
+    k8s = kube_client.TFJobClient(cluster.api_client())
+    k8s.create(kube_manifest.manifest(_spec(namespace="ns", worker_replicas=1)))
     reasons = []
     for _ in range(160):  # 10 s a GET.
       k8s.get("train-1", "ns")
@@ -399,11 +407,11 @@ def test_pod_watch_keeps_the_timer_across_reasons_of_one_group_and_drops_it_on_s
     state = {"waiting": {"reason": reason, "message": "m"}} if reason else {"running": {}}
     return {"metadata": {"name": "p", "uid": uid},
             "status": {"containerStatuses": [{"name": "tensorflow", "state": state}]}}
-  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  watch = kube_watch.PodWatch(max_restarts=3, grace_seconds=30)
   assert watch.observe([pod("ErrImagePull")], 0) is None
   assert watch.observe([pod("ImagePullBackOff")], 20) is None
   assert "stuck: ErrImagePull" in watch.observe([pod("ErrImagePull")], 30)
-  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30)
+  watch = kube_watch.PodWatch(max_restarts=3, grace_seconds=30)
   watch.observe([pod("ErrImagePull")], 0)
   watch.observe([pod()], 10)  # Started: the timer ends.
   assert watch.observe([pod("ErrImagePull")], 35) is None
@@ -412,16 +420,16 @@ def test_pod_watch_keeps_the_timer_across_reasons_of_one_group_and_drops_it_on_s
 
 
 def test_unschedulable_pods_get_the_autoscaler_grace_and_it_is_a_setting():
-  assert tfjob.UNSCHEDULABLE_GRACE_SECONDS == 1200.0  # 15 min provisioning + 5 min.
+  assert kube_settings.UNSCHEDULABLE_GRACE_SECONDS == 1200.0  # 15 min provisioning + 5 min.
   pod = {"metadata": {"name": "p", "uid": "u"}, "status": {"conditions": [
       {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}]}}
-  watch = tfjob.PodWatch(max_restarts=3, grace_seconds=30, unschedulable_grace_seconds=900)
+  watch = kube_watch.PodWatch(max_restarts=3, grace_seconds=30, unschedulable_grace_seconds=900)
   assert watch.observe([pod], 0) is None and watch.observe([pod], 899) is None
   assert "Unschedulable: m (for 900 s, more than the 900 s grace" in watch.observe([pod], 900)
-  settings = tfjob.settings_from_env({tfjob.ENV_IMAGE: "i", tfjob.ENV_PREFIX
+  settings = kube_settings.settings_from_env({kube_settings.ENV_IMAGE: "i", kube_settings.ENV_PREFIX
                                       + "UNSCHEDULABLE_GRACE_SECONDS": "600"}, "multi_worker", 2)
   assert settings.unschedulable_grace_seconds == 600.0
-  assert tfjob.settings_from_env({tfjob.ENV_IMAGE: "i"}, "multi_worker", 2) \
+  assert kube_settings.settings_from_env({kube_settings.ENV_IMAGE: "i"}, "multi_worker", 2) \
       .unschedulable_grace_seconds == 1200.0
 
 
@@ -487,10 +495,10 @@ def test_the_cause_survives_aggregated_or_unreadable_events(tmp_path, events):
 
 
 def test_the_job_name_is_the_checkpoint_directory_s_so_a_retry_finds_it():
-  name = tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
-  assert name == tfjob.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
-  assert name != tfjob.job_name("gs://b/root/run-2/trainer/_checkpoints/abc")
-  tfjob.manifest(_spec(name=name))  # A DNS-1035 label.
+  name = kube_manifest.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name == kube_manifest.job_name("gs://b/root/run-1/trainer/_checkpoints/abc")
+  assert name != kube_manifest.job_name("gs://b/root/run-2/trainer/_checkpoints/abc")
+  kube_manifest.manifest(_spec(name=name))  # A DNS-1035 label.
 
 
 @pytest.mark.parametrize("earlier,how,creates", [
@@ -500,10 +508,10 @@ def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_pat
   """A KFP retry (same checkpoint directory, so same job name) never runs a second job:
   a running one is waited for, a failed one deleted and replaced."""
   with FakeCluster() as cluster:
-    k8s = tfjob.TFJobClient(cluster.api_client())
-    name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+    k8s = kube_client.TFJobClient(cluster.api_client())
+    name = kube_manifest.job_name(_job(tmp_path).checkpoint_dir)
     if earlier:
-      k8s.create(tfjob.manifest(_spec(name=name, namespace="ns", worker_replicas=2)))
+      k8s.create(kube_manifest.manifest(_spec(name=name, namespace="ns", worker_replicas=2)))
       if earlier == "failed":
         cluster.set_condition(cluster.jobs[name], "Failed", "TFJobFailed", "earlier attempt")
     logged = []
@@ -524,12 +532,12 @@ def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_pat
 def test_the_executor_beats_and_the_replicas_watch(tmp_path):
   """The replica env names the heartbeat; the executor writes it before the job exists
   and then at most once a minute; a stale one stops the replica with a 1-127 code."""
-  spec = tfjob.spec_for(_settings(orphan_seconds=120.0), "j", "gs://b/_tfjobs/j.json")
-  assert spec.env[tfjob.ENV_HEARTBEAT] == "gs://b/_tfjobs/j.json.alive"
-  assert spec.env[tfjob.ENV_ORPHAN] == "120.0"
-  assert 1 <= tfjob.ORPHANED_EXIT_CODE <= 127  # Permanent: the job fails, pods stop.
+  spec = kube_manifest.spec_for(_settings(orphan_seconds=120.0), "j", "gs://b/_tfjobs/j.json")
+  assert spec.env[kube_settings.ENV_HEARTBEAT] == "gs://b/_tfjobs/j.json.alive"
+  assert spec.env[kube_settings.ENV_ORPHAN] == "120.0"
+  assert 1 <= failures.ORPHANED_EXIT_CODE <= 127  # Permanent: the job fails, pods stop.
   writes, t = [], [0.0]
-  beat = tfjob.Heartbeat("u", lambda uri, text: writes.append(text), now=lambda: 1e9 + t[0],
+  beat = kube_launch.Heartbeat("u", lambda uri, text: writes.append(text), now=lambda: 1e9 + t[0],
                          clock=lambda: t[0])
   for t[0] in (0.0, 30.0, 59.0, 60.0, 100.0, 121.0):
     beat.beat()
@@ -539,7 +547,7 @@ def test_the_executor_beats_and_the_replicas_watch(tmp_path):
     if value[0] is None:
       raise OSError("store unavailable")
     return value[0]
-  watch = tfjob.Watchdog(read, stale_seconds=600, clock=lambda: t[0])
+  watch = kube_replica.Watchdog(read, stale_seconds=600, clock=lambda: t[0])
   assert watch.check() is None
   t[0], value[0] = 500.0, "b"
   assert watch.check() is None  # Changed: alive.
@@ -559,13 +567,13 @@ def test_a_replica_whose_executor_was_killed_stops_with_the_orphan_code(tmp_path
   alive = tmp_path / "j.json.alive"
   alive.write_text("1")
   script = ("import sys, time\n"
-            "from tfx_parallel.components.distributed_trainer.run import tfjob\n"
-            "tfjob.start_watchdog({tfjob.ENV_HEARTBEAT: sys.argv[1], tfjob.ENV_ORPHAN: '2'},\n"
-            "                     tfjob.read_text, tfjob.stop_replica)\n"
+            "from tfx_parallel.components.distributed_trainer.kube import replica as kube_replica, settings as kube_settings\n"
+            "kube_replica.start_watchdog({kube_settings.ENV_HEARTBEAT: sys.argv[1], kube_settings.ENV_ORPHAN: '2'},\n"
+            "                     kube_replica.read_text, kube_replica.stop_replica)\n"
             "time.sleep(120)\n")
   proc = subprocess.run([sys.executable, "-c", script, str(alive)], capture_output=True,
                         text=True, timeout=110)
-  assert proc.returncode == tfjob.ORPHANED_EXIT_CODE, proc.stderr[-2000:]
+  assert proc.returncode == failures.ORPHANED_EXIT_CODE, proc.stderr[-2000:]
   assert "has not written its heartbeat" in proc.stderr
 
 
@@ -591,21 +599,21 @@ def test_a_cluster_without_tfjob_or_trainer_v2_fails_before_anything_naming_what
     with pytest.raises(RuntimeError, match="the training operator v1.9.4") as e:
       _run(cluster, tmp_path)
     assert "This cluster serves neither TFJob (kubeflow.org/v1 tfjobs)" in str(e.value)
-    assert tfjob.TRAINING_OPERATOR_INSTALL in str(e.value)
+    assert kube_client.TRAINING_OPERATOR_INSTALL in str(e.value)
     assert [m for m, _, _, _ in cluster.requests] == ["GET"] * len(cluster.requests)
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
 
 
 def test_the_generated_role_grants_exactly_what_the_preflight_asks():
-  role, binding = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
+  role, binding = kube_manifest.rbac_manifests("kubeflow", "pipeline-runner")
   granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
              for resource in rule["resources"] for verb in rule["verbs"]}
-  assert granted == set(tfjob.ALL_REQUIRED_ACCESS) >= set(tfjob.REQUIRED_ACCESS)
+  assert granted == set(kube_manifest.ALL_REQUIRED_ACCESS) >= set(kube_manifest.REQUIRED_ACCESS)
   assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
                                   "namespace": "kubeflow"}]
   assert binding["roleRef"]["name"] == role["metadata"]["name"]
   for doc, model in ((role, "V1Role"), (binding, "V1RoleBinding")):  # The API's schema.
-    tfjob._check_model(doc, model, doc["kind"])  # pylint: disable=protected-access
+    kube_settings._check_model(doc, model, doc["kind"])  # pylint: disable=protected-access
 
 
 def test_the_rbac_command_prints_the_role_and_the_docs_show_the_same(capsys):
@@ -613,7 +621,7 @@ def test_the_rbac_command_prints_the_role_and_the_docs_show_the_same(capsys):
   from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
   assert cli.main(["rbac", "--namespace", "kubeflow-user"]) == 0
   printed = list(yaml.safe_load_all(capsys.readouterr().out))
-  assert printed == tfjob.rbac_manifests("kubeflow-user", "default-editor")
+  assert printed == kube_manifest.rbac_manifests("kubeflow-user", "default-editor")
   doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "KUBEFLOW.md")).read()
   block = doc[doc.index("**RBAC.**"):]
   block = block[block.index("```yaml\n") + 8:]
@@ -638,7 +646,7 @@ def test_sigterm_deletes_the_tfjob(tmp_path, when):
           terminate()
       cluster.tick = tick
     previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(tfjob.ExecutorTerminated, match="SIGTERM.*the TFJob is deleted"):
+    with pytest.raises(kube_launch.ExecutorTerminated, match="SIGTERM.*the TFJob is deleted"):
       _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
     assert signal.getsignal(signal.SIGTERM) is previous  # Handler restored.
     assert len(cluster.deleted_jobs) == 1 and not cluster.jobs
@@ -655,7 +663,7 @@ def test_replica_entry_point_fetches_the_job_file_and_trains(tmp_path):
   shared = tmp_path / "shared" / "job.json"  # Stands for the job file on pipeline_root.
   shared.parent.mkdir()
   shared.write_text(json.dumps(job))
-  proc = subprocess.run([sys.executable, "-m", tfjob.replica_command("x")[2], "--job",
+  proc = subprocess.run([sys.executable, "-m", kube_manifest.replica_command("x")[2], "--job",
                          str(shared)], capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
@@ -695,11 +703,12 @@ def test_a_replica_oom_killed_after_a_checkpoint_restarts_and_all_resume(tmp_pat
   killed = f"worker-{workers - 1}"
   script = {f"worker-{i}": [Run()] for i in range(workers - 1)}
   script[killed] = [Run(oom_kill_when=oom_now), Run()]
-  with FakeCluster(script, local_network=workers > 1) as cluster:
-    result = tfjob.run(job, _settings(worker_replicas=workers, gpus_per_replica=0,
-                                      timeout_seconds=900.0),
-                       client=tfjob.TFJobClient(cluster.api_client()),
-                       poll_seconds=0.2 if workers == 1 else 0.5)
+  poll = 0.2 if workers == 1 else 0.5
+  with FakeCluster(script, local_network=workers > 1, seconds_per_poll=poll) as cluster:
+    result = kube_launch.run(job, _settings(worker_replicas=workers, gpus_per_replica=0,
+                                            timeout_seconds=900.0),
+                             client=kube_client.TFJobClient(cluster.api_client()),
+                             poll_seconds=poll)
     name = cluster.deleted_jobs[0]
   messages = [e["message"] for e in cluster.events]
   print(f"restarts={result.restarts} incarnations={cluster.incarnations} events={messages}")
@@ -708,7 +717,7 @@ def test_a_replica_oom_killed_after_a_checkpoint_restarts_and_all_resume(tmp_pat
   if workers == 1:
     assert result.restarts == 1 and cluster.incarnations == {f"{name}-worker-0": 2}
   else:
-    assert (f"Pod: ns.{name}-worker-0 exited with code {tfjob.PEER_LOST_EXIT_CODE}"
+    assert (f"Pod: ns.{name}-worker-0 exited with code {failures.PEER_LOST_EXIT_CODE}"
             in messages), messages
   with open(os.path.join(job.history_dir, "history.json")) as f:
     history = json.load(f)
@@ -776,7 +785,7 @@ DOCUMENTED_SETTINGS = {
         "TFX_PARALLEL_TFJOB_MAX_RESTARTS": "5", "TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS": "600",
         "TFX_PARALLEL_TFJOB_TTL_SECONDS": "3600"},
     "one_replica": {"TFX_PARALLEL_TFJOB_WORKERS": "1"},
-    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123", "KFP_NAMESPACE": "team-a",
+    "owned_by_the_kfp_pod": {"KFP_POD_NAME": "run-1-trainer-123",  # In its own namespace.
                              "KFP_POD_UID": "8d2e1a4c-0000-4000-8000-000000000001"},
 }
 
@@ -793,19 +802,19 @@ def _gpu_yaml_settings():
 
 def test_the_multi_node_variant_in_gpu_yaml_is_accepted():
   env = _gpu_yaml_settings()
-  assert tfjob.ENV_IMAGE in env and len(env) >= 5, env
-  settings = tfjob.settings_from_env(env, "multi_worker", 1)
+  assert kube_settings.ENV_IMAGE in env and len(env) >= 5, env
+  settings = kube_settings.settings_from_env(env, "multi_worker", 1)
   assert settings.worker_replicas == 2 and settings.gpus_per_replica == 4
-  tfjob.manifest(tfjob.spec_for(settings, "tfx-parallel-train-a-1", "gs://b/j.json"))
+  kube_manifest.manifest(kube_manifest.spec_for(settings, "tfx-parallel-train-a-1", "gs://b/j.json"))
 
 
 def _documented_manifests():
   out = {}
   settings_by_label = dict(DOCUMENTED_SETTINGS, gpu_yaml=_gpu_yaml_settings())
   for label, env in settings_by_label.items():
-    settings = tfjob.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
+    settings = kube_settings.settings_from_env(dict(env, TFX_PARALLEL_TFJOB_IMAGE="ghcr.io/o/t:1"),
                                        "multi_worker", 2)
-    out[label] = tfjob.manifest(tfjob.spec_for(settings, tfjob.job_name("gs://b/c"),
+    out[label] = kube_manifest.manifest(kube_manifest.spec_for(settings, kube_manifest.job_name("gs://b/c"),
                                                "gs://b/_tfjobs/j.json"))
   return out
 

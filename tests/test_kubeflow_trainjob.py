@@ -10,9 +10,14 @@ import signal
 import pytest
 
 from fake_kube import CreateRefused, Exit, FakeCluster, Stuck
-from tfx_parallel.components.distributed_trainer.run import tfjob
-from tfx_parallel.components.distributed_trainer.run import trainjob
-from tfx_parallel.components.distributed_trainer.run.train import Job
+from tfx_parallel.components.distributed_trainer.job import Job
+from tfx_parallel.components.distributed_trainer.kube import client as kube_client
+from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
+from tfx_parallel.components.distributed_trainer.kube import manifest as kube_manifest
+from tfx_parallel.components.distributed_trainer.kube import replica as kube_replica
+from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
+from tfx_parallel.components.distributed_trainer.kube import trainjob
+from tfx_parallel.components.distributed_trainer.kube import watch as kube_watch
 
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -24,7 +29,7 @@ def _spec(**overrides):
                 node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
                 tolerations=(TOLERATION,), env={"TF_USE_LEGACY_KERAS": "1"})
   fields.update(overrides)
-  return tfjob.TFJobSpec(**fields).validate()
+  return kube_manifest.TFJobSpec(**fields).validate()
 
 
 # --- The runtime and the TrainJob: pure. ---------------------------------------------
@@ -67,8 +72,8 @@ def test_the_runtime_is_a_jobset_template_trainer_v2_and_kubernetes_accept():
   assert env[trainjob.ENV_JOB_INDEX]["valueFrom"]["fieldRef"]["fieldPath"] == \
       "metadata.labels['jobset.sigs.k8s.io/job-index']"
   # The pod template and Job spec in the Kubernetes API's own schema (field names, types).
-  tfjob._check_model(pod, "V1PodTemplateSpec", "pod")  # pylint: disable=protected-access
-  tfjob._check_model(job, "V1JobSpec", "job")  # pylint: disable=protected-access
+  kube_settings._check_model(pod, "V1PodTemplateSpec", "pod")  # pylint: disable=protected-access
+  kube_settings._check_model(job, "V1JobSpec", "job")  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="max_restarts must be an integer >= 0. Received: -1"):
     trainjob.runtime_manifest("ns", max_restarts=-1)
   with pytest.raises(ValueError, match="active_deadline_seconds must be an integer >= 1"):
@@ -105,15 +110,15 @@ def test_the_trainjob_carries_nodes_image_command_resources_and_placement():
 
 def test_trainjob_state_maps_the_conditions_with_reason_and_message():
   running = {"status": {"conditions": [{"type": "Suspended", "status": "False"}]}}
-  assert tfjob.TrainJobClient.state(running) == (None, "")
+  assert kube_client.TrainJobClient.state(running) == (None, "")
   done = {"status": {"conditions": [{"type": "Complete", "status": "True",
                                      "reason": "AllJobsCompleted",
                                      "message": "jobset completed successfully"}]}}
-  assert tfjob.TrainJobClient.state(done) == (tfjob.SUCCEEDED,
+  assert kube_client.TrainJobClient.state(done) == (kube_watch.SUCCEEDED,
                                               "AllJobsCompleted: jobset completed successfully")
   failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "R",
                                        "message": "m"}]}}
-  assert tfjob.TrainJobClient.state(failed) == (tfjob.FAILED, "R: m")
+  assert kube_client.TrainJobClient.state(failed) == (kube_watch.FAILED, "R: m")
 
 
 # --- TF_CONFIG from JobSet: a pure function of the environment. ----------------------
@@ -136,7 +141,7 @@ def test_tf_config_lists_every_node_by_its_jobset_hostname_and_this_task():
 def test_the_hostnames_of_our_trainjob_names_are_dns_labels():
   """A pod's hostname and its generated name (``<job>-<index>-`` + 5 characters) must be
   DNS labels (<= 63 characters) for the step's TrainJob names, up to 1000 nodes."""
-  name = tfjob.job_name("gs://bucket/a/very/long/pipeline/root/DistributedTrainer/_checkpoints/x")
+  name = kube_manifest.job_name("gs://bucket/a/very/long/pipeline/root/DistributedTrainer/_checkpoints/x")
   for host in trainjob.hostnames(name, trainjob.REPLICATED_JOB, 0, 1000):
     label = host.split(".")[0]
     assert len(label) + len("-xxxxx") <= 63, label
@@ -157,10 +162,10 @@ def test_a_malformed_jobset_environment_is_named(name, value, needle):
 
 
 def test_the_replica_sets_tf_config_only_where_no_operator_did():
-  assert json.loads(tfjob.replica_tf_config(_replica_env(1)))["task"]["index"] == 1
+  assert json.loads(kube_replica.replica_tf_config(_replica_env(1)))["task"]["index"] == 1
   operator = dict(_replica_env(1), TF_CONFIG='{"cluster": {}}')  # A TFJob's replica.
-  assert tfjob.replica_tf_config(operator) is None
-  assert tfjob.replica_tf_config({}) is None
+  assert kube_replica.replica_tf_config(operator) is None
+  assert kube_replica.replica_tf_config({}) is None
 
 
 def test_multi_worker_mirrored_strategy_reads_the_derived_tf_config():
@@ -194,7 +199,7 @@ def _settings(**overrides):
                 tolerations=(TOLERATION,), max_restarts=3, pending_grace_seconds=30.0,
                 timeout_seconds=600.0)
   fields.update(overrides)
-  return tfjob.TFJobSettings(**fields)
+  return kube_settings.TFJobSettings(**fields)
 
 
 def _trainer_v2(cluster, runtime=True, max_restarts=3, deadline=86400):
@@ -223,8 +228,8 @@ def _run(cluster, tmp_path, settings=None):
   def clock():  # 10 s per GET of the job, as the fake's own clock.
     return 10 * sum(1 for m, p, _, _ in cluster.requests
                     if m == "GET" and ("/trainjobs/" in p or "/tfjobs/" in p))
-  return tfjob.run(_job(tmp_path), settings or _settings(),
-                   client=tfjob.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
+  return kube_launch.run(_job(tmp_path), settings or _settings(),
+                   client=kube_client.TFJobClient(cluster.api_client()), now=lambda: 1700000000,
                    poll_seconds=0, clock=clock)
 
 
@@ -244,7 +249,7 @@ def test_a_two_node_trainjob_succeeds_on_a_cluster_with_only_trainer_v2(tmp_path
                         for p in pods.values())
   assert result.succeeded and result.restarts == 0, result.message
   assert result.message == "AllJobsCompleted: jobset completed successfully"
-  assert name == tfjob.job_name(_job(tmp_path).checkpoint_dir)
+  assert name == kube_manifest.job_name(_job(tmp_path).checkpoint_dir)
   assert sorted(result.logs) == sorted(pods)  # Every node's log, container node.
   assert all("exiting with 0" in text for text in result.logs.values())
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
@@ -262,7 +267,7 @@ def test_each_pod_derives_the_tf_config_of_its_own_jobset_hostname(tmp_path):
   JOB_COMPLETION_INDEX), gives each pod a worker list of the hostnames JobSet gave the
   pods, and its own index: what MultiWorkerMirroredStrategy needs."""
   with _trainer_v2(FakeCluster({"node-0": [Stuck()], "node-1": [Stuck()]})) as cluster:
-    k8s = tfjob.TrainJobClient(cluster.api_client())
+    k8s = kube_client.TrainJobClient(cluster.api_client())
     k8s.create(trainjob.manifest(_spec(worker_replicas=2, node_selector={}, tolerations=())))
     for _ in range(2):
       k8s.get("train-1", "ns")
@@ -300,7 +305,7 @@ def test_an_oom_killed_node_restarts_the_jobset_and_the_trainjob_succeeds(tmp_pa
     result = _run(cluster, tmp_path)
     events = [(e["reason"], e["message"]) for e in cluster.events]
   assert result.succeeded and result.restarts == 1, result.message
-  name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+  name = kube_manifest.job_name(_job(tmp_path).checkpoint_dir)
   assert ("RestartJobSetFailurePolicyAction",
           f"applying RestartJobSet failure policy action (first failed job: {name}-node-0)"
           ) in events
@@ -358,7 +363,7 @@ def test_neither_backend_fails_before_anything_naming_both_with_versions(tmp_pat
     assert [m for m, _, _, _ in cluster.requests] == ["GET"] * len(cluster.requests)
   for needle in ("Kubeflow Trainer v2.1.0", trainjob.TRAINER_INSTALL, "JobSet v0.10.1",
                  "tfx-parallel runtime --namespace", "training operator v1.9.4",
-                 tfjob.TRAINING_OPERATOR_INSTALL):
+                 kube_client.TRAINING_OPERATOR_INSTALL):
     assert needle in str(e.value)
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
 
@@ -374,7 +379,7 @@ def test_trainer_v2_without_the_runtime_fails_before_anything(tmp_path):
     # The fake is as strict as Trainer's webhook about it.
     from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top
     with pytest.raises(ApiException) as e:
-      tfjob.TrainJobClient(cluster.api_client()).create(trainjob.manifest(_spec()))
+      kube_client.TrainJobClient(cluster.api_client()).create(trainjob.manifest(_spec()))
     assert e.value.status == 422 and "specified trainingRuntime must be created" in e.value.body
   assert not (tmp_path / "DistributedTrainer" / "_tfjobs").exists()
 
@@ -400,10 +405,10 @@ def test_missing_trainjob_rbac_fails_before_anything_naming_the_verb(tmp_path):
 def test_the_role_grants_both_backends_and_the_runtime_command_prints_the_runtime(capsys):
   import yaml  # pylint: disable=g-import-not-at-top
   from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
-  role, _ = tfjob.rbac_manifests("kubeflow", "pipeline-runner")
+  role, _ = kube_manifest.rbac_manifests("kubeflow", "pipeline-runner")
   granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
              for r in rule["resources"] for v in rule["verbs"]}
-  assert granted == set(tfjob.REQUIRED_ACCESS) | set(trainjob.REQUIRED_ACCESS)
+  assert granted == set(kube_manifest.REQUIRED_ACCESS) | set(trainjob.REQUIRED_ACCESS)
   assert cli.main(["runtime", "--namespace", "team-a", "--max-restarts", "2",
                    "--active-deadline-seconds", "3600"]) == 0
   assert yaml.safe_load(capsys.readouterr().out) == trainjob.runtime_manifest("team-a", 2, 3600)
@@ -412,7 +417,7 @@ def test_the_role_grants_both_backends_and_the_runtime_command_prints_the_runtim
 def test_sigterm_deletes_the_trainjob(tmp_path):
   with _trainer_v2(FakeCluster({"node-0": [Stuck()]})) as cluster:
     cluster.on_create = lambda: os.kill(os.getpid(), signal.SIGTERM)
-    with pytest.raises(tfjob.ExecutorTerminated, match="SIGTERM.*the TrainJob is deleted"):
+    with pytest.raises(kube_launch.ExecutorTerminated, match="SIGTERM.*the TrainJob is deleted"):
       _run(cluster, tmp_path, _settings(pending_grace_seconds=1e6))
     assert len(cluster.deleted_trainjobs) == 1 and not cluster.trainjobs
     assert not cluster.pods and not cluster.jobsets
@@ -423,14 +428,14 @@ def test_a_retried_step_adopts_or_replaces_the_trainjob_of_the_attempt_before(
     tmp_path, earlier, how):
   script = {"node-0": [Exit(1), Exit(0)]} if earlier == "failed" else {}
   with _trainer_v2(FakeCluster(script)) as cluster:
-    k8s = tfjob.TrainJobClient(cluster.api_client())
-    name = tfjob.job_name(_job(tmp_path).checkpoint_dir)
+    k8s = kube_client.TrainJobClient(cluster.api_client())
+    name = kube_manifest.job_name(_job(tmp_path).checkpoint_dir)
     k8s.create(trainjob.manifest(_spec(name=name, worker_replicas=2)))
     for _ in range(4 if earlier == "failed" else 1):
       k8s.get(name, "ns")
-    assert (k8s.state(k8s.get(name, "ns"))[0] == tfjob.FAILED) == (earlier == "failed")
+    assert (k8s.state(k8s.get(name, "ns"))[0] == kube_watch.FAILED) == (earlier == "failed")
     body = trainjob.manifest(_spec(name=name, worker_replicas=2))
-    assert tfjob._submit(k8s, body, sleep=lambda s: None) == how  # pylint: disable=protected-access
+    assert kube_launch._submit(k8s, body, sleep=lambda s: None) == how  # pylint: disable=protected-access
     result = k8s.wait(name, "ns", timeout_seconds=600, poll_seconds=0)
   assert result.succeeded, result.message
   posts = [p for m, p, _, _ in cluster.requests if m == "POST" and p.endswith("/trainjobs")]
@@ -451,12 +456,12 @@ def test_two_real_replicas_train_with_the_tf_config_they_derive(tmp_path):
                                     layout="multi_worker", steps=40, epochs=1,
                                     checkpoint_every=20, log_every=20, batch_size=32))
   with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
-                               local_network=True)) as cluster:
-    result = tfjob.run(job, _settings(gpus_per_replica=0, timeout_seconds=900.0),
-                       client=tfjob.TFJobClient(cluster.api_client()), poll_seconds=0.5)
+                               local_network=True, seconds_per_poll=0.5)) as cluster:
+    result = kube_launch.run(job, _settings(gpus_per_replica=0, timeout_seconds=900.0),
+                       client=kube_client.TFJobClient(cluster.api_client()), poll_seconds=0.5)
     mapped = sorted(cluster.ports)
   assert result.succeeded, (result.message, result.logs)
-  name = tfjob.job_name(job.checkpoint_dir)
+  name = kube_manifest.job_name(job.checkpoint_dir)
   assert mapped == [f"{name}-node-0-{i}.{name}:2222" for i in range(2)]
   with open(os.path.join(job.history_dir, "history.json")) as f:
     history = json.load(f)
@@ -464,3 +469,44 @@ def test_two_real_replicas_train_with_the_tf_config_they_derive(tmp_path):
   assert history["replicas"] == 2, history["replicas"]  # One strategy over both processes.
   assert len(result.logs) == 2 and all("replicas 2" in text for text in result.logs.values())
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))
+
+
+def test_a_jobset_restart_names_the_failed_job_when_no_poll_saw_the_pod():
+  """JobSet deletes every Job of an attempt when it restarts, so a poll every 10 s can miss
+  the failed pod; its RestartJobSetFailurePolicyAction event (message format cited in
+  kube/watch.py) is then the cause on the console, not "not recorded"."""
+  watch = kube_watch.PodWatch(max_restarts=0, grace_seconds=300.0,
+                              container=trainjob.CONTAINER_NAME,
+                              replica_of=trainjob.replica_key)
+  assert watch.cause([]) == ""
+  events = [{"reason": kube_watch.RESTART_JOBSET, "lastTimestamp": f"2026-01-01T00:0{i}:00Z",
+             "message": ("applying RestartJobSet failure policy action (first failed job: "
+                         f"tj-node-{i})")} for i in (0, 1)]
+  cause = watch.cause(events)
+  assert cause == ("RestartJobSetFailurePolicyAction: applying RestartJobSet failure policy "
+                   "action (first failed job: tj-node-1) (the restart deleted the failed pod "
+                   "before a poll saw its exit code)")
+  assert watch.budget_message(cause).endswith("last failure: " + cause)
+  # A pod exit that was seen wins over the event.
+  watch.observe([{"metadata": {"name": "tj-node-0-1-abc", "uid": "u1"}, "status": {
+      "containerStatuses": [{"name": "node", "state": {"terminated": {"exitCode": 137,
+                                                                      "reason": "OOMKilled"}}}]}}],
+                now=0.0)
+  assert watch.cause(events) == "pod tj-node-0-1-abc: container node exited with code 137 (OOMKilled)"
+
+
+def test_deleting_the_kfp_pod_deletes_the_trainjob_its_jobset_and_pods():
+  """fake_kube [gc]: the TrainJob is owned by the step's pod; the JobSet is owned by the
+  TrainJob ([tj-build]), its Jobs and pods by the JobSet; one deletion frees them all."""
+  from fake_kube import Hang  # pylint: disable=g-import-not-at-top
+  body = trainjob.manifest(_spec(owner=("run-1-trainer", "uid-1"), worker_replicas=2))
+  with _trainer_v2(FakeCluster({"node-0": [Hang()], "node-1": [Hang()]})) as cluster:
+    cluster.owner_pods[("ns", "run-1-trainer")] = "uid-1"
+    k8s = kube_client.TrainJobClient(cluster.api_client())
+    k8s.create(body)
+    for _ in range(3):
+      k8s.get("train-1", "ns")
+    assert len(k8s.pods("train-1", "ns")) == 2 and "train-1" in cluster.jobsets
+    cluster.delete_owner_pod("ns", "run-1-trainer")
+    assert not cluster.trainjobs and not cluster.jobsets and not cluster.batch_jobs
+    assert not cluster.pods and cluster.deleted_trainjobs == ["train-1"]

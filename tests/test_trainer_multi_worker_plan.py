@@ -1,6 +1,6 @@
 """multi_worker fitted to workers x GPUs per worker (devices.multi_worker_replicas,
 launcher.worker_environments) and a TFJob's replicas x GPUs (devices.check_multi_worker_batch,
-called by tfjob.run before submitting): every plan divides the global batch, or the run is
+called by kube_launch.run before submitting): every plan divides the global batch, or the run is
 rejected before any worker starts, naming the numbers.
 
 On GPUs MultiWorkerMirroredStrategy has workers x GPUs replicas and
@@ -12,9 +12,11 @@ import itertools
 import pytest
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.distributed_trainer.job import Job
+from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
+from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
 from tfx_parallel.components.distributed_trainer.plan import devices
-from tfx_parallel.components.distributed_trainer.run import launcher, tfjob
-from tfx_parallel.components.distributed_trainer.run.train import Job
+from tfx_parallel.components.distributed_trainer.run import launcher
 
 WORKERS, GPUS, BATCHES = (1, 2, 3, 4), (1, 2, 4, 8), (64, 1000, 1024)
 GRID = list(itertools.product(WORKERS, GPUS, BATCHES))
@@ -71,7 +73,7 @@ def test_tfjob_replicas_times_gpus_divide_the_batch_or_are_rejected(workers, gpu
 
 def test_tfjob_run_rejects_three_replicas_of_four_gpus_with_batch_1024_before_submitting(
     tmp_path):
-  """The issue's example: 12 replicas do not divide 1024; tfjob.run stops before it
+  """The issue's example: 12 replicas do not divide 1024; kube_launch.run stops before it
   writes the job file or calls the API server."""
   class NoServer:  # Any call means the check came too late.
     def __getattr__(self, name):
@@ -82,10 +84,10 @@ def test_tfjob_run_rejects_three_replicas_of_four_gpus_with_batch_1024_before_su
             model_dir=str(tmp_path / "m"), model_run_dir=str(tmp_path / "r"),
             history_dir=str(tmp_path / "h"),
             checkpoint_dir=str(tmp_path / "root" / "_checkpoints" / "abc"), num_shards=1)
-  settings = tfjob.TFJobSettings(image="img", namespace="ns", worker_replicas=3,
+  settings = kube_settings.TFJobSettings(image="img", namespace="ns", worker_replicas=3,
                                  gpus_per_replica=4)
   with pytest.raises(ConfigError, match=r"3 replica\(s\) x 4 GPU\(s\) = 12 .* 1024"):
-    tfjob.run(job, settings, client=NoServer())
+    kube_launch.run(job, settings, client=NoServer())
   assert not (tmp_path / "root" / "_tfjobs").exists()
 
 

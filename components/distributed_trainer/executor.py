@@ -16,11 +16,14 @@ from tfx_parallel.components.common import config_util, keys, run_history, task_
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
-from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher, tfjob
+from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
+from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
+from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
-from tfx_parallel.components.distributed_trainer.run.train import Job, builtin_hparams
+from tfx_parallel.components.distributed_trainer.job import Job
+from tfx_parallel.components.distributed_trainer.run.train import builtin_hparams
 
 
 # A directory that outlives this process's machine, keyed by run and task, for the
@@ -195,7 +198,7 @@ class Executor(base_executor.BaseExecutor):
     tfenv.prepare()  # An entry point: the training process inherits the environment.
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
-    remote = config.layout == "multi_worker" and bool(os.environ.get(tfjob.ENV_IMAGE))
+    remote = kube_settings.opted_in(os.environ, config.layout)
     if (config.require_gpu or config.device == "gpu") and not remote \
         and not layout_choice.gpu_names():  # A TFJob's replicas check their own GPUs.
       raise gpu_env.NoGpuError(gpu_env.no_gpu_message("DistributedTrainer executor"))
@@ -216,9 +219,9 @@ class Executor(base_executor.BaseExecutor):
     check_on_layout(job, config)
     # The choice goes into history.json too (the evaluator reads it), written by the child.
     job = dataclasses.replace(job, layout_choice=dict(planned))
-    settings = tfjob.settings_from_env(os.environ, config.layout, config.workers)
-    if settings is not None:  # Opt-in multi-node: a Kubeflow TFJob (see tfjob.py).
-      tfjob.run(job, settings)
+    settings = kube_settings.settings_from_env(os.environ, config.layout, config.workers)
+    if settings is not None:  # Opt-in multi-node: a TFJob or TrainJob (see kube/).
+      kube_launch.run(job, settings)
     else:
       launcher.launch(job, config.layout, config.workers)
     checkpoint.clear(job.checkpoint_dir)  # Finished: a rerun (any layout) starts afresh.

@@ -15,7 +15,7 @@ subdomain defaulting to the JobSet's name (jobset pkg/controllers/jobset_control
 import json
 import os
 
-from tfx_parallel.components.distributed_trainer.run import trainjob
+from tfx_parallel.components.distributed_trainer.kube import trainjob
 
 _derive = trainjob.tf_config_from_jobset
 

@@ -26,6 +26,16 @@ from tfx_parallel.components.distributed_trainer.user_module import ModuleError
 
 # Exit code of a training process that stopped on an error a rerun cannot fix.
 NOT_RESUMABLE_EXIT_CODE = 4
+# Exit code of a worker that stopped because a peer was lost (train.py returns it; kube/ uses it).
+# Under restartPolicy ExitCode, 128-255 restarts the pod and 1-127 fails the job
+# (IsRetryableExitCode: exitCode >= 128, pkg/util/train/train_util.go:24), so a lost
+# peer restarts the whole job from its checkpoint. 200 is no signal's 128+n.
+PEER_LOST_EXIT_CODE = 200
+
+# Exit code of a replica whose executor stopped proving it is alive: 1-127, so that the
+# operator fails the job instead of restarting the pod (restartPolicy ExitCode).
+ORPHANED_EXIT_CODE = 3
+
 # tf.errors of the runtime, which a rerun may not meet again: a peer or the network went
 # away, a deadline passed, memory ran out, the runtime itself failed.
 RESUMABLE_TF_ERRORS = ("UnavailableError", "AbortedError", "CancelledError",

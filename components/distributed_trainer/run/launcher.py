@@ -29,7 +29,7 @@ from tfx_parallel.components.distributed_trainer.run import checkpoint
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.run import failures
 from tfx_parallel.components.distributed_trainer.run import prestart
-from tfx_parallel.components.distributed_trainer.run.train import Job
+from tfx_parallel.components.distributed_trainer.job import Job
 
 # Seconds the surviving workers get to exit after a peer failed.
 PEER_FAILURE_GRACE_SECONDS = 20

@@ -4,7 +4,7 @@ the TrainJob that uses it, and the TF_CONFIG each replica derives from JobSet.
 Kubeflow 1.11 installs Trainer v2.1.0 and no TFJob; Trainer v2 (v2.0-v2.3) ships runtimes
 for torch, deepspeed, mlx, jax and xgboost and none for TensorFlow (kubeflow/trainer#2443).
 This module is that runtime. Pure: manifests and the environment in, dicts and strings out;
-the client is in tfjob.py (``TrainJobClient``), which imports this module (never the
+the client is client.py's ``TrainJobClient``, which imports this module (never the
 other way round).
 
 How a TrainJob becomes pods (kubeflow/trainer v2.1.0, kubernetes-sigs/jobset v0.10.1 which
@@ -47,7 +47,7 @@ ExitCode``): pods ``restartPolicy: Never`` and the Job ``backoffLimit: 0``; a Jo
 ``podFailurePolicy`` fails the Job with reason ``PodFailurePolicy`` on exit codes 1-127
 (a training or config error), and the JobSet ``failurePolicy`` rule for that reason is
 ``FailJobSet`` (jobset pkg/controllers/failure_policy.go:209-216). Any other failure
-(137 OOM-killed, a signal, :data:`tfjob.PEER_LOST_EXIT_CODE`) fails the Job with
+(137 OOM-killed, a signal, :data:`run.failures.PEER_LOST_EXIT_CODE`) fails the Job with
 ``BackoffLimitExceeded`` and takes JobSet's default action, ``RestartJobSet``
 (failure_policy.go:41), which recreates every Job (a new ``restart-attempt``) up to
 ``maxRestarts``, then fails with ``ReachedMaxRestarts`` (failure_policy.go:219-227). The
@@ -182,7 +182,7 @@ def runtime_manifest(namespace: str, max_restarts: int = 3,
 
 
 def manifest(spec, runtime: str = RUNTIME_NAME) -> Dict[str, Any]:
-  """The TrainJob for `spec` (a validated ``tfjob.TFJobSpec``: the same settings as the
+  """The TrainJob for `spec` (a validated ``manifest.TFJobSpec``: the same settings as the
   TFJob), referring to the namespaced runtime `runtime`. Pure.
 
   Raises ValueError for what Trainer v2 cannot express: a separate Chief replica (the
