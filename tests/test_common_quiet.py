@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 from tfx_parallel.components.common import quiet
-from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer import failures
 
 
 def _record(name, message, level=logging.WARNING, exc_info=None):

@@ -17,7 +17,7 @@ PACKAGE = "tfx_parallel.components.distributed_trainer"
 KUBE = PACKAGE + ".kube"
 # What kube/ may import from this project outside itself, per importing module.
 ALLOWED = {
-    PACKAGE + ".run.failures": None,  # Exit codes: any module.
+    PACKAGE + ".failures": None,  # Exit codes: any module.
     PACKAGE + ".plan.devices": {"launch.py"},  # The multi-worker batch check.
     "tfx_parallel.components.common.tfenv": {"replica.py"},  # An entry point prepares TF.
     PACKAGE + ".run.train": {"replica.py"},  # The replica runs the training loop.

@@ -22,7 +22,7 @@ from tfx_parallel.components.distributed_trainer.kube import manifest as kube_ma
 from tfx_parallel.components.distributed_trainer.kube import replica as kube_replica
 from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
 from tfx_parallel.components.distributed_trainer.kube import watch as kube_watch
-from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer import failures
 
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 import trainer_util as tu
-from tfx_parallel.components.distributed_trainer.run import failures, launcher
+from tfx_parallel.components.distributed_trainer import failures
+from tfx_parallel.components.distributed_trainer.run import launcher
 from tfx_parallel.components.distributed_trainer.run.train import Job
 
 MODULE = textwrap.dedent("""

@@ -91,5 +91,5 @@ entry point reaches up into ``run/`` (for ``train.main``):
     manifest.py  the TFJob resource, its name, and the RBAC Role/RoleBinding
     trainjob.py  Kubeflow Trainer v2: the TensorFlow runtime, the TrainJob, JobSet's TF_CONFIG
     settings.py  TFX_PARALLEL_TFJOB_* and the replicas' variables, decoded once
-Exit codes shared with the training process live in ``run/failures.py``.
+Exit codes shared with the training process live in ``failures.py`` (the trainer's top level).
 """

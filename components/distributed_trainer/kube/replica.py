@@ -16,7 +16,7 @@ from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
                                                                        HEARTBEAT_SECONDS,
                                                                        ORPHAN_SECONDS)
-from tfx_parallel.components.distributed_trainer.run.failures import ORPHANED_EXIT_CODE
+from tfx_parallel.components.distributed_trainer.failures import ORPHANED_EXIT_CODE
 
 
 class Watchdog:

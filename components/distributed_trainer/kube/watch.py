@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer.kube.manifest import CONTAINER_NAME
 from tfx_parallel.components.distributed_trainer.kube.settings import ENV_PREFIX
-from tfx_parallel.components.distributed_trainer.run.failures import PEER_LOST_EXIT_CODE
+from tfx_parallel.components.distributed_trainer.failures import PEER_LOST_EXIT_CODE
 
 SUCCEEDED, FAILED, TIMEOUT = "Succeeded", "Failed", "Timeout"
 

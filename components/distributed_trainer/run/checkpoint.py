@@ -30,6 +30,8 @@ import re
 import uuid
 from typing import Dict, List, Optional
 
+from tfx_parallel.components.distributed_trainer.failures import CheckpointMismatchError
+
 _NAME = "ckpt"
 _STATE = "checkpoint"  # The file tf.train.latest_checkpoint reads.
 _KEEP = 2
@@ -86,10 +88,6 @@ def read_meta(prefix: str) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.io.gfile.GFile(prefix + ".json") as f:
     return json.load(f)
-
-
-class CheckpointMismatchError(ValueError):
-  """A checkpoint does not fit this run's model and optimizer (a rerun meets it again)."""
 
 
 def restore(prefix: str, objects: Dict[str, object]) -> dict:

@@ -27,7 +27,7 @@ from absl import logging
 
 from tfx_parallel.components.distributed_trainer.run import checkpoint
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
-from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer import failures
 from tfx_parallel.components.distributed_trainer.run import prestart
 from tfx_parallel.components.distributed_trainer.job import Job
 

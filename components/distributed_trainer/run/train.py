@@ -29,7 +29,7 @@ from tfx_parallel.components.distributed_trainer.plan import length as length_li
 from tfx_parallel.components.distributed_trainer.plan import memory
 from tfx_parallel.components.distributed_trainer.run import checkpoint
 from tfx_parallel.components.distributed_trainer.job import Job
-from tfx_parallel.components.distributed_trainer.run import failures
+from tfx_parallel.components.distributed_trainer import failures
 from tfx_parallel.components.distributed_trainer.run import run_record
 
 

@@ -21,8 +21,11 @@ from typing import Tuple, Type
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.engines.optimizers import OptimizerError
 from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError
-from tfx_parallel.components.distributed_trainer.run.checkpoint import CheckpointMismatchError
 from tfx_parallel.components.distributed_trainer.user_module import ModuleError
+
+
+class CheckpointMismatchError(ValueError):
+  """A checkpoint does not fit this run's model and optimizer (a rerun meets it again)."""
 
 # Exit code of a training process that stopped on an error a rerun cannot fix.
 NOT_RESUMABLE_EXIT_CODE = 4
