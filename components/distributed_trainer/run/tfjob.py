@@ -90,6 +90,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.run import object_store
 from tfx_parallel.components.distributed_trainer.run import trainjob
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
@@ -232,7 +233,7 @@ class TFJobSpec:
   resources: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
   node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
   tolerations: Tuple[Mapping[str, Any], ...] = ()
-  env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  env: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # str, or valueFrom dict
   owner: Optional[Tuple[str, str]] = None
   active_deadline_seconds: Optional[int] = None
   ttl_seconds_after_finished: Optional[int] = None
@@ -263,7 +264,7 @@ def _replica(spec: TFJobSpec, replicas: int) -> Dict[str, Any]:
   if spec.gpus_per_replica:
     resources.setdefault("limits", {})[GPU_RESOURCE] = str(spec.gpus_per_replica)
   container = {"name": CONTAINER_NAME, "image": spec.image, "command": list(spec.command),
-               "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())]}
+               "env": [object_store.env_var(k, v) for k, v in sorted(spec.env.items())]}
   if resources:
     container["resources"] = resources
   pod = {"containers": [container]}
@@ -1128,6 +1129,10 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   kind = client.KIND
   client.check_access(settings.namespace)  # may this account use it,
   client.check_ready(settings.namespace)  # and is all it needs there (Trainer v2's runtime)?
+  # [h5 object store] Can the replicas reach the job's files? Their env (secretKeyRef).
+  spec = dataclasses.replace(spec, env=dict(spec.env, **object_store.check_for_replicas(
+      job, job_uri, settings.namespace, client.api_client, os.environ)))
+  body = trainjob.manifest(spec) if kind == trainjob.KIND else manifest(spec)
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))
@@ -1241,6 +1246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tf_config = replica_tf_config(os.environ)
   if tf_config:
     os.environ["TF_CONFIG"] = tf_config
+  object_store.register_uri(args.job)  # [h5 object store] s3:// needs tensorflow-io.
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)
@@ -1248,4 +1254,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  object_store.run_and_exit(main)  # [h5 object store] not sys.exit: see run_and_exit.
