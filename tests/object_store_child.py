@@ -1,0 +1,56 @@
+"""A separate process for the tests that open s3:// files through TensorFlow (tensorflow-io).
+
+tensorflow-io 0.37.1's S3 client aborts the interpreter's teardown (SIGABRT, exit 134:
+object_store.run_and_exit), which would turn a passing pytest run into a crash, so the
+executor side of those tests runs here and ends with ``os._exit``. Reads one JSON
+request on stdin, writes one JSON answer on stdout's last line:
+
+* ``{"do": "probe", "directories": [D, ...], "environ": {...}}``: object_store.from_uris
+  + probe of each D, with `environ` as this process's S3 variables (as the executor
+  has them); the answer's ``ok`` is one answer per directory.
+* ``{"do": "run", "job": {...}, "settings": {...}, "host": URL, "environ": {...}}``:
+  tfjob.run of a train.Job against the API server at `host` (tests/fake_kube.py).
+
+The answer is ``{"ok": ...}`` or ``{"error": exception type, "message": text}``.
+"""
+import json
+import os
+import sys
+
+from tfx_parallel.components.distributed_trainer.run import object_store
+
+
+def _probe(directory: str) -> dict:
+  try:
+    object_store.probe(directory, object_store.from_uris({"directory": directory}, os.environ))
+    return {"ok": True}
+  except Exception as e:  # pylint: disable=broad-except  # Returned to the test.
+    return {"error": type(e).__name__, "message": str(e)}
+
+
+def _answer() -> dict:
+  request = json.loads(sys.stdin.read())
+  os.environ.update(request.get("environ", {}))
+  if request["do"] == "probe":
+    return {"ok": [_probe(d) for d in request["directories"]]}
+  try:
+    from kubernetes import client  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
+    configuration = client.Configuration()
+    configuration.host = request["host"]
+    settings = dict(request["settings"])
+    settings["tolerations"] = tuple(settings.get("tolerations", ()))
+    result = tfjob.run(Job(**request["job"]), tfjob.TFJobSettings(**settings),
+                       client=tfjob.TFJobClient(client.ApiClient(configuration)),
+                       poll_seconds=0.5)
+    return {"ok": {"state": result.state, "message": result.message,
+                   "logs": result.logs, "restarts": result.restarts}}
+  except Exception as e:  # pylint: disable=broad-except  # Returned to the test.
+    return {"error": type(e).__name__, "message": str(e)}
+
+
+if __name__ == "__main__":
+  print("\n" + json.dumps(_answer()), flush=True)
+  sys.stderr.flush()
+  os._exit(0)  # pylint: disable=protected-access  # See the module docstring.
