@@ -5,9 +5,11 @@ object_store.run_and_exit), which would turn a passing pytest run into a crash, 
 executor side of those tests runs here and ends with ``os._exit``. Reads one JSON
 request on stdin, writes one JSON answer on stdout's last line:
 
-* ``{"do": "probe", "directories": [D, ...], "environ": {...}}``: object_store.from_uris
-  + probe of each D, with `environ` as this process's S3 variables (as the executor
-  has them); the answer's ``ok`` is one answer per directory.
+* ``{"do": "probe", "directories": [D, ...], "environ": {...}, "host": URL,
+  "read": URI}``: the entry point's set-up (object_store.prepare_executor for the
+  directories, the secret read from the API server at `host`), the text of `read`
+  through TensorFlow, then from_uris + probe of each D; the answer's ``ok`` is
+  ``{"read": text, "probes": [one answer per directory]}``.
 * ``{"do": "run", "job": {...}, "settings": {...}, "host": URL, "environ": {...}}``:
   tfjob.run of a train.Job against the API server at `host` (tests/fake_kube.py).
 
@@ -18,6 +20,13 @@ import os
 import sys
 
 from tfx_parallel.components.distributed_trainer.run import object_store
+
+
+def _api_client(host: str):
+  from kubernetes import client  # pylint: disable=g-import-not-at-top
+  configuration = client.Configuration()
+  configuration.host = host
+  return client.ApiClient(configuration)
 
 
 def _probe(directory: str) -> dict:
@@ -32,17 +41,19 @@ def _answer() -> dict:
   request = json.loads(sys.stdin.read())
   os.environ.update(request.get("environ", {}))
   if request["do"] == "probe":
-    return {"ok": [_probe(d) for d in request["directories"]]}
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    object_store.prepare_executor({"read": request["read"]}, os.environ,
+                                  _api_client(request["host"]))
+    with tf.io.gfile.GFile(request["read"]) as f:
+      text = f.read()
+    return {"ok": {"read": text, "probes": [_probe(d) for d in request["directories"]]}}
   try:
-    from kubernetes import client  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer.run import tfjob  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
-    configuration = client.Configuration()
-    configuration.host = request["host"]
     settings = dict(request["settings"])
     settings["tolerations"] = tuple(settings.get("tolerations", ()))
     result = tfjob.run(Job(**request["job"]), tfjob.TFJobSettings(**settings),
-                       client=tfjob.TFJobClient(client.ApiClient(configuration)),
+                       client=tfjob.TFJobClient(_api_client(request["host"])),
                        poll_seconds=0.5)
     return {"ok": {"state": result.state, "message": result.message,
                    "logs": result.logs, "restarts": result.restarts}}

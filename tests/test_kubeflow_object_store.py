@@ -264,11 +264,8 @@ def _child(request, timeout=600):
 
 
 def _store_environ(endpoint):
-  """What the executor's process has after object_store's set-up, for moto."""
-  return {"TFX_PARALLEL_S3_ENDPOINT": endpoint, "TFX_PARALLEL_S3_REGION": "us-east-1",
-          "S3_ENDPOINT": endpoint, "AWS_REGION": "us-east-1", "S3_VERIFY_SSL": "1",
-          "AWS_ACCESS_KEY_ID": SECRET["accesskey"],
-          "AWS_SECRET_ACCESS_KEY": SECRET["secretkey"]}
+  """The trainer step's settings for moto (the endpoint and region; the rest default)."""
+  return {"TFX_PARALLEL_S3_ENDPOINT": endpoint, "TFX_PARALLEL_S3_REGION": "us-east-1"}
 
 
 def _keys(s3, prefix):
@@ -276,11 +273,22 @@ def _keys(s3, prefix):
                 .get("Contents", []))
 
 
-def test_the_probe_writes_reads_and_deletes_through_tensorflows_s3_filesystem(moto):
+def test_the_entry_points_set_up_reads_s3_and_the_probe_names_a_missing_bucket(moto):
+  """In a child process as the step's: object_store.prepare_executor reads KFP's secret
+  from the job's namespace (fake API server), sets the S3 variables and registers the
+  s3 filesystem; TensorFlow then reads an object the launcher side put there, and the
+  probe writes, reads back and deletes, or names what failed."""
   endpoint, s3 = moto
-  answer = _child({"do": "probe", "environ": _store_environ(endpoint),
-                   "directories": [f"s3://{BUCKET}/v2/probe", "s3://no-such-bucket/v2"]})
-  ok, missing = answer["ok"]
+  s3.put_object(Bucket=BUCKET, Key="v2/in/examples.txt", Body=b"rows")
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    answer = _child({"do": "probe", "host": cluster.host, "read": f"s3://{BUCKET}/v2/in/examples.txt",
+                     "environ": dict(_store_environ(endpoint), TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
+                     "directories": [f"s3://{BUCKET}/v2/probe", "s3://no-such-bucket/v2"]})
+    gets = [p for m, p, _, _ in cluster.requests if m == "GET"]
+  assert gets == ["/api/v1/namespaces/ns/secrets/mlpipeline-minio-artifact"]
+  assert answer["ok"]["read"] == "rows"
+  ok, missing = answer["ok"]["probes"]
   assert ok == {"ok": True}
   assert not _keys(s3, "v2/probe")  # Deleted again.
   assert missing["error"] == "ObjectStoreError"
