@@ -324,6 +324,17 @@ def artifact_uris(executor_input: Mapping[str, Any]) -> Dict[str, str]:
           for i, artifact in enumerate(artifacts.get("artifacts") or [])}
 
 
+def session_info(executor_input: Mapping[str, Any]) -> str:
+  """The first input artifact's ``store_session_info`` (the launcher's session for its
+  bucket, recorded with it: object_store.session_settings); "" when there is none."""
+  for artifacts in executor_input.get("inputs", {}).get("artifacts", {}).values():
+    for artifact in artifacts.get("artifacts") or []:
+      info = (artifact.get("metadata") or {}).get("store_session_info")
+      if isinstance(info, str) and info:
+        return info
+  return ""
+
+
 def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   """The flags of TFX's kubeflow_v2_run_executor; the rest are Beam args."""
   parser = argparse.ArgumentParser(prog="tfx_parallel.kubeflow.entrypoint")
@@ -358,7 +369,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside)
   args.json_serialized_invocation_args = json.dumps(adapted)
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
-    object_store.prepare_executor(artifact_uris(adapted), os.environ)
+    object_store.prepare_executor(artifact_uris(adapted), os.environ,
+                                  session_info=session_info(executor_input))
   durable = checkpoint_root(executor_input, environ)
   if durable:  # The executor (run in this process) and its training processes read it.
     os.environ[CHECKPOINT_ROOT_ENV] = durable

@@ -155,6 +155,37 @@ def test_the_entry_point_chooses_remote_paths_for_a_multi_node_step():
       "outputs.model[0]": "s3://mlpipeline/v2/artifacts/p/r/t/model"}
 
 
+def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_not_set():
+  """The store_session_info KFP records with each artifact (the stand-in's copy of master's
+  default MinIO session: SeaweedFS) names the endpoint, region and secret."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  assert object_store.session_settings(MINIO_SESSION_INFO) == {
+      "ENDPOINT": "http://seaweedfs.kubeflow:9000", "REGION": "minio",
+      "SECRET": "mlpipeline-minio-artifact", "ACCESS_KEY_KEY": "accesskey",
+      "SECRET_KEY_KEY": "secretkey"}
+  aws = json.dumps({"Provider": "s3", "Params": {"endpoint": "s3.amazonaws.com",
+                                                 "region": "eu-west-1", "disableSSL": "false",
+                                                 "secretName": "aws-creds",
+                                                 "accessKeyKey": "AWS_ACCESS_KEY_ID",
+                                                 "secretKeyKey": "AWS_SECRET_ACCESS_KEY"}})
+  assert object_store.session_settings(aws)["ENDPOINT"] == "https://s3.amazonaws.com"
+  assert object_store.session_settings(json.dumps({"Provider": "gs", "Params": {}})) == {}
+  assert object_store.session_settings("not json") == {}
+  executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+      {"uri": "minio://mlpipeline/x", "metadata": {"store_session_info": MINIO_SESSION_INFO}}]}}}}
+  assert entrypoint.session_info(executor_input) == MINIO_SESSION_INFO
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    environ = {"TFX_PARALLEL_TFJOB_NAMESPACE": "ns", "TFX_PARALLEL_S3_REGION": "us-east-1"}
+    store = object_store.prepare_executor({"a": ROOT}, environ, cluster.api_client(),
+                                          MINIO_SESSION_INFO)
+  assert store.endpoint == "http://seaweedfs.kubeflow:9000"
+  assert store.region == "us-east-1"  # The step's own setting wins.
+  assert environ["S3_ENDPOINT"] == "http://seaweedfs.kubeflow:9000"
+  assert environ["TFX_PARALLEL_S3_ENDPOINT"] == "http://seaweedfs.kubeflow:9000"  # For the check.
+  assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
+
+
 # --- Credentials from the secret, before any pod (fake API server; no TensorFlow). -----
 
 def _settings(**overrides):

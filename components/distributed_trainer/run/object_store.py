@@ -19,7 +19,10 @@ remote URIs, through TensorFlow filesystems:
   and region come from the AWS SDK's default chain (``AWS_ACCESS_KEY_ID``,
   ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``).
 
-Defaults are KFP's own for its ``minio://`` default pipeline root (kubeflow/pipelines
+The settings come, first, from the step's ``TFX_PARALLEL_S3_*`` env; then from the KFP
+launcher's own session for the bucket, which it records with every artifact and hands
+back in the input artifacts' metadata (``store_session_info``: :func:`session_settings`;
+the entry point passes it); then KFP's defaults for its ``minio://`` root (kubeflow/pipelines
 ``backend/src/v2/config/env.go`` ``getDefaultMinioSessionInfo``: region ``minio``,
 ``disableSSL`` true, secret ``mlpipeline-minio-artifact`` with keys ``accesskey`` and
 ``secretkey``; ``backend/src/v2/objectstore/object_store.go`` ``MinioDefaultEndpoint``:
@@ -39,6 +42,7 @@ back and deletes an object beside the job file with the filesystem the replicas 
 import base64
 import dataclasses
 import difflib
+import json
 import os
 import sys
 import traceback
@@ -312,12 +316,49 @@ def _in_cluster_api_client():
   return client.ApiClient()
 
 
+def session_settings(session_info: str) -> Dict[str, str]:
+  """``TFX_PARALLEL_S3_*`` settings from the KFP launcher's own session for the bucket:
+  the ``store_session_info`` custom property it records with every output artifact and
+  hands back in the input artifacts' metadata (kubeflow/pipelines
+  ``backend/src/v2/metadata/client.go`` ``RecordArtifact``; ``objectstore.SessionInfo``
+  ``{"Provider", "Params": {"endpoint", "region", "disableSSL", "fromEnv", "secretName",
+  "accessKeyKey", "secretKeyKey"}}``, from the ``kfp-launcher`` ConfigMap's providers or
+  the MinIO defaults: ``minio-service.kubeflow:9000`` up to 2.14, ``seaweedfs.kubeflow:9000``
+  later). {} for another provider (gs) or unreadable info."""
+  try:
+    session = json.loads(session_info)
+    params = session.get("Params") or {}
+  except (TypeError, ValueError, AttributeError):
+    return {}
+  if session.get("Provider") not in ("minio", "s3") or not isinstance(params, dict):
+    return {}
+  out = {}
+  if params.get("endpoint"):
+    endpoint = params["endpoint"]
+    if "://" not in endpoint:
+      endpoint = ("http://" if params.get("disableSSL") == "true" else "https://") + endpoint
+    out["ENDPOINT"] = endpoint
+  for setting, key in (("REGION", "region"), ("SECRET", "secretName"),
+                       ("ACCESS_KEY_KEY", "accessKeyKey"), ("SECRET_KEY_KEY", "secretKeyKey")):
+    if params.get(key):
+      out[setting] = params[key]
+  return out
+
+
 def prepare_executor(uris: Mapping[str, str], environ: MutableMapping[str, str],
-                     api_client=None) -> ObjectStore:
+                     api_client=None, session_info: str = "") -> ObjectStore:
   """The entry point's set-up of the executor's process for a multi-node step: the
   store of the step's artifacts (`uris` {what: URI}, their remote names), its settings
   and credentials in `environ`, the s3 filesystem registered. Before the executor runs,
-  so that its own reads of the Examples work; raises ObjectStoreError."""
+  so that its own reads of the Examples work; raises ObjectStoreError.
+
+  `session_info`: an input artifact's ``store_session_info`` (:func:`session_settings`);
+  it fills the ``TFX_PARALLEL_S3_*`` settings the step's env does not set, in `environ`,
+  where the executor's check before the job (:func:`check_for_replicas`) reads them."""
+  _settings(environ)  # Unknown names first, before they could be shadowed.
+  if any(uri.startswith("s3://") for uri in uris.values()):
+    for setting, value in session_settings(session_info).items():
+      environ.setdefault(ENV_PREFIX + setting, value)
   store = from_uris(uris, environ)
   _setup(store, job_namespace(environ),
          api_client if api_client is not None or not store.is_s3 else _in_cluster_api_client(),
