@@ -69,7 +69,8 @@ What happens on failure (training-operator v1.9.0, cited per rule):
   pkg/registry/core/pod/strategy.go).
 
 The job file is written next to the checkpoints under the pipeline root, which the
-replicas must reach (gs://, s3://, or a shared volume mounted at the same path). The
+replicas must reach (gs://, s3:// or minio:// as s3://, or a shared volume mounted at the
+same path; checked, and the replicas' S3 env made, by object_store.py). The
 replicas run ``python -m tfx_parallel.components.distributed_trainer.run.tfjob --job URI``,
 which copies the job file to local disk (train.py reads a local file) and runs
 ``train.main``.
