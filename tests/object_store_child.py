@@ -19,7 +19,23 @@ import json
 import os
 import sys
 
+from tfx.dsl.components.base import base_executor
+
 from tfx_parallel.components.distributed_trainer.run import object_store
+
+
+class ReadWriteExecutor(base_executor.BaseExecutor):
+  """A step's executor for the entry point test: reads ``data.txt`` of its input
+  ``examples`` and writes ``model.txt`` (the input text, then the URIs it was given) to
+  its output ``model``, both through TensorFlow's filesystems, as the trainer would."""
+
+  def Do(self, input_dict, output_dict, exec_properties):  # pylint: disable=invalid-name
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    examples, model = input_dict["examples"][0].uri, output_dict["model"][0].uri
+    with tf.io.gfile.GFile(f"{examples}/data.txt") as f:
+      text = f.read()
+    with tf.io.gfile.GFile(f"{model}/model.txt", "w") as f:
+      f.write(json.dumps({"read": text, "examples": examples, "model": model}))
 
 
 def _api_client(host: str):

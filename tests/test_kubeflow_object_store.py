@@ -186,6 +186,55 @@ def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_n
   assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
 
 
+def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp_path, moto):
+  """The container's entry point (a child process, as in the pod) with only
+  TFX_PARALLEL_TFJOB_IMAGE set: the executor gets s3:// for the minio:// artifacts, the
+  secret named by the launcher's session (store_session_info) is read from the API
+  server of the kubeconfig (tests/fake_kube.py), and TensorFlow reads the input and
+  writes the output in the bucket; the executor output names minio:// again."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  endpoint, s3 = moto
+  s3.put_object(Bucket=BUCKET, Key="v2/artifacts/p/r/gen/examples/data.txt", Body=b"rows")
+  output_file = str(tmp_path / "output_metadata.json")
+  executor_input = {
+      "inputs": {"artifacts": {"examples": {"artifacts": [{
+          "name": "7", "uri": f"minio://{BUCKET}/v2/artifacts/p/r/gen/examples",
+          "type": {"schemaTitle": "tfx.Examples"},
+          "metadata": {"store_session_info": MINIO_SESSION_INFO}}]}}},
+      "outputs": {"artifacts": {"model": {"artifacts": [{
+          "name": "", "uri": f"minio://{BUCKET}/v2/artifacts/p/r/train/model",
+          "type": {"schemaTitle": "tfx.Model"}}]}}, "outputFile": output_file}}
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": cluster.host}}],
+        "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+    env.update(KUBECONFIG=str(kubeconfig), TFX_PARALLEL_TFJOB_IMAGE="img:1",
+               TFX_PARALLEL_TFJOB_NAMESPACE="ns", TFX_PARALLEL_S3_ENDPOINT=endpoint,
+               PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfx_parallel.kubeflow.entrypoint", "--executor_class_path",
+         "object_store_child.ReadWriteExecutor", "--json_serialized_invocation_args",
+         json.dumps(executor_input)], env=env, capture_output=True, text=True, timeout=600,
+        cwd=str(tmp_path))
+    gets = [p for m, p, _, _ in cluster.requests if m == "GET"]
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  assert gets == ["/api/v1/namespaces/ns/secrets/mlpipeline-minio-artifact"]
+  written = json.loads(s3.get_object(Bucket=BUCKET, Key="v2/artifacts/p/r/train/model/"
+                                     "model.txt")["Body"].read())
+  assert written == {"read": "rows",
+                     "examples": f"s3://{BUCKET}/v2/artifacts/p/r/gen/examples",
+                     "model": f"s3://{BUCKET}/v2/artifacts/p/r/train/model"}
+  with open(output_file) as f:
+    output = json.load(f)
+  assert output["artifacts"]["model"]["artifacts"][0]["uri"] == \
+      f"minio://{BUCKET}/v2/artifacts/p/r/train/model"
+
+
 # --- Credentials from the secret, before any pod (fake API server; no TensorFlow). -----
 
 def _settings(**overrides):
