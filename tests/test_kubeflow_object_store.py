@@ -6,8 +6,10 @@ API server of tests/fake_kube.py (which resolves the replicas' ``secretKeyRef`` 
 kubelet does), and a real S3 API on this machine: moto's server mode (``moto_server``,
 as tests/test_kubeflow_s3.py starts it). Whatever opens s3:// through TensorFlow runs in
 a child process (tests/object_store_child.py: tensorflow-io's S3 client aborts the
-interpreter's teardown). Slow: two real replica processes read the job file and the
-Examples from moto's s3:// and write the model there.
+interpreter's teardown). Slow: the container's entry point sets up a multi-node step's
+process by itself (remote s3:// paths, the secret, the S3 variables); and two real
+replica processes read the job file and the Examples from moto's s3:// and write the
+model there.
 """
 import json
 import os
@@ -186,6 +188,7 @@ def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_n
   assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
 
 
+@pytest.mark.slow
 def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp_path, moto):
   """The container's entry point (a child process, as in the pod) with only
   TFX_PARALLEL_TFJOB_IMAGE set: the executor gets s3:// for the minio:// artifacts, the
