@@ -72,7 +72,7 @@ def test_the_replicas_get_the_settings_as_values_and_the_credentials_by_secret_k
   env = store.replica_env()
   assert env == {
       "S3_ENDPOINT": "https://s3.eu-west-1.amazonaws.com", "AWS_REGION": "eu-west-1",
-      "S3_VERIFY_SSL": "0",
+      "AWS_DEFAULT_REGION": "eu-west-1", "S3_VERIFY_SSL": "0",
       "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "aws", "key": "id"}},
       "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "aws", "key": "key"}}}
   spec = tfjob.TFJobSpec(name="j", namespace="ns", image="i", command=("python",), env=env)
@@ -129,7 +129,8 @@ def test_a_variable_the_pod_already_has_with_another_value_is_named():
     object_store.process_env(store, ("minio", "minio123"), {"AWS_SECRET_ACCESS_KEY": "x"})
   assert object_store.process_env(store, ("minio", "minio123"), {}) == {
       "S3_ENDPOINT": "http://minio-service.kubeflow:9000", "AWS_REGION": "minio",
-      "S3_VERIFY_SSL": "1", "AWS_ACCESS_KEY_ID": "minio", "AWS_SECRET_ACCESS_KEY": "minio123"}
+      "AWS_DEFAULT_REGION": "minio", "S3_VERIFY_SSL": "1", "AWS_ACCESS_KEY_ID": "minio",
+      "AWS_SECRET_ACCESS_KEY": "minio123"}
 
 
 # --- The entry point chooses the paths. ----------------------------------------------
@@ -318,7 +319,7 @@ def _free_port():
 def moto():
   """moto's S3 server with KFP's bucket. Yields (endpoint, boto3 client)."""
   endpoint = f"http://127.0.0.1:{_free_port()}"
-  log = tempfile.NamedTemporaryFile(prefix="h5-moto-", suffix=".log", delete=False)  # pylint: disable=consider-using-with
+  log = tempfile.NamedTemporaryFile(prefix="tfx-parallel-moto-", suffix=".log", delete=False)  # pylint: disable=consider-using-with
   process = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
                               endpoint.rsplit(":", 1)[1]], stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -365,7 +366,8 @@ def test_the_entry_points_set_up_reads_s3_and_the_probe_names_a_missing_bucket(m
   s3.put_object(Bucket=BUCKET, Key="v2/in/examples.txt", Body=b"rows")
   with FakeCluster() as cluster:
     cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
-    answer = _child({"do": "probe", "host": cluster.host, "read": f"s3://{BUCKET}/v2/in/examples.txt",
+    answer = _child({"do": "probe", "host": cluster.host,
+                     "read": f"s3://{BUCKET}/v2/in/examples.txt",
                      "environ": dict(_store_environ(endpoint), TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
                      "directories": [f"s3://{BUCKET}/v2/probe", "s3://no-such-bucket/v2"]})
     gets = [p for m, p, _, _ in cluster.requests if m == "GET"]
@@ -432,6 +434,7 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
   prefix = ROOT.split(f"{BUCKET}/", 1)[1]
   keys = _keys(s3, prefix)
   assert f"{prefix}/model/Format-Serving/saved_model.pb" in keys
-  assert f"v2/artifacts/pipe/run-1/_tfjobs/{name}.json" in _keys(s3, "v2/artifacts/pipe/run-1/_tfjobs")
+  jobs = "v2/artifacts/pipe/run-1/_tfjobs"
+  assert f"{jobs}/{name}.json" in _keys(s3, jobs)
   assert not [k for k in keys if k.endswith("/")]  # No "directory" objects (#13476).
   assert not [k for k in _keys(s3, "v2") if "_probe-" in k]

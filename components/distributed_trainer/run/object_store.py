@@ -67,7 +67,9 @@ KFP_MINIO_REGION = "minio"
 # The variables tensorflow-io's S3 client and the AWS SDK read (see the module docstring).
 S3_ENDPOINT, S3_VERIFY_SSL = "S3_ENDPOINT", "S3_VERIFY_SSL"
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY = "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"
-AWS_REGION = "AWS_REGION"
+# The AWS SDK for C++ in tensorflow-io reads AWS_DEFAULT_REGION for a client's region;
+# AWS_REGION is the name TensorFlow's S3 documentation gives. Both get the region.
+AWS_REGION, AWS_DEFAULT_REGION = "AWS_REGION", "AWS_DEFAULT_REGION"
 REMOTE_SCHEMES = ("gs://", "s3://")
 
 
@@ -95,7 +97,7 @@ class ObjectStore:
     if not self.is_s3:
       return {}
     return {S3_ENDPOINT: self.endpoint, AWS_REGION: self.region,
-            S3_VERIFY_SSL: "1" if self.verify_ssl else "0"}
+            AWS_DEFAULT_REGION: self.region, S3_VERIFY_SSL: "1" if self.verify_ssl else "0"}
 
   def replica_env(self) -> Dict[str, Any]:
     """The replica container's env: values, and the credentials by ``secretKeyRef``
