@@ -1243,11 +1243,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  object_store.register_uri(args.job)  # [h5 object store] s3:// needs tensorflow-io.
   start_watchdog(os.environ, read_text, stop_replica)
   tf_config = replica_tf_config(os.environ)
   if tf_config:
     os.environ["TF_CONFIG"] = tf_config
-  object_store.register_uri(args.job)  # [h5 object store] s3:// needs tensorflow-io.
   with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
     local = os.path.join(tmp, "job.json")
     tf.io.gfile.copy(args.job, local)
