@@ -11,6 +11,7 @@ process by itself (remote s3:// paths, the secret, the S3 variables); and two re
 replica processes read the job file and the Examples from moto's s3:// and write the
 model there.
 """
+import dataclasses
 import json
 import os
 import re
@@ -35,6 +36,7 @@ BIN = os.path.dirname(sys.executable)
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUCKET = "mlpipeline"  # KFP's default bucket (minio://mlpipeline/v2/artifacts).
 SECRET = {"accesskey": "minio", "secretkey": "minio123"}  # KFP's default secret's values.
+# (Against moto, the secret holds the access key of an IAM user moto checks: `moto`.)
 ROOT = f"s3://{BUCKET}/v2/artifacts/pipe/run-1/DistributedTrainer"
 
 
@@ -189,6 +191,24 @@ def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_n
   assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
 
 
+def test_credentials_the_store_refuses_fail_the_check_before_the_job_file_and_any_pod(moto):
+  """The executor's check with the secret the replicas would mount (its secret key
+  wrong): the probe through TensorFlow's S3 filesystem is refused, and the step fails
+  naming the endpoint and the secret; no job is created, no job file written."""
+  endpoint, s3, secret = moto
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret, secretkey="wrong")
+    answer = _child({"do": "run", "job": dataclasses.asdict(_job()), "host": cluster.host,
+                     "settings": {"image": "img:1", "namespace": "ns", "worker_replicas": 2},
+                     "environ": _store_environ(endpoint)})
+    assert not _posted_jobs(cluster) and not cluster.pods
+  assert answer["error"] == "ObjectStoreError", answer
+  assert f"through the S3 API at {endpoint} (TFX_PARALLEL_S3_ENDPOINT)" in answer["message"]
+  assert "secret 'mlpipeline-minio-artifact' (TFX_PARALLEL_S3_SECRET)" in answer["message"]
+  assert "SignatureDoesNotMatch" in answer["message"]
+  assert not _keys(s3, "v2/artifacts/pipe/run-1/_tfjobs")
+
+
 @pytest.mark.slow
 def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp_path, moto):
   """The container's entry point (a child process, as in the pod) with only
@@ -197,7 +217,7 @@ def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp
   server of the kubeconfig (tests/fake_kube.py), and TensorFlow reads the input and
   writes the output in the bucket; the executor output names minio:// again."""
   from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
-  endpoint, s3 = moto
+  endpoint, s3, secret = moto
   s3.put_object(Bucket=BUCKET, Key="v2/artifacts/p/r/gen/examples/data.txt", Body=b"rows")
   output_file = str(tmp_path / "output_metadata.json")
   executor_input = {
@@ -209,7 +229,7 @@ def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp
           "name": "", "uri": f"minio://{BUCKET}/v2/artifacts/p/r/train/model",
           "type": {"schemaTitle": "tfx.Model"}}]}}, "outputFile": output_file}}
   with FakeCluster() as cluster:
-    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
@@ -317,22 +337,37 @@ def _free_port():
 
 @pytest.fixture(scope="module")
 def moto():
-  """moto's S3 server with KFP's bucket. Yields (endpoint, boto3 client)."""
-  endpoint = f"http://127.0.0.1:{_free_port()}"
+  """moto's S3 server with KFP's bucket, checking every request's signature: after the
+  first INITIAL_NO_AUTH_ACTION_COUNT requests (moto's switch for IAM authentication,
+  moto/core/config.py), which create an IAM user allowed s3:* and its access key. Yields
+  (endpoint, boto3 S3 client of that user, {"accesskey": id, "secretkey": key}: the
+  secret's values)."""
+  port = _free_port()
+  endpoint = f"http://127.0.0.1:{port}"
   log = tempfile.NamedTemporaryFile(prefix="tfx-parallel-moto-", suffix=".log", delete=False)  # pylint: disable=consider-using-with
   process = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
-                              endpoint.rsplit(":", 1)[1]], stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-  s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=SECRET["accesskey"],
-                    aws_secret_access_key=SECRET["secretkey"], region_name="us-east-1")
+                              str(port)], stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True,
+                             env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3"))
   try:
     for _ in range(100):
-      try:
-        s3.create_bucket(Bucket=BUCKET)
-        break
-      except Exception:  # pylint: disable=broad-except  # Not listening yet.
-        time.sleep(0.2)
-    yield endpoint, s3
+      with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+          break
+      time.sleep(0.2)
+    admin = {"endpoint_url": endpoint, "aws_access_key_id": "admin",
+             "aws_secret_access_key": "admin", "region_name": "us-east-1"}
+    iam = boto3.client("iam", **admin)
+    iam.create_user(UserName="kfp")
+    iam.put_user_policy(UserName="kfp", PolicyName="s3", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="kfp")["AccessKey"]
+    secret = {"accesskey": key["AccessKeyId"], "secretkey": key["SecretAccessKey"]}
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=secret["accesskey"],
+                      aws_secret_access_key=secret["secretkey"], region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    yield endpoint, s3, secret
   finally:
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(timeout=60)
@@ -362,10 +397,10 @@ def test_the_entry_points_set_up_reads_s3_and_the_probe_names_a_missing_bucket(m
   from the job's namespace (fake API server), sets the S3 variables and registers the
   s3 filesystem; TensorFlow then reads an object the launcher side put there, and the
   probe writes, reads back and deletes, or names what failed."""
-  endpoint, s3 = moto
+  endpoint, s3, secret = moto
   s3.put_object(Bucket=BUCKET, Key="v2/in/examples.txt", Body=b"rows")
   with FakeCluster() as cluster:
-    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
     answer = _child({"do": "probe", "host": cluster.host,
                      "read": f"s3://{BUCKET}/v2/in/examples.txt",
                      "environ": dict(_store_environ(endpoint), TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
@@ -396,7 +431,7 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
   import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
   from fake_kube import Run  # pylint: disable=g-import-not-at-top
   from test_kubeflow_trainjob import _trainer_v2  # pylint: disable=g-import-not-at-top
-  endpoint, s3 = moto
+  endpoint, s3, secret = moto
   local = str(tmp_path / "examples")
   feature_keys, _, rows = trainer_util.write_examples(local, rows=128, eval_rows=32)
   for directory, _, files in os.walk(local):
@@ -409,7 +444,7 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
   name = tfjob.job_name(job["checkpoint_dir"])
   with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
                                local_network=True)) as cluster:
-    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
     answer = _child({"do": "run", "job": job, "host": cluster.host,
                      "settings": {"image": "img:1", "namespace": "ns", "worker_replicas": 2,
                                   "timeout_seconds": 900.0},
@@ -425,7 +460,7 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
   assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
       "secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": "secretkey"}}
   assert env["S3_ENDPOINT"]["value"] == endpoint
-  assert "minio123" not in json.dumps(posted)  # Never in the manifest.
+  assert secret["secretkey"] not in json.dumps(posted)  # Never in the manifest.
   assert len(result["logs"]) == 2 and all("replicas 2" in text
                                          for text in result["logs"].values())
   history = json.loads(s3.get_object(Bucket=BUCKET, Key=ROOT.split(f"{BUCKET}/", 1)[1] +
