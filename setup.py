@@ -49,6 +49,10 @@ setup(
         # Beam's S3 filesystem (apache_beam[aws]): an ingest whose Beam workers run
         # outside the pod writes s3:// and minio:// artifacts directly (kubeflow/entrypoint.py).
         "boto3",
+        # TensorFlow's s3:// filesystem (registered on `import tensorflow_io`): a multi-node
+        # job's replicas read and write s3:// and minio:// artifacts (kube/object_store.py).
+        # 0.37.x is the line whose wheel requires tensorflow>=2.16,<2.17.
+        "tensorflow-io==0.37.1",
     ],
     extras_require={
         # moto's server mode: a real S3 API on this machine (tests/test_kubeflow_s3.py).

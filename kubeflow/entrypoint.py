@@ -72,9 +72,12 @@ adapting what the open-source KFP v2 driver and launcher hand over
 
 ``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
 and ``/s3`` directories are; tests point it at a temporary directory.
-``TFX_PARALLEL_ARTIFACT_PATHS=remote`` keeps the remote URIs instead (for a step whose
-files other pods must reach, such as the trainer submitting a TFJob; TensorFlow reads
-``gs://`` natively, never ``minio://``).
+A step whose files other pods must reach (the DistributedTrainer submitting a multi-node
+job: ``TFX_PARALLEL_TFJOB_IMAGE`` is set) gets the remote URIs instead, as TensorFlow
+names them (``minio://b/k`` as ``s3://b/k``), and this process is set up to read them
+(credentials from KFP's secret, the S3 variables, tensorflow-io's s3 filesystem:
+components/distributed_trainer/kube/object_store.py) before the executor runs.
+``TFX_PARALLEL_ARTIFACT_PATHS`` (local or remote) need not be set.
 """
 import argparse
 import copy
@@ -88,6 +91,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.partitioned_example_gen import runners
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
@@ -295,6 +299,42 @@ def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str
   return None
 
 
+def artifact_paths(environ: Mapping[str, str]) -> str:
+  """"local" (the launcher's copies) or "remote" (the artifacts' URIs): remote when the
+  step submits a multi-node job (object_store.remote_mode), whose replicas cannot see
+  this pod's files. ``TFX_PARALLEL_ARTIFACT_PATHS`` may say the same; "local" for a
+  multi-node step is refused."""
+  implied = "remote" if object_store.remote_mode(environ) else "local"
+  paths = environ.get(ARTIFACT_PATHS_ENV, implied)
+  if paths not in ARTIFACT_PATHS:
+    raise EntrypointError(f"{ARTIFACT_PATHS_ENV} must be one of {ARTIFACT_PATHS}. "
+                          f"Received: {paths!r}")
+  if paths == "local" and implied == "remote":
+    raise EntrypointError(f"{ARTIFACT_PATHS_ENV}=local: TFX_PARALLEL_TFJOB_IMAGE is set, so "
+                          f"this step's replicas run in other pods, which cannot read this "
+                          f"pod's copies; unset {ARTIFACT_PATHS_ENV} (remote is chosen)")
+  return paths
+
+
+def artifact_uris(executor_input: Mapping[str, Any]) -> Dict[str, str]:
+  """{"<inputs|outputs>.<key>[i]": URI} of the ExecutorInput's artifacts."""
+  return {f"{side}.{key}[{i}]": artifact.get("uri", "")
+          for side in ("inputs", "outputs")
+          for key, artifacts in executor_input.get(side, {}).get("artifacts", {}).items()
+          for i, artifact in enumerate(artifacts.get("artifacts") or [])}
+
+
+def session_info(executor_input: Mapping[str, Any]) -> str:
+  """The first input artifact's ``store_session_info`` (the launcher's session for its
+  bucket, recorded with it: object_store.session_settings); "" when there is none."""
+  for artifacts in executor_input.get("inputs", {}).get("artifacts", {}).values():
+    for artifact in artifacts.get("artifacts") or []:
+      info = (artifact.get("metadata") or {}).get("store_session_info")
+      if isinstance(info, str) and info:
+        return info
+  return ""
+
+
 def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   """The flags of TFX's kubeflow_v2_run_executor; the rest are Beam args."""
   parser = argparse.ArgumentParser(prog="tfx_parallel.kubeflow.entrypoint")
@@ -315,18 +355,22 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
-  paths = environ.get(ARTIFACT_PATHS_ENV, "local")
-  if paths not in ARTIFACT_PATHS:
-    raise EntrypointError(f"{ARTIFACT_PATHS_ENV} must be one of {ARTIFACT_PATHS}. "
-                          f"Received: {paths!r}")
+  paths = artifact_paths(environ)
   mount_root = environ.get(MOUNT_ROOT_ENV, "/") if paths == "local" else None
   outside = runners.runs_outside(beam_args) if beam_args else False
+  if paths == "remote":  # TensorFlow's names: minio:// as s3:// (object_store.py).
+    logging.info("Remote artifact paths: the step's files are read and written at their "
+                 "object store URIs, which the multi-node job's replicas reach too")
+    outside = True
   if outside:
     logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
                  "reads and writes its artifacts' remote URIs (minio:// as s3://)",
                  runners.runner_name(beam_args))
   adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside)
   args.json_serialized_invocation_args = json.dumps(adapted)
+  if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
+    object_store.prepare_executor(artifact_uris(adapted), os.environ,
+                                  session_info=session_info(executor_input))
   durable = checkpoint_root(executor_input, environ)
   if durable:  # The executor (run in this process) and its training processes read it.
     os.environ[CHECKPOINT_ROOT_ENV] = durable

@@ -305,6 +305,9 @@ class FakeCluster:
     # SelfSubjectAccessReview (authorization.k8s.io/v1; kubernetes
     # pkg/registry/authorization/selfsubjectaccessreview/rest.go) and enforced with 403.
     self.denied = set()
+    # Secrets {(namespace, name): {key: text}}: GET /api/v1/namespaces/<ns>/secrets/<name>
+    # answers `data` base64-encoded; the kubelet resolves env secretKeyRef from them.
+    self.secrets: Dict[tuple, Dict[str, str]] = {}
     # What API discovery answers (GET /apis/<group>/<version>): the training operator's
     # TFJob by default; Kubeflow 1.11's default install serves only Trainer v2's kinds.
     self.served = {"kubeflow.org/v1": ["tfjobs", "pytorchjobs", "mpijobs"]}
@@ -431,6 +434,19 @@ class FakeCluster:
                      "items": copy.deepcopy(items)}, "application/json"
       if len(parts) == 7 and parts[6] == "log" and method == "GET":
         return self.log(parts[5], (query.get("container") or [""])[0])
+    if parts[:2] == ["api", "v1"] and len(parts) == 6 and parts[4] == "secrets" \
+        and method == "GET":
+      if ("get", "", "secrets") in self.denied:
+        return self.status(403, "Forbidden", f'secrets "{parts[5]}" is forbidden: User '
+                           '"system:serviceaccount:kubeflow:pipeline-runner" cannot get '
+                           f'resource "secrets" in API group "" in the namespace "{parts[3]}"')
+      if (parts[3], parts[5]) not in self.secrets:
+        return self.status(404, "NotFound", f'secrets "{parts[5]}" not found')
+      import base64  # pylint: disable=g-import-not-at-top
+      data = {k: base64.b64encode(v.encode()).decode()
+              for k, v in self.secrets[(parts[3], parts[5])].items()}
+      return 200, {"kind": "Secret", "apiVersion": "v1", "type": "Opaque", "data": data,
+                   "metadata": {"name": parts[5], "namespace": parts[3]}}, "application/json"
     if parts[:2] == ["api", "v1"] and len(parts) == 5 and parts[4] == "events":
       if self.events_forbidden:
         return self.status(403, "Forbidden", 'events is forbidden: User "system:serviceaccount:'
@@ -1247,14 +1263,23 @@ class FakeCluster:
     return {"FAKE_KUBE_HOSTS": json.dumps(hosts),
             "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))}
 
-  @staticmethod
-  def container_env(pod, container):
+  def container_env(self, pod, container):
     """The container's env as the kubelet resolves it, with the downward API's
-    metadata.labels['k'] / metadata.annotations['k'] [downward]."""
+    metadata.labels['k'] / metadata.annotations['k'] [downward], and secretKeyRef from
+    `secrets` in the pod's namespace (kubernetes v1.31 pkg/kubelet/kubelet_pods.go
+    makeEnvironmentVariables: a missing secret or key is an error, "couldn't find key
+    %v in Secret %v/%v", and the container is not started)."""
     out = {}
     for e in container.get("env") or []:
       if "value" in e:
         out[e["name"]] = e["value"]
+        continue
+      if "secretKeyRef" in e["valueFrom"]:
+        ref, namespace = e["valueFrom"]["secretKeyRef"], pod["metadata"]["namespace"]
+        data = self.secrets.get((namespace, ref["name"]))
+        if data is None or ref["key"] not in data:
+          raise KeyError(f"couldn't find key {ref['key']} in Secret {namespace}/{ref['name']}")
+        out[e["name"]] = data[ref["key"]]
         continue
       path = e["valueFrom"]["fieldRef"]["fieldPath"]
       field, _, key = path.partition("['")

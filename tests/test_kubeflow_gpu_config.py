@@ -93,7 +93,9 @@ def test_multi_node_variant_compiles_with_a_cpu_only_trainer_pod():
   documents = compiler.compile_package(config).documents()
   env = {e["name"]: e["value"] for e in executors(documents)[TRAINER]["container"]["env"]}
   assert env["TFX_PARALLEL_TFJOB_WORKERS"] == "2"
-  assert env["TFX_PARALLEL_ARTIFACT_PATHS"] == "remote"  # Replicas cannot see /gcs/ copies.
+  assert "TFX_PARALLEL_ARTIFACT_PATHS" not in env  # The entry point chooses remote paths.
+  from tfx_parallel.kubeflow import entrypoint  # pylint: disable=g-import-not-at-top
+  assert entrypoint.artifact_paths(env) == "remote"  # Replicas cannot see /gcs/ copies.
   from tfx_parallel.components.distributed_trainer.kube import manifest, settings as kube_settings  # pylint: disable=g-import-not-at-top
   settings = kube_settings.settings_from_env(env, config.pipeline.trainer.layout,
                                              config.pipeline.trainer.workers)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from absl import logging
 from tfx.dsl.io import fileio
 
+from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.client import (BACKEND_TRAINER_V2,
                                                                      TFJobClient, TrainJobClient)
@@ -91,6 +92,10 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   kind = client.KIND
   client.check_access(settings.namespace)  # may this account use it,
   client.check_ready(settings.namespace)  # and is all it needs there (Trainer v2's runtime)?
+  # Can the replicas reach the job's files? Their env (S3 settings; secrets by secretKeyRef).
+  spec = dataclasses.replace(spec, env=dict(spec.env, **object_store.check_for_replicas(
+      job, job_uri, settings.namespace, client.api_client, os.environ)))
+  body = trainjob.manifest(spec) if kind == trainjob.KIND else manifest(spec)
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))

@@ -6,6 +6,7 @@ import hashlib
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
                                                                        TFJobSettings)
@@ -91,7 +92,7 @@ class TFJobSpec:
   resources: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
   node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
   tolerations: Tuple[Mapping[str, Any], ...] = ()
-  env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  env: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # str, or valueFrom dict
   owner: Optional[Tuple[str, str]] = None
   active_deadline_seconds: Optional[int] = None
   ttl_seconds_after_finished: Optional[int] = None
@@ -122,7 +123,7 @@ def _replica(spec: TFJobSpec, replicas: int) -> Dict[str, Any]:
   if spec.gpus_per_replica:
     resources.setdefault("limits", {})[GPU_RESOURCE] = str(spec.gpus_per_replica)
   container = {"name": CONTAINER_NAME, "image": spec.image, "command": list(spec.command),
-               "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())]}
+               "env": [object_store.env_var(k, v) for k, v in sorted(spec.env.items())]}
   if resources:
     container["resources"] = resources
   pod = {"containers": [container]}

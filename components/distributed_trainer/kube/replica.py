@@ -12,6 +12,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
                                                                        HEARTBEAT_SECONDS,
@@ -97,6 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top  (the one door up into run/, after tfenv.prepare())
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
+  object_store.register_uri(args.job)  # s3:// needs tensorflow-io, before the first read.
   start_watchdog(os.environ, read_text, stop_replica)
   tf_config = replica_tf_config(os.environ)
   if tf_config:
@@ -107,4 +109,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return train.main(["--job", local])
 
 if __name__ == "__main__":
-  sys.exit(main())
+  object_store.run_and_exit(main)  # Not sys.exit: see run_and_exit.

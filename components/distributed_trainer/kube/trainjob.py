@@ -57,6 +57,8 @@ ones, reason and message copied (plugins/jobset/jobset.go:316-323).
 import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tfx_parallel.components.distributed_trainer.kube import object_store
+
 GROUP, VERSION, PLURAL, KIND = "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 RUNTIME_PLURAL, RUNTIME_KIND = "trainingruntimes", "TrainingRuntime"
 # The runtime this project ships, one per namespace (see runtime_manifest).
@@ -197,7 +199,7 @@ def manifest(spec, runtime: str = RUNTIME_NAME) -> Dict[str, Any]:
   env = dict(spec.env, **{ENV_NUM_NODES: str(spec.worker_replicas)})
   trainer = {"image": spec.image, "command": list(spec.command),
              "numNodes": spec.worker_replicas,
-             "env": [{"name": k, "value": v} for k, v in sorted(env.items())]}
+             "env": [object_store.env_var(k, v) for k, v in sorted(env.items())]}
   if resources:
     trainer["resourcesPerNode"] = resources
   body_spec: Dict[str, Any] = {

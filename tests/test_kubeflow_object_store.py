@@ -1,0 +1,480 @@
+"""Multi-node training on the default artifact store: minio:// and s3:// (and gs://).
+
+The settings and their checks (components/distributed_trainer/kube/object_store.py), the
+entry point's choice of remote paths, the credentials read from KFP's secret through the
+API server of tests/fake_kube.py (which resolves the replicas' ``secretKeyRef`` as the
+kubelet does), and a real S3 API on this machine: moto's server mode (``moto_server``,
+as tests/test_kubeflow_s3.py starts it). Whatever opens s3:// through TensorFlow runs in
+a child process (tests/object_store_child.py: tensorflow-io's S3 client aborts the
+interpreter's teardown). Slow: the container's entry point sets up a multi-node step's
+process by itself (remote s3:// paths, the secret, the S3 variables); and two real
+replica processes read the job file and the Examples from moto's s3:// and write the
+model there.
+"""
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import boto3
+import pytest
+
+from fake_kube import FakeCluster
+from tfx_parallel.components.distributed_trainer.kube import object_store
+from tfx_parallel.components.distributed_trainer.kube import client as kube_client
+from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
+from tfx_parallel.components.distributed_trainer.kube import manifest as kube_manifest
+from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
+from tfx_parallel.components.distributed_trainer.kube import watch as kube_watch
+from tfx_parallel.components.distributed_trainer.run import trainjob
+from tfx_parallel.components.distributed_trainer.run.train import Job
+from tfx_parallel.kubeflow import entrypoint
+
+BIN = os.path.dirname(sys.executable)
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUCKET = "mlpipeline"  # KFP's default bucket (minio://mlpipeline/v2/artifacts).
+SECRET = {"accesskey": "minio", "secretkey": "minio123"}  # KFP's default secret's values.
+# (Against moto, the secret holds the access key of an IAM user moto checks: `moto`.)
+ROOT = f"s3://{BUCKET}/v2/artifacts/pipe/run-1/DistributedTrainer"
+
+
+def _job(root=ROOT, **overrides):
+  fields = dict(config={"layout": "multi_worker"}, examples_uri=f"s3://{BUCKET}/v2/ex",
+                feature_keys=["x0"], label_key="y", train_rows=10,
+                model_dir=f"{root}/model/Format-Serving", model_run_dir=f"{root}/model_run",
+                history_dir=f"{root}/history", checkpoint_dir=f"{root}/_checkpoints/abc",
+                num_shards=2)
+  fields.update(overrides)
+  return Job(**fields)
+
+
+# --- Settings: pure. -----------------------------------------------------------------
+
+def test_minio_and_s3_default_to_kfps_minio_service_and_secret():
+  store = object_store.from_uris({"a": f"{ROOT}/model", "b": f"s3://{BUCKET}/v2/ex"}, {})
+  assert store == object_store.ObjectStore(
+      "s3://", endpoint="http://minio-service.kubeflow:9000", region="minio",
+      secret="mlpipeline-minio-artifact", access_key_key="accesskey",
+      secret_key_key="secretkey", verify_ssl=True)
+  # Standalone KFP: the pod has the minio-service Service's variables (MinioDefaultEndpoint).
+  near = object_store.from_uris({"a": ROOT}, {"MINIO_SERVICE_SERVICE_HOST": "10.0.0.7",
+                                              "MINIO_SERVICE_SERVICE_PORT": "9000"})
+  assert near.endpoint == "http://10.0.0.7:9000"
+  assert object_store.from_uris({"a": "gs://b/x"}, {}) == object_store.ObjectStore("gs://")
+
+
+def test_the_replicas_get_the_settings_as_values_and_the_credentials_by_secret_key_ref():
+  store = object_store.from_uris({"a": ROOT}, {
+      "TFX_PARALLEL_S3_ENDPOINT": "https://s3.eu-west-1.amazonaws.com",
+      "TFX_PARALLEL_S3_REGION": "eu-west-1", "TFX_PARALLEL_S3_SECRET": "aws",
+      "TFX_PARALLEL_S3_ACCESS_KEY_KEY": "id", "TFX_PARALLEL_S3_SECRET_KEY_KEY": "key",
+      "TFX_PARALLEL_S3_VERIFY_SSL": "0"})
+  env = store.replica_env()
+  assert env == {
+      "S3_ENDPOINT": "https://s3.eu-west-1.amazonaws.com", "AWS_REGION": "eu-west-1",
+      "AWS_DEFAULT_REGION": "eu-west-1", "S3_VERIFY_SSL": "0",
+      "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "aws", "key": "id"}},
+      "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "aws", "key": "key"}}}
+  spec = kube_manifest.TFJobSpec(name="j", namespace="ns", image="i", command=("python",), env=env)
+  for container in (kube_manifest.manifest(spec)["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+                    ["spec"]["containers"][0],
+                    trainjob.manifest(spec)["spec"]["trainer"]):
+    entries = {e["name"]: e for e in container["env"]}
+    assert entries["AWS_ACCESS_KEY_ID"] == {
+        "name": "AWS_ACCESS_KEY_ID",
+        "valueFrom": {"secretKeyRef": {"name": "aws", "key": "id"}}}
+    assert entries["S3_ENDPOINT"] == {"name": "S3_ENDPOINT",
+                                      "value": "https://s3.eu-west-1.amazonaws.com"}
+    kube_settings._check_model(container["env"], "list[V1EnvVar]", "env")  # pylint: disable=protected-access
+  assert object_store.ObjectStore("gs://").replica_env() == {}
+
+
+@pytest.mark.parametrize("uris, environ, needle", [
+    ({"model_dir": "/minio/mlpipeline/x", "examples_uri": "s3://mlpipeline/e"}, {},
+     "must be on one object store"),
+    ({"a": "s3://one/x", "b": "s3://two/y"}, {}, "must be in one bucket"),
+    ({"model_dir": "minio://mlpipeline/x"}, {}, "must be named s3://"),
+    ({"model_dir": "s3:///x"}, {}, "no bucket"),
+    ({"model_dir": "hdfs://nn/x"}, {}, "Received: 'hdfs://nn/x'"),
+    ({"a": ROOT}, {"TFX_PARALLEL_S3_ENDPIONT": "http://m:9000"},
+     "TFX_PARALLEL_S3_ENDPIONT: unknown object store setting. Did you mean "
+     "TFX_PARALLEL_S3_ENDPOINT?"),
+    ({"a": ROOT}, {"TFX_PARALLEL_S3_ENDPOINT": "minio-service.kubeflow:9000"},
+     "TFX_PARALLEL_S3_ENDPOINT must be http://host[:port] or https://host[:port]. "
+     "Received: 'minio-service.kubeflow:9000'"),
+    ({"a": ROOT}, {"TFX_PARALLEL_S3_VERIFY_SSL": "yes"},
+     "TFX_PARALLEL_S3_VERIFY_SSL must be 0 or 1. Received: 'yes'"),
+    ({"a": ROOT}, {"TFX_PARALLEL_S3_SECRET": " "}, "TFX_PARALLEL_S3_SECRET is empty"),
+    ({"a": "gs://b/x"}, {"TFX_PARALLEL_S3_REGION": "us-east-1"},
+     "TFX_PARALLEL_S3_REGION: an S3 setting, but the job's files are on gs://"),
+])
+def test_a_misconfigured_store_is_named(uris, environ, needle):
+  with pytest.raises(object_store.ObjectStoreError, match=re.escape(needle)):
+    object_store.from_uris(uris, environ)
+
+
+def test_a_path_is_a_volume_the_replicas_mount_and_needs_nothing():
+  store = object_store.from_uris({"a": "/mnt/shared/run/model", "b": "/mnt/shared/ex"}, {})
+  assert store == object_store.ObjectStore("") and store.replica_env() == {}
+
+
+def test_a_variable_the_pod_already_has_with_another_value_is_named():
+  store = object_store.from_uris({"a": ROOT}, {})
+  with pytest.raises(object_store.ObjectStoreError,
+                     match=r"^S3_ENDPOINT is already set in this pod to another value"):
+    object_store.process_env(store, ("minio", "minio123"),
+                             {"S3_ENDPOINT": "http://elsewhere:9000"})
+  with pytest.raises(object_store.ObjectStoreError,
+                     match=r"^AWS_SECRET_ACCESS_KEY is already set .*<from the secret>"):
+    object_store.process_env(store, ("minio", "minio123"), {"AWS_SECRET_ACCESS_KEY": "x"})
+  assert object_store.process_env(store, ("minio", "minio123"), {}) == {
+      "S3_ENDPOINT": "http://minio-service.kubeflow:9000", "AWS_REGION": "minio",
+      "AWS_DEFAULT_REGION": "minio", "S3_VERIFY_SSL": "1", "AWS_ACCESS_KEY_ID": "minio",
+      "AWS_SECRET_ACCESS_KEY": "minio123"}
+
+
+# --- The entry point chooses the paths. ----------------------------------------------
+
+def test_the_entry_point_chooses_remote_paths_for_a_multi_node_step():
+  assert entrypoint.artifact_paths({}) == "local"
+  assert entrypoint.artifact_paths({"TFX_PARALLEL_TFJOB_IMAGE": "img:1"}) == "remote"
+  assert entrypoint.artifact_paths({"TFX_PARALLEL_ARTIFACT_PATHS": "remote"}) == "remote"
+  with pytest.raises(entrypoint.EntrypointError,
+                     match=r"^TFX_PARALLEL_ARTIFACT_PATHS=local: TFX_PARALLEL_TFJOB_IMAGE is "
+                           r"set"):
+    entrypoint.artifact_paths({"TFX_PARALLEL_TFJOB_IMAGE": "img:1",
+                               "TFX_PARALLEL_ARTIFACT_PATHS": "local"})
+  # Remote paths are TensorFlow's names: minio:// as s3://.
+  executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+      {"name": "1", "uri": "minio://mlpipeline/v2/artifacts/p/r/gen/examples",
+       "type": {"schemaTitle": "tfx.Examples"}}]}}},
+                    "outputs": {"artifacts": {"model": {"artifacts": [
+                        {"name": "", "uri": "minio://mlpipeline/v2/artifacts/p/r/t/model",
+                         "type": {"schemaTitle": "tfx.Model"}}]}},
+                                "outputFile": "/tmp/out.json"}}
+  adapted, _ = entrypoint.adapt(executor_input, None, None, True)
+  assert entrypoint.artifact_uris(adapted) == {
+      "inputs.examples[0]": "s3://mlpipeline/v2/artifacts/p/r/gen/examples",
+      "outputs.model[0]": "s3://mlpipeline/v2/artifacts/p/r/t/model"}
+
+
+def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_not_set():
+  """The store_session_info KFP records with each artifact (the stand-in's copy of master's
+  default MinIO session: SeaweedFS) names the endpoint, region and secret."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  assert object_store.session_settings(MINIO_SESSION_INFO) == {
+      "ENDPOINT": "http://seaweedfs.kubeflow:9000", "REGION": "minio",
+      "SECRET": "mlpipeline-minio-artifact", "ACCESS_KEY_KEY": "accesskey",
+      "SECRET_KEY_KEY": "secretkey"}
+  aws = json.dumps({"Provider": "s3", "Params": {"endpoint": "s3.amazonaws.com",
+                                                 "region": "eu-west-1", "disableSSL": "false",
+                                                 "secretName": "aws-creds",
+                                                 "accessKeyKey": "AWS_ACCESS_KEY_ID",
+                                                 "secretKeyKey": "AWS_SECRET_ACCESS_KEY"}})
+  assert object_store.session_settings(aws)["ENDPOINT"] == "https://s3.amazonaws.com"
+  assert object_store.session_settings(json.dumps({"Provider": "gs", "Params": {}})) == {}
+  assert object_store.session_settings("not json") == {}
+  executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+      {"uri": "minio://mlpipeline/x", "metadata": {"store_session_info": MINIO_SESSION_INFO}}]}}}}
+  assert entrypoint.session_info(executor_input) == MINIO_SESSION_INFO
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    environ = {"TFX_PARALLEL_TFJOB_NAMESPACE": "ns", "TFX_PARALLEL_S3_REGION": "us-east-1"}
+    store = object_store.prepare_executor({"a": ROOT}, environ, cluster.api_client(),
+                                          MINIO_SESSION_INFO)
+  assert store.endpoint == "http://seaweedfs.kubeflow:9000"
+  assert store.region == "us-east-1"  # The step's own setting wins.
+  assert environ["S3_ENDPOINT"] == "http://seaweedfs.kubeflow:9000"
+  assert environ["TFX_PARALLEL_S3_ENDPOINT"] == "http://seaweedfs.kubeflow:9000"  # For the check.
+  assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
+
+
+def test_credentials_the_store_refuses_fail_the_check_before_the_job_file_and_any_pod(moto):
+  """The executor's check with the secret the replicas would mount (its secret key
+  wrong): the probe through TensorFlow's S3 filesystem is refused, and the step fails
+  naming the endpoint and the secret; no job is created, no job file written."""
+  endpoint, s3, secret = moto
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret, secretkey="wrong")
+    answer = _child({"do": "run", "job": dataclasses.asdict(_job()), "host": cluster.host,
+                     "settings": {"image": "img:1", "namespace": "ns", "worker_replicas": 2},
+                     "environ": _store_environ(endpoint)})
+    assert not _posted_jobs(cluster) and not cluster.pods
+  assert answer["error"] == "ObjectStoreError", answer
+  assert f"through the S3 API at {endpoint} (TFX_PARALLEL_S3_ENDPOINT)" in answer["message"]
+  assert "secret 'mlpipeline-minio-artifact' (TFX_PARALLEL_S3_SECRET)" in answer["message"]
+  assert "SignatureDoesNotMatch" in answer["message"]
+  assert not _keys(s3, "v2/artifacts/pipe/run-1/_tfjobs")
+
+
+@pytest.mark.slow
+def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp_path, moto):
+  """The container's entry point (a child process, as in the pod) with only
+  TFX_PARALLEL_TFJOB_IMAGE set: the executor gets s3:// for the minio:// artifacts, the
+  secret named by the launcher's session (store_session_info) is read from the API
+  server of the kubeconfig (tests/fake_kube.py), and TensorFlow reads the input and
+  writes the output in the bucket; the executor output names minio:// again."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  endpoint, s3, secret = moto
+  s3.put_object(Bucket=BUCKET, Key="v2/artifacts/p/r/gen/examples/data.txt", Body=b"rows")
+  output_file = str(tmp_path / "output_metadata.json")
+  executor_input = {
+      "inputs": {"artifacts": {"examples": {"artifacts": [{
+          "name": "7", "uri": f"minio://{BUCKET}/v2/artifacts/p/r/gen/examples",
+          "type": {"schemaTitle": "tfx.Examples"},
+          "metadata": {"store_session_info": MINIO_SESSION_INFO}}]}}},
+      "outputs": {"artifacts": {"model": {"artifacts": [{
+          "name": "", "uri": f"minio://{BUCKET}/v2/artifacts/p/r/train/model",
+          "type": {"schemaTitle": "tfx.Model"}}]}}, "outputFile": output_file}}
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": cluster.host}}],
+        "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+    env.update(KUBECONFIG=str(kubeconfig), TFX_PARALLEL_TFJOB_IMAGE="img:1",
+               TFX_PARALLEL_TFJOB_NAMESPACE="ns", TFX_PARALLEL_S3_ENDPOINT=endpoint,
+               PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfx_parallel.kubeflow.entrypoint", "--executor_class_path",
+         "object_store_child.ReadWriteExecutor", "--json_serialized_invocation_args",
+         json.dumps(executor_input)], env=env, capture_output=True, text=True, timeout=600,
+        cwd=str(tmp_path))
+    gets = [p for m, p, _, _ in cluster.requests if m == "GET"]
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  assert gets == ["/api/v1/namespaces/ns/secrets/mlpipeline-minio-artifact"]
+  written = json.loads(s3.get_object(Bucket=BUCKET, Key="v2/artifacts/p/r/train/model/"
+                                     "model.txt")["Body"].read())
+  assert written == {"read": "rows",
+                     "examples": f"s3://{BUCKET}/v2/artifacts/p/r/gen/examples",
+                     "model": f"s3://{BUCKET}/v2/artifacts/p/r/train/model"}
+  with open(output_file) as f:
+    output = json.load(f)
+  assert output["artifacts"]["model"]["artifacts"][0]["uri"] == \
+      f"minio://{BUCKET}/v2/artifacts/p/r/train/model"
+
+
+# --- Credentials from the secret, before any pod (fake API server; no TensorFlow). -----
+
+def _settings(**overrides):
+  fields = dict(image="img:1", namespace="ns", worker_replicas=2, max_restarts=3,
+                pending_grace_seconds=30.0, timeout_seconds=600.0)
+  fields.update(overrides)
+  return kube_settings.TFJobSettings(**fields)
+
+
+def _posted_jobs(cluster):
+  return [p for m, p, _, _ in cluster.requests
+          if m == "POST" and p.endswith(("/tfjobs", "/trainjobs"))]
+
+
+def test_credentials_come_from_the_secret_in_the_jobs_namespace():
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    store = object_store.from_uris({"a": ROOT}, {})
+    assert object_store.read_credentials(store, "ns", cluster.api_client()) == \
+        ("minio", "minio123")
+    with pytest.raises(object_store.ObjectStoreError,
+                       match=r"^secret other/mlpipeline-minio-artifact "
+                             r"\(TFX_PARALLEL_S3_SECRET\) does not exist"):
+      object_store.read_credentials(store, "other", cluster.api_client())
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = {"accesskey": "minio"}
+    with pytest.raises(object_store.ObjectStoreError,
+                       match=r"has no key 'secretkey' \(TFX_PARALLEL_S3_SECRET_KEY_KEY\)"):
+      object_store.read_credentials(store, "ns", cluster.api_client())
+    cluster.denied.add(("get", "", "secrets"))
+    with pytest.raises(object_store.ObjectStoreError,
+                       match=r"may not `get secrets` in ns"):
+      object_store.read_credentials(store, "ns", cluster.api_client())
+
+
+@pytest.mark.parametrize("environ, secrets, needle", [
+    ({}, {}, "secret ns/mlpipeline-minio-artifact (TFX_PARALLEL_S3_SECRET) does not exist"),
+    ({"TFX_PARALLEL_S3_ENDPOINT": "9000"}, {("ns", "mlpipeline-minio-artifact"): SECRET},
+     "TFX_PARALLEL_S3_ENDPOINT must be"),
+    ({"AWS_ACCESS_KEY_ID": "someone-else"}, {("ns", "mlpipeline-minio-artifact"): SECRET},
+     "AWS_ACCESS_KEY_ID is already set in this pod to another value"),
+])
+def test_a_misconfigured_store_fails_before_the_job_file_and_any_pod(
+    tmp_path, monkeypatch, environ, secrets, needle):
+  for name, value in environ.items():
+    monkeypatch.setenv(name, value)
+  with FakeCluster() as cluster:
+    cluster.secrets.update(secrets)
+    with pytest.raises(object_store.ObjectStoreError, match=re.escape(needle)):
+      kube_launch.run(_job(), _settings(), client=kube_client.TFJobClient(cluster.api_client()),
+                poll_seconds=0)
+    assert not _posted_jobs(cluster) and not cluster.pods
+  assert "S3_ENDPOINT" not in os.environ  # Nothing of the failed set-up stays.
+
+
+def test_a_local_volume_path_job_still_runs_without_store_settings(tmp_path):
+  """The replicas mount the same volume (the fake's pods run on this machine)."""
+  root = str(tmp_path / "DistributedTrainer")
+  job = _job(root=root, examples_uri=str(tmp_path / "ex"))
+  with FakeCluster() as cluster:
+    result = kube_launch.run(job, _settings(), client=kube_client.TFJobClient(cluster.api_client()),
+                       poll_seconds=0)
+    posted = next(b for m, p, _, b in cluster.requests if m == "POST" and
+                  p.endswith("/tfjobs"))
+  assert result.succeeded, result.message
+  env = posted["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+  assert not {e["name"] for e in env} & {"S3_ENDPOINT", "AWS_ACCESS_KEY_ID"}
+
+
+# --- A real S3 API: moto's server. ---------------------------------------------------
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto():
+  """moto's S3 server with KFP's bucket, checking every request's signature: after the
+  first INITIAL_NO_AUTH_ACTION_COUNT requests (moto's switch for IAM authentication,
+  moto/core/config.py), which create an IAM user allowed s3:* and its access key. Yields
+  (endpoint, boto3 S3 client of that user, {"accesskey": id, "secretkey": key}: the
+  secret's values)."""
+  port = _free_port()
+  endpoint = f"http://127.0.0.1:{port}"
+  log = tempfile.NamedTemporaryFile(prefix="tfx-parallel-moto-", suffix=".log", delete=False)  # pylint: disable=consider-using-with
+  process = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
+                              str(port)], stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True,
+                             env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3"))
+  try:
+    for _ in range(100):
+      with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+          break
+      time.sleep(0.2)
+    admin = {"endpoint_url": endpoint, "aws_access_key_id": "admin",
+             "aws_secret_access_key": "admin", "region_name": "us-east-1"}
+    iam = boto3.client("iam", **admin)
+    iam.create_user(UserName="kfp")
+    iam.put_user_policy(UserName="kfp", PolicyName="s3", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="kfp")["AccessKey"]
+    secret = {"accesskey": key["AccessKeyId"], "secretkey": key["SecretAccessKey"]}
+    s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=secret["accesskey"],
+                      aws_secret_access_key=secret["secretkey"], region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    yield endpoint, s3, secret
+  finally:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=60)
+    os.unlink(log.name)
+
+
+def _child(request, timeout=600):
+  proc = subprocess.run([sys.executable, os.path.join(HERE, "object_store_child.py")],
+                        input=json.dumps(request), capture_output=True, text=True,
+                        timeout=timeout, cwd=HERE)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _store_environ(endpoint):
+  """The trainer step's settings for moto (the endpoint and region; the rest default)."""
+  return {"TFX_PARALLEL_S3_ENDPOINT": endpoint, "TFX_PARALLEL_S3_REGION": "us-east-1"}
+
+
+def _keys(s3, prefix):
+  return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+                .get("Contents", []))
+
+
+def test_the_entry_points_set_up_reads_s3_and_the_probe_names_a_missing_bucket(moto):
+  """In a child process as the step's: object_store.prepare_executor reads KFP's secret
+  from the job's namespace (fake API server), sets the S3 variables and registers the
+  s3 filesystem; TensorFlow then reads an object the launcher side put there, and the
+  probe writes, reads back and deletes, or names what failed."""
+  endpoint, s3, secret = moto
+  s3.put_object(Bucket=BUCKET, Key="v2/in/examples.txt", Body=b"rows")
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
+    answer = _child({"do": "probe", "host": cluster.host,
+                     "read": f"s3://{BUCKET}/v2/in/examples.txt",
+                     "environ": dict(_store_environ(endpoint), TFX_PARALLEL_TFJOB_NAMESPACE="ns"),
+                     "directories": [f"s3://{BUCKET}/v2/probe", "s3://no-such-bucket/v2"]})
+    gets = [p for m, p, _, _ in cluster.requests if m == "GET"]
+  assert gets == ["/api/v1/namespaces/ns/secrets/mlpipeline-minio-artifact"]
+  assert answer["ok"]["read"] == "rows"
+  ok, missing = answer["ok"]["probes"]
+  assert ok == {"ok": True}
+  assert not _keys(s3, "v2/probe")  # Deleted again.
+  assert missing["error"] == "ObjectStoreError"
+  assert missing["message"].startswith(
+      "The multi-node job's replicas could not use 's3://no-such-bucket/v2': writing and "
+      f"reading 's3://no-such-bucket/v2/_probe-")
+  assert f"the S3 API at {endpoint} (TFX_PARALLEL_S3_ENDPOINT), region 'us-east-1'" in \
+      missing["message"]
+  assert "NoSuchBucket" in missing["message"]
+
+
+@pytest.mark.slow
+def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, moto):
+  """The executor (a child process: tfjob.run against the fake API server) finds the
+  job's files on s3://, reads the credentials from KFP's secret, probes the bucket and
+  writes the job file there; the fake kubelet runs both nodes' replica entry point for
+  real with the env the TrainJob names (the credentials resolved from the secret by
+  secretKeyRef); MultiWorkerMirroredStrategy trains across them, reading the Examples
+  from s3:// and writing checkpoints, history and the SavedModel there."""
+  import trainer_util  # pylint: disable=g-import-not-at-top  # Imports TensorFlow.
+  from fake_kube import Run  # pylint: disable=g-import-not-at-top
+  from test_kubeflow_trainjob import _trainer_v2  # pylint: disable=g-import-not-at-top
+  endpoint, s3, secret = moto
+  local = str(tmp_path / "examples")
+  feature_keys, _, rows = trainer_util.write_examples(local, rows=128, eval_rows=32)
+  for directory, _, files in os.walk(local):
+    for name in files:
+      path = os.path.join(directory, name)
+      s3.upload_file(path, BUCKET, "v2/ex/" + os.path.relpath(path, local))
+  job = trainer_util.job_dict(ROOT, f"s3://{BUCKET}/v2/ex", feature_keys, rows,
+                              layout="multi_worker", steps=10, epochs=1, checkpoint_every=5,
+                              log_every=5, batch_size=32)
+  name = kube_manifest.job_name(job["checkpoint_dir"])
+  with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
+                               local_network=True)) as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
+    answer = _child({"do": "run", "job": job, "host": cluster.host,
+                     "settings": {"image": "img:1", "namespace": "ns", "worker_replicas": 2,
+                                  "timeout_seconds": 900.0},
+                     "environ": {"TFX_PARALLEL_S3_ENDPOINT": endpoint,
+                                 "TFX_PARALLEL_S3_REGION": "us-east-1"}})
+    posted = next(b for m, p, _, b in cluster.requests if m == "POST" and
+                  p.endswith("/trainjobs"))
+  assert "ok" in answer, answer
+  result = answer["ok"]
+  assert result["state"] == kube_watch.SUCCEEDED, (result["message"], result["logs"])
+  assert result["restarts"] == 0  # Each replica exited 0, not tensorflow-io's 134.
+  env = {e["name"]: e for e in posted["spec"]["trainer"]["env"]}
+  assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
+      "secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": "secretkey"}}
+  assert env["S3_ENDPOINT"]["value"] == endpoint
+  assert secret["secretkey"] not in json.dumps(posted)  # Never in the manifest.
+  assert len(result["logs"]) == 2 and all("replicas 2" in text
+                                         for text in result["logs"].values())
+  history = json.loads(s3.get_object(Bucket=BUCKET, Key=ROOT.split(f"{BUCKET}/", 1)[1] +
+                                     "/history/history.json")["Body"].read())
+  assert history["records"][-1]["step"] == 10
+  assert history["replicas"] == 2, history["replicas"]  # One strategy over both processes.
+  prefix = ROOT.split(f"{BUCKET}/", 1)[1]
+  keys = _keys(s3, prefix)
+  assert f"{prefix}/model/Format-Serving/saved_model.pb" in keys
+  jobs = "v2/artifacts/pipe/run-1/_tfjobs"
+  assert f"{jobs}/{name}.json" in _keys(s3, jobs)
+  assert not [k for k in keys if k.endswith("/")]  # No "directory" objects (#13476).
+  assert not [k for k in _keys(s3, "v2") if "_probe-" in k]
