@@ -32,7 +32,7 @@ from tfx_parallel.components.distributed_trainer.kube import launch as kube_laun
 from tfx_parallel.components.distributed_trainer.kube import manifest as kube_manifest
 from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
 from tfx_parallel.components.distributed_trainer.kube import watch as kube_watch
-from tfx_parallel.components.distributed_trainer.run import trainjob
+from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.run.train import Job
 from tfx_parallel.kubeflow import entrypoint
 

@@ -249,7 +249,8 @@ def process_env(store: ObjectStore, credentials: Optional[Tuple[str, str]],
 def register(store: ObjectStore) -> None:
   """Makes TensorFlow open the store's URIs in this process (``s3``: tensorflow-io)."""
   if store.is_s3:
-    import tensorflow_io  # pylint: disable=g-import-not-at-top,unused-import  # Registers s3://.
+    # Optional and slow to load: only an s3:// store needs it; importing registers s3://.
+    import tensorflow_io  # pylint: disable=g-import-not-at-top,unused-import
 
 
 def register_uri(uri: str) -> None:
