@@ -83,12 +83,13 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.partitioned_example_gen import runners
+from tfx_parallel.kubeflow import split_outputs
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
@@ -166,17 +167,21 @@ def step_uri(uri: str, mount_root: Optional[str] = "/", outside: bool = False) -
 
 
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
-          mount_root: Optional[str] = "/", outside: bool = False
+          mount_root: Optional[str] = "/", outside: bool = False,
+          made_here: Sequence[str] = ()
           ) -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
   """The ExecutorInput TFX's entry point can run, and {output key: original URIs}.
 
-  Outputs typed ``system.*`` (:func:`backend_outputs`) are left out of both.
+  Outputs typed ``system.*`` (:func:`backend_outputs`) and the outputs this entry point
+  makes itself (`made_here`: kubeflow/split_outputs.py) are left out of both.
   """
   adapted = copy.deepcopy(executor_input)
   for key in backend_outputs(adapted):
     logging.info("Output %r is typed system.*; the KFP launcher writes it, TFX does not see it",
                  key)
     del adapted["outputs"]["artifacts"][key]
+  for key in made_here:
+    adapted["outputs"]["artifacts"].pop(key, None)
   declared = (inputs_spec or {}).get("artifacts", {})
   for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
     for artifact in artifacts.get("artifacts", []):
@@ -303,6 +308,9 @@ def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   parser.add_argument("--json_serialized_inputs_spec_args", default=None)
   parser.add_argument("--placement", default=None,
                       help="JSON the compiler adds for KFP's cache fingerprint; unused")
+  parser.add_argument(split_outputs.FLAG, action="append", default=[],
+                      help="KEY=SOURCE:SPLIT: make output KEY from Split-SPLIT of output "
+                           "SOURCE (kubeflow/split_outputs.py)")
   return parser.parse_known_args(argv)
 
 
@@ -312,6 +320,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   if args.placement:
     logging.info("Placement: %s", args.placement)
   del args.placement  # Not a TFX flag.
+  made_here = split_outputs.parse_flags(args.split_output)
+  del args.split_output  # Not a TFX flag.
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
@@ -325,7 +335,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
                  "reads and writes its artifacts' remote URIs (minio:// as s3://)",
                  runners.runner_name(beam_args))
-  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside)
+  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
   args.json_serialized_invocation_args = json.dumps(adapted)
   durable = checkpoint_root(executor_input, environ)
   if durable:  # The executor (run in this process) and its training processes read it.
@@ -337,6 +347,13 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   output_file = adapted["outputs"]["outputFile"]
   with fileio.open(output_file, "r") as f:
     executor_output = json.loads(f.read())
+  outputs = executor_input["outputs"]["artifacts"]
+  uris = {key: outputs[key]["artifacts"][0]["uri"] for key in made_here if key in outputs}
+  split_outputs.make_all(
+      made_here, executor_output,
+      {key: step_uri(outputs[key]["artifacts"][0]["uri"], mount_root, outside)
+       for key in outputs if key not in backend_outputs(executor_input)}, uris)
+  remote.update({key: [uri] for key, uri in uris.items()})
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
                                local_to_remote(executor_input, mount_root, outside),

@@ -13,6 +13,7 @@ open-source KFP would reject.
 """
 import dataclasses
 import json
+import logging
 from typing import Any, Dict, List, Mapping, Tuple
 
 import yaml
@@ -20,8 +21,10 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_component
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
-from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources
+from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources, split_outputs
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 
 # Opts the trainer into a TFJob (components/distributed_trainer/run/tfjob.py ENV_IMAGE).
@@ -196,6 +199,10 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     if retry_policy(placement):
       task["retryPolicy"] = retry_policy(placement)
     placements[label] = placement
+  for note in split_outputs.rewire(spec, {  # The launcher downloads inputs in full.
+      node_id: (keys.EXAMPLES_KEY, json.loads(node.exec_properties[keys.CONFIG_KEY])["split"])
+      for node_id, node in nodes.items() if isinstance(node, ConvergenceEvaluator)}):
+    logging.info("%s", note)
   uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}
   cache.switch_off(spec, uncached)
   notes = _checkpoint_notes(config, nodes)

@@ -1,0 +1,155 @@
+"""A step that needs one split gets an artifact holding only that split (KFP only).
+
+The open-source KFP launcher downloads every input artifact in full, object by object,
+before the step's command starts (kubeflow/pipelines ``backend/src/v2/component/
+launcher_v2.go`` master:927-1004 ``downloadArtifacts``, with the upstream comment "TODO:
+Selectively copy artifacts for which .path was actually specified on the command line";
+only a URI of an unknown scheme is skipped). So what a step downloads is decided by what
+is wired to it as an input artifact. The ConvergenceEvaluator reads one split (its
+config's ``split``, "eval" by default), yet with the Examples wired to it, it downloaded
+every split: 1 GB of Examples for 0.21 GB of eval split (benchmarks/RESULTS.md).
+
+Compiled for KFP, the ExampleGen task therefore has a second output, ``<split>_examples``
+(type Examples, ``split_names`` ``["<split>"]``, the other custom properties of
+``examples``: label key, true weights...), and the evaluator's ``examples`` input is that
+output. The step's entry point makes it after TFX's executor has written ``examples``
+(:func:`make`): it copies ``Split-<split>`` and records the metadata. ML Metadata then
+shows both artifacts as outputs of the one ExampleGen execution, and the evaluator's
+execution with the split artifact as its input, so lineage still says which data the
+evaluator read. Cost: the split is stored (and uploaded) twice. The local pipeline
+(LocalDagRunner) is not changed: stock components on either side see TFX's own wiring.
+
+The flag ``--split_output KEY=SOURCE:SPLIT`` on the producer's args names the output to
+make; the entry point keeps KEY out of what TFX sees (TFX's executor does not declare it).
+"""
+import json
+import logging
+import os
+import shutil
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+FLAG = "--split_output"
+SPLIT_NAMES = "split_names"  # tfx/types/standard_artifacts.py Examples.PROPERTIES.
+
+
+class SplitOutputError(ValueError):
+  """A split output cannot be made; the message names the output and the split."""
+
+
+def output_key(split: str) -> str:
+  """The producer's output key for the artifact holding only `split`."""
+  return f"{split}_examples"
+
+
+def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> List[str]:
+  """Wires each consumer task's Examples input to a one-split output of its producer.
+
+  Args:
+    spec: PipelineSpec (JSON dict), changed in place: the producer component gets the
+      output definition, its executor the ``--split_output`` flag, the consumer task its
+      input from the new output.
+    consumers: {consumer task: (input key, split)}.
+
+  Returns:
+    One note per rewired input, for the person compiling.
+  """
+  tasks = spec["root"]["dag"]["tasks"]
+  notes = []
+  for consumer, (input_key, split) in sorted(consumers.items()):
+    if consumer not in tasks:
+      raise SplitOutputError(f"the pipeline has no task {consumer!r}")
+    source = tasks[consumer].get("inputs", {}).get("artifacts", {}).get(input_key, {})
+    upstream = source.get("taskOutputArtifact")
+    if upstream is None:
+      raise SplitOutputError(f"task {consumer!r} input {input_key!r} is not another "
+                             f"task's output: {sorted(source)}")
+    producer, source_key = upstream["producerTask"], upstream["outputArtifactKey"]
+    component = spec["components"][tasks[producer]["componentRef"]["name"]]
+    outputs = component["outputDefinitions"]["artifacts"]
+    key = output_key(split)
+    if key not in outputs:
+      outputs[key] = json.loads(json.dumps(outputs[source_key]))
+      container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
+          "container"]
+      container["args"] = list(container.get("args", [])) + [
+          FLAG, f"{key}={source_key}:{split}"]
+    upstream["outputArtifactKey"] = key
+    notes.append(f"{consumer}.{input_key} reads {producer}.{key} (only Split-{split}), "
+                 f"so its launcher downloads one split, not all of {producer}.{source_key}")
+  return notes
+
+
+def parse_flags(values: Sequence[str]) -> Dict[str, Tuple[str, str]]:
+  """{output key: (source output key, split)} from ``KEY=SOURCE:SPLIT`` values."""
+  result = {}
+  for value in values:
+    key, _, rest = value.partition("=")
+    source, _, split = rest.partition(":")
+    if not (key and source and split):
+      raise SplitOutputError(f"{FLAG} must be KEY=SOURCE:SPLIT. Received: {value!r}")
+    result[key] = (source, split)
+  return result
+
+
+def _copy_tree(source: str, target: str) -> None:
+  """Copies the files of directory `source` to `target` (local paths or, for an
+  out-of-pod runner or remote paths, URIs Beam's filesystems write)."""
+  if "://" not in source and "://" not in target:
+    shutil.copytree(source, target)
+    return
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  matched = FileSystems.match([source.rstrip("/") + "/**"])[0].metadata_list
+  if not matched:
+    raise SplitOutputError(f"{source} has no files")
+  prefix = source.rstrip("/") + "/"
+  sources = [m.path for m in matched]
+  targets = [target.rstrip("/") + "/" + p[len(prefix):] for p in sources]
+  FileSystems.copy(sources, targets)
+
+
+def make(key: str, source: str, split: str, output: Mapping[str, Any],
+         source_path: str, target_path: str, target_uri: str) -> Dict[str, Any]:
+  """Writes output `key` (only ``Split-<split>`` of output `source`) and returns its
+  ExecutorOutput entry.
+
+  Args:
+    key, source, split: from the ``--split_output`` flag.
+    output: the ExecutorOutput TFX's entry point wrote (step paths).
+    source_path: the step's path of `source`'s files.
+    target_path: the step's path for `key`'s files.
+    target_uri: the URI `key` is recorded with (the ExecutorInput's).
+  """
+  produced = output.get("artifacts", {}).get(source, {}).get("artifacts", [])
+  if not produced:
+    raise SplitOutputError(f"{FLAG} {key}: the executor wrote no output {source!r}")
+  metadata = json.loads(json.dumps(produced[0].get("metadata") or {}))
+  names = json.loads(metadata.get(SPLIT_NAMES) or "[]")
+  if split not in names:
+    raise SplitOutputError(f"{FLAG} {key}: output {source!r} has no split {split!r} "
+                           f"(its splits: {names}); set the evaluator's split "
+                           f"(pipeline.evaluator.split) to one of them")
+  split_dir = f"Split-{split}"
+  _copy_tree(os.path.join(source_path, split_dir) if "://" not in source_path
+             else source_path.rstrip("/") + "/" + split_dir,
+             os.path.join(target_path, split_dir) if "://" not in target_path
+             else target_path.rstrip("/") + "/" + split_dir)
+  metadata[SPLIT_NAMES] = json.dumps([split])
+  logging.info("Output %s: %s of %s", key, split_dir, source)
+  entry = {"uri": target_uri, "metadata": metadata}
+  return {"artifacts": [entry]}
+
+
+def make_all(flags: Mapping[str, Tuple[str, str]], executor_output: Dict[str, Any],
+             step_paths: Mapping[str, str], uris: Mapping[str, str]) -> None:
+  """Adds every flagged output to `executor_output` (in place).
+
+  `step_paths` and `uris`: {output key: the step's path / the recorded URI}.
+  """
+  for key, (source, split) in sorted(flags.items()):
+    if key not in uris:
+      raise SplitOutputError(f"{FLAG} {key}: the ExecutorInput has no output {key!r}; "
+                             "recompile the package with `tfx-parallel compile`")
+    executor_output.setdefault("artifacts", {})[key] = make(
+        key, source, split, executor_output, step_paths[source], step_paths[key],
+        uris[key])
+
