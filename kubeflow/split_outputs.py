@@ -21,6 +21,17 @@ evaluator read. Cost: the split is stored (and uploaded) twice. The local pipeli
 
 The flag ``--split_output KEY=SOURCE:SPLIT`` on the producer's args names the output to
 make; the entry point keeps KEY out of what TFX sees (TFX's executor does not declare it).
+
+**A trainer whose replicas read the Examples themselves** (the trainer's container runs
+with ``TFX_PARALLEL_ARTIFACT_PATHS=remote``: a TFJob or TrainJob whose pods read the
+remote URIs) needs none of the files in its own pod, yet the launcher would download them
+all. Its ``examples`` input is then ``examples_ref`` (flag ``--ref_output KEY=SOURCE``): an
+Examples artifact of the same ExampleGen execution, with the same custom properties plus
+``tfx_parallel_files_at`` (:data:`REF_URI`), the Examples' remote URI, and one small file
+``FILES_AT`` naming it. The launcher downloads that file; the trainer's entry point hands
+TFX's executor an Examples artifact at the remote URI (:func:`dereference`), which the
+replicas read. ML Metadata shows the reference as the trainer's input and as an output
+of the ExampleGen execution beside ``examples``, and its property names the files.
 """
 import json
 import logging
@@ -29,6 +40,9 @@ import shutil
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 FLAG = "--split_output"
+REF_FLAG = "--ref_output"
+REF_URI = "tfx_parallel_files_at"  # The referenced artifact's URI (custom property).
+REF_FILE = "FILES_AT"  # The one file of a reference artifact: the same URI.
 SPLIT_NAMES = "split_names"  # tfx/types/standard_artifacts.py Examples.PROPERTIES.
 
 
@@ -77,6 +91,90 @@ def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> Li
     notes.append(f"{consumer}.{input_key} reads {producer}.{key} (only Split-{split}), "
                  f"so its launcher downloads one split, not all of {producer}.{source_key}")
   return notes
+
+
+def rewire_refs(spec: Dict[str, Any], consumers: Mapping[str, str]) -> List[str]:
+  """Wires each consumer task's input (`consumers`: {task: input key}) to a reference
+  output ``<key>_ref`` of its producer (see the module docstring). Returns notes."""
+  tasks = spec["root"]["dag"]["tasks"]
+  notes = []
+  for consumer, input_key in sorted(consumers.items()):
+    source = tasks[consumer].get("inputs", {}).get("artifacts", {}).get(input_key, {})
+    upstream = source.get("taskOutputArtifact")
+    if upstream is None:
+      raise SplitOutputError(f"task {consumer!r} input {input_key!r} is not another "
+                             f"task's output: {sorted(source)}")
+    producer, source_key = upstream["producerTask"], upstream["outputArtifactKey"]
+    component = spec["components"][tasks[producer]["componentRef"]["name"]]
+    outputs = component["outputDefinitions"]["artifacts"]
+    key = f"{source_key}_ref"
+    if key not in outputs:
+      outputs[key] = json.loads(json.dumps(outputs[source_key]))
+      container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
+          "container"]
+      container["args"] = list(container.get("args", [])) + [REF_FLAG, f"{key}={source_key}"]
+    upstream["outputArtifactKey"] = key
+    notes.append(f"{consumer}.{input_key} reads {producer}.{key}, a reference: its "
+                 f"replicas read the files at their remote URI, the pod downloads none")
+  return notes
+
+
+def parse_refs(values: Sequence[str]) -> Dict[str, str]:
+  """{output key: source output key} from ``KEY=SOURCE`` values."""
+  result = {}
+  for value in values:
+    key, _, source = value.partition("=")
+    if not (key and source):
+      raise SplitOutputError(f"{REF_FLAG} must be KEY=SOURCE. Received: {value!r}")
+    result[key] = source
+  return result
+
+
+def make_refs(refs: Mapping[str, str], executor_output: Dict[str, Any],
+              step_paths: Mapping[str, str], uris: Mapping[str, str]) -> None:
+  """Adds every reference output to `executor_output` (in place): the source's
+  metadata plus :data:`REF_URI`, and the file :data:`REF_FILE` at its step path.
+
+  `uris`: {output key: the recorded (remote) URI}, the source's included.
+  """
+  for key, source in sorted(refs.items()):
+    if key not in uris or source not in uris:
+      raise SplitOutputError(f"{REF_FLAG} {key}={source}: the ExecutorInput has no output "
+                             f"{key if key not in uris else source!r}; recompile the "
+                             "package with `tfx-parallel compile`")
+    produced = executor_output.get("artifacts", {}).get(source, {}).get("artifacts", [])
+    if not produced:
+      raise SplitOutputError(f"{REF_FLAG} {key}: the executor wrote no output {source!r}")
+    metadata = json.loads(json.dumps(produced[0].get("metadata") or {}))
+    metadata[REF_URI] = uris[source]
+    path = step_paths[key]
+    if "://" in path:
+      from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+      with FileSystems.create(path.rstrip("/") + "/" + REF_FILE) as f:
+        f.write(uris[source].encode())
+    else:
+      os.makedirs(path, exist_ok=True)
+      with open(os.path.join(path, REF_FILE), "w") as f:
+        f.write(uris[source])
+    executor_output.setdefault("artifacts", {})[key] = {
+        "artifacts": [{"uri": uris[key], "metadata": metadata}]}
+
+
+def dereference(artifact: Dict[str, Any], key: str, remote_paths: bool) -> None:
+  """Points an input artifact that is a reference at the files it names (in place);
+  `remote_paths`: the step reads remote URIs (else it has only what was downloaded)."""
+  target = (artifact.get("metadata") or {}).get(REF_URI)
+  if not target:
+    return
+  if not remote_paths:
+    raise SplitOutputError(
+        f"input artifact {key!r} is a reference to {target}: only a step with remote "
+        f"artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote) reads it; recompile the "
+        f"package with `tfx-parallel compile`")
+  logging.info("Input %s: the files at %s (the pod downloaded only the reference)", key,
+               target)
+  artifact["uri"] = target
+  del artifact["metadata"][REF_URI]
 
 
 def parse_flags(values: Sequence[str]) -> Dict[str, Tuple[str, str]]:
