@@ -350,7 +350,7 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     assert (EXECUTOR_LOGS in executor_input["outputs"]["artifacts"]) == publish_logs, task
     assert (executor_input["outputs"]["outputFile"] == LEGACY_OUTPUT_FILE) == (
         output_file == "legacy"), task
-    wired = package["root"]["dag"]["tasks"][task]["inputs"]["artifacts"]
+    wired = package["root"]["dag"]["tasks"][task].get("inputs", {}).get("artifacts", {})
     for key, artifacts in executor_input["inputs"]["artifacts"].items():  # From MLMD.
       metadata = artifacts["artifacts"][0]["metadata"]
       produced_as = wired[key]["taskOutputArtifact"]["outputArtifactKey"]  # Its output key.
