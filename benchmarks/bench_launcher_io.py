@@ -13,8 +13,9 @@ artifact), the Examples input of
   the Examples at their remote URI): before, ``examples``; after, ``examples_ref``.
 
 The "before" wiring is the same run's ``examples`` output, so both sides are measured on
-the same files. Each figure is also scaled to a 1 GB ``examples`` artifact (bytes
-downloaded / bytes of ``examples`` x 1 GB: the split's share does not depend on size).
+the same files. Each figure is also given for a 1 GB ``examples`` artifact: a split's
+bytes scaled by its share of ``examples`` (which does not depend on size), a reference
+as it is (its one file names a URI).
 Model and TrainingHistory downloads are not counted (they do not depend on the data).
 """
 import argparse
@@ -68,8 +69,10 @@ def measure(rows: int, features: int, workdir: str):
     key = tasks[task]["inputs"]["artifacts"]["examples"]["taskOutputArtifact"][
         "outputArtifactKey"]
     after = downloaded(key)
+    # A reference's size does not grow with the data; a split's share does not change.
+    at_1gb = after if key.endswith("_ref") else after / full * GB
     rows_out.append({"task": task, "input": key, "before_bytes": full, "after_bytes": after,
-                     "before_gb_at_1gb": 1.0, "after_gb_at_1gb": after / full})
+                     "before_bytes_at_1gb": GB, "after_bytes_at_1gb": at_1gb})
   return {"rows": rows, "features": features, "examples_bytes": full, "tasks": rows_out}
 
 
@@ -88,7 +91,8 @@ def main():
         f"before -> after |\n|---|---|---|---|---|")
   for row in result["tasks"]:
     print(f"| {row['task']} | {row['input']} | {row['before_bytes']:,} | "
-          f"{row['after_bytes']:,} | 1.00 GB -> {row['after_gb_at_1gb'] * GB / 1e9:.6f} GB |")
+          f"{row['after_bytes']:,} | 1 GB -> {row['after_bytes_at_1gb'] / GB:.3f} GB "
+          f"({row['after_bytes_at_1gb']:,.0f} bytes) |")
 
 
 if __name__ == "__main__":

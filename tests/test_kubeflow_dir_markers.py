@@ -9,6 +9,7 @@ with an empty body; ``FileSystem::RecursivelyCreateDir`` calls it for each missi
 level). The download is the launcher stand-in's, which follows ``DownloadBlob``
 (kubeflow/pipelines ``backend/src/v2/objectstore/object_store.go`` master:176-205).
 """
+import json
 import os
 import signal
 import socket
@@ -18,9 +19,10 @@ import time
 
 import boto3
 import pytest
+from tfx.dsl.components.base import base_executor
 
 from kubeflow_launcher import Launcher, LauncherError
-from tfx_parallel.kubeflow import dir_markers
+from tfx_parallel.kubeflow import dir_markers, entrypoint
 
 BIN = os.path.dirname(sys.executable)
 BUCKET = "mlpipeline"
@@ -123,3 +125,48 @@ def test_only_a_directory_object_below_the_root_breaks_the_download_too(tmp_path
   launcher.download(uri, str(tmp_path / "after" / "model"))
   assert (tmp_path / "after" / "model" / "Format-Serving" / "variables" /
           "variables.index").read_bytes() == FILES["Format-Serving/variables/variables.index"]
+
+
+class MarkerWritingExecutor(base_executor.BaseExecutor):
+  """Writes its Model at the remote URI it is given, as TensorFlow's GCS filesystem
+  leaves one: a directory object per directory, then the files."""
+
+  def Do(self, input_dict, output_dict, exec_properties):
+    del input_dict, exec_properties
+    [model] = output_dict["model"]
+    bucket, prefix = dir_markers.split_uri(model.uri)
+    assert model.uri.startswith("s3://") and bucket == BUCKET, model.uri
+    client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], **KEYS)
+    _write_like_tensorflow_on_gcs(client, prefix)
+
+
+@pytest.mark.slow
+def test_the_entry_point_leaves_no_directory_objects_in_what_it_wrote_remotely(
+    tmp_path, s3, monkeypatch):
+  """A step whose outputs are written at their remote URIs (here: an out-of-pod Beam
+  runner, so minio:// is s3://) through the real entry point and TFX's
+  kubeflow_v2_run_executor; the next step's download then passes."""
+  endpoint, client = s3
+  monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+  prefix = MODEL + "-c"
+  uri = f"minio://{BUCKET}/{prefix}"
+  executor_input = {
+      "inputs": {"parameterValues": {}, "artifacts": {}},
+      "outputs": {"artifacts": {"model": {"artifacts": [
+          {"name": "model", "uri": uri, "type": {"schemaTitle": "tfx.Model"}}]}},
+                  "outputFile": str(tmp_path / "out" / "output_metadata.json")}}
+  entrypoint.run(["--executor_class_path",
+                  f"{__name__}.MarkerWritingExecutor",
+                  "--json_serialized_invocation_args", json.dumps(executor_input),
+                  "--runner=DataflowRunner", f"--s3_endpoint_url={endpoint}",
+                  f"--s3_access_key_id={KEYS['aws_access_key_id']}",
+                  f"--s3_secret_access_key={KEYS['aws_secret_access_key']}"],
+                 {"TFX_PARALLEL_MOUNT_ROOT": str(tmp_path / "pod")})
+  with open(tmp_path / "out" / "output_metadata.json") as f:
+    assert json.load(f)["artifacts"]["model"]["artifacts"][0]["uri"] == uri
+  listed = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET,
+                                                     Prefix=prefix + "/")["Contents"]]
+  assert sorted(listed) == sorted(f"{prefix}/{name}" for name in FILES)
+  local = tmp_path / "next-step" / "model"
+  assert _launcher(tmp_path, client).download(uri, str(local)) == sum(
+      len(d) for d in FILES.values())
