@@ -24,7 +24,9 @@ adapting what the open-source KFP v2 driver and launcher hand over
   ``/gcs/`` is the Cloud Storage FUSE mount, so the same paths work there.
 * **One split for a step that reads one** (kubeflow/split_outputs.py): ``--split_output
   KEY=SOURCE:SPLIT`` makes output KEY, TFX's executor never sees it, from
-  ``Split-<SPLIT>`` of output SOURCE once the executor is done.
+  ``Split-<SPLIT>`` of output SOURCE once the executor is done; ``--ref_output
+  KEY=SOURCE`` makes KEY a reference to SOURCE. An input that is a reference is handed to
+  TFX at the URI it names (only with remote artifact paths: the pod has no copy).
 * **Outputs the backend adds.** From backend 2.5.0 the driver runs with
   ``--publish_logs=true`` by default (``backend/src/v2/cmd/driver/main.go``) and adds an
   output ``executor-logs`` typed ``{schemaTitle: system.Artifact}`` to every ExecutorInput

@@ -8,8 +8,10 @@ in both KFP schema generations (for every component, ExampleGen included: TFX ig
 platform_config there, tensorflow/tfx#6146), the environment, per-component Beam args,
 importable schema titles for our artifact types (also in the inputs spec argument),
 the default pipeline root; and the Kubernetes PlatformSpec (node selectors,
-tolerations) as a second YAML document. :func:`check_open_source` then refuses a spec
-open-source KFP would reject.
+tolerations) as a second YAML document. Inputs are narrowed to what a step reads, since
+the launcher downloads every input in full (kubeflow/split_outputs.py: the evaluator's
+one-split Examples, a remote-path trainer's reference). :func:`check_open_source` then
+refuses a spec open-source KFP would reject.
 """
 import dataclasses
 import json

@@ -55,6 +55,14 @@ def output_key(split: str) -> str:
   return f"{split}_examples"
 
 
+def _add_flag(container: Dict[str, Any], flag: str, value: str) -> None:
+  """Adds ``flag value`` to the container's args before ``--placement`` and the Beam args
+  (which stay last)."""
+  args = list(container.get("args", []))
+  at = args.index("--placement") if "--placement" in args else len(args)
+  container["args"] = args[:at] + [flag, value] + args[at:]
+
+
 def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> List[str]:
   """Wires each consumer task's Examples input to a one-split output of its producer.
 
@@ -85,8 +93,7 @@ def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> Li
       outputs[key] = json.loads(json.dumps(outputs[source_key]))
       container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
           "container"]
-      container["args"] = list(container.get("args", [])) + [
-          FLAG, f"{key}={source_key}:{split}"]
+      _add_flag(container, FLAG, f"{key}={source_key}:{split}")
     upstream["outputArtifactKey"] = key
     notes.append(f"{consumer}.{input_key} reads {producer}.{key} (only Split-{split}), "
                  f"so its launcher downloads one split, not all of {producer}.{source_key}")
@@ -112,7 +119,7 @@ def rewire_refs(spec: Dict[str, Any], consumers: Mapping[str, str]) -> List[str]
       outputs[key] = json.loads(json.dumps(outputs[source_key]))
       container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
           "container"]
-      container["args"] = list(container.get("args", [])) + [REF_FLAG, f"{key}={source_key}"]
+      _add_flag(container, REF_FLAG, f"{key}={source_key}")
     upstream["outputArtifactKey"] = key
     notes.append(f"{consumer}.{input_key} reads {producer}.{key}, a reference: its "
                  f"replicas read the files at their remote URI, the pod downloads none")

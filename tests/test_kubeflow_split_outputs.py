@@ -49,7 +49,9 @@ def test_the_evaluator_reads_the_one_split_output_and_the_trainer_all_of_example
   component, container = _producer(spec)
   outputs = component["outputDefinitions"]["artifacts"]
   assert outputs["eval_examples"] == outputs["examples"]  # Same type: tfx.Examples.
-  assert container["args"][-2:] == ["--split_output", "eval_examples=examples:eval"]
+  at = container["args"].index("--split_output")
+  assert container["args"][at:at + 3] == ["--split_output", "eval_examples=examples:eval",
+                                          "--placement"]  # Beam args stay last.
   assert "--ref_output" not in container["args"]
 
 
@@ -59,7 +61,8 @@ def test_an_evaluator_on_another_split_gets_that_split():
   spec = compile_mapping(data).pipeline_spec
   wired = _tasks(spec)["ConvergenceEvaluator"]["inputs"]["artifacts"]["examples"]
   assert wired["taskOutputArtifact"]["outputArtifactKey"] == "train_examples"
-  assert _producer(spec)[1]["args"][-1] == "train_examples=examples:train"
+  args = _producer(spec)[1]["args"]
+  assert args[args.index("--split_output") + 1] == "train_examples=examples:train"
 
 
 def test_a_trainer_with_remote_paths_reads_a_reference(remote_trainer_package):
@@ -70,8 +73,10 @@ def test_a_trainer_with_remote_paths_reads_a_reference(remote_trainer_package):
   component, container = _producer(spec)
   assert set(component["outputDefinitions"]["artifacts"]) == {"examples", "eval_examples",
                                                               "examples_ref"}
-  assert container["args"][-4:] == ["--split_output", "eval_examples=examples:eval",
-                                    "--ref_output", "examples_ref=examples"]
+  at = container["args"].index("--split_output")
+  assert container["args"][at:at + 5] == ["--split_output", "eval_examples=examples:eval",
+                                          "--ref_output", "examples_ref=examples",
+                                          "--placement"]
 
 
 def test_flags_are_parsed_or_named():
