@@ -63,6 +63,31 @@ def _add_flag(container: Dict[str, Any], flag: str, value: str) -> None:
   container["args"] = args[:at] + [flag, value] + args[at:]
 
 
+def _wire_to_new_output(spec: Dict[str, Any], consumer: str, input_key: str, key_of,
+                        flag: str, value_of) -> Tuple[str, str, str]:
+  """Gives the producer of `consumer`'s input `input_key` an output ``key_of(source
+  key)`` of the same type (once, with ``flag value_of(key, source key)`` on its args) and
+  wires the input to it. Returns (producer, source key, new key)."""
+  tasks = spec["root"]["dag"]["tasks"]
+  if consumer not in tasks:
+    raise SplitOutputError(f"the pipeline has no task {consumer!r}")
+  source = tasks[consumer].get("inputs", {}).get("artifacts", {}).get(input_key, {})
+  upstream = source.get("taskOutputArtifact")
+  if upstream is None:
+    raise SplitOutputError(f"task {consumer!r} input {input_key!r} is not another "
+                           f"task's output: {sorted(source)}")
+  producer, source_key = upstream["producerTask"], upstream["outputArtifactKey"]
+  component = spec["components"][tasks[producer]["componentRef"]["name"]]
+  outputs = component["outputDefinitions"]["artifacts"]
+  key = key_of(source_key)
+  if key not in outputs:
+    outputs[key] = json.loads(json.dumps(outputs[source_key]))
+    container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
+    _add_flag(container, flag, value_of(key, source_key))
+  upstream["outputArtifactKey"] = key
+  return producer, source_key, key
+
+
 def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> List[str]:
   """Wires each consumer task's Examples input to a one-split output of its producer.
 
@@ -75,26 +100,11 @@ def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> Li
   Returns:
     One note per rewired input, for the person compiling.
   """
-  tasks = spec["root"]["dag"]["tasks"]
   notes = []
   for consumer, (input_key, split) in sorted(consumers.items()):
-    if consumer not in tasks:
-      raise SplitOutputError(f"the pipeline has no task {consumer!r}")
-    source = tasks[consumer].get("inputs", {}).get("artifacts", {}).get(input_key, {})
-    upstream = source.get("taskOutputArtifact")
-    if upstream is None:
-      raise SplitOutputError(f"task {consumer!r} input {input_key!r} is not another "
-                             f"task's output: {sorted(source)}")
-    producer, source_key = upstream["producerTask"], upstream["outputArtifactKey"]
-    component = spec["components"][tasks[producer]["componentRef"]["name"]]
-    outputs = component["outputDefinitions"]["artifacts"]
-    key = output_key(split)
-    if key not in outputs:
-      outputs[key] = json.loads(json.dumps(outputs[source_key]))
-      container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
-          "container"]
-      _add_flag(container, FLAG, f"{key}={source_key}:{split}")
-    upstream["outputArtifactKey"] = key
+    producer, source_key, key = _wire_to_new_output(
+        spec, consumer, input_key, lambda _, s=split: output_key(s), FLAG,
+        lambda k, src, s=split: f"{k}={src}:{s}")
     notes.append(f"{consumer}.{input_key} reads {producer}.{key} (only Split-{split}), "
                  f"so its launcher downloads one split, not all of {producer}.{source_key}")
   return notes
@@ -102,25 +112,12 @@ def rewire(spec: Dict[str, Any], consumers: Mapping[str, Tuple[str, str]]) -> Li
 
 def rewire_refs(spec: Dict[str, Any], consumers: Mapping[str, str]) -> List[str]:
   """Wires each consumer task's input (`consumers`: {task: input key}) to a reference
-  output ``<key>_ref`` of its producer (see the module docstring). Returns notes."""
-  tasks = spec["root"]["dag"]["tasks"]
+  output ``<source key>_ref`` of its producer (see the module docstring). Returns notes."""
   notes = []
   for consumer, input_key in sorted(consumers.items()):
-    source = tasks[consumer].get("inputs", {}).get("artifacts", {}).get(input_key, {})
-    upstream = source.get("taskOutputArtifact")
-    if upstream is None:
-      raise SplitOutputError(f"task {consumer!r} input {input_key!r} is not another "
-                             f"task's output: {sorted(source)}")
-    producer, source_key = upstream["producerTask"], upstream["outputArtifactKey"]
-    component = spec["components"][tasks[producer]["componentRef"]["name"]]
-    outputs = component["outputDefinitions"]["artifacts"]
-    key = f"{source_key}_ref"
-    if key not in outputs:
-      outputs[key] = json.loads(json.dumps(outputs[source_key]))
-      container = spec["deploymentSpec"]["executors"][component["executorLabel"]][
-          "container"]
-      _add_flag(container, REF_FLAG, f"{key}={source_key}")
-    upstream["outputArtifactKey"] = key
+    producer, _, key = _wire_to_new_output(
+        spec, consumer, input_key, lambda src: f"{src}_ref", REF_FLAG,
+        lambda k, src: f"{k}={src}")
     notes.append(f"{consumer}.{input_key} reads {producer}.{key}, a reference: its "
                  f"replicas read the files at their remote URI, the pod downloads none")
   return notes
