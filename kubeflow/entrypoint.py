@@ -19,8 +19,14 @@ adapting what the open-source KFP v2 driver and launcher hand over
   output names the original URIs again, so that ML Metadata records remote URIs and the
   launcher uploads from the local paths. Writing locally also avoids the zero-byte GCS
   "directory" objects that break the launcher's download of nested outputs such as a
-  Model's ``Format-Serving/`` (kubeflow/pipelines#13476). On Vertex AI ``/gcs/`` is the
-  Cloud Storage FUSE mount, so the same paths work there.
+  Model's ``Format-Serving/`` (kubeflow/pipelines#13476); an output written at its remote
+  URI has them deleted once the executor is done (kubeflow/dir_markers.py). On Vertex AI
+  ``/gcs/`` is the Cloud Storage FUSE mount, so the same paths work there.
+* **One split for a step that reads one** (kubeflow/split_outputs.py): ``--split_output
+  KEY=SOURCE:SPLIT`` makes output KEY, TFX's executor never sees it, from
+  ``Split-<SPLIT>`` of output SOURCE once the executor is done; ``--ref_output
+  KEY=SOURCE`` makes KEY a reference to SOURCE. An input that is a reference is handed to
+  TFX at the URI it names (only with remote artifact paths: the pod has no copy).
 * **Outputs the backend adds.** From backend 2.5.0 the driver runs with
   ``--publish_logs=true`` by default (``backend/src/v2/cmd/driver/main.go``) and adds an
   output ``executor-logs`` typed ``{schemaTitle: system.Artifact}`` to every ExecutorInput
@@ -86,13 +92,14 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.partitioned_example_gen import runners
+from tfx_parallel.kubeflow import dir_markers, split_outputs
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
@@ -170,21 +177,26 @@ def step_uri(uri: str, mount_root: Optional[str] = "/", outside: bool = False) -
 
 
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
-          mount_root: Optional[str] = "/", outside: bool = False
+          mount_root: Optional[str] = "/", outside: bool = False,
+          made_here: Sequence[str] = ()
           ) -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
   """The ExecutorInput TFX's entry point can run, and {output key: original URIs}.
 
-  Outputs typed ``system.*`` (:func:`backend_outputs`) are left out of both.
+  Outputs typed ``system.*`` (:func:`backend_outputs`) and the outputs this entry point
+  makes itself (`made_here`: kubeflow/split_outputs.py) are left out of both.
   """
   adapted = copy.deepcopy(executor_input)
   for key in backend_outputs(adapted):
     logging.info("Output %r is typed system.*; the KFP launcher writes it, TFX does not see it",
                  key)
     del adapted["outputs"]["artifacts"][key]
+  for key in made_here:
+    adapted["outputs"]["artifacts"].pop(key, None)
   declared = (inputs_spec or {}).get("artifacts", {})
   for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
     for artifact in artifacts.get("artifacts", []):
       _typed(key, artifact, declared.get(key, {}).get("artifactType"))
+      split_outputs.dereference(artifact, key, mount_root is None or outside)
       artifact["uri"] = step_uri(artifact.get("uri", ""), mount_root, outside)
   remote = {}
   for key, artifacts in adapted.get("outputs", {}).get("artifacts", {}).items():
@@ -343,6 +355,12 @@ def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   parser.add_argument("--json_serialized_inputs_spec_args", default=None)
   parser.add_argument("--placement", default=None,
                       help="JSON the compiler adds for KFP's cache fingerprint; unused")
+  parser.add_argument(split_outputs.FLAG, action="append", default=[],
+                      help="KEY=SOURCE:SPLIT: make output KEY from Split-SPLIT of output "
+                           "SOURCE (kubeflow/split_outputs.py)")
+  parser.add_argument(split_outputs.REF_FLAG, action="append", default=[],
+                      help="KEY=SOURCE: make output KEY a reference to output SOURCE "
+                           "(kubeflow/split_outputs.py)")
   return parser.parse_known_args(argv)
 
 
@@ -352,6 +370,10 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   if args.placement:
     logging.info("Placement: %s", args.placement)
   del args.placement  # Not a TFX flag.
+  splits = split_outputs.parse_flags(args.split_output)
+  refs = split_outputs.parse_refs(args.ref_output)
+  made_here = sorted(splits) + sorted(refs)
+  del args.split_output, args.ref_output  # Not TFX flags.
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
@@ -366,7 +388,7 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
                  "reads and writes its artifacts' remote URIs (minio:// as s3://)",
                  runners.runner_name(beam_args))
-  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside)
+  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
   args.json_serialized_invocation_args = json.dumps(adapted)
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
     object_store.prepare_executor(artifact_uris(adapted), os.environ,
@@ -381,6 +403,15 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   output_file = adapted["outputs"]["outputFile"]
   with fileio.open(output_file, "r") as f:
     executor_output = json.loads(f.read())
+  outputs = {key: artifacts["artifacts"][0]["uri"] for key, artifacts in
+             executor_input["outputs"]["artifacts"].items()
+             if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
+  step_paths = {key: step_uri(uri, mount_root, outside) for key, uri in outputs.items()}
+  split_outputs.make_all(splits, executor_output, step_paths, outputs)
+  split_outputs.make_refs(refs, executor_output, step_paths, outputs)
+  remote.update({key: [outputs[key]] for key in made_here if key in outputs})
+  # What the step wrote at remote URIs, without "directory" objects (#13476).
+  dir_markers.remove_all(sorted(step_paths.values()), beam_args)
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
                                local_to_remote(executor_input, mount_root, outside),

@@ -8,11 +8,14 @@ in both KFP schema generations (for every component, ExampleGen included: TFX ig
 platform_config there, tensorflow/tfx#6146), the environment, per-component Beam args,
 importable schema titles for our artifact types (also in the inputs spec argument),
 the default pipeline root; and the Kubernetes PlatformSpec (node selectors,
-tolerations) as a second YAML document. :func:`check_open_source` then refuses a spec
-open-source KFP would reject.
+tolerations) as a second YAML document. Inputs are narrowed to what a step reads, since
+the launcher downloads every input in full (kubeflow/split_outputs.py: the evaluator's
+one-split Examples, a remote-path trainer's reference). :func:`check_open_source` then
+refuses a spec open-source KFP would reject.
 """
 import dataclasses
 import json
+import logging
 from typing import Any, Dict, List, Mapping, Tuple
 
 import yaml
@@ -20,9 +23,12 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import base_beam_component
 
 from tfx_parallel.components.common.config_util import ConfigError
+from tfx_parallel.components.common import keys
+from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
-from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources
+from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources, split_outputs
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
+from tfx_parallel.kubeflow.entrypoint import ARTIFACT_PATHS_ENV
 
 # Opts the trainer into a TFJob (components/distributed_trainer/kube/settings.py ENV_IMAGE).
 _TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
@@ -196,6 +202,18 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
     if retry_policy(placement):
       task["retryPolicy"] = retry_policy(placement)
     placements[label] = placement
+  for note in split_outputs.rewire(spec, {  # The launcher downloads inputs in full.
+      node_id: (keys.EXAMPLES_KEY, json.loads(node.exec_properties[keys.CONFIG_KEY])["split"])
+      for node_id, node in nodes.items() if isinstance(node, ConvergenceEvaluator)}):
+    logging.info("%s", note)
+  remote_steps = {  # Their replicas read the Examples at the remote URI themselves.
+      task_id: keys.EXAMPLES_KEY for task_id, task in spec["root"]["dag"]["tasks"].items()
+      if isinstance(nodes.get(task_id), DistributedTrainer)
+      and {"name": ARTIFACT_PATHS_ENV, "value": "remote"} in executors[
+          spec["components"][task["componentRef"]["name"]]["executorLabel"]][
+              "container"].get("env", [])}
+  for note in split_outputs.rewire_refs(spec, remote_steps):
+    logging.info("%s", note)
   uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}
   cache.switch_off(spec, uncached)
   notes = _checkpoint_notes(config, nodes)

@@ -79,7 +79,11 @@ part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
 
 * ``s3`` (a boto3 S3 client, e.g. of moto's server): the object store is that S3 API
   (``minio://b/k`` and ``s3://b/k`` are bucket ``b``, key ``k``, as KFP's MinIO serves
-  them) instead of a directory. :attr:`Launcher.downloaded` counts the bytes each task's
+  them) instead of a directory. Its download is ``DownloadBlob`` (``objectstore/
+  object_store.go`` master:176-205 with ``sanitizeDownloadPath`` and ``downloadFile``):
+  every listed key becomes a file at its cleaned relative path, a zero-byte "directory"
+  object ``k/d/`` too, so a key below it then fails in ``os.MkdirAll`` with "not a
+  directory" (kubeflow/pipelines#13476). :attr:`Launcher.downloaded` counts the bytes each task's
   launcher downloaded (``downloadArtifacts`` copies every input artifact in full:
   ``launcher_v2.go`` master:927-1004).
 
@@ -131,6 +135,18 @@ def local_path_for_uri(uri: str) -> str:
       return os.path.join(directory, uri[len(scheme):])
   raise LauncherError(f"failed to generate local path for URI {uri}: unsupported storage "
                       "scheme")
+
+
+def _mkdir_all(path: str, failed: str) -> None:
+  """Go's ``os.MkdirAll(path, 0755)`` as ``downloadFile`` calls it (``object_store.go``
+  master:176-205): an existing non-directory on the way is "not a directory"."""
+  parts = os.path.abspath(path).split(os.sep)
+  for i in range(2, len(parts) + 1):
+    prefix = os.sep.join(parts[:i])
+    if os.path.exists(prefix) and not os.path.isdir(prefix):
+      raise LauncherError(f"{failed}failed to create local directory {path!r}: mkdir "
+                          f"{prefix}: not a directory")
+  os.makedirs(path, exist_ok=True)
 
 
 def topological_order(tasks: Mapping[str, Any]) -> List[str]:
@@ -482,9 +498,18 @@ class Launcher:
       if not objects:
         raise LauncherError(f"failed to download input artifact from remote storage URI "
                             f"{uri}: no such object")
-      for o in objects:
-        target = local if o["Key"] == key else os.path.join(local, o["Key"][len(key) + 1:])
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+      for o in objects:  # In listing order: "a/" before "a/b".
+        # sanitizeDownloadPath: filepath.Join(localDir, filepath.Rel(blobDir, key)); Rel
+        # cleans the path, so a "directory" key "k/d/" is the file ".../d" and "k/" is
+        # `local` itself.
+        target = os.path.normpath(os.path.join(local, os.path.relpath(o["Key"], key)))
+        failed = (f"failed to download input artifact from remote storage URI {uri}: "
+                  f"downloadFile(): unable to complete copying {o['Key']!r} to local "
+                  f"storage {target!r}: ")
+        _mkdir_all(os.path.dirname(target), failed)
+        if os.path.isdir(target):  # os.Create on a directory.
+          raise LauncherError(f"{failed}unable to open local file {target!r} for writing: "
+                              f"open {target}: is a directory")
         self.s3.download_file(bucket, o["Key"], target)
       return sum(o["Size"] for o in objects)
     source = self._object_dir(uri)

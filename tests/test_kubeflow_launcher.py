@@ -350,9 +350,12 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     assert (EXECUTOR_LOGS in executor_input["outputs"]["artifacts"]) == publish_logs, task
     assert (executor_input["outputs"]["outputFile"] == LEGACY_OUTPUT_FILE) == (
         output_file == "legacy"), task
+    wired = package["root"]["dag"]["tasks"][task].get("inputs", {}).get("artifacts", {})
     for key, artifacts in executor_input["inputs"]["artifacts"].items():  # From MLMD.
       metadata = artifacts["artifacts"][0]["metadata"]
-      assert metadata["display_name"] == key and metadata["store_session_info"], (task, key)
+      produced_as = wired[key]["taskOutputArtifact"]["outputArtifactKey"]  # Its output key.
+      assert metadata["display_name"] == produced_as and metadata["store_session_info"], (
+          task, key)
   recorded = {(task, key): a for task, outputs in launcher.mlmd.items()
               for key, a in outputs.items()}
   for (task, key), artifact in recorded.items():
@@ -408,7 +411,16 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     inputs = launcher.executor_inputs[task]["inputs"]["artifacts"].values()
     assert launcher.downloaded[task] == sum(tree_bytes(a["artifacts"][0]["uri"])
                                             for a in inputs), task
-  assert launcher.downloaded["ConvergenceEvaluator"] > tree_bytes(examples["uri"])
+  # The evaluator reads only its split: ExampleGen's one-split output (split_outputs.py).
+  eval_examples = recorded[("PartitionedExampleGen", "eval_examples")]
+  evaluator_inputs = launcher.executor_inputs["ConvergenceEvaluator"]["inputs"]["artifacts"]
+  assert evaluator_inputs["examples"]["artifacts"][0]["uri"] == eval_examples["uri"]
+  assert os.listdir(launcher.object_path(eval_examples["uri"])) == ["Split-eval"]
+  assert json.loads(eval_examples["custom_properties"]["split_names"]) == ["eval"]
+  for name in ("label_key", "true_bias", "true_weights"):
+    assert eval_examples["custom_properties"][name] == examples["custom_properties"][name]
+  assert tree_bytes(eval_examples["uri"]) == tree_bytes(examples["uri"] + "/Split-eval")
+  assert tree_bytes(eval_examples["uri"]) < tree_bytes(examples["uri"]) / 2
 
   first = copy.deepcopy(launcher.mlmd)
   assert launcher.run() == order and launcher.cached_tasks == order  # Nothing runs again,
