@@ -4,7 +4,7 @@ TensorFlow's GCS filesystem makes a directory by uploading an empty object named
 ``<dir>/`` (tensorflow/tensorflow ``tsl/platform/cloud/gcs_file_system.cc``
 ``GcsFileSystem::CreateDir``: ``MaybeAppendSlash(dirname)``, ``uploadType=media`` with an
 empty body), and ``tf.io.gfile.makedirs`` does so for every level. A step that writes its
-outputs at their remote URIs (``TFX_PARALLEL_ARTIFACT_PATHS=remote``, a trainer whose
+outputs at their remote URIs (a multi-node trainer, ``entrypoint.artifact_paths``: a trainer whose
 replicas write the model, or a Beam runner outside the pod) leaves such objects in its
 artifacts. The KFP launcher of the next step downloads every object under the
 artifact's prefix as a file (kubeflow/pipelines ``backend/src/v2/objectstore/

@@ -28,7 +28,7 @@ from tfx_parallel.components.convergence_evaluator.component import ConvergenceE
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
 from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources, split_outputs
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
-from tfx_parallel.kubeflow.entrypoint import ARTIFACT_PATHS_ENV
+from tfx_parallel.kubeflow.entrypoint import artifact_paths
 
 # Opts the trainer into a TFJob (components/distributed_trainer/kube/settings.py ENV_IMAGE).
 _TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
@@ -209,9 +209,9 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
   remote_steps = {  # Their replicas read the Examples at the remote URI themselves.
       task_id: keys.EXAMPLES_KEY for task_id, task in spec["root"]["dag"]["tasks"].items()
       if isinstance(nodes.get(task_id), DistributedTrainer)
-      and {"name": ARTIFACT_PATHS_ENV, "value": "remote"} in executors[
+      and artifact_paths({e["name"]: e.get("value", "") for e in executors[
           spec["components"][task["componentRef"]["name"]]["executorLabel"]][
-              "container"].get("env", [])}
+              "container"].get("env", [])}) == "remote"}
   for note in split_outputs.rewire_refs(spec, remote_steps):
     logging.info("%s", note)
   uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}

@@ -23,7 +23,7 @@ The flag ``--split_output KEY=SOURCE:SPLIT`` on the producer's args names the ou
 make; the entry point keeps KEY out of what TFX sees (TFX's executor does not declare it).
 
 **A trainer whose replicas read the Examples themselves** (the trainer's container runs
-with ``TFX_PARALLEL_ARTIFACT_PATHS=remote``: a TFJob or TrainJob whose pods read the
+with remote artifact paths (``TFX_PARALLEL_TFJOB_IMAGE`` set): a TFJob or TrainJob whose pods read the
 remote URIs) needs none of the files in its own pod, yet the launcher would download them
 all. Its ``examples`` input is then ``examples_ref`` (flag ``--ref_output KEY=SOURCE``): an
 Examples artifact of the same ExampleGen execution, with the same custom properties plus
@@ -173,7 +173,7 @@ def dereference(artifact: Dict[str, Any], key: str, remote_paths: bool) -> None:
   if not remote_paths:
     raise SplitOutputError(
         f"input artifact {key!r} is a reference to {target}: only a step with remote "
-        f"artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote) reads it; recompile the "
+        f"artifact paths (TFX_PARALLEL_TFJOB_IMAGE set) reads it; recompile the "
         f"package with `tfx-parallel compile`")
   logging.info("Input %s: the files at %s (the pod downloaded only the reference)", key,
                target)

@@ -35,7 +35,7 @@ def remote_trainer_package():
   data = _small_config()
   data["components"]["DistributedTrainer"] = dict(
       data["components"].get("DistributedTrainer") or {},
-      env={"TFX_PARALLEL_ARTIFACT_PATHS": "remote"})
+      env={"TFX_PARALLEL_TFJOB_IMAGE": "example.com/tfx-parallel:1"})  # Multi-node: remote paths.
   return compile_mapping(data).pipeline_spec
 
 
