@@ -3,14 +3,20 @@
 :class:`MeshTrainer` trains a user's ``build_model()`` on a mesh (B, M) of logical CPU
 devices (or GPUs when present) with a custom loop:
 
-* **Placement.** ``build_model()`` runs once plainly (a *probe*: the same variables,
-  initial values and names as any single-device build), the layout rules
-  (:mod:`sharding`; the user's ``layout_rules`` or the defaults) are resolved and
-  validated against the probe's variables, then ``build_model()`` runs again under a
-  variable creator that makes every variable a ``dtensor.DVariable`` holding the
-  probe's initial value in its layout: sharding per dimension over the ``model``
-  axis, replicated over ``batch``. So a mesh run starts from exactly the weights a
-  single-device run would, whatever the initialisers.
+* **Placement.** ``build_model()`` runs once as a *probe* under tf_keras's
+  ``lazy_init_scope`` (tf_keras/src/dtensor/lazy_variable.py, what its own
+  ``LayoutMap`` builds with): its variables have names and shapes but no values, so
+  nothing is allocated. The layout rules (:mod:`sharding`; the user's ``layout_rules``
+  or the defaults) are resolved and validated on the probe's variables, then
+  ``build_model()`` runs again under a variable creator that creates each variable
+  once, as a ``dtensor.DVariable`` in its layout (sharding per dimension over the
+  ``model`` axis, replicated over ``batch``). Its initial value is computed on the host
+  (CPU:0), one variable at a time, with the random state the probe started from, and
+  each device receives only its block (:meth:`MeshTrainer._place`). So a mesh run
+  starts from exactly the weights a single-device run would, whatever the
+  initialisers, and no device ever holds a whole split variable. (tf_keras's
+  ``dtensor.utils.call_with_layout`` is not used: it runs the initializer under
+  ``default_mesh``, replicated, a whole copy per device, before relayouting.)
 * **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
   device (b, m) receives row block b (replicated over the model axis).
 * **Activations.** A layer holding a split variable returns its outputs gathered
@@ -42,15 +48,21 @@ devices (or GPUs when present) with a custom loop:
   function and costs what one pack does.
 
   DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
-  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
-  shard i's gradient X_iᵀ ∂L/∂Y; a column-split kernel gives output blocks
+  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis); shard
+  i keeps its gradient block X_iᵀ ∂L/∂Y, but the tape's kernel gradient is computed
+  whole on every device and the relayout into the kernel's layout slices it (not a
+  local product: tests/test_trainer_linear_mesh.py reads it before the relayout), so a
+  step briefly holds a whole gradient of each split kernel per device; a column-split kernel gives output blocks
   Y_i = X W_i with no communication; Megatron pairs (column then row) need one
   all-reduce per pair. See :mod:`sharding` for the rules and the defaults.
-* **Reading back.** ``full_weights()`` relayouts each variable to replicated and
-  returns numpy arrays in ``model.get_weights()`` order (export: a plain
-  ``build_model()`` outside any mesh takes them with ``set_weights``);
-  ``shard_shapes()`` reads each device's local shape from the DTensor itself;
-  ``state()`` / ``load_state()`` round-trip model and optimizer variables.
+* **Boundaries.** Nothing outside the step gathers a split variable onto a device:
+  :meth:`MeshTrainer.evaluation_sums` evaluates on the mesh itself (the sharded
+  variables, the batch split over the batch axis); :meth:`MeshTrainer.to_host`
+  assembles ONE variable's whole value in host memory from the blocks the devices hold
+  (checkpoints and export call it one variable at a time: engines.MeshEngine),
+  :meth:`MeshTrainer.assign_from_host` writes one back, each device receiving its block.
+  ``full_weights()`` / ``state()`` return every variable through ``to_host``;
+  ``shard_shapes()`` reads each device's local shape from the DTensor itself.
 
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
 models, or subclassed models built inside ``build_model``) are supported.
