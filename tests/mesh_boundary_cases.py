@@ -1,7 +1,7 @@
 """Every tensor the mesh engine puts on the devices at each boundary of a run, recorded.
 
 ``python tests/mesh_boundary_cases.py`` splits the CPU into 4 logical devices, builds the
-built-in mlp (4 features -> 8 -> 8 -> 1, Adam) with ``engines.MeshEngine`` on a 2x2 mesh
+built-in mlp (4 features -> 8 -> 6 -> 1, Adam; every variable has a shape of its own) with ``engines.MeshEngine`` on a 2x2 mesh
 (the default rules: a Megatron pair, column- then row-split, so both hidden kernels are
 split) and runs the boundaries one after another: build, eval, train (2 steps),
 checkpoint (``checkpointed()`` + tf.train.Checkpoint), restore (``load_checkpointed()``),
@@ -23,7 +23,7 @@ import tempfile
 
 from tfx_parallel.components.common import tfenv
 
-BATCH = 6  # Rows; no activation [BATCH, 8] has a kernel's shape [4, 8].
+BATCH = 10  # Rows: no activation [BATCH, w] has a variable's shape.
 
 
 def main():
@@ -59,9 +59,9 @@ def main():
   dtensor.relayout = wrap("relayout", real_relayout, lambda r, t, layout, *a, **k: layout)
 
   features = tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32) for i in range(4))
-  spec = ms.ModelSpec(features=features, label_key="y", hparams={"hidden_units": [8, 8]})
+  spec = ms.ModelSpec(features=features, label_key="y", hparams={"hidden_units": [8, 6]})
   config = TrainerConfig(layout="mesh", mesh=(2, 2), model="mlp", optimizer="adam",
-                         learning_rate=0.01, batch_size=BATCH, hidden_units=(8, 8))
+                         learning_rate=0.01, batch_size=BATCH, hidden_units=(8, 6))
   engine = engines.MeshEngine(config, None, {})
   where["boundary"] = "build"
   engine.build(user_module.load(None, None, "mlp"), spec)
@@ -73,7 +73,7 @@ def main():
   rng = np.random.default_rng(0)
   x = {f.name: rng.normal(size=(BATCH, 1)).astype(np.float32) for f in features}
   y = rng.normal(size=(BATCH, 1)).astype(np.float32)
-  # An eval set of 7 rows: one batch the batch axis divides, and a remainder of 1 row
+  # An eval set of 11 rows: one batch the batch axis divides, and a remainder of 1 row
   # (padded to the batch axis of 2 and masked out).
   ex = {k: np.concatenate([v, v[:1] + 1]) for k, v in x.items()}
   ey = np.concatenate([y, y[:1] - 1])

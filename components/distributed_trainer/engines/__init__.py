@@ -123,6 +123,9 @@ class FitEngine:
   def load_checkpointed(self):
     """After a restore into ``checkpointed()``: the values are already live."""
 
+  def release_checkpointed(self):
+    """After a save: nothing to release (the checkpoint reads the live variables)."""
+
 
 class MeshEngine:
   """``MeshTrainer`` on the (batch, model) mesh of ``config.mesh``."""
@@ -278,6 +281,12 @@ class MeshEngine:
         raise ValueError(f"checkpoint: {key} has shape {v.shape.as_list()}, the mesh "
                          f"variable {target.shape.as_list()}")
       self.trainer.assign_from_host(target, v.numpy())
+    self._host = None  # The host copy is not kept between checkpoints.
+
+  def release_checkpointed(self):
+    """After a save: drops the host copy, so that host memory holds one copy of the
+    state only while a checkpoint is written or read (rebuilt at the next one)."""
+    self._host = None
 
   def _host_variables(self) -> Tuple[list, list]:
     """(the host copy's variables in the mesh state's order, the host optimizer's slots

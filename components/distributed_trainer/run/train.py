@@ -176,6 +176,7 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
                    "initial_eval_loss": state.initial_eval_loss,
                    "layout": describe_layout(engine.describe()),
                    "module_digest": module_digest})
+  engine.release_checkpointed()
 
 
 def restore_checkpoint(job: Job, engine, module=None):
