@@ -20,8 +20,9 @@ factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
 records and checkpoints). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``, ``weights()``,
-``checkpointed()`` / ``load_checkpointed()`` (the model and optimizer a tf.train.Checkpoint
-holds, and making restored values live: run/checkpoint.py).
+``checkpointed()`` / ``load_checkpointed()`` / ``release_checkpointed()`` (the model and
+optimizer a tf.train.Checkpoint holds, making restored values live, and dropping what a
+save needed: run/checkpoint.py), ``copy_weights_to(model)`` (the export's host copy).
 """
 import contextlib
 import math
