@@ -20,8 +20,9 @@ factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
 records and checkpoints). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``, ``weights()``,
-``checkpointed()`` / ``load_checkpointed()`` (the model and optimizer a tf.train.Checkpoint
-holds, and making restored values live: run/checkpoint.py).
+``checkpointed()`` / ``load_checkpointed()`` / ``release_checkpointed()`` (the model and
+optimizer a tf.train.Checkpoint holds, making restored values live, and dropping what a
+save needed: run/checkpoint.py), ``copy_weights_to(model)`` (the export's host copy).
 """
 import contextlib
 import math
@@ -107,6 +108,12 @@ class FitEngine:
   def weights(self) -> list:
     return self.model.get_weights()
 
+  def copy_weights_to(self, model):
+    """The trained weights into ``model`` (a plain copy on the host)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.device("/CPU:0"):
+      model.set_weights(self.model.get_weights())
+
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the model and its optimizer, built (every slot exists,
     so that a restore fills it at once rather than when ``fit`` creates it)."""
@@ -116,6 +123,9 @@ class FitEngine:
 
   def load_checkpointed(self):
     """After a restore into ``checkpointed()``: the values are already live."""
+
+  def release_checkpointed(self):
+    """After a save: nothing to release (the checkpoint reads the live variables)."""
 
 
 class MeshEngine:
@@ -170,17 +180,12 @@ class MeshEngine:
     return make(self.config.batch_size, 1, 0, start_step)
 
   def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
-    """Evaluation on a plain copy (outside the mesh) that takes the gathered weights;
-    drives ``callbacks``' test hooks as the fit engine's does."""
+    """Evaluation on the mesh itself (the sharded variables, the batch split over the
+    batch axis: MeshTrainer.evaluation_sums); drives ``callbacks``' test hooks as the fit
+    engine's does."""
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
-    plain = user_module.build(self.module, self.spec)
-    evaluate = cb.make_evaluator(plain, self.loss, eval_ds, callbacks)
-
-    def eval_loss(drive_callbacks: bool = True) -> Tuple[float, float]:
-      plain.set_weights(self.weights())
-      return evaluate(drive_callbacks)
-    return eval_loss
+    return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks,
+                             sums=self.trainer.evaluation_sums)
 
   def train(self, dataset, start_step: int, total: int, callbacks: list):
     """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
@@ -219,43 +224,70 @@ class MeshEngine:
   def weights(self) -> list:
     return self.trainer.full_weights()
 
+  def copy_weights_to(self, model):
+    """The mesh model's weights into ``model`` (a plain host copy), one variable at a
+    time through host memory: no device holds a whole split variable."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.device("/CPU:0"):
+      for target, source in zip(model.weights, self.model.weights):
+        target.assign(self.trainer.to_host(source))
+
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: a host copy of the model and of the optimizer as the
     user wrote it (``written_optimizer``'s class and config, outside the mesh: the keys
     any layout's checkpoint has, a plain SGD's unread momentum slots as zeros),
-    refreshed from the mesh.
+    refreshed from the mesh one variable at a time (``MeshTrainer.to_host``: each
+    device's block copied once into the host variable), so a save holds the host copy
+    plus at most one variable in transit, and no device a whole split variable.
 
     The DVariables themselves would save through tf.train.Checkpoint too, whole
-    (run/checkpoint.py), but each save then traces and DTensor-compiles a new function
+    (run/checkpoint.py), but their restore copies each whole tensor to every device
+    before the relayout (d_variable.py ``_DVariableSaveable.restore``:
+    ``api.copy_to_mesh``), and each save traces and DTensor-compiles a new function
     (functional_saver.py ``MultiDeviceSaver.save``): 0.9-2.5 s per checkpoint on a CPU
     mesh 2x2 against 0.08-0.3 s through the host copy, 0.7-1.5x the .npz this format
     replaced (benchmarks/results/checkpoint_format.md).
     """
     import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
-    if self._host is None:
-      model = user_module.build(self.module, self.spec)
-      written = self.written_optimizer  # The user's class: the same keys as on any layout.
-      optimizer = type(written).from_config(written.get_config())
-      optimizer.build(model.trainable_variables)
-      self._host = {"model": model, "optimizer": optimizer}
-    host, unread = self._host_variables()
-    values = list(self.trainer.state().values())  # model.weights, optimizer.variables
-    if len(values) != len(host):
-      raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
-                         f"model and optimizer {len(values)}")
-    for v, value in zip(host, values):
-      v.assign(np.asarray(value, v.dtype.as_numpy_dtype))
-    for v in unread:
-      v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
+    with tf.device("/CPU:0"):  # The host copy lives in host memory, never on a device.
+      if self._host is None:
+        model = user_module.build(self.module, self.spec)
+        written = self.written_optimizer  # The user's class: the same keys as on any layout.
+        optimizer = type(written).from_config(written.get_config())
+        optimizer.build(model.trainable_variables)
+        self._host = {"model": model, "optimizer": optimizer}
+      host, unread = self._host_variables()
+      mesh = list(self.trainer.state_variables().values())  # model.weights, optimizer.variables
+      if len(mesh) != len(host):
+        raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
+                           f"model and optimizer {len(mesh)}")
+      for v, source in zip(host, mesh):  # One variable at a time through host memory.
+        v.assign(self.trainer.to_host(source))
+      for v in unread:
+        v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
     return self._host
 
   def load_checkpointed(self):
     """After a restore into ``checkpointed()``: the host copy's values onto the mesh,
-    each variable in its own layout."""
-    names = list(self.trainer.state())
+    one variable at a time, each device receiving only its block."""
     host, _ = self._host_variables()
-    self.trainer.load_state(dict(zip(names, [v.numpy() for v in host])))
+    mesh = self.trainer.state_variables()
+    if len(mesh) != len(host):
+      raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
+                         f"model and optimizer {len(mesh)}")
+    for (key, target), v in zip(mesh.items(), host):
+      if tuple(v.shape.as_list()) != tuple(target.shape.as_list()):
+        raise ValueError(f"checkpoint: {key} has shape {v.shape.as_list()}, the mesh "
+                         f"variable {target.shape.as_list()}")
+      self.trainer.assign_from_host(target, v.numpy())
+    self._host = None  # The host copy is not kept between checkpoints.
+
+  def release_checkpointed(self):
+    """After a save: drops the host copy, so that host memory holds one copy of the
+    state only while a checkpoint is written or read (rebuilt at the next one)."""
+    self._host = None
 
   def _host_variables(self) -> Tuple[list, list]:
     """(the host copy's variables in the mesh state's order, the host optimizer's slots

@@ -3,14 +3,20 @@
 :class:`MeshTrainer` trains a user's ``build_model()`` on a mesh (B, M) of logical CPU
 devices (or GPUs when present) with a custom loop:
 
-* **Placement.** ``build_model()`` runs once plainly (a *probe*: the same variables,
-  initial values and names as any single-device build), the layout rules
-  (:mod:`sharding`; the user's ``layout_rules`` or the defaults) are resolved and
-  validated against the probe's variables, then ``build_model()`` runs again under a
-  variable creator that makes every variable a ``dtensor.DVariable`` holding the
-  probe's initial value in its layout: sharding per dimension over the ``model``
-  axis, replicated over ``batch``. So a mesh run starts from exactly the weights a
-  single-device run would, whatever the initialisers.
+* **Placement.** ``build_model()`` runs once as a *probe* under tf_keras's
+  ``lazy_init_scope`` (tf_keras/src/dtensor/lazy_variable.py, what its own
+  ``LayoutMap`` builds with): its variables have names and shapes but no values, so
+  nothing is allocated. The layout rules (:mod:`sharding`; the user's ``layout_rules``
+  or the defaults) are resolved and validated on the probe's variables, then
+  ``build_model()`` runs again under a variable creator that creates each variable
+  once, as a ``dtensor.DVariable`` in its layout (sharding per dimension over the
+  ``model`` axis, replicated over ``batch``). Its initial value is computed on the host
+  (CPU:0), one variable at a time, with the random state the probe started from, and
+  each device receives only its block (:meth:`MeshTrainer._place`). So a mesh run
+  starts from exactly the weights a single-device run would, whatever the
+  initialisers, and no device ever holds a whole split variable. (tf_keras's
+  ``dtensor.utils.call_with_layout`` is not used: it runs the initializer under
+  ``default_mesh``, replicated, a whole copy per device, before relayouting.)
 * **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
   device (b, m) receives row block b (replicated over the model axis).
 * **Activations.** A layer holding a split variable returns its outputs gathered
@@ -42,24 +48,32 @@ devices (or GPUs when present) with a custom loop:
   function and costs what one pack does.
 
   DTensor's SPMD expansion turns the model's ops into the sharded math: a row-split
-  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis) and
-  shard i's gradient X_iᵀ ∂L/∂Y; a column-split kernel gives output blocks
+  kernel gives Y = Σ_i X_i W_i (partial products all-reduced over the model axis); shard
+  i keeps its gradient block X_iᵀ ∂L/∂Y, but the tape's kernel gradient is computed
+  whole on every device and the relayout into the kernel's layout slices it (not a
+  local product: tests/test_trainer_linear_mesh.py reads it before the relayout), so a
+  step briefly holds a whole gradient of each split kernel per device; a column-split kernel gives output blocks
   Y_i = X W_i with no communication; Megatron pairs (column then row) need one
   all-reduce per pair. See :mod:`sharding` for the rules and the defaults.
-* **Reading back.** ``full_weights()`` relayouts each variable to replicated and
-  returns numpy arrays in ``model.get_weights()`` order (export: a plain
-  ``build_model()`` outside any mesh takes them with ``set_weights``);
-  ``shard_shapes()`` reads each device's local shape from the DTensor itself;
-  ``state()`` / ``load_state()`` round-trip model and optimizer variables.
+* **Boundaries.** Nothing outside the step gathers a split variable onto a device:
+  :meth:`MeshTrainer.evaluation_sums` evaluates on the mesh itself (the sharded
+  variables, the batch split over the batch axis); :meth:`MeshTrainer.to_host`
+  assembles ONE variable's whole value in host memory from the blocks the devices hold
+  (checkpoints and export call it one variable at a time: engines.MeshEngine),
+  :meth:`MeshTrainer.assign_from_host` writes one back, each device receiving its block.
+  ``full_weights()`` / ``state()`` return every variable through ``to_host``;
+  ``shard_shapes()`` reads each device's local shape from the DTensor itself.
 
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
 models, or subclassed models built inside ``build_model``) are supported.
 """
+import random
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from tf_keras.src.dtensor import lazy_variable
 
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.engines import optimizers as optimizers_lib
@@ -67,6 +81,18 @@ from tfx_parallel.components.distributed_trainer.engines import sharding as shar
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
 _LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.
+def _rng_state():
+  """Python's, numpy's and TensorFlow's global random states (what
+  ``tf_keras.utils.set_random_seed`` seeds), to draw the real build's initial values
+  from where the probe started."""
+  return random.getstate(), np.random.get_state()
+
+
+def _set_rng_state(state):
+  random.setstate(state[0])
+  np.random.set_state(state[1])
+
+
 def _dtensor():
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   return dtensor
@@ -133,45 +159,57 @@ class MeshTrainer:
     self._d = _dtensor()
     self.mesh = create_mesh(mesh_shape)
 
-    # 1. Probe: a plain build gives the variables, their paths and initial values.
-    created: List[tf.Variable] = []
+    # 1. Probe: a build whose variables hold no values (tf_keras's LazyInitVariable, what
+    # its own LayoutMap builds with: tf_keras/src/dtensor/layout_map.py
+    # ``layout_map_scope``) gives the variables' paths, shapes and kinds; the rules are
+    # resolved on them. Nothing is allocated, so no device ever holds a whole probe.
+    rng_state = _rng_state()
+    paths: List[str] = []  # Every variable the build creates, in order (Model counters too).
 
     def record(next_creator, **kwargs):
       v = next_creator(**kwargs)
-      created.append(v)
+      paths.append(sharding_lib.variable_path(v))
       return v
 
-    # The probe's names are the real build's: the rules are resolved on its paths.
-    with user_module.layer_names(fresh=False), tf.variable_creator_scope(record):
+    with (user_module.layer_names(fresh=False), lazy_variable.lazy_init_scope(),
+          tf.variable_creator_scope(record)):
       probe = build_model()
     _check_model(probe, module_name)
     infos = sharding_lib.describe_variables(probe)
+    del probe
+    _set_rng_state(rng_state)  # The real build draws what a single-device build draws.
     # Default-rule variables left replicated on a model axis > 1 (nothing divides).
     self.replicated: List[sharding_lib.VariableInfo] = []
     if rules is None:
       rules, self.replicated = sharding_lib.default_plan(infos, mesh_shape[1])
     self.rules = dict(rules)
     self.shardings = sharding_lib.resolve(self.rules, infos, mesh_shape[1], module_name)
-    plan = [(sharding_lib.variable_path(v), v.numpy()) for v in created]
-    del probe, created
 
-    # 2. The real build: every variable a DVariable in its layout, starting from the
-    # probe's value (the i-th variable created is the probe's i-th).
+    # 2. The real build: each variable is created once, as a DVariable in its layout. Its
+    # initial value is computed on the host (CPU:0), one variable at a time, exactly as a
+    # single-device build computes it, and each device receives only its block
+    # (:meth:`_place`). tf_keras's ``call_with_layout`` (dtensor/utils.py) is not used:
+    # it runs the initializer under ``default_mesh``, i.e. replicated, a whole copy on
+    # every device, before the relayout.
     placed: List[tf.Variable] = []
 
     def place(next_creator, **kwargs):
       del next_creator
       i = len(placed)
-      if i >= len(plan):
+      if i >= len(paths):
         raise RuntimeError(f"module {module_name!r}: build_model() created more variables on "
                            f"the second build than on the first; it must be deterministic.")
-      path, value = plan[i]
-      spec = self.shardings.get(path, (None,) * value.ndim)
+      initial = kwargs.get("initial_value")
+      with tf.device("/CPU:0"):
+        value = tf.convert_to_tensor(initial() if callable(initial) else initial,
+                                     dtype=kwargs.get("dtype"))
+      spec = self.shardings.get(paths[i], (None,) * value.shape.rank)
       v = self._d.DVariable(self._place(value, self._layout(spec)), name=kwargs.get("name"),
                             trainable=kwargs.get("trainable", True),
                             constraint=kwargs.get("constraint"))
-      if sharding_lib.variable_path(v) != path:
-        raise RuntimeError(f"module {module_name!r}: variable {i} is {path!r} on the first "
+      del value
+      if sharding_lib.variable_path(v) != paths[i]:
+        raise RuntimeError(f"module {module_name!r}: variable {i} is {paths[i]!r} on the first "
                            f"build and {sharding_lib.variable_path(v)!r} on the second; "
                            f"build_model() must be deterministic.")
       placed.append(v)
@@ -180,9 +218,9 @@ class MeshTrainer:
     with tf.variable_creator_scope(place):
       self.model = build_model()
     _check_model(self.model, module_name)
-    if len(placed) != len(plan):
-      raise RuntimeError(f"module {module_name!r}: build_model() created {len(plan)} variables "
-                         f"on the first build and {len(placed)} on the second.")
+    if len(placed) != len(paths):
+      raise RuntimeError(f"module {module_name!r}: build_model() created {len(paths)} "
+                         f"variables on the first build and {len(placed)} on the second.")
 
     self._gather_split_outputs()
     if isinstance(optimizer, str):
@@ -271,18 +309,66 @@ class MeshTrainer:
     d = self._d
     return d.Layout([s if s is not None else d.UNSHARDED for s in spec], self.mesh)
 
-  def _place(self, value, layout):
-    """A host value as a DTensor in ``layout`` (each device keeps only its block)."""
-    d = self._d
-    t = d.copy_to_mesh(tf.convert_to_tensor(value),
-                       d.Layout.replicated(self.mesh, rank=len(layout.sharding_specs)))
-    return d.relayout(t, layout)
+  def _block_index(self, specs, device: int) -> Tuple[int, ...]:
+    """Which block of each dimension mesh device ``device`` holds under ``specs`` (the
+    mesh orders its devices batch-major: device i is (i // M, i % M))."""
+    m = self.mesh_shape[1]
+    where = {BATCH_AXIS: device // m, MODEL_AXIS: device % m}
+    return tuple(where.get(s, 0) for s in specs)
 
-  def _full(self, variable) -> np.ndarray:
-    d = self._d
-    value = variable.read_value()
-    rank = len(variable.shape)
-    return d.unpack(d.relayout(value, d.Layout.replicated(self.mesh, rank=rank)))[0].numpy()
+  def _block_slices(self, specs, shape, key) -> Tuple[slice, ...]:
+    sizes = {BATCH_AXIS: self.mesh_shape[0], MODEL_AXIS: self.mesh_shape[1]}
+    out = []
+    for s, n, k in zip(specs, shape, key):
+      width = n // sizes.get(s, 1)
+      out.append(slice(k * width, (k + 1) * width))
+    return tuple(out)
+
+  def _place(self, value, layout):
+    """A host value as a DTensor in ``layout``: the value is cut into blocks on the host
+    (CPU:0) and each device receives only its block; no device ever holds the whole
+    value of a split variable."""
+    specs = list(layout.sharding_specs)
+    with tf.device("/CPU:0"):
+      value = tf.convert_to_tensor(value)
+      shape = value.shape.as_list()
+      blocks: Dict[tuple, tf.Tensor] = {}
+      components = []
+      for device in range(self.mesh_shape[0] * self.mesh_shape[1]):
+        key = self._block_index(specs, device)
+        if key not in blocks:
+          blocks[key] = value[self._block_slices(specs, shape, key)] if specs else value
+        components.append(blocks[key])
+    return self._d.pack(components, layout)
+
+  def to_host(self, variable) -> np.ndarray:
+    """One variable's whole value in host memory, assembled from the blocks the devices
+    hold (each block copied once); the devices keep only their blocks. Boundaries
+    (eval weights, checkpoint, export) call this one variable at a time."""
+    layout = self._d.fetch_layout(variable)
+    specs = list(layout.sharding_specs)
+    shape = variable.shape.as_list()
+    with tf.device("/CPU:0"):
+      components = self._d.unpack(variable.read_value())
+      if not specs:
+        return components[0].numpy()
+      out = np.empty(shape, variable.dtype.as_numpy_dtype)
+      done = set()
+      for device, component in enumerate(components):
+        key = self._block_index(specs, device)
+        if key not in done:
+          done.add(key)
+          out[self._block_slices(specs, shape, key)] = component.numpy()
+      del components
+    return out
+
+  def assign_from_host(self, variable, value):
+    """Writes a whole host value into ``variable``, each device receiving its block."""
+    value = np.asarray(value, variable.dtype.as_numpy_dtype)
+    if tuple(value.shape) != tuple(variable.shape.as_list()):
+      raise ValueError(f"state: {variable.name} has shape {variable.shape.as_list()}, the "
+                       f"value {list(value.shape)}")
+    variable.assign(self._place(value, self._d.fetch_layout(variable)))
 
   def _pack(self, value) -> tf.Tensor:
     """A global-batch host tensor as a DTensor split by rows over the batch axis:
@@ -403,10 +489,46 @@ class MeshTrainer:
     device read per call)."""
     return [float(x) for loss in losses for x in self._d.unpack(loss)[0].numpy()]
 
+  # --- evaluation ---------------------------------------------------------------
+  def evaluation_sums(self, per_example: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+                      ) -> Callable[[Dict[str, tf.Tensor], tf.Tensor], Tuple[float, float, int]]:
+    """``(features, labels) -> (sum, sum of squares, count)`` of ``per_example(labels,
+    model(features))`` on the mesh: the model's own sharded variables, the batch's rows
+    split over the batch axis (a batch whose rows the batch axis does not divide is
+    padded with copies of its first row, masked out of the sums). Traced once per batch
+    shape."""
+    @tf.function
+    def sums(features, labels, mask):
+      values = tf.cast(per_example(labels, self.model(features, training=False)), tf.float64)
+      mask = tf.reshape(mask, [-1] + [1] * (values.shape.rank - 1))
+      values = values * mask
+      return (tf.reduce_sum(values), tf.reduce_sum(tf.square(values)),
+              tf.reduce_sum(tf.ones_like(values) * mask))
+
+    def evaluate(features, labels) -> Tuple[float, float, int]:
+      labels = tf.convert_to_tensor(labels)
+      rows = int(labels.shape[0])
+      pad = -rows % self.mesh_shape[0]
+      fill = lambda t: (tf.concat([t, tf.repeat(t[:1], pad, axis=0)], 0) if pad else t)  # pylint: disable=unnecessary-lambda-assignment
+      mask = tf.constant([1.0] * rows + [0.0] * pad, tf.float64)
+      out = sums({k: self._pack_rows(fill(tf.convert_to_tensor(v))) for k, v in features.items()},
+                 self._pack_rows(fill(labels)), self._pack_rows(mask))
+      s, s2, n = (self._d.unpack(t)[0].numpy() for t in out)
+      return float(s), float(s2), int(round(float(n)))
+    return evaluate
+
+  def _pack_rows(self, value: tf.Tensor) -> tf.Tensor:
+    """A host tensor split by rows over the batch axis (any multiple of B rows)."""
+    b, m = self.mesh_shape
+    specs = [self._d.UNSHARDED] * value.shape.rank
+    specs[0] = BATCH_AXIS
+    return self._d.pack([blk for blk in tf.split(value, b, axis=0) for _ in range(m)],
+                        self._d.Layout(specs, self.mesh))
+
   # --- reading back -------------------------------------------------------------
   def full_weights(self) -> List[np.ndarray]:
     """Unsharded values in ``model.get_weights()`` order."""
-    return [self._full(v) for v in self.model.weights]
+    return [self.to_host(v) for v in self.model.weights]
 
   def shard_shapes(self) -> Dict[str, Tuple[int, ...]]:
     """Variable path -> the shape of the block each device holds, read from the DTensor
@@ -427,9 +549,9 @@ class MeshTrainer:
     """Variable path -> the DTensor sharding spec per dimension, model and optimizer state
     (e.g. ``"m/hidden_1/kernel": ("unsharded", "model")``)."""
     return {name: tuple(self._d.fetch_layout(v).sharding_specs)
-            for name, v in self._state_variables().items()}
+            for name, v in self.state_variables().items()}
 
-  def _state_variables(self) -> Dict[str, tf.Variable]:
+  def state_variables(self) -> Dict[str, tf.Variable]:
     out: Dict[str, tf.Variable] = {}
     for prefix, variables in (("model/", self.model.weights),
                               ("optimizer/", self.optimizer.variables)):
@@ -443,11 +565,11 @@ class MeshTrainer:
 
   def state(self) -> Dict[str, np.ndarray]:
     """Every model and optimizer variable, unsharded: ``model/<path>``, ``optimizer/<name>``."""
-    return {k: self._full(v) for k, v in self._state_variables().items()}
+    return {k: self.to_host(v) for k, v in self.state_variables().items()}
 
   def load_state(self, state: Dict[str, np.ndarray]):
     """Restores what :meth:`state` returned (same model, optimizer and rules)."""
-    variables = self._state_variables()
+    variables = self.state_variables()
     missing, extra = sorted(set(variables) - set(state)), sorted(set(state) - set(variables))
     if missing or extra:
       raise ValueError(f"state: does not fit this model and optimizer; missing {missing}, "
@@ -457,4 +579,4 @@ class MeshTrainer:
       if tuple(value.shape) != tuple(v.shape.as_list()):
         raise ValueError(f"state: {key} has shape {list(value.shape)}, the variable "
                          f"{v.shape.as_list()}")
-      v.assign(self._place(value.astype(v.dtype.as_numpy_dtype), self._d.fetch_layout(v)))
+      self.assign_from_host(v, value)

@@ -20,8 +20,10 @@ The math DTensor runs for a Dense layer Y = X W (X [B, F], W [F, H], model axis 
 * **row split** ``("model", None)``: device i holds W_i = W[i] (F/M input rows) and
   the matching input columns X_i; the output is Y = Σ_i X_i W_i, a partial sum on
   each device, all-reduced over the model axis. The gradient of shard i is
-  X_iᵀ ∂L/∂Y, computed where W_i lives. The bias is added once, after the sum
-  (replicated).
+  X_iᵀ ∂L/∂Y, but DTensor does not compute it locally: the tape's kernel gradient comes
+  out whole on every device and the relayout into W's layout slices it
+  (tests/test_trainer_linear_mesh.py reads it before the relayout). The bias is added
+  once, after the sum (replicated).
 * **Megatron pairs**: a column-split layer followed by a row-split one needs no
   communication in between (the column layer's output blocks are exactly the row
   layer's input blocks; an element-wise activation keeps them) and one all-reduce

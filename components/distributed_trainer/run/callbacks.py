@@ -252,7 +252,7 @@ def per_example_loss(loss):
   return loss
 
 
-def make_evaluator(model, loss, dataset, callbacks: Sequence = ()
+def make_evaluator(model, loss, dataset, callbacks: Sequence = (), sums=None
                    ) -> Callable[[], Tuple[float, float]]:
   """A function returning (the mean per-example loss of ``model`` over ``dataset``
   ((inputs, labels) batches), its standard error), traced once. Runs outside ``fit``
@@ -263,7 +263,11 @@ def make_evaluator(model, loss, dataset, callbacks: Sequence = ()
   ``on_test_begin``, per batch ``on_test_batch_begin(i)`` and ``on_test_batch_end(i,
   {"loss": mean so far})``, and ``on_test_end({"loss": mean})``; the same on every
   layout, since every engine evaluates through here (``evaluate(drive_callbacks=False)``
-  evaluates without them: the untrained model's loss is not a user's evaluation)."""
+  evaluates without them: the untrained model's loss is not a user's evaluation).
+
+  ``sums(per_example)``, when given, makes the per-batch ``(x, y) -> (sum, sum of
+  squares, count)`` in place of ``model``'s (the mesh evaluates on its own devices:
+  mesh_runtime.MeshTrainer.evaluation_sums)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   per_example = per_example_loss(loss)
   callback_list = tf_keras.callbacks.CallbackList(list(callbacks)) if callbacks else None
@@ -272,6 +276,9 @@ def make_evaluator(model, loss, dataset, callbacks: Sequence = ()
   def batch_sums(x, y):
     values = tf.cast(per_example(y, model(x, training=False)), tf.float64)
     return tf.reduce_sum(values), tf.reduce_sum(tf.square(values)), tf.size(values)
+
+  if sums is not None:
+    batch_sums = sums(per_example)
 
   def evaluate(drive_callbacks: bool = True) -> Tuple[float, float]:
     hooks = callback_list if drive_callbacks else None

@@ -129,6 +129,7 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
                    "initial_eval_loss": state.initial_eval_loss,
                    "layout": describe_layout(engine.describe()),
                    "module_digest": module_digest})
+  engine.release_checkpointed()
 
 
 def restore_checkpoint(job: Job, engine, module=None):
@@ -311,8 +312,12 @@ def run(job: Job) -> dict:
   if engine.chief:
     # Export from a plain copy built outside any strategy or mesh.
     tf_keras.utils.set_random_seed(config.seed)
-    plain = user_module.build(module, spec)
-    plain.set_weights(best if best is not None else engine.weights())
+    with tf.device("/CPU:0"):  # The export copy lives in host memory.
+      plain = user_module.build(module, spec)
+      if best is not None:
+        plain.set_weights(best)
+      else:  # One variable at a time (a mesh gathers each split variable on the host).
+        engine.copy_weights_to(plain)
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
