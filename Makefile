@@ -31,7 +31,10 @@ run: setup
 
 # Fast unit tests first, then the slow end-to-end tests. Two pytest workers: most of a
 # test's time is TensorFlow start-up and waiting on child processes, not both cores.
-XDIST := -n 2
+# --dist loadfile: all of a file's tests on one worker, so a module-scoped fixture (a
+# pipeline run shared by a file's tests) runs once; xdist's default (load) hands a file's
+# tests to both workers and each ran the fixture (tests/test_makefile_xdist.py).
+XDIST := -n 2 --dist loadfile
 test: setup
 	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
 	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests

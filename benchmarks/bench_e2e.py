@@ -137,8 +137,39 @@ def run_stock(csv: str, home: str, steps: int) -> str:
   return metadata_path
 
 
+class _StampedStdout:
+  """Every line written to file descriptor 1 (this process's and its children's, such as
+  the training process's ``[trainer]`` lines) with the epoch second it arrived at, passed
+  on to the real stdout: the phases of a run from its own console."""
+
+  def __init__(self):
+    import threading  # pylint: disable=g-import-not-at-top
+    self.lines: List[tuple] = []
+    sys.stdout.flush()
+    self._real = os.dup(1)
+    read, write = os.pipe()
+    os.dup2(write, 1)
+    os.close(write)
+    self._reader = threading.Thread(target=self._read, args=(read,), daemon=True)
+    self._reader.start()
+
+  def _read(self, fd: int):
+    with os.fdopen(fd, "rb") as pipe, os.fdopen(self._real, "wb", closefd=False) as real:
+      for line in pipe:
+        self.lines.append((time.time(), line.decode("utf-8", "replace").rstrip("\n")))
+        real.write(line)
+        real.flush()
+
+  def close(self) -> List[tuple]:
+    sys.stdout.flush()
+    os.dup2(self._real, 1)  # Closes the pipe's last write end: the reader sees EOF.
+    self._reader.join(timeout=30)
+    return self.lines
+
+
 def child(which: str, csv: str, home: str, steps: int, profile: str = "") -> dict:
-  """One pipeline run; ``profile``: also write a cProfile of this process there."""
+  """One pipeline run; ``profile``: also write a cProfile of this process there. Returns
+  the run's figures and its ``[trainer]`` console lines with their epoch seconds."""
   from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()  # An entry point: before TensorFlow is imported.
   profiler = None
@@ -146,15 +177,51 @@ def child(which: str, csv: str, home: str, steps: int, profile: str = "") -> dic
     import cProfile  # pylint: disable=g-import-not-at-top
     profiler = cProfile.Profile()
     profiler.enable()
-  start, run_start = time.perf_counter(), time.time()
-  metadata = RUNNERS.get(which, run_stock)(csv, home, steps)
-  seconds = time.perf_counter() - start
+  stamped = _StampedStdout()
+  try:
+    start, run_start = time.perf_counter(), time.time()
+    metadata = RUNNERS.get(which, run_stock)(csv, home, steps)
+    seconds = time.perf_counter() - start
+  finally:
+    lines = stamped.close()
   if profiler is not None:
     profiler.disable()
     profiler.dump_stats(profile)
   return {"pipeline_seconds": seconds, "components": component_seconds(metadata),
           "run_start": run_start, "run_end": time.time(),
-          "executions": sorted(_executions(metadata), key=lambda e: e[1])}
+          "executions": sorted(_executions(metadata), key=lambda e: e[1]),
+          "trainer_lines": [(t, text) for t, text in lines if text.startswith("[trainer]")]}
+
+
+# The Trainer execution in phases, each ending at the first console line that starts with
+# its marker (the last one, "exit", at the execution's end in ML Metadata).
+TRAINER_PHASES = (
+    ("scan (executor: describe, stats.prepare_all)", "[trainer] task"),
+    ("checks, hand-off, child set-up to the model line", "[trainer] model "),
+    ("model build, restore, length", "[trainer] length"),
+    ("input cache load", "[trainer] input cache"),
+    ("eval input, variable record", "[trainer] layout"),
+    ("initial eval, fit set-up and tracing, first steps", "[trainer] step "),
+    ("training steps and final eval", "[trainer] step {steps}/{steps} "),
+    ("export, history.json, loss.png", "[trainer] done"),
+    ("child exit, executor publishes", None))
+
+
+def trainer_phases(r: dict, steps: int) -> Dict[str, float]:
+  """Seconds of each TRAINER_PHASES part of one run's Trainer execution; a phase whose
+  marker line is missing gets 0 (its time falls into the next)."""
+  [(_, created, updated)] = [e for e in r["executions"] if e[0] == "Trainer"][:1]
+  out, last = {}, created
+  for name, marker in TRAINER_PHASES:
+    if marker is None:
+      end = updated
+    else:
+      marker = marker.format(steps=steps)
+      end = next((t for t, text in r.get("trainer_lines", []) if text.startswith(marker)
+                  and t >= last), last)
+    out[name] = max(end - last, 0.0)
+    last = max(end, last)
+  return out
 
 
 # ----------------------------------------------------------------------------- overhead
@@ -437,6 +504,8 @@ def startup(rows: int, steps: int, rounds: int) -> dict:
              cpu_seconds=out["cpu_seconds"])
     r["timeline"] = timeline(r)
     r["timeline"]["CPU (process tree)"] = out["cpu_seconds"]
+    if which != "stock":
+      r["trainer_phases"] = trainer_phases(r, steps)
     if env:
       r["imports"] = import_groups(out["stderr"])
     print(f"[bench_e2e] {label}: " + ", ".join(
@@ -504,6 +573,18 @@ def startup_section(data: dict) -> str:
                 f"{o['cpu_seconds'] / e['cpu_seconds']:.2f}"
                 for o, e in zip(data["runs"]["ours"], data["runs"]["eager"]))
                if "eager" in names else "") + "."]
+  if all("trainer_phases" in r for r in data["runs"]["ours"]):
+    phases = [name for name, _ in TRAINER_PHASES]
+    per = {p: [r["trainer_phases"][p] for r in data["runs"]["ours"]] for p in phases}
+    lines += ["", "Our Trainer execution in phases (from the time each `[trainer]` console line "
+              "arrived, recorded by the benchmark's child; a phase ends at the line named "
+              "in `TRAINER_PHASES`), seconds:", "",
+              "| phase of ours' Trainer | median s | per round |", "|---|---|---|"]
+    lines += [f"| {p} | {_median(per[p]):.2f} | {', '.join(f'{v:.2f}' for v in per[p])} |"
+              for p in phases]
+    lines.append(f"| **Trainer execution** | {med['ours']['Trainer']:.2f} | "
+                 + ", ".join(f"{r['timeline']['Trainer']:.2f}" for r in data["runs"]["ours"])
+                 + " |")
   imp = data["importtime"].get("imports")
   if imp:
     total = imp["total"]

@@ -210,3 +210,27 @@ def test_string_label_classes_are_counted_per_split_and_an_eval_only_class_is_na
   numbered, _ = _prepare(tmp_path / "numbered")
   assert numbered.label_counts == {"train": {"0": 2, "1": 2}, "eval": {"0": 1, "1": 1}}
   assert numbered.unseen_classes == {}
+
+
+def test_examples_without_one_label_are_dropped_in_order_streamed_and_cached(tmp_path,
+                                                                             monkeypatch):
+  """A chunk at a time (Preprocessor.labelled; tf_data.drop_unlabelled) keeps exactly
+  what the per-example rule has_label keeps, in order, across chunk boundaries, in the
+  streamed input and the in-memory cache."""
+  from tfx_parallel.components.distributed_trainer.inputs import memory_cache, tf_data  # pylint: disable=g-import-not-at-top
+  holes = [_example(x=9.0, n=1, s="a", c=9.0, y=[]), _example(x=8.0, n=1, s="a", c=8.0),
+           _example(x=7.0, n=1, s="a", c=7.0, y=[1.0, 0.0])]
+  train = [TRAIN[0], holes[0], TRAIN[1], holes[1], holes[2], TRAIN[2], TRAIN[3]]
+  prepared, files = _prepare(tmp_path, train=train, skip_missing_labels=True)
+  pre = Preprocessor(prepared.spec, prepared.normalization)
+  kept = [c for c, has in zip([0.5, 9.0, 1.5, 8.0, 7.0, 2.5, 3.5],
+                              (bool(pre.has_label(tf.constant(e))) for e in train)) if has]
+  assert kept == [0.5, 1.5, 2.5, 3.5]  # The rule itself: no label, or two, is dropped.
+  monkeypatch.setattr(tf_data, "FILTER_CHUNK", 3)  # Chunk edges inside the holes.
+  monkeypatch.setattr(memory_cache, "LOAD_CHUNK", 2)
+  x, y = next(iter(tf_data.make_dataset(files["train"], pre, 4, shuffle=False,
+                                        skip_missing_labels=True)))
+  assert x["c"].numpy()[:, 0].tolist() == kept
+  np.testing.assert_array_equal(y.numpy()[:, 0], [1.0, 0.0, 1.0, 0.0])
+  cached = memory_cache.load(files["train"], pre, skip_missing_labels=True)
+  assert cached.rows == 4 and cached.features["c"].numpy()[:, 0].tolist() == kept

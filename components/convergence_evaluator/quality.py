@@ -318,10 +318,10 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
                      f"without its 'task' property?")
   label_spec = {label_key: tf.io.FixedLenFeature([], dtype)}
 
-  def has_label(serialized):
-    values = tf.io.parse_single_example(
-        serialized, {label_key: tf.io.VarLenFeature(dtype)})[label_key].values
-    return tf.equal(tf.size(values), 1)
+  def labelled(serialized):  # A batch at a time: a per-example filter costs ~25 us each.
+    values = tf.io.parse_example(
+        serialized, {label_key: tf.io.RaggedFeature(dtype)})[label_key]
+    return tf.boolean_mask(serialized, tf.equal(values.row_lengths(), 1))
 
   def predict(serialized):
     label = tf.io.parse_example(serialized, label_spec)[label_key]
@@ -335,7 +335,7 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   dataset = tf.data.TFRecordDataset(files, compression_type="GZIP",
                                     num_parallel_reads=min(len(files), 4))
   if skip_missing_labels:
-    dataset = dataset.filter(has_label)
+    dataset = dataset.batch(batch_size).map(labelled).unbatch()
   dataset = (dataset
              .batch(batch_size)
              .map(predict, num_parallel_calls=tf.data.AUTOTUNE)

@@ -137,10 +137,11 @@ def load(files: Sequence[str], pre, *, skip_missing_labels: bool = False,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if data_shard is not None:
       ds = ds.shard(*data_shard)
-    if skip_missing_labels:
-      ds = ds.filter(pre.has_label)
-    ds = ds.batch(LOAD_CHUNK).map(pre.parse_batch, num_parallel_calls=tf.data.AUTOTUNE,
-                                  deterministic=True).prefetch(2)
+    ds = ds.batch(LOAD_CHUNK)
+    parse = pre.parse_batch
+    if skip_missing_labels:  # Per chunk, not per example (Preprocessor.labelled).
+      parse = lambda chunk: pre.parse_batch(pre.labelled(chunk))  # pylint: disable=unnecessary-lambda-assignment
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(2)
     parts = list(ds)
     if not parts:
       raise ValueError(f"no training examples to cache in {files[:3]}")

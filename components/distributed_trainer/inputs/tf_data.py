@@ -38,6 +38,17 @@ def shard_files(files: Sequence[str], split: str, num_shards: int, index: int
   return list(files)[index::num_shards], None
 
 
+FILTER_CHUNK = 1024  # Examples checked per call when dropping those without a label.
+
+
+def drop_unlabelled(ds: tf.data.Dataset, pre: Preprocessor) -> tf.data.Dataset:
+  """``ds`` (serialized tf.Examples) without the examples that lack exactly one label
+  value, in the same order as ``ds.filter(pre.has_label)``, checked a chunk at a time
+  (Preprocessor.labelled)."""
+  return ds.batch(FILTER_CHUNK).map(pre.labelled, num_parallel_calls=tf.data.AUTOTUNE,
+                                    deterministic=True).unbatch()
+
+
 def make_dataset(files: Sequence[str], pre: Preprocessor, batch_size: int, *, shuffle: bool,
                  seed: int = 0, repeat: bool = False, shuffle_buffer: int = 10_000,
                  drop_remainder: bool = True, skip_missing_labels: bool = False,
@@ -57,7 +68,7 @@ def make_dataset(files: Sequence[str], pre: Preprocessor, batch_size: int, *, sh
   if data_shard is not None:
     ds = ds.shard(*data_shard)
   if skip_missing_labels:
-    ds = ds.filter(pre.has_label)
+    ds = drop_unlabelled(ds, pre)
   if shuffle:
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
   if repeat:
