@@ -27,7 +27,7 @@ def _run(which: str) -> dict:
 
 def _results() -> dict:
   fit, mesh = _run("fit"), _run("mesh")
-  return {hook: dict(fit[hook], **mesh[hook]) for hook in fit}
+  return {hook: dict(fit[hook], **mesh[hook]) for hook in cases.HOOKS + cases.REFUSED}
 
 
 @pytest.mark.slow
