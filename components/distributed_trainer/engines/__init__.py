@@ -217,9 +217,17 @@ class MeshEngine:
     hooks.on_train_begin()
     hooks.on_epoch_begin(0)
     count, mean, logs = 0, 0.0, {}
-    for features, labels in dataset.take(steps).batch(self.steps_per_execution):
+    # Stacked k at a time by tf.data's threads (prefetch), and each execution's batches
+    # packed onto the mesh while the one before runs (run_packed returns before the
+    # devices finish; fetch waits): the host's input work overlaps the steps, as fit's
+    # input is read inside its train function.
+    batches = iter(dataset.take(steps).batch(self.steps_per_execution).prefetch(1))
+    packed = self._pack_next(batches)
+    while packed is not None:
       hooks.on_train_batch_begin(count)
-      losses = self._losses = self.trainer.fetch([self.trainer.steps_async(features, labels)])
+      running = self.trainer.run_packed(packed)
+      packed = self._pack_next(batches)
+      losses = self._losses = self.trainer.fetch([running])
       for n, loss in enumerate(losses, count + 1):
         mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
       count += len(losses)
@@ -229,6 +237,11 @@ class MeshEngine:
         break
     hooks.on_epoch_end(0, dict(logs))
     hooks.on_train_end(dict(logs))
+
+  def _pack_next(self, batches):
+    """The next execution's batches packed onto the mesh, or None at the end."""
+    stacked = next(batches, None)
+    return None if stacked is None else self.trainer.pack_steps(*stacked)
 
   def step_losses(self, n: int) -> List[float]:
     """The exact losses of the last ``n`` steps of the execution that just ended, oldest
