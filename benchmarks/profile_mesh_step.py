@@ -9,8 +9,10 @@ in-memory dataset, then ``MeshTrainer`` on a 1x1 mesh over the same batches, K =
 per DTensor call (``steps_async`` on K stacked batches, as MeshEngine runs
 steps_per_execution 10), each phase of an execution timed on its own and divided by K:
 taking K batches from the dataset, packing them onto the mesh (one pack per dtype), the
-train function (K steps: forward, gradients, optimizer) and reading the K losses back.
-Prints one JSON line.
+train function (K steps: forward, gradients, optimizer) and reading the K losses back;
+then the loop as MeshEngine.train runs it (``mesh_overlapped_ms_per_step``: tf.data
+stacks the next K batches in its threads and they are packed while the current call
+runs). Prints one JSON line.
 """
 import argparse
 import json
