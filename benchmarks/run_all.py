@@ -30,25 +30,29 @@ from typing import Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchutil as bu  # noqa: E402
 
-MODULES = ("bench_ingest", "bench_train", "bench_eval", "bench_e2e", "bench_limits")
+MODULES = ("bench_ingest", "bench_train", "bench_eval", "bench_e2e", "bench_limits",
+           "bench_mesh_engine")
 TITLES = {"bench_ingest": "Ingest: PartitionedExampleGen vs CsvExampleGen",
           "bench_train": "Training: DistributedTrainer layouts vs tf_keras fit",
           "bench_eval": "Evaluation: ConvergenceEvaluator vs stock Evaluator (TFMA)",
           "bench_e2e": "End to end: tfx-parallel pipeline vs stock TFX pipeline",
           "bench_limits": "Rough physical limits of this machine (ratio column: the "
-                          "fraction of the limit that our figure reaches)"}
+                          "fraction of the limit that our figure reaches)",
+          "bench_mesh_engine": "Mesh engine vs fit engine on the same devices (mesh 1x1 vs "
+                               "single, 1x2 vs mirrored x2, 2x2 vs mirrored x4)"}
 # Keyword arguments for a module's run() in full mode, to keep `make bench` under 30
 # minutes on 2 cores (applied only if run() accepts them). bench_ingest's defaults
 # (a 1M-row comparison in two runner modes, scaling to 10M rows) take longer than the
 # whole budget here; the driver compares on 100k rows and scales to 1M (run
 # `python benchmarks/bench_ingest.py` for its full defaults).
-FULL_KWARGS = {"bench_ingest": {"rows": 100_000, "scaling_sizes": (100_000, 1_000_000)}}
+FULL_KWARGS = {"bench_ingest": {"rows": 100_000, "scaling_sizes": (100_000, 1_000_000)},
+               "bench_mesh_engine": {"pairs": 2}}
 # Seconds before a module is stopped and reported MISSING (smoke: all run at once).
 # The smoke test under `make test` raises it (a shared CI machine is slower; the smoke
 # run's purpose there is that the code works, not its speed).
 SMOKE_TIMEOUT_S = int(os.environ.get("TFX_PARALLEL_SMOKE_TIMEOUT_S", "200"))
 FULL_TIMEOUT_S = {"bench_ingest": 600, "bench_train": 900, "bench_eval": 360,
-                  "bench_e2e": 900, "bench_limits": 120}
+                  "bench_e2e": 900, "bench_limits": 120, "bench_mesh_engine": 1800}
 
 
 # The targets, as minimum speed-ups: (module, case prefix, min ratio, target).
@@ -61,6 +65,7 @@ TARGETS = (
     ("bench_train", "single", 0.9, "single layout within 10% of plain Keras"),
     ("bench_eval", "quality", 3.0, "evaluator >= 3x TFMA"),
     ("bench_e2e", "total", 4.0, "end to end <= 0.25x the stock pipeline's time"),
+    ("bench_mesh_engine", "mesh 1x1", 0.8, "mesh 1x1 >= 0.8x single (same command)"),
 )
 # Targets measured by standalone benchmarks, read from their JSON beside this file:
 # (file, [keys to the ratio], min ratio, target, case).

@@ -63,42 +63,74 @@ class _Model:
   stop_training = False
 
 
-def _recorder(state, evals, non_negative=True):
+class _Steps:
+  """An engine's ``step_losses``: the exact losses of the last n steps of ``losses``,
+  up to the steps the Recorder has been told of (``ran``)."""
+
+  def __init__(self, losses):
+    self.losses, self.ran = list(losses), 0
+
+  def __call__(self, n):
+    assert 0 < n <= self.ran, (n, self.ran)
+    return self.losses[self.ran - n:self.ran]
+
+
+def _recorder(state, evals, losses, non_negative=True, log_every=10):
   """``evals``: eval losses, or (eval loss, standard error) pairs (unknown: NaN)."""
   def eval_loss():
     value = evals.pop(0)
     return value if isinstance(value, tuple) else (value, math.nan)
-  recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
-                         eval_loss=eval_loss, non_negative=non_negative)
+  steps = _Steps(losses)
+  recorder = cb.Recorder(state, log_every=log_every, stop_on_divergence=True,
+                         eval_loss=eval_loss, step_losses=steps, non_negative=non_negative)
   recorder.model = _Model()
+  recorder.steps = steps
   return recorder
 
 
-def _run(recorder, means):
-  """Feeds Keras-style running means, one per step; returns the steps run."""
-  for batch, mean in enumerate(means):
-    recorder.on_train_batch_end(batch, {"loss": mean})
+def _run(recorder, execution=1):
+  """Runs the recorder's losses in executions of ``execution`` steps, with a Keras
+  running mean in the logs that is never right (the Recorder must not read it);
+  returns the steps run."""
+  total = len(recorder.steps.losses)
+  for end in range(execution, total + execution, execution):
+    recorder.steps.ran = min(end, total)
+    recorder.on_train_batch_end(recorder.steps.ran - 1, {"loss": -123.0})
     if recorder.model.stop_training:
-      return batch + 1
-  return len(means)
+      return recorder.steps.ran
+  return total
 
 
-def test_the_recorder_stops_on_a_negative_cross_entropy_with_the_rule_as_reason():
-  # float32 running means of an overflowing run: the window mean recovered from them
-  # comes out negative (the issue's "loss -17,179,869,184").
+def test_the_recorder_stops_on_a_negative_loss_with_the_rule_as_reason():
   state = _state(total=100)
-  means = [0.7] * 10 + [0.69] * 9 + [-1.7e9]
-  steps = _run(_recorder(state, [0.6] * 5), means)
+  steps = _run(_recorder(state, [0.6] * 5, [0.7] * 10 + [0.69] * 9 + [-0.5]))
   assert steps == 20 and state.diverged and "below 0" in state.diverged_reason
-  assert state.records[-1]["step"] == 20 and state.records[-1]["loss"] < 0
+  assert state.last_loss == -0.5 and state.records[-1]["step"] == 20
+  assert state.records[-1]["loss"] == pytest.approx((9 * 0.69 - 0.5) / 10)
+
+
+@pytest.mark.parametrize("execution", [1, 5])
+def test_a_record_is_the_mean_of_the_exact_losses_since_the_previous_record(execution):
+  """Every step's loss enters its record once, whatever the execution length; with
+  log_every 1, a record is its step's own loss. logs["loss"] is not read."""
+  losses = [1.0 / (1 + s) + (s % 3) * 1e-3 for s in range(40)]
+  state = _state(total=40)
+  _run(_recorder(state, [0.9, 0.9], losses, log_every=10), execution)
+  assert [r["step"] for r in state.records] == [10, 20, 30, 40]
+  assert [r["loss"] for r in state.records] == pytest.approx(
+      [sum(losses[i:i + 10]) / 10 for i in (0, 10, 20, 30)], rel=1e-12)
+  assert state.last_loss == pytest.approx(sum(losses[40 - execution:]) / execution)
+  state = _state(total=40)
+  _run(_recorder(state, [0.9, 0.9], losses, log_every=1))
+  assert [r["loss"] for r in state.records] == losses
 
 
 def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_run():
   state = _state(total=150)
-  steps = _run(_recorder(state, [0.6, 0.95, 0.5]), [0.7] * 150)
+  steps = _run(_recorder(state, [0.6, 0.95, 0.5], [0.7] * 150))
   assert steps == 100 and state.diverged and "rose 58 %" in state.diverged_reason
   state = _state(total=150)  # lr 0: the same eval loss every epoch.
-  steps = _run(_recorder(state, [0.6931] * 3), [0.7] * 150)
+  steps = _run(_recorder(state, [0.6931] * 3, [0.7] * 150))
   assert steps == 150 and not state.diverged
   assert [e["eval_loss"] for e in state.epochs] == [0.6931] * 3
 
@@ -113,11 +145,12 @@ def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
   optimizer = tf_keras.optimizers.SGD(schedule)
   state = _state(total=30)
   recorder = cb.Recorder(state, log_every=10, stop_on_divergence=True,
-                         eval_loss=lambda: (0.5, 0.0),
+                         eval_loss=lambda: (0.5, 0.0), step_losses=_Steps([0.7] * 20),
                          learning_rate_at=lambda step: run_record.learning_rate_at(optimizer,
                                                                                    step))
   recorder.model = _Model()
-  _run(recorder, [0.7] * 20)
+  recorder.steps = recorder.step_losses
+  _run(recorder)
   saved = [dict(r) for r in state.records]  # What a checkpoint at step 20 holds.
   assert [r["learning_rate"] for r in saved] == pytest.approx([0.1 * 0.5 ** 0.9,
                                                                0.1 * 0.5 ** 1.9])
@@ -238,24 +271,25 @@ def test_a_small_eval_sets_noisy_rise_does_not_stop_training_a_real_one_does():
   # mean / sqrt(69)). The run goes on and records the standard errors.
   state = _state(total=200)
   evals = [(20.0, 5.0), (32.6, 8.1), (18.0, 4.5), (17.5, 4.4)]
-  steps = _run(_recorder(state, evals), [0.7] * 200)
+  steps = _run(_recorder(state, evals, [0.7] * 200))
   assert steps == 200 and not state.diverged, state.diverged_reason
   assert [e["eval_loss_se"] for e in state.epochs] == [5.0, 8.1, 4.5, 4.4]
   # The same set, a loss 5x the last: beyond rise_tolerance and 3 standard errors.
   state = _state(total=200)
-  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)]), [0.7] * 200)
+  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)], [0.7] * 200))
   assert steps == 100 and state.diverged and "standard errors" in state.diverged_reason
 
 
 def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_better_one():
   state = _state(total=1000)  # An evaluation every 50 steps (steps_per_epoch).
-  recorder = _recorder(state, [5.0, 3.0, 2.0, 2.5, 2.1, 2.2, 9.9])
+  recorder = _recorder(state, [5.0, 3.0, 2.0, 2.5, 2.1, 2.2, 9.9], [0.7] * 1000)
   snapshots = []
   early = cb.EarlyStop(state, patience=3, snapshot=lambda: snapshots.append(state.step) or
                        [f"weights at {state.step}"])
   early.model = recorder.model
   steps = 0
   for batch in range(1000):
+    recorder.steps.ran = batch + 1
     recorder.on_train_batch_end(batch, {"loss": 0.7})
     early.on_train_batch_end(batch)
     steps = batch + 1

@@ -1,7 +1,8 @@
 """A user's loss, optimizer (schedules included) and layout rules are honoured on every
 layout: single, mirrored x2 and meshes 1x1, 1x2, 2x1, 2x2 end within 1e-5 of the
 single-device fit (tests/hook_cases.py: one process for the fit layouts, one for the
-meshes). An optimizer the mesh cannot place fails before training, naming the hook."""
+meshes), and record the exact loss of every step. An optimizer the mesh cannot place
+fails before training, naming the hook."""
 import functools
 import json
 import os
@@ -27,7 +28,7 @@ def _run(which: str) -> dict:
 
 def _results() -> dict:
   fit, mesh = _run("fit"), _run("mesh")
-  return {hook: dict(fit[hook], **mesh[hook]) for hook in fit}
+  return {hook: dict(fit[hook], **mesh[hook]) for hook in cases.HOOKS + cases.REFUSED}
 
 
 @pytest.mark.slow
@@ -63,6 +64,25 @@ def test_each_hook_really_changed_the_training():
   assert r["adam_schedule"]["mesh 2x2"]["optimizer"] == "Adam"
   # ExponentialDecay(0.05, decay_steps=2, decay_rate=0.5) moved on with the steps.
   assert r["adam_schedule"]["mesh 2x2"]["learning_rate"] < 0.05 / 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook", cases.HOOKS)
+def test_every_layout_records_the_exact_loss_of_every_step(hook):
+  """Each step's loss as the engine hands it to the run's Recorder (``step_losses``,
+  read per execution of 3 steps) equals the loss a manual GradientTape loop on one
+  device computes for that step, on single, mirrored x2 and every mesh. fit's own logs
+  carry one running mean per execution: the steps inside an execution cannot be
+  recovered from them (what the Recorder did before)."""
+  manual = _run("fit")["manual"][hook]
+  assert len(manual) == cases.STEPS
+  for layout, got in _results()[hook].items():
+    assert len(got["step_losses"]) == cases.STEPS, layout
+    np.testing.assert_allclose(got["step_losses"], manual, rtol=1e-5, atol=1e-6,
+                               err_msg=f"{hook} {layout}")
+    keras = got["keras_logs"]
+    assert len(keras) == cases.STEPS // cases.EXECUTION, layout  # One value per execution.
+    np.testing.assert_allclose(keras[-1], np.mean(manual), rtol=1e-5, err_msg=layout)
 
 
 @pytest.mark.slow

@@ -94,7 +94,8 @@ class RunHistory:
   resumed_from_step: Optional[int] = _field()
   examples_per_sec: Optional[float] = _field(prop="examples_per_sec", encode=float)
   records: Optional[List[Dict[str, Any]]] = _field(
-      doc="every log_every steps: step, loss, learning_rate, examples_per_sec, wall_time")
+      doc="every log_every steps: step, loss (the mean of the exact losses of the steps "
+          "since the previous record), learning_rate, examples_per_sec, wall_time")
   initial_eval_loss: Optional[float] = _field(
       doc="the untrained model's eval loss: the divergence rule's starting point")
   epochs: Optional[List[Dict[str, Any]]] = _field(

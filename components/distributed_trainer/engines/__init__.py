@@ -14,12 +14,17 @@ weights and state:
   reports the running mean loss ``fit`` reports; the losses leave the devices once per
   execution.
 
+Both give the run's Recorder (run/callbacks.py) the exact loss of every step,
+``step_losses(n)``: the mean over the step's global batch, from where the step computed
+it (on the fit engine, step_losses.py), never recovered from a running mean.
+
 Both take the loss from ``user_module.make_loss`` and the optimizer from the one
 factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
 ``mesh=``; ``written_optimizer`` is the optimizer as the user wrote it, which the run
 records and checkpoints). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
-``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``, ``weights()``,
+``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``,
+``step_losses(n)``, ``weights()``,
 ``checkpointed()`` / ``load_checkpointed()`` / ``release_checkpointed()`` (the model and
 optimizer a tf.train.Checkpoint holds, making restored values live, and dropping what a
 save needed: run/checkpoint.py), ``copy_weights_to(model)`` (the export's host copy).
@@ -49,6 +54,7 @@ class FitEngine:
     """The user's model, loss and optimizer under the strategy, compiled."""
     import tf_keras  # pylint: disable=g-import-not-at-top
     from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+    from tfx_parallel.components.distributed_trainer.engines import step_losses  # pylint: disable=g-import-not-at-top
     config = self.config
     tf_keras.utils.set_random_seed(config.seed)
     with self.scope():
@@ -58,6 +64,7 @@ class FitEngine:
                                                   config.learning_rate)
       self.model.compile(optimizer=self.optimizer, loss=self.loss,
                          steps_per_execution=self.steps_per_execution)
+      self._step_losses = step_losses.StepLosses(self.model, self.steps_per_execution)
     self.written_optimizer = self.optimizer
     if self.strategy is not None:
       # The logs fit hands the callbacks are the compiled metrics' result(), which
@@ -105,6 +112,12 @@ class FitEngine:
       self.model.fit(dataset, epochs=1, steps_per_epoch=total - start_step,
                      callbacks=callbacks, verbose=0)
 
+  def step_losses(self, n: int) -> List[float]:
+    """The exact losses of the last ``n`` steps (at most one execution's), oldest first:
+    each the mean over its global batch, read where the step computed it
+    (step_losses.py), not recovered from ``fit``'s running mean."""
+    return self._step_losses.last(n)
+
   def weights(self) -> list:
     return self.model.get_weights()
 
@@ -138,6 +151,7 @@ class MeshEngine:
     self.chief, self.num_workers, self.worker_index = True, 1, 0
     self.steps_per_execution = config.execution_steps()
     self._host = None  # checkpointed()
+    self._losses: List[float] = []  # The last execution's exact losses (train).
 
   def build(self, module, spec):
     """Places the user's model on the mesh (probe, rules, DVariables) with the loss and
@@ -208,9 +222,17 @@ class MeshEngine:
     hooks.on_train_begin()
     hooks.on_epoch_begin(0)
     count, mean, logs = 0, 0.0, {}
-    for features, labels in dataset.take(steps).batch(self.steps_per_execution):
+    # Stacked k at a time by tf.data's threads (prefetch), and each execution's batches
+    # packed onto the mesh while the one before runs (run_packed returns before the
+    # devices finish; fetch waits): the host's input work overlaps the steps, as fit's
+    # input is read inside its train function.
+    batches = iter(dataset.take(steps).batch(self.steps_per_execution).prefetch(1))
+    packed = self._pack_next(batches)
+    while packed is not None:
       hooks.on_train_batch_begin(count)
-      losses = self.trainer.fetch([self.trainer.steps_async(features, labels)])
+      running = self.trainer.run_packed(packed)
+      packed = self._pack_next(batches)
+      losses = self._losses = self.trainer.fetch([running])
       for n, loss in enumerate(losses, count + 1):
         mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
       count += len(losses)
@@ -220,6 +242,19 @@ class MeshEngine:
         break
     hooks.on_epoch_end(0, dict(logs))
     hooks.on_train_end(dict(logs))
+
+  def _pack_next(self, batches):
+    """The next execution's batches packed onto the mesh, or None at the end."""
+    stacked = next(batches, None)
+    return None if stacked is None else self.trainer.pack_steps(*stacked)
+
+  def step_losses(self, n: int) -> List[float]:
+    """The exact losses of the last ``n`` steps of the execution that just ended, oldest
+    first, as the step function returned them."""
+    if not 0 < n <= len(self._losses):
+      raise ValueError(f"n: between 1 and {len(self._losses)} (the last execution's "
+                       f"steps). Received: {n}")
+    return self._losses[-n:]
 
   def weights(self) -> list:
     return self.trainer.full_weights()

@@ -447,7 +447,20 @@ class MeshTrainer:
     ...]``, e.g. ``dataset.batch(k)`` over global batches). Returns the k losses on the
     mesh (see :meth:`fetch`). One function is traced per grouping of the features and
     per k."""
-    key, groups, singles = self._pack_batch(features, labels)
+    return self.run_packed(self.pack_steps(features, labels))
+
+  def pack_steps(self, features: Dict[str, tf.Tensor], labels: tf.Tensor):
+    """The host half of :meth:`steps_async`: the k stacked batches packed onto the mesh,
+    for :meth:`run_packed`. A loop that packs the next execution's batches after
+    starting the current one (which returns before the devices finish) overlaps the
+    host's packing with the devices' steps, as ``fit`` reads its input inside its
+    train function."""
+    return self._pack_batch(features, labels)
+
+  def run_packed(self, packed):
+    """The device half of :meth:`steps_async`: starts the k steps on what
+    :meth:`pack_steps` returned; returns the k losses on the mesh (see :meth:`fetch`)."""
+    key, groups, singles = packed
     fn = self._train_fns.get(key)
     if fn is None:
       fn = self._train_fns[key] = tf.function(

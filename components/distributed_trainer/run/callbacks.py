@@ -50,16 +50,22 @@ class Recorder(tf_keras.callbacks.Callback):
   (``non_negative`` losses) or exploding loss, or an eval loss rising by half and by
   more than its noise). ``eval_loss()`` returns (eval loss, its standard error).
 
-  Keras reports the running mean loss since the start of ``fit``; a record's loss is
-  the mean over the steps since the previous record, recovered from two running means.
+  ``step_losses(n)`` returns the exact losses of the last ``n`` steps (the engine's
+  ``step_losses``: each step's mean over its global batch, as the step computed it); a
+  record's loss is the mean of the exact losses of the steps since the previous record
+  (with ``log_every`` 1, the step's own loss). The divergence rule sees the mean of each
+  execution's steps. Keras's ``logs["loss"]`` (a running mean since the start of
+  ``fit``) is not read.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
-               eval_loss: Callable[[], Tuple[float, float]], writer=None,
+               eval_loss: Callable[[], Tuple[float, float]],
+               step_losses: Callable[[int], Sequence[float]], writer=None,
                non_negative: bool = True,
                learning_rate_at: Optional[Callable[[int], float]] = None):
     super().__init__()
     self.state = state
+    self.step_losses = step_losses
     # The rate the optimizer applied at a step (run_record.learning_rate_at), read when
     # the record is written; without it, the run's configured rate.
     self.learning_rate_at = learning_rate_at or (lambda step: state.learning_rate)
@@ -67,7 +73,8 @@ class Recorder(tf_keras.callbacks.Callback):
     self.stop_on_divergence = stop_on_divergence
     self.eval_loss = eval_loss
     self.writer = writer
-    self._mean, self._count = 0.0, 0
+    self._count = 0  # Steps of this fit seen so far.
+    self._window: List[float] = []  # Exact losses of the steps since the last record.
     self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
     self.monitor = divergence.Monitor(non_negative, start=state.initial_eval_loss)
@@ -82,18 +89,17 @@ class Recorder(tf_keras.callbacks.Callback):
     count = int(batch) + 1
     step = st.start_step + count
     st.step = step
-    mean = float((logs or {}).get("loss", math.nan))
-    window = count - self._count
-    loss = (mean * count - self._mean * self._count) / max(window, 1)
-    if not math.isfinite(mean):
-      loss = mean
-    self._mean, self._count = mean, count
-    st.last_loss = loss
-    why = self.monitor.add_train(loss)
+    losses = [float(x) for x in self.step_losses(count - self._count)]
+    self._count = count
+    self._window += losses
+    st.last_loss = execution_loss = sum(losses) / len(losses)
+    why = self.monitor.add_train(execution_loss)
     if step % self.log_every == 0 or step >= st.total or why:
       now = time.perf_counter()
       train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
       eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
+      loss = sum(self._window) / len(self._window)
+      self._window = []
       st.records.append({"step": step, "loss": loss, "learning_rate": self.learning_rate_at(step),
                          "examples_per_sec": eps, "wall_time": st.wall_time()})
       self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
@@ -106,7 +112,7 @@ class Recorder(tf_keras.callbacks.Callback):
       self.flush_summaries()
       ev, ev_se = self.eval_loss()
       st.eval_seconds += time.perf_counter() - t0
-      train_loss = st.records[-1]["loss"] if st.records else loss
+      train_loss = st.records[-1]["loss"] if st.records else execution_loss
       st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
                         "train_loss": train_loss, "eval_loss": ev, "eval_loss_se": ev_se})
       why = self.monitor.add_eval(ev, ev_se)

@@ -248,7 +248,8 @@ def run(job: Job) -> dict:
     initial_eval = evaluate(drive_callbacks=False)[0]
   state.initial_eval_loss = initial_eval
   callbacks = [
-      cb.Recorder(state, config.log_every, config.stop_on_divergence, evaluate, writer,
+      cb.Recorder(state, config.log_every, config.stop_on_divergence, evaluate,
+                  engine.step_losses, writer,
                   non_negative=run_record.non_negative(engine.loss),
                   learning_rate_at=lambda step: run_record.learning_rate_at(engine.optimizer,
                                                                             step)),
