@@ -33,6 +33,10 @@ import contextlib
 import math
 from typing import Callable, Dict, List, Sequence, Tuple
 
+from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer.engines import sharding
+
 
 class FitEngine:
   """tf_keras ``fit`` under the layout's strategy (None for single)."""
@@ -40,6 +44,7 @@ class FitEngine:
   def __init__(self, config, plan, device_record: dict):
     """Creates the strategy: first thing after the devices are configured (multi_worker
     configures collective ops, which must precede any other use of TensorFlow)."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
     self.config, self.device_record = config, device_record
     self.layout = config.layout
@@ -53,7 +58,7 @@ class FitEngine:
   def build(self, module, spec):
     """The user's model, loss and optimizer under the strategy, compiled."""
     import tf_keras  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.engines import step_losses  # pylint: disable=g-import-not-at-top
     config = self.config
     tf_keras.utils.set_random_seed(config.seed)
@@ -81,6 +86,7 @@ class FitEngine:
     return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
 
   def describe(self) -> dict:
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
     return dict(strategies.describe(self.layout, self.strategy, self.model.weights),
                 **self.device_record)
@@ -104,6 +110,7 @@ class FitEngine:
 
   def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
     """The per-epoch evaluation; drives ``callbacks``' test hooks (run/callbacks.py)."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks)
 
@@ -158,8 +165,8 @@ class MeshEngine:
     the optimizer built with ``mesh=``; a rule or optimizer that cannot apply fails here,
     before the first step."""
     import tf_keras  # pylint: disable=g-import-not-at-top
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     config = self.config
     self.module, self.spec = module, spec
     self.loss = user_module.make_loss(module, spec)
@@ -184,7 +191,6 @@ class MeshEngine:
 
   def variable_record(self) -> Tuple[Dict[str, dict], List[str], str]:
     """(per-variable splits, variables the default rules left whole, console text)."""
-    from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
     m = self.trainer.mesh_shape[1]
     splits = sharding.split_record(self.trainer.shardings, self.trainer.shard_shapes(), m)
     return (splits, [v.path for v in self.trainer.replicated],
@@ -197,6 +203,7 @@ class MeshEngine:
     """Evaluation on the mesh itself (the sharded variables, the batch split over the
     batch axis: MeshTrainer.evaluation_sums); drives ``callbacks``' test hooks as the fit
     engine's does."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
     from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks,
                              sums=self.trainer.evaluation_sums)
@@ -285,7 +292,6 @@ class MeshEngine:
     """
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
     with tf.device("/CPU:0"):  # The host copy lives in host memory, never on a device.
       if self._host is None:
         model = user_module.build(self.module, self.spec)
@@ -327,7 +333,6 @@ class MeshEngine:
   def _host_variables(self) -> Tuple[list, list]:
     """(the host copy's variables in the mesh state's order, the host optimizer's slots
     the mesh's has no counterpart for: a plain SGD's momentum, see optimizers.MeshSGD)."""
-    from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
     opt = self._host["optimizer"]
     unread = (optimizers.unread_slots(opt)
               if len(opt.variables) != len(self.optimizer.variables) else [])

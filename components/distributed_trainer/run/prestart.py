@@ -169,6 +169,7 @@ def main(argv: List[str]) -> int:
   """The early process: imports, reports its environment on the pipe whose fd is
   ``argv[0]``, then runs the one command read from the pipe ``argv[1]`` (nothing if that
   pipe closes first)."""
+  # Start-up: the waiting process loads nothing it may not need before the command comes.
   from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
   for module in PRELOAD:  # The seconds this process is started early for.
@@ -187,6 +188,7 @@ def main(argv: List[str]) -> int:
       os.environ[key] = value
   command = sent["argv"]
   sys.argv = list(command)
+  # Start-up: only once a command came.
   import runpy  # pylint: disable=g-import-not-at-top
   runpy.run_module(command[0], run_name="__main__", alter_sys=True)
   return 0
