@@ -19,6 +19,7 @@ import sys
 import yaml
 
 from tfx_parallel.components.distributed_trainer.kube import manifest
+from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 
 
@@ -29,10 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--service-account", default="default-editor",
                       help="the steps' service account: pipeline-runner on standalone KFP, "
                            "default-editor in a Kubeflow profile (default)")
+  parser.add_argument("--s3-secret", default=object_store.KFP_MINIO_SECRET,
+                      help="the secret holding the object store's credentials, which the step "
+                           "reads on an s3:// or minio:// pipeline root (default "
+                           f"{object_store.KFP_MINIO_SECRET}, KFP's; '' on a gs:// root)")
 
 
 def run(args: argparse.Namespace) -> int:
-  docs = manifest.rbac_manifests(args.namespace, args.service_account)
+  docs = manifest.rbac_manifests(args.namespace, args.service_account,
+                                 s3_secret=args.s3_secret or None)
   sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
   return 0
 

@@ -607,8 +607,15 @@ def test_a_cluster_without_tfjob_or_trainer_v2_fails_before_anything_naming_what
 def test_the_generated_role_grants_exactly_what_the_preflight_asks():
   role, binding = kube_manifest.rbac_manifests("kubeflow", "pipeline-runner")
   granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-             for resource in rule["resources"] for verb in rule["verbs"]}
+             for resource in rule["resources"] for verb in rule["verbs"]
+             if "resourceNames" not in rule}
   assert granted == set(kube_manifest.ALL_REQUIRED_ACCESS) >= set(kube_manifest.REQUIRED_ACCESS)
+  # On an s3:// or minio:// root the step reads KFP's store secret, and only that one.
+  named = [rule for rule in role["rules"] if "resourceNames" in rule]
+  assert named == [{"apiGroups": [""], "resources": ["secrets"],
+                    "resourceNames": ["mlpipeline-minio-artifact"], "verbs": ["get"]}]
+  gcs_role, _ = kube_manifest.rbac_manifests("kubeflow", "pipeline-runner", s3_secret=None)
+  assert all("secrets" not in rule["resources"] for rule in gcs_role["rules"])
   assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
                                   "namespace": "kubeflow"}]
   assert binding["roleRef"]["name"] == role["metadata"]["name"]

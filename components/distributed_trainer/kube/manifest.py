@@ -35,12 +35,14 @@ ALL_REQUIRED_ACCESS = trainjob.all_access(REQUIRED_ACCESS, trainjob.REQUIRED_ACC
 
 
 def rbac_manifests(namespace: str, service_account: str,
-                   access: Sequence[Tuple[str, str, str]] = ALL_REQUIRED_ACCESS
+                   access: Sequence[Tuple[str, str, str]] = ALL_REQUIRED_ACCESS,
+                   s3_secret: Optional[str] = object_store.KFP_MINIO_SECRET
                    ) -> List[Dict[str, Any]]:
   """The Role and RoleBinding that let `service_account` run TFJobs or TrainJobs in
   `namespace`: exactly `access` (both backends' REQUIRED_ACCESS). Standalone KFP runs
   steps as ``pipeline-runner`` in its own namespace (``kubeflow``); a Kubeflow profile as
-  ``default-editor`` in the profile's."""
+  ``default-editor`` in the profile's. `s3_secret`: the object store's credentials secret
+  that the step reads on an s3:// or minio:// root (None on gs://)."""
   rules: Dict[Tuple[str, str], List[str]] = {}
   for group, resource, verb in access:
     rules.setdefault((group, resource), []).append(verb)
@@ -49,6 +51,10 @@ def rbac_manifests(namespace: str, service_account: str,
           "metadata": {"name": name, "namespace": namespace},
           "rules": [{"apiGroups": [group], "resources": [resource], "verbs": verbs}
                     for (group, resource), verbs in rules.items()]}
+  if s3_secret:  # An s3:// or minio:// root: the step reads the store's credentials
+    # (kube/object_store.py) to hand them to the replicas by secretKeyRef; only that secret.
+    role["rules"].append({"apiGroups": [""], "resources": ["secrets"],
+                          "resourceNames": [s3_secret], "verbs": ["get"]})
   binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
              "metadata": {"name": name, "namespace": namespace},
              "subjects": [{"kind": "ServiceAccount", "name": service_account,
