@@ -139,6 +139,9 @@ class _Engine:
   def load_checkpointed(self):
     pass
 
+  def release_checkpointed(self):
+    pass
+
   def describe(self):
     return {"layout": "single", "replicas": 1}
 
