@@ -535,6 +535,12 @@ def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_
   with open(os.path.join(workdir, "DistributedTrainer.log")) as f:
     log = f.read()
   assert len(posted) == 1, log[-5000:]  # One TrainJob of the two replicas.
+  assert "Remote artifact paths" in log
+  # The pod holds no copy of the Examples: the executor's scans (statistics, label and
+  # column scans) and its input read them at s3:// through the reference.
+  pod = os.path.join(workdir, "pods", "run-1", "DistributedTrainer")
+  assert not os.path.exists(os.path.join(pod, "minio", BUCKET,
+                                         examples.split(f"{BUCKET}/", 1)[1]))
   env = {e["name"]: e for e in posted[0]["spec"]["trainer"]["env"]}
   assert env["S3_ENDPOINT"]["value"] == endpoint
   assert secret["secretkey"] not in json.dumps(posted)
