@@ -104,31 +104,37 @@ def _beam_flag(beam_args: Sequence[str], name: str) -> Optional[str]:
   return None
 
 
-def s3_client(beam_args: Sequence[str] = ()):
+def s3_client(beam_args: Sequence[str] = (), endpoint: Optional[str] = None,
+              verify: bool = True):
   """A boto3 S3 client: the endpoint and keys of Beam's S3 options when the step has
   them (``--s3_endpoint_url``, ``--s3_access_key_id``, ``--s3_secret_access_key``,
-  ``--s3_region_name``), else boto3's own chain (``AWS_ENDPOINT_URL``,
+  ``--s3_region_name``), else `endpoint` (the multi-node step's store, which the entry
+  point set up: ``TFX_PARALLEL_S3_ENDPOINT`` or the launcher's session; boto3 does not
+  read TensorFlow's ``S3_ENDPOINT``), else boto3's own chain (``AWS_ENDPOINT_URL``,
   ``AWS_ACCESS_KEY_ID``..., as Beam's workers read them)."""
   import boto3  # pylint: disable=g-import-not-at-top
-  options = {"endpoint_url": _beam_flag(beam_args, "s3_endpoint_url"),
+  options = {"endpoint_url": _beam_flag(beam_args, "s3_endpoint_url") or endpoint,
              "aws_access_key_id": _beam_flag(beam_args, "s3_access_key_id"),
              "aws_secret_access_key": _beam_flag(beam_args, "s3_secret_access_key"),
              "region_name": _beam_flag(beam_args, "s3_region_name")}
-  return boto3.client("s3", **{k: v for k, v in options.items() if v})
+  return boto3.client("s3", verify=verify, **{k: v for k, v in options.items() if v})
 
 
-def store_for(uri: str, beam_args: Sequence[str] = ()):
+def store_for(uri: str, beam_args: Sequence[str] = (), s3_endpoint: Optional[str] = None,
+              s3_verify: bool = True):
   """The store that holds `uri`; None for a path (nothing to clean)."""
   if uri.startswith(_S3_SCHEMES):
-    return S3Store(s3_client(beam_args))
+    return S3Store(s3_client(beam_args, s3_endpoint, s3_verify))
   if uri.startswith(_GCS_SCHEME):
     return GcsStore()
   return None
 
 
-def remove_all(uris: Iterable[str], beam_args: Sequence[str] = ()) -> List[str]:
+def remove_all(uris: Iterable[str], beam_args: Sequence[str] = (),
+               s3_endpoint: Optional[str] = None, s3_verify: bool = True) -> List[str]:
   """:func:`remove` for every remote URI of `uris` (one client per scheme); returns
-  every deleted key."""
+  every deleted key. `s3_endpoint`, `s3_verify`: the S3 API of a multi-node step's
+  store (:func:`s3_client`)."""
   stores = {}
   deleted = []
   for uri in uris:
@@ -136,7 +142,7 @@ def remove_all(uris: Iterable[str], beam_args: Sequence[str] = ()) -> List[str]:
       continue
     scheme = uri.split("://", 1)[0]
     if scheme not in stores:
-      stores[scheme] = store_for(uri, beam_args)
+      stores[scheme] = store_for(uri, beam_args, s3_endpoint, s3_verify)
     if stores[scheme] is not None:
       deleted.extend(remove(uri, stores[scheme]))
   return deleted

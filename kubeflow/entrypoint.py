@@ -390,8 +390,9 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
                  runners.runner_name(beam_args))
   adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
   args.json_serialized_invocation_args = json.dumps(adapted)
+  store = None
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
-    object_store.prepare_executor(artifact_uris(adapted), os.environ,
+    store = object_store.prepare_executor(artifact_uris(adapted), os.environ,
                                   session_info=session_info(executor_input))
   durable = checkpoint_root(executor_input, environ)
   if durable:  # The executor (run in this process) and its training processes read it.
@@ -411,7 +412,11 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   split_outputs.make_refs(refs, executor_output, step_paths, outputs)
   remote.update({key: [outputs[key]] for key in made_here if key in outputs})
   # What the step wrote at remote URIs, without "directory" objects (#13476).
-  dir_markers.remove_all(sorted(step_paths.values()), beam_args)
+  # A multi-node step's S3 is the store set up above (boto3 does not read S3_ENDPOINT).
+  s3_store = store if store is not None and store.is_s3 else None
+  dir_markers.remove_all(sorted(step_paths.values()), beam_args,
+                         s3_endpoint=s3_store.endpoint if s3_store else None,
+                         s3_verify=s3_store.verify_ssl if s3_store else True)
   with fileio.open(output_file, "w") as f:
     f.write(json.dumps(restore(executor_output, remote,
                                local_to_remote(executor_input, mount_root, outside),

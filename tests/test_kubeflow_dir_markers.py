@@ -127,6 +127,26 @@ def test_only_a_directory_object_below_the_root_breaks_the_download_too(tmp_path
           "variables.index").read_bytes() == FILES["Format-Serving/variables/variables.index"]
 
 
+def test_a_multi_node_steps_store_endpoint_is_used_without_beam_args(s3, monkeypatch):
+  """A multi-node trainer step has no Beam S3 flags: the entry point passes the endpoint
+  of the store it set up (object_store.prepare_executor sets TensorFlow's S3_ENDPOINT and
+  the AWS_* keys; boto3 reads the keys but not S3_ENDPOINT), not AWS's."""
+  endpoint, client = s3
+  monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+  monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS["aws_access_key_id"])
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS["aws_secret_access_key"])
+  monkeypatch.setenv("AWS_DEFAULT_REGION", KEYS["region_name"])
+  monkeypatch.setenv("S3_ENDPOINT", endpoint)  # As the entry point sets it; boto3 ignores it.
+  prefix = MODEL + "-c"
+  _write_like_tensorflow_on_gcs(client, prefix)
+  assert dir_markers.remove_all([f"s3://{BUCKET}/{prefix}"], [], s3_endpoint=endpoint) == [
+      f"{prefix}/{d}" for d in DIRECTORIES]
+  assert dir_markers.s3_client([], endpoint).meta.endpoint_url == endpoint
+  # Beam's own flag, when the step has one, still names the endpoint.
+  assert dir_markers.s3_client([f"--s3_endpoint_url={endpoint}"],
+                               "http://other:9000").meta.endpoint_url == endpoint
+
+
 class MarkerWritingExecutor(base_executor.BaseExecutor):
   """Writes its Model at the remote URI it is given, as TensorFlow's GCS filesystem
   leaves one: a directory object per directory, then the files."""

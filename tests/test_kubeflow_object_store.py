@@ -478,3 +478,76 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
   assert f"{jobs}/{name}.json" in _keys(s3, jobs)
   assert not [k for k in keys if k.endswith("/")]  # No "directory" objects (#13476).
   assert not [k for k in _keys(s3, "v2") if "_probe-" in k]
+
+
+@pytest.mark.slow
+def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_it(
+    tmp_path, moto):
+  """The whole remote path of a multi-node trainer *step*: the compiled package's
+  PartitionedExampleGen and DistributedTrainer run by the launcher stand-in
+  (tests/kubeflow_launcher.py) on moto's S3. The trainer step has
+  TFX_PARALLEL_TFJOB_IMAGE set, so its `examples` input is the reference
+  (`examples_ref`, kubeflow/split_outputs.py): its launcher downloads the reference,
+  not the Examples; the entry point dereferences it to s3:// and sets up the store from
+  KFP's secret (fake API server of the kubeconfig); the executor's own scans of the
+  Examples read s3://; two real replica processes (tests/fake_kube.py, Trainer v2)
+  train on s3:// and write the model there, which the step's output names."""
+  from fake_kube import Run  # pylint: disable=g-import-not-at-top
+  from kubeflow_launcher import Launcher  # pylint: disable=g-import-not-at-top
+  from kubeflow_util import compile_mapping  # pylint: disable=g-import-not-at-top
+  from test_kubeflow_launcher import _small_config  # pylint: disable=g-import-not-at-top
+  from test_kubeflow_trainjob import _trainer_v2  # pylint: disable=g-import-not-at-top
+  endpoint, s3, secret = moto
+  with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
+                               local_network=True)) as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": cluster.host}}],
+        "users": [{"name": "fake", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    data = _small_config()
+    data["pipeline"]["example_gen"] = {"rows": 256, "num_features": 3}
+    data["pipeline"]["trainer"] = {"layout": "multi_worker", "workers": 2, "steps": 6,
+                                   "epochs": 1, "batch_size": 32, "log_every": 3,
+                                   "checkpoint_every": 3}
+    data["components"]["DistributedTrainer"] = dict(
+        data["components"].get("DistributedTrainer") or {}, env={
+            "TFX_PARALLEL_TFJOB_IMAGE": "img:1", "TFX_PARALLEL_TFJOB_NAMESPACE": "ns",
+            "TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS": "900",
+            "KUBECONFIG": str(kubeconfig), **_store_environ(endpoint)})
+    package = compile_mapping(data)
+    workdir = str(tmp_path / "launcher")
+    launcher = Launcher(package.pipeline_spec, workdir, f"minio://{BUCKET}/v2/artifacts",
+                        platform_spec=package.platform_spec, s3=s3)
+    launcher.run_task("PartitionedExampleGen")
+    output = launcher.run_task("DistributedTrainer")
+    posted = [b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/trainjobs")]
+  examples = launcher.mlmd["PartitionedExampleGen"]["examples"]["uri"]
+  reference = launcher.mlmd["PartitionedExampleGen"]["examples_ref"]["uri"]
+  examples_bytes = sum(o["Size"] for o in s3.list_objects_v2(
+      Bucket=BUCKET, Prefix=examples.split(f"{BUCKET}/", 1)[1] + "/")["Contents"])
+  reference_bytes = sum(o["Size"] for o in s3.list_objects_v2(
+      Bucket=BUCKET, Prefix=reference.split(f"{BUCKET}/", 1)[1])["Contents"])
+  # The trainer step's launcher downloaded the reference only, not the Examples.
+  assert launcher.downloaded["DistributedTrainer"] == reference_bytes < 1000 < examples_bytes
+  with open(os.path.join(workdir, "DistributedTrainer.log")) as f:
+    log = f.read()
+  assert len(posted) == 1, log[-5000:]  # One TrainJob of the two replicas.
+  assert "Remote artifact paths" in log
+  # The pod holds no copy of the Examples: the executor's scans (statistics, label and
+  # column scans) and its input read them at s3:// through the reference.
+  pod = os.path.join(workdir, "pods", "run-1", "DistributedTrainer")
+  assert not os.path.exists(os.path.join(pod, "minio", BUCKET,
+                                         examples.split(f"{BUCKET}/", 1)[1]))
+  env = {e["name"]: e for e in posted[0]["spec"]["trainer"]["env"]}
+  assert env["S3_ENDPOINT"]["value"] == endpoint
+  assert secret["secretkey"] not in json.dumps(posted)
+  model = output["artifacts"]["model"]["artifacts"][0]["uri"]
+  assert model.startswith(f"minio://{BUCKET}/v2/artifacts/")  # As KFP records it.
+  prefix = model.split(f"{BUCKET}/", 1)[1]
+  assert f"{prefix}/Format-Serving/saved_model.pb" in _keys(s3, prefix), _keys(s3, prefix)
+  # Nothing of the model went through the pod's local disk.
+  assert not os.path.exists(os.path.join(workdir, "pods", "run-1", "DistributedTrainer",
+                                         "minio", BUCKET, prefix, "Format-Serving"))
