@@ -44,6 +44,18 @@ SECRET = {"accesskey": "minio", "secretkey": "minio123"}  # KFP's default secret
 ROOT = f"s3://{BUCKET}/v2/artifacts/pipe/run-1/DistributedTrainer"
 
 
+def _kubeconfig(tmp_path, host: str):
+  """A kubeconfig file whose current context is the fake API server at `host`, as a step's
+  KUBECONFIG (the kubernetes client's load_kube_config reads it)."""
+  path = tmp_path / "kubeconfig"
+  path.write_text(json.dumps({
+      "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+      "clusters": [{"name": "fake", "cluster": {"server": host}}],
+      "users": [{"name": "fake", "user": {}}],
+      "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+  return path
+
+
 def _job(root=ROOT, **overrides):
   fields = dict(config={"layout": "multi_worker"}, examples_uri=f"s3://{BUCKET}/v2/ex",
                 feature_keys=["x0"], label_key="y", train_rows=10,
@@ -234,12 +246,7 @@ def test_the_entry_point_gives_a_multi_node_step_remote_s3_paths_it_can_read(tmp
           "type": {"schemaTitle": "tfx.Model"}}]}}, "outputFile": output_file}}
   with FakeCluster() as cluster:
     cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": cluster.host}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    kubeconfig = _kubeconfig(tmp_path, cluster.host)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
     env.update(KUBECONFIG=str(kubeconfig), TFX_PARALLEL_TFJOB_IMAGE="img:1",
                TFX_PARALLEL_TFJOB_NAMESPACE="ns", TFX_PARALLEL_S3_ENDPOINT=endpoint,
@@ -501,12 +508,7 @@ def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_
   with _trainer_v2(FakeCluster({"node-0": [Run()], "node-1": [Run()]},
                                local_network=True)) as cluster:
     cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(secret)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": cluster.host}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    kubeconfig = _kubeconfig(tmp_path, cluster.host)
     data = _small_config()
     data["pipeline"]["example_gen"] = {"rows": 256, "num_features": 3}
     data["pipeline"]["trainer"] = {"layout": "multi_worker", "workers": 2, "steps": 6,

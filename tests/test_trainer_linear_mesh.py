@@ -4,27 +4,22 @@ kernel's layout (the tape's gradient before that relayout is whole). Read from t
 DTensor itself on every mesh 1xM and BxM that divides (one process for all meshes:
 tests/linear_mesh_cases.py), and the README's sentence read back."""
 import functools
-import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import trainer_util as tu
+
 import linear_mesh_cases as cases
 
-_CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear_mesh_cases.py")
 _README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
 @functools.lru_cache(maxsize=None)
 def _run() -> dict:
-  proc = subprocess.run([sys.executable, _CASES], capture_output=True, text=True, timeout=600,
-                        check=False)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-  return json.loads(proc.stdout.split("RESULT", 1)[1])
+  return tu.run_cases("linear_mesh_cases.py")
 
 
 MESH_IDS = [f"{b}x{m}" for b, m in cases.MESHES]

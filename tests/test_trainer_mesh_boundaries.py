@@ -7,23 +7,17 @@ of logical CPU devices and records every tensor the DTensor API creates on the m
 the records, and a negative control (a replicated relayout of a split kernel, what the
 former gather did) shows the check catches a whole copy."""
 import functools
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-_CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mesh_boundary_cases.py")
+import trainer_util as tu
+
 BOUNDARIES = ("build", "eval", "train", "checkpoint", "restore", "export")
 
 
 @functools.lru_cache(maxsize=None)
 def _run() -> dict:
-  proc = subprocess.run([sys.executable, _CASES], capture_output=True, text=True, timeout=600,
-                        check=False)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-  return json.loads(proc.stdout.split("RESULT", 1)[1])
+  return tu.run_cases("mesh_boundary_cases.py")
 
 
 def whole_copies(records, split_shapes):
