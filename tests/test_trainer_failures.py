@@ -149,7 +149,9 @@ def test_a_failed_non_chief_worker_shows_its_last_lines_its_output_else_goes_to_
   import logging  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  caplog.set_level(logging.INFO)
+  # The launcher logs through absl, whose level an earlier test in this process may have
+  # raised (the quiet console): set the absl logger itself, not only the root.
+  caplog.set_level(logging.INFO, logger="absl")
   code = ("import sys\n"
           "for i in range(60): print(f'[trainer] step {i}', flush=True)\n"
           "print('Traceback: worker 1 broke', file=sys.stderr, flush=True)\n"
