@@ -130,10 +130,18 @@ def test_the_host_figure_is_the_checkpoint_copy_on_a_mesh_and_the_export_copy_ot
   # Other layouts: the export's host model, + one variable in transit (the checkpoint
   # reads the live variables).
   assert layout_search.host_bytes(variables, 2, "single") == whole + largest
-  # Logical CPU devices share the host: 1x2 holds two devices' figures and the host's.
-  per_device = (64 * 2048 + 2048 + 2048 + 1) * 4 * 4 + 64 * 2048 * 4
+  # Logical CPU devices share the host. 1x2: the step is two devices' figures; a checkpoint
+  # is the two devices' params + slots (no gradients) and the host's copy (3 x whole +
+  # the variable being assembled, the one in transit).
+  params_on_one = (64 * 2048 + 2048 + 2048 + 1) * 4
+  per_device = params_on_one * 4 + 64 * 2048 * 4
   assert layout_search.state_bytes_per_device(variables, 2, 2) == per_device
-  assert layout_search.run_bytes(variables, 1, 2, 2) == 2 * per_device + 3 * whole + largest
+  checkpoint = 2 * params_on_one * 3 + 3 * whole + largest
+  assert checkpoint > 2 * per_device
+  assert layout_search.run_bytes(variables, 1, 2, 2) == checkpoint
+  # Single: the step (4 x whole + the kernel in transit) against the export (3 x whole
+  # live + the host model + one variable): equal, 4 x whole + largest.
+  assert layout_search.run_bytes(variables, 1, 1, 2) == 4 * whole + largest
 
 
 def test_on_shared_host_memory_the_host_copies_must_fit_too():

@@ -15,9 +15,10 @@ The host figure (``host_bytes``) is what the run holds in host memory outside th
 on a mesh, the checkpoint's host copy of every parameter and slot (whole) plus one whole
 variable being assembled; on the other layouts the export's host model (whole parameters)
 plus one variable in transit (the checkpoint reads the live variables). On logical CPU
-devices the devices' memory IS the host's, so the run's peak there is the devices' sum
-plus the host figure (``run_bytes``); the planner checks that against the host memory
-when it plans with it.
+devices the devices' memory IS the host's, so the run's peak there is the larger of the
+step on every device and a boundary (every device's parameters and slots plus the host
+figure): ``run_bytes``; the planner checks that against the host memory when it plans
+with it. tests/test_trainer_planned_vs_measured.py compares it with real runs' peak RSS.
 
 Choice, in order:
 1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
@@ -94,12 +95,15 @@ def host_bytes(variables: Sequence[VariableInfo], slots_per_param: int, layout: 
 
 def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
               slots_per_param: int) -> int:
-  """The run's peak when the devices share the host's memory (logical CPU devices): every
-  device's figure plus the host's."""
+  """The run's peak when the devices share the host's memory (logical CPU devices): the
+  larger of the step (every device's figure) and a boundary (every device's parameters
+  and slots, no gradients, plus the host's figure, whose one whole variable is the one
+  in transit)."""
   layout = "mesh" if model_axis > 1 else ("mirrored" if batch_axis > 1 else "single")
-  return (batch_axis * model_axis * state_bytes_per_device(variables, model_axis,
-                                                            slots_per_param)
-          + host_bytes(variables, slots_per_param, layout))
+  devices = batch_axis * model_axis
+  step = devices * state_bytes_per_device(variables, model_axis, slots_per_param)
+  kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
+  return max(step, devices * kept + host_bytes(variables, slots_per_param, layout))
 
 
 def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
