@@ -12,7 +12,7 @@ from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.manifest import (
     CONTAINER_NAME, GROUP, JOB_NAME_LABEL, KIND, PLURAL, REQUIRED_ACCESS, VERSION, replica_count)
 from tfx_parallel.components.distributed_trainer.kube.settings import (
-    ENV_IMAGE, UNSCHEDULABLE_GRACE_SECONDS)
+    ENV_IMAGE, UNSCHEDULABLE_GRACE_SECONDS, default_api_client)
 from tfx_parallel.components.distributed_trainer.kube.watch import (
     FAILED, RESTARTING, SUCCEEDED, TIMEOUT, PodWatch, TFJobResult, condition_message, job_state)
 
@@ -52,7 +52,7 @@ class TFJobClient:
   def __init__(self, api_client=None):
     from kubernetes import client  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     if api_client is None:
-      api_client = _default_api_client()
+      api_client = default_api_client()
     self._api = api_client
     self._custom = client.CustomObjectsApi(api_client)
     self._core = client.CoreV1Api(api_client)
@@ -319,10 +319,3 @@ def _body(e) -> str:
     return str(e.body)
 
 
-def _default_api_client():
-  from kubernetes import client, config  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
-  try:
-    config.load_incluster_config()
-  except config.ConfigException:
-    config.load_kube_config()
-  return client.ApiClient()

@@ -49,6 +49,8 @@ import traceback
 import uuid
 from typing import Any, Callable, Dict, Mapping, MutableMapping, Optional, Tuple
 
+from tfx_parallel.components.distributed_trainer.kube.settings import default_api_client
+
 ENV_PREFIX = "TFX_PARALLEL_S3_"
 # Setting suffix -> what it means; the one list of known names.
 SETTINGS = {
@@ -310,15 +312,6 @@ def job_namespace(environ: Mapping[str, str]) -> str:
     return "default"
 
 
-def _in_cluster_api_client():
-  from kubernetes import client, config  # pylint: disable=g-import-not-at-top
-  try:
-    config.load_incluster_config()
-  except config.ConfigException:
-    config.load_kube_config()
-  return client.ApiClient()
-
-
 def session_settings(session_info: str) -> Dict[str, str]:
   """``TFX_PARALLEL_S3_*`` settings from the KFP launcher's own session for the bucket:
   the ``store_session_info`` custom property it records with every output artifact and
@@ -364,7 +357,7 @@ def prepare_executor(uris: Mapping[str, str], environ: MutableMapping[str, str],
       environ.setdefault(ENV_PREFIX + setting, value)
   store = from_uris(uris, environ)
   _setup(store, job_namespace(environ),
-         api_client if api_client is not None or not store.is_s3 else _in_cluster_api_client(),
+         api_client if api_client is not None or not store.is_s3 else default_api_client(),
          environ)
   return store
 

@@ -212,3 +212,14 @@ def opted_in(environ: Mapping[str, str], layout: str) -> bool:
   """Whether training runs on Kubernetes replicas (a TFJob or a TrainJob) rather than on
   this machine: layout ``multi_worker`` and :data:`ENV_IMAGE` set."""
   return layout == "multi_worker" and bool(environ.get(ENV_IMAGE))
+
+
+def default_api_client():
+  """The API client of the pod's service account (in a cluster), else of the kubeconfig."""
+  # Optional and slow (1.6 s): only a step that submits or reads the cluster needs it.
+  from kubernetes import client, config  # pylint: disable=g-import-not-at-top
+  try:
+    config.load_incluster_config()
+  except config.ConfigException:
+    config.load_kube_config()
+  return client.ApiClient()
