@@ -232,7 +232,7 @@ def plan_job(job, config):
 
 
 # Logical CPU devices of the default CPU mesh (2x2, devices.default_mesh(0)).
-STANDIN_DEVICES = 4
+DEFAULT_CPU_MESH_DEVICES = 4
 
 
 def cpu_cores() -> int:
@@ -248,8 +248,8 @@ def oversubscription(config, cores: int, gpu_count: int) -> Optional[str]:
   processes) than ``cores``: they take turns on the cores, so each step is slower, not
   faster (issue 31: a 4x4 mesh on 2 cores trained at 296 examples/s, against 5,401 for
   the default). The default CPU layouts (mesh 2x2, mirrored 2: devices.default_mesh)
-  stand in for GPUs to show the layouts work, and never warn: up to
-  :data:`STANDIN_DEVICES` is not counted as oversubscribed. None when it fits, or on GPUs
+  show the layouts work on a machine without GPUs, and never warn: up to
+  :data:`DEFAULT_CPU_MESH_DEVICES` is not counted as oversubscribed. None when it fits, or on GPUs
   (devices.plan fits the layout to the GPUs present)."""
   if gpu_count and config.device != "cpu":
     return None
@@ -265,7 +265,7 @@ def oversubscription(config, cores: int, gpu_count: int) -> Optional[str]:
     what, n = f"multi_worker x{config.workers}", config.workers
   else:
     return None
-  if n <= max(cores, STANDIN_DEVICES):
+  if n <= max(cores, DEFAULT_CPU_MESH_DEVICES):
     return None
   unit = "worker processes" if config.layout == "multi_worker" else "logical CPU devices"
   return (f"{what} runs {n} {unit} on {cores} CPU core(s): they take turns on the cores, "
