@@ -1,6 +1,8 @@
 """Shared by tests/test_kubeflow*.py: the fixture config, compiling it, normalising it."""
 import copy
 import os
+import socket
+import time
 
 import yaml
 
@@ -39,3 +41,21 @@ def platform_executors(documents):
   if len(documents) < 2:
     return {}
   return documents[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+
+
+def free_port() -> int:
+  """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def create_bucket_when_listening(client, bucket: str, tries: int = 100) -> None:
+  """Creates `bucket` through boto3 `client` once the S3 server just started (moto's)
+  answers: up to `tries` attempts 0.2 s apart."""
+  for _ in range(tries):
+    try:
+      client.create_bucket(Bucket=bucket)
+      return
+    except Exception:  # pylint: disable=broad-except  # Not listening yet.
+      time.sleep(0.2)

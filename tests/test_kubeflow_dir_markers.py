@@ -12,16 +12,15 @@ level). The download is the launcher stand-in's, which follows ``DownloadBlob``
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import boto3
 import pytest
 from tfx.dsl.components.base import base_executor
 
 from kubeflow_launcher import Launcher, LauncherError
+from kubeflow_util import create_bucket_when_listening, free_port
 from tfx_parallel.kubeflow import dir_markers, entrypoint
 
 BIN = os.path.dirname(sys.executable)
@@ -40,21 +39,14 @@ DIRECTORIES = ["", "Format-Serving/", "Format-Serving/assets/", "Format-Serving/
 
 @pytest.fixture(scope="module")
 def s3():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
+  port = free_port()
   endpoint = f"http://127.0.0.1:{port}"
   server = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
   try:
     client = boto3.client("s3", endpoint_url=endpoint, **KEYS)
-    for _ in range(100):
-      try:
-        client.create_bucket(Bucket=BUCKET)
-        break
-      except Exception:  # pylint: disable=broad-except  # Not listening yet.
-        time.sleep(0.2)
+    create_bucket_when_listening(client, BUCKET)
     yield endpoint, client
   finally:
     os.killpg(server.pid, signal.SIGTERM)

@@ -26,6 +26,7 @@ import boto3
 import pytest
 
 from fake_kube import FakeCluster
+from kubeflow_util import free_port
 from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import client as kube_client
 from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
@@ -340,12 +341,6 @@ def test_a_local_volume_path_job_still_runs_without_store_settings(tmp_path):
 
 # --- A real S3 API: moto's server. ---------------------------------------------------
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto():
   """moto's S3 server with KFP's bucket, checking every request's signature: after the
@@ -353,7 +348,7 @@ def moto():
   moto/core/config.py), which create an IAM user allowed s3:* and its access key. Yields
   (endpoint, boto3 S3 client of that user, {"accesskey": id, "secretkey": key}: the
   secret's values)."""
-  port = _free_port()
+  port = free_port()
   endpoint = f"http://127.0.0.1:{port}"
   log = tempfile.NamedTemporaryFile(prefix="tfx-parallel-moto-", suffix=".log", delete=False)  # pylint: disable=consider-using-with
   process = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p",

@@ -22,18 +22,16 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import boto3  # Beam's S3 filesystem (apache_beam[aws]); install_requires.
 import distributed  # The `dask` extra.
 import pytest
 
 from kubeflow_launcher import Launcher
-from kubeflow_util import compile_mapping
+from kubeflow_util import compile_mapping, create_bucket_when_listening, free_port
 from test_kubeflow_launcher import _small_config
 from tfx_parallel.components.partitioned_example_gen import runners, write
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
@@ -46,20 +44,14 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "minio", "AWS_SECRET_ACCESS_KEY": "minio123"
                "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster():
   """moto's S3 server, a Dask scheduler, and a Dask worker whose view of the pod's
   directory is its own empty tmpfs. Yields (S3 endpoint, Dask address, pod directory)."""
   pod = tempfile.mkdtemp(prefix="h6-pod-")  # Under /tmp, outside pytest's tmp tree.
   logs = tempfile.mkdtemp(prefix="h6-cluster-logs-")
-  endpoint = f"http://127.0.0.1:{_free_port()}"
-  address = f"127.0.0.1:{_free_port()}"
+  endpoint = f"http://127.0.0.1:{free_port()}"
+  address = f"127.0.0.1:{free_port()}"
   env = dict(os.environ, **CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
   worker = (f"mount -t tmpfs tmpfs {pod} && exec {BIN}/dask worker tcp://{address} "
             "--nthreads 1 --nworkers 1 --no-dashboard --memory-limit 0")
@@ -76,12 +68,7 @@ def cluster():
       processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True))
     s3 = boto3.client("s3", endpoint_url=endpoint, **_boto_credentials())
-    for _ in range(100):
-      try:
-        s3.create_bucket(Bucket=BUCKET)
-        break
-      except Exception:  # pylint: disable=broad-except  # Not listening yet.
-        time.sleep(0.2)
+    create_bucket_when_listening(s3, BUCKET)
     with distributed.Client(address, timeout=60) as client:
       client.wait_for_workers(1, timeout=180)
     yield endpoint, address, pod
