@@ -87,8 +87,16 @@ def main():
   where["boundary"] = "checkpoint"
   directory = tempfile.mkdtemp(prefix="mesh_boundary_")
   saved = engine.checkpointed()
-  checkpoint.save(directory, 2, saved, {})
+  # The run's first save is TensorFlow's DTensor-aware writer; the next streams each
+  # variable through host memory (host_blocks) into the same keys and object graph.
+  first = checkpoint.save(directory, 2, saved, {}, host_blocks=engine.host_blocks)
+  streamed = checkpoint.save(directory, 3, saved, {}, host_blocks=engine.host_blocks)
   engine.release_checkpointed()
+  entries = checkpoint._streamable(first, saved)  # pylint: disable=protected-access
+  readers = [tf.train.load_checkpoint(p) for p in (first, streamed)]
+  keys = [sorted(r.get_variable_to_shape_map()) for r in readers]
+  streamed_equal = keys[0] == keys[1] and all(
+      np.array_equal(readers[0].get_tensor(k), readers[1].get_tensor(k)) for k in keys[0])
   # What the checkpoint saved: the mesh's own variables (no host copy), each in the
   # layout it trains in, one block per device.
   mesh_ids = {id(v) for v in trainer.state_variables().values()}
@@ -128,6 +136,8 @@ def main():
       "records": records, "split": split, "eval_loss": eval_loss, "losses": losses,
       "restored_equal": restored_equal, "export_equal": export_equal,
       "saved_are_the_mesh_variables": sorted(id(v) for v in saved_vars) == sorted(mesh_ids),
+      "streamed_entries": len(entries[1]) if entries else 0, "state_count": len(mesh_ids),
+      "streamed_equal": streamed_equal, "latest_is_streamed": checkpoint.latest(directory) == streamed,
       "saved_layouts": saved_layouts, "restored_blocks": restored_blocks,
       "export_devices": export_devices,
       "mesh_eval": mesh_eval, "plain_eval": plain_eval}))
@@ -164,7 +174,8 @@ def memory(hidden: int):
   negative control (one split kernel relayouted to replicated: a whole copy on each of
   the 4 devices). On logical CPU devices every device's block is host memory, so a
   restore that read the whole tensor on every device would grow by >= 4 such variables.
-  Run with a fixed malloc mmap threshold (the test sets MALLOC_MMAP_THRESHOLD_), so
+  The first save is TensorFlow's DTensor writer, the second streams one variable at a
+  time through host memory. Run with a fixed malloc mmap threshold (the test sets MALLOC_MMAP_THRESHOLD_), so
   freed tensors return to the system and the next phase's growth shows."""
   tfenv.split_cpu(4)
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -202,13 +213,16 @@ def memory(hidden: int):
       return kept
     return run
 
-  save = _growth_mb(settled(lambda: checkpoint.save(directory, 1, engine.checkpointed(), {})))
+  first = _growth_mb(settled(lambda: checkpoint.save(
+      directory, 1, engine.checkpointed(), {}, host_blocks=engine.host_blocks)))
+  save = _growth_mb(settled(lambda: checkpoint.save(
+      directory, 2, engine.checkpointed(), {}, host_blocks=engine.host_blocks)))
   restore = _growth_mb(settled(
       lambda: checkpoint.restore(checkpoint.latest(directory), engine.checkpointed())))
   replicated = dtensor.Layout.replicated(trainer.mesh, rank=largest.shape.rank)
   control = _growth_mb(settled(lambda: dtensor.relayout(largest.read_value(), replicated)))
   print("RESULT" + json.dumps({"largest_mb": largest_mb, "state_mb": state_mb,
-                               "save_mb": save, "restore_mb": restore,
+                               "first_save_mb": first, "save_mb": save, "restore_mb": restore,
                                "control_mb": control}))
 
 

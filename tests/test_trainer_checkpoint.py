@@ -129,6 +129,7 @@ class _Engine:
   """The engine surface restore_checkpoint uses (engines/__init__.py), over a real
   tf_keras model and optimizer on one device."""
   chief = True
+  host_blocks = None  # As FitEngine: TensorFlow's own writer.
 
   def __init__(self):
     self.model, self.optimizer = _trained(tf_keras.optimizers.Adam(0.1))
@@ -217,3 +218,95 @@ def test_npz_checkpoints_of_earlier_versions_are_listed_not_read(tmp_path):
   (directory / "ckpt-0000000008.npz").write_bytes(b"x")
   assert checkpoint.legacy(str(directory)) == [str(directory / "ckpt-0000000008.npz")]
   assert checkpoint.latest(str(directory)) is None
+
+
+def _read_all(prefix):
+  reader = tf.train.load_checkpoint(prefix)
+  return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()}
+
+
+def test_a_streamed_save_is_what_tensorflow_writes_one_variable_at_a_time(tmp_path):
+  """With ``host_blocks`` a save after the directory's first streams the variables one
+  at a time (each fetched only when its group is written) into the keys and object
+  graph of TensorFlow's own first save: a reader cannot tell the two files apart, and
+  the strict restore reads it."""
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  objects = {"model": model, "optimizer": opt}
+  directory = str(tmp_path / "ckpt")
+  fetched = []
+
+  def host_blocks(v):
+    fetched.append(v.name)
+    return [("", v.read_value())]
+
+  first = checkpoint.save(directory, 1, objects, {}, host_blocks=host_blocks)
+  assert fetched == []  # The first is TensorFlow's own writer.
+  entries = checkpoint._streamable(first, objects)  # pylint: disable=protected-access
+  assert entries is not None
+  # Every model and optimizer variable (and the compiled model's metric state).
+  streamed = [v for _, v in entries[1]]
+  assert {id(v) for v in model.weights + opt.variables} <= {id(v) for v in streamed}
+  second = checkpoint.save(directory, 2, objects, {}, host_blocks=host_blocks)
+  assert sorted(fetched) == sorted(v.name for v in streamed)  # Each once.
+  a, b = _read_all(first), _read_all(second)
+  assert sorted(a) == sorted(b)
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  assert checkpoint.latest(directory) == second
+  fresh, fresh_opt = _model(), tf_keras.optimizers.Adam(0.1)
+  fresh_opt.build(fresh.trainable_variables)
+  checkpoint.restore(second, {"model": fresh, "optimizer": fresh_opt})
+  for x, y in zip(_values(fresh, fresh_opt), _values(model, opt)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_small_variables_share_a_shard_and_a_big_one_has_its_own(tmp_path, monkeypatch):
+  """GROUP_BYTES bounds what a streamed save holds in host memory at once (besides one
+  variable bigger than it): at 40 bytes, the [3, 1] kernel (12 B) and its two Adam
+  slots share shards, and no group exceeds 40 B."""
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  objects = {"model": model, "optimizer": opt}
+  directory = str(tmp_path / "ckpt")
+  held = []
+
+  def host_blocks(v):
+    held.append(v.shape.num_elements() * v.dtype.size)
+    return [("", v.read_value())]
+
+  checkpoint.save(directory, 1, objects, {}, host_blocks=host_blocks)
+  monkeypatch.setattr(checkpoint, "GROUP_BYTES", 40)
+  calls = []
+  real = tf.raw_ops.SaveV2
+
+  def save_v2(prefix, tensor_names, shape_and_slices, tensors, name=None):
+    calls.append(sum(np.asarray(t).nbytes for t in tensors if np.asarray(t).dtype != object))
+    return real(prefix=prefix, tensor_names=tensor_names, shape_and_slices=shape_and_slices,
+                tensors=tensors, name=name)
+
+  monkeypatch.setattr(tf.raw_ops, "SaveV2", save_v2)
+  second = checkpoint.save(directory, 2, objects, {}, host_blocks=host_blocks)
+  # The object graph (a string) rides in the last group.
+  assert 1 < len(calls) < len(held)
+  assert max(calls) <= 40
+  assert sum(calls) == sum(held)
+  data = [f for f in os.listdir(directory) if f.startswith("ckpt-2.data-")]
+  assert len(data) == len(calls)
+  assert sorted(_read_all(second)) == sorted(_read_all(checkpoint._prefix(directory, 1)))  # pylint: disable=protected-access
+
+
+def test_a_directory_whose_checkpoint_is_of_other_objects_gets_tensorflows_writer(tmp_path):
+  """The previous checkpoint's object graph must fit the live objects; a wider model's
+  does not (other shapes), so the save is TensorFlow's own, and nothing is fetched."""
+  directory = str(tmp_path / "ckpt")
+  model, opt = _trained(tf_keras.optimizers.Adam(0.1))
+  checkpoint.save(directory, 1, {"model": model, "optimizer": opt}, {})
+  wide, wide_opt = _model(2), tf_keras.optimizers.Adam(0.1)
+  wide_opt.build(wide.trainable_variables)
+  objects = {"model": wide, "optimizer": wide_opt}
+  assert checkpoint._streamable(checkpoint.latest(directory), objects) is None  # pylint: disable=protected-access
+  fetched = []
+  prefix = checkpoint.save(directory, 2, objects, {},
+                           host_blocks=lambda v: fetched.append(v) or [("", v.read_value())])
+  assert fetched == []
+  assert tf.train.load_checkpoint(prefix).get_variable_to_shape_map()[
+      "model/layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"] == [3, 2]

@@ -27,7 +27,8 @@ records). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``step_losses(n)``, ``weights()``,
 ``checkpointed()`` / ``load_checkpointed()`` / ``release_checkpointed()`` (the model and
 optimizer a tf.train.Checkpoint holds, making restored values live, and dropping what a
-save needed: run/checkpoint.py), ``copy_weights_to(model)`` (the export's host copy).
+save needed: run/checkpoint.py), ``host_blocks`` (None, or how a checkpoint streams a
+variable's blocks to the host), ``copy_weights_to(model)`` (the export's host copy).
 """
 import contextlib
 import math
@@ -39,6 +40,8 @@ from tfx_parallel.components.distributed_trainer.engines import sharding
 
 class FitEngine:
   """tf_keras ``fit`` under the layout's strategy (None for single)."""
+
+  host_blocks = None  # Checkpoints: TensorFlow's own writer (see MeshEngine.host_blocks).
 
   def __init__(self, config, plan, device_record: dict):
     """Creates the strategy: first thing after the devices are configured (multi_worker
@@ -180,6 +183,9 @@ class MeshEngine:
             module, self.written_optimizer, mesh, config.optimizer),
         global_batch=config.batch_size, module_name=module.name)
     self.model, self.optimizer = self.trainer.model, self.trainer.optimizer
+    # One variable's blocks on the host, each copied once and never assembled: a
+    # checkpoint after the first streams them a few at a time (run/checkpoint.py).
+    self.host_blocks = self.trainer.host_blocks
 
   def describe(self) -> dict:
     b, m = self.trainer.mesh_shape
@@ -272,24 +278,23 @@ class MeshEngine:
         target.assign(self.trainer.to_host(source))
 
   def checkpointed(self) -> Dict[str, object]:
-    """What a checkpoint holds: the mesh model and optimizer themselves, saved and
-    restored sharded by TensorFlow's DTensor-aware checkpointing (run/checkpoint.py): no
-    host copy, and no device ever holds a whole split variable.
+    """What a checkpoint holds: the mesh model and optimizer themselves, no host copy;
+    no device ever holds a whole split variable.
 
-    Each DVariable saves through its ``_DVariableSaveable``
+    A run's first save, and every restore, are TensorFlow's DTensor-aware checkpointing
+    of the DVariables. Each saves through its ``_DVariableSaveable``
     (tensorflow/dtensor/python/d_variable.py, TF 2.16.2): a ``DSaveSpec`` with the
     variable's global shape and its layout on the host mesh, so DTensor's SaveV2 writes
     each device's block as a slice of the global tensor; functional_saver.py
     ``MultiDeviceSaver.restore`` runs the restore inside a tf.function on the DTensor
     device "because custom devices, such as DTensor, usually do a sharded save and
-    restore", so RestoreV2 reads each device's block in the layout of the variable it is
-    assigned to. The keys are the model's and the optimizer's object graph, the keys any
-    layout's checkpoint has (the optimizer is the user's class rebuilt with ``mesh=``;
-    a plain SGD's MeshSGD keeps stock SGD's ``m`` slots): a mesh checkpoint resumes on
-    single or mirrored, and theirs here. Measured on the 38M-parameter mlp, mesh 1x4:
-    a save adds 3 MB to the peak RSS and a restore 216 MB (the largest variable is 151
-    MB), where the host copy this replaces added 864 MB to both
-    (benchmarks/results/checkpoint_format.md).
+    restore", so RestoreV2 reads each device's block in the layout of its variable.
+    Each such save traces and DTensor-compiles a new function (0.2-0.5 s, whatever the
+    model's size), so later saves stream the devices' blocks a few at a time through
+    host memory (``host_blocks``; run/checkpoint.py ``_write_streamed``), each block as a
+    slice of its variable as DTensor writes it, under the same keys and object graph. The keys are the ones any layout's checkpoint has (the optimizer is the
+    user's class rebuilt with ``mesh=``; a plain SGD's MeshSGD keeps stock SGD's ``m``
+    slots): a mesh checkpoint resumes on single or mirrored, and theirs here.
     """
     return {"model": self.model, "optimizer": self.optimizer}
 

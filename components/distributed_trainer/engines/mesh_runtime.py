@@ -68,7 +68,7 @@ Only ``tf_keras`` models whose variables exist after ``build_model()`` (function
 models, or subclassed models built inside ``build_model``) are supported.
 """
 import random
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -361,6 +361,32 @@ class MeshTrainer:
           out[self._block_slices(specs, shape, key)] = component.numpy()
       del components
     return out
+
+  def host_blocks(self, variable) -> Iterator[Tuple[str, tf.Tensor]]:
+    """One variable as (slice spec, block on the host) pairs, each distinct block the
+    devices hold copied to CPU:0 when it is asked for, never assembled: what a streamed
+    checkpoint writes (run/checkpoint.py). The spec is SaveV2's ``shape_and_slices`` entry, the
+    global shape then the block's extent per dimension (``"3072 3072 0,768:-"``,
+    tensor_slice.h: ``start,length``, ``-`` for a whole dimension); ``""`` for a variable
+    no dimension of which is split."""
+    layout = self._d.fetch_layout(variable)
+    specs = list(layout.sharding_specs)
+    shape = variable.shape.as_list()
+    with tf.device("/CPU:0"):
+      components = self._d.unpack(variable.read_value())
+      if all(s == self._d.UNSHARDED for s in specs):
+        yield "", tf.identity(components[0])
+        return
+      done = set()
+      for device, component in enumerate(components):
+        key = self._block_index(specs, device)
+        if key in done:
+          continue
+        done.add(key)
+        extent = ":".join(
+            "-" if s == self._d.UNSHARDED else f"{piece.start},{piece.stop - piece.start}"
+            for s, piece in zip(specs, self._block_slices(specs, shape, key)))
+        yield f"{' '.join(map(str, shape))} {extent}", tf.identity(component)
 
   def assign_from_host(self, variable, value):
     """Writes a whole host value into ``variable``, each device receiving its block."""

@@ -30,7 +30,7 @@ import json
 import os
 import re
 import uuid
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer.failures import CheckpointMismatchError
 
@@ -49,13 +49,26 @@ def _prefix(directory: str, step: int) -> str:
   return os.path.join(directory, f"{_NAME}-{step}")
 
 
-def save(directory: str, step: int, objects: Dict[str, object], meta: dict) -> str:
+def save(directory: str, step: int, objects: Dict[str, object], meta: dict,
+         host_blocks: Optional[Callable] = None) -> str:
   """Writes ``tf.train.Checkpoint(**objects)`` as ``ckpt-<step>`` with ``meta`` (JSON),
-  commits it, keeps the last two; returns its prefix."""
+  commits it, keeps the last two; returns its prefix.
+
+  With ``host_blocks`` (a variable -> [(SaveV2 slice spec, block on the host)]: the
+  mesh's ``MeshTrainer.host_blocks``), a save after the directory's first streams the
+  blocks a few at a time through host memory (:func:`_write_streamed`); the first is
+  TensorFlow's own, and names the keys."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.io.gfile.makedirs(directory)
   prefix = _prefix(directory, step)
-  tf.train.Checkpoint(**objects).write(prefix)
+  entries = None
+  if host_blocks is not None:
+    previous = latest(directory)
+    entries = _streamable(previous, objects) if previous else None
+  if entries is None:
+    tf.train.Checkpoint(**objects).write(prefix)
+  else:
+    _write_streamed(prefix, *entries, host_blocks)
   _write_atomic(prefix + ".json", json.dumps(dict(meta, step=step)))
   kept = [s for s in steps(directory) if s != step][-(_KEEP - 1):] + [step]
   # TensorFlow's CheckpointState (checkpoint_state.proto, text format), as
@@ -66,6 +79,104 @@ def save(directory: str, step: int, objects: Dict[str, object], meta: dict) -> s
                 + "".join(f'all_model_checkpoint_paths: "{n}"\n' for n in names))
   _remove_all_but(directory, kept)
   return prefix
+
+
+_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # tensorflow/python/checkpoint/save_util.py
+_VALUE = "VARIABLE_VALUE"  # A variable's attribute name (trackable/base.py VARIABLE_VALUE_KEY).
+# Small variables go to SaveV2 together, up to this many bytes in host memory at once.
+GROUP_BYTES = 16 << 20
+
+
+def _streamable(previous: str, objects: Dict[str, object]
+                ) -> Optional[Tuple[bytes, List[Tuple[str, object]]]]:
+  """(the object graph, [(checkpoint key, live variable)]) for writing ``objects`` as
+  ``previous`` was written, or None when the live objects differ from it.
+
+  The object graph TensorFlow wrote with ``previous`` (a TrackableObjectGraph proto,
+  trackable_object_graph.proto) is walked beside the live objects through the public
+  ``tf.train.TrackableView``: each node's children by local name, each node's
+  ``VARIABLE_VALUE`` attribute to the variable that holds it. The graph fits when every
+  attribute is a variable's value with the saved shape and dtype, no node has slot
+  variables (legacy optimizers), and every live variable is reached."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(previous)
+  graph_bytes = reader.get_tensor(_GRAPH_KEY)
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(graph_bytes)
+  shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+  root = tf.train.Checkpoint(**objects)
+  view = tf.train.TrackableView(root)
+  live, entries, stack, seen = {}, [], [(0, root)], set()
+  while stack:
+    node_id, obj = stack.pop()
+    if node_id in seen:
+      continue
+    seen.add(node_id)
+    node = graph.nodes[node_id]
+    if node.slot_variables:
+      return None
+    children = view.children(obj)
+    for child in node.children:
+      if child.local_name not in children:
+        return None
+      stack.append((child.node_id, children[child.local_name]))
+    for attribute in node.attributes:
+      key = attribute.checkpoint_key
+      if (attribute.name != _VALUE or not isinstance(obj, tf.Variable) or key not in shapes
+          or list(shapes[key]) != obj.shape.as_list() or dtypes[key] != obj.dtype):
+        return None
+      entries.append((key, obj))
+  for obj in view.descendants():
+    if isinstance(obj, tf.Variable):
+      live[id(obj)] = obj
+  if {id(v) for _, v in entries} != set(live) or len(entries) != len(live):
+    return None
+  return graph_bytes, entries
+
+
+def _write_streamed(prefix: str, graph_bytes: bytes, entries: Sequence[Tuple[str, object]],
+                    host_blocks: Callable):
+  """Writes a checkpoint TensorFlow's reader cannot tell from ``tf.train.Checkpoint.write``
+  of the same objects (same keys, same object graph), a few blocks at a time through
+  host memory.
+
+  Each variable's blocks (``host_blocks``) are saved as slices of its global tensor,
+  the way DTensor's own save writes a sharded variable, so a later restore onto a mesh
+  reads each device's block and a restore on one device reads the whole tensor. As
+  functional_saver.py ``MultiDeviceSaver.save`` does: each group (small blocks up to
+  GROUP_BYTES, or one bigger block) is a SaveV2 shard under
+  ``<prefix>_temp/part-NNNNN-of-NNNNN`` (``<prefix>.part-...`` on s3://, where TF uses no
+  temporary directory), the object graph the last shard, and MergeV2Checkpoints joins
+  them into ``<prefix>.index`` and ``<prefix>.data-*`` and removes the temporary
+  directory. A group's blocks are dropped before the next variable's are fetched."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  base = prefix + (".part" if prefix.startswith("s3://") else "_temp/part")
+  written = []
+
+  def flush(group):
+    shard = f"{base}-{len(written):05d}"
+    tf.raw_ops.SaveV2(prefix=shard, tensor_names=[k for k, _, _ in group],
+                      shape_and_slices=[spec for _, spec, _ in group],
+                      tensors=[block for _, _, block in group])
+    written.append(shard)
+
+  with tf.device("/CPU:0"):
+    group, size = [], 0
+    for key, variable in entries:
+      for spec, block in host_blocks(variable):
+        nbytes = block.shape.num_elements() * block.dtype.size
+        if group and size + nbytes > GROUP_BYTES:
+          flush(group)
+          group, size = [], 0
+        group.append((key, spec, block))
+        size += nbytes
+        del block
+    group.append((_GRAPH_KEY, "", tf.constant(graph_bytes)))
+    flush(group)
+    del group
+    tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=written, destination_prefix=prefix,
+                                  delete_old_dirs=True)
 
 
 def steps(directory: str) -> List[int]:

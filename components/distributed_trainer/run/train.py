@@ -128,7 +128,8 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
                    "wall_time": state.wall_time(),
                    "initial_eval_loss": state.initial_eval_loss,
                    "layout": describe_layout(engine.describe()),
-                   "module_digest": module_digest})
+                   "module_digest": module_digest},
+                  host_blocks=engine.host_blocks)
   engine.release_checkpointed()
 
 
