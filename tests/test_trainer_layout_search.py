@@ -23,8 +23,11 @@ def test_bytes_per_device_halve_for_a_split_dimension_only():
   assert kernel.bytes_per_device(1) == 64 * 1024 * 4
   assert kernel.bytes_per_device(2) == 64 * 1024 * 2
   assert bias.bytes_per_device(4) == 4
-  # Params + grads + 2 Adam slots.
-  assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
+  # Params + grads + 2 Adam slots, plus the largest block in transit at a boundary (the
+  # kernel's half).
+  assert layout_search.step_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
+  assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (
+      (64 * 1024 * 2 + 4) * 4 + 64 * 1024 * 2)
 
 
 def test_small_model_on_four_devices_is_mirrored():
@@ -115,3 +118,42 @@ def test_variables_may_depend_on_the_model_axis():
   p = layout_search.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
                    slots_per_param=0)
   assert p.mesh == (2, 2)
+
+
+def test_the_host_figure_is_the_checkpoint_copy_on_a_mesh_and_the_export_copy_otherwise():
+  variables = _mlp(4096)  # 64x4096 + 4096 + 4096 + 1 float32 parameters.
+  whole = (64 * 4096 + 4096 + 4096 + 1) * 4
+  largest = 64 * 4096 * 4
+  # Mesh: the checkpoint's host copy of params and 2 Adam slots, + one whole variable
+  # being assembled (MeshTrainer.to_host).
+  assert layout_search.host_bytes(variables, 2, "mesh") == 3 * whole + largest
+  # Other layouts: the export's host model, + one variable in transit (the checkpoint
+  # reads the live variables).
+  assert layout_search.host_bytes(variables, 2, "single") == whole + largest
+  # Logical CPU devices share the host. 1x2: the step is two devices' figures; a checkpoint
+  # is the two devices' params + slots (no gradients) and the host's copy (3 x whole +
+  # the variable being assembled, the one in transit).
+  params_on_one = (64 * 2048 + 2048 + 2048 + 1) * 4
+  per_device = params_on_one * 4 + 64 * 2048 * 4
+  assert layout_search.state_bytes_per_device(variables, 2, 2) == per_device
+  checkpoint = 2 * params_on_one * 3 + 3 * whole + largest
+  assert checkpoint > 2 * per_device
+  assert layout_search.run_bytes(variables, 1, 2, 2) == checkpoint
+  # Single: the step (4 x whole + the kernel in transit) against the export (3 x whole
+  # live + the host model + one variable): equal, 4 x whole + largest.
+  assert layout_search.run_bytes(variables, 1, 1, 2) == 4 * whole + largest
+
+
+def test_on_shared_host_memory_the_host_copies_must_fit_too():
+  variables = _mlp(4096)
+  need = layout_search.run_bytes(variables, 1, 1, 2)
+  roomy = 1 << 40  # Each device alone would fit: only the shared host memory limits.
+  p = layout_search.plan(variables, num_devices=1, memory_per_device=roomy, global_batch=8,
+                         slots_per_param=2, shared_host_memory=need)
+  assert (p.layout, p.host_bytes) == ("single", layout_search.host_bytes(variables, 2, "single"))
+  assert "the host holds" in p.reason
+  with pytest.raises(layout_search.PlanError,
+                     match=r"with the host's copies at checkpoints and export the run needs "
+                           r"[0-9.]+ MiB of the [0-9.]+ MiB of host memory the devices share"):
+    layout_search.plan(variables, num_devices=1, memory_per_device=roomy, global_batch=8,
+                       slots_per_param=2, shared_host_memory=need - 1)

@@ -2,9 +2,23 @@
 
 A pure function of the model's variables (shapes, dtypes, and which dimension the layout
 rules split over the model axis), the device count, the memory per device and the global
-batch. Training state per device is parameters + gradients + optimizer slots, each stored
-at its per-device shard size: a dimension the rules split over the model axis holds
-1/M of it, everything else is replicated.
+batch. The figure per device covers the whole run, not only the step:
+
+- the step: parameters + gradients + optimizer slots, each stored at its per-device shard
+  size (a dimension the rules split over the model axis holds 1/M of it, everything else
+  is replicated);
+- the boundaries (eval weights, checkpoint, export, and an optimizer's update, which all
+  go one variable at a time: engines.MeshEngine, MeshTrainer.to_host / _place): one more
+  block of the largest variable, in transit on the device.
+
+The host figure (``host_bytes``) is what the run holds in host memory outside the step:
+on a mesh, the checkpoint's host copy of every parameter and slot (whole) plus one whole
+variable being assembled; on the other layouts the export's host model (whole parameters)
+plus one variable in transit (the checkpoint reads the live variables). On logical CPU
+devices the devices' memory IS the host's, so the run's peak there is the larger of the
+step on every device and a boundary (every device's parameters and slots plus the host
+figure): ``run_bytes``; the planner checks that against the host memory when it plans
+with it. tests/test_trainer_planned_vs_measured.py compares it with real runs' peak RSS.
 
 Choice, in order:
 1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
@@ -32,9 +46,10 @@ class Plan:
   """A chosen layout and what it costs per device."""
   layout: str                   # "single" | "mirrored" | "mesh"
   mesh: Tuple[int, int]         # (batch, model); (N, 1) for mirrored, (1, 1) for single
-  state_bytes_per_device: int
+  state_bytes_per_device: int   # step + one variable's block in transit (whole run)
   allreduce_bytes_per_step: int
   reason: str
+  host_bytes: int = 0           # host memory outside the step (checkpoint / export copies)
 
   @property
   def devices(self) -> int:
@@ -48,10 +63,47 @@ class Plan:
     return "single"
 
 
+def step_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
+                          slots_per_param: int) -> int:
+  """Parameters + gradients + optimizer slots on one device, at shard size (the step)."""
+  return sum(v.bytes_per_device(model_axis) for v in variables) * (2 + slots_per_param)
+
+
+def transit_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int) -> int:
+  """The largest block of one variable on one device: what a boundary (eval weights,
+  checkpoint, export) or an optimizer update holds in transit besides the state."""
+  return max((v.bytes_per_device(model_axis) for v in variables), default=0)
+
+
 def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
                            slots_per_param: int) -> int:
-  """Parameters + gradients + optimizer slots on one device, at shard size."""
-  return sum(v.bytes_per_device(model_axis) for v in variables) * (2 + slots_per_param)
+  """The whole run's peak on one device: the step's state plus one variable's block in
+  transit at a boundary."""
+  return (step_bytes_per_device(variables, model_axis, slots_per_param)
+          + transit_bytes_per_device(variables, model_axis))
+
+
+def host_bytes(variables: Sequence[VariableInfo], slots_per_param: int, layout: str) -> int:
+  """Host memory the run holds outside the step (module docstring): on a mesh the
+  checkpoint's host copy of parameters and slots plus one whole variable; otherwise the
+  export's host model plus one whole variable."""
+  whole = sum(v.num_elements * v.dtype_bytes for v in variables)
+  largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
+  copies = 1 + slots_per_param if layout == "mesh" else 1
+  return whole * copies + largest
+
+
+def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
+              slots_per_param: int) -> int:
+  """The run's peak when the devices share the host's memory (logical CPU devices): the
+  larger of the step (every device's figure) and a boundary (every device's parameters
+  and slots, no gradients, plus the host's figure, whose one whole variable is the one
+  in transit)."""
+  layout = "mesh" if model_axis > 1 else ("mirrored" if batch_axis > 1 else "single")
+  devices = batch_axis * model_axis
+  step = devices * state_bytes_per_device(variables, model_axis, slots_per_param)
+  kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
+  return max(step, devices * kept + host_bytes(variables, slots_per_param, layout))
 
 
 def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
@@ -103,10 +155,13 @@ def human_bytes(n: float) -> str:
 
 
 def plan(variables: Variables, num_devices: int, memory_per_device: int,
-         global_batch: int, slots_per_param: int) -> Plan:
+         global_batch: int, slots_per_param: int,
+         shared_host_memory: Optional[int] = None) -> Plan:
   """The layout to use (see the module docstring); raises PlanError when none fits.
 
   ``variables`` is a list of VariableInfo, or a function of the model axis returning it.
+  ``shared_host_memory``: the host memory the devices share (logical CPU devices), or None
+  (devices of their own); when given, a layout fits only if ``run_bytes`` fits in it too.
   """
   if num_devices < 1:
     raise PlanError(f"no devices to train on. Received: num_devices={num_devices}")
@@ -116,7 +171,9 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   options = []
   for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
     need = state_bytes_per_device(_at(variables, model_axis), model_axis, slots_per_param)
-    if need <= memory_per_device:
+    whole_run = run_bytes(_at(variables, model_axis), batch_axis, model_axis, slots_per_param)
+    if need <= memory_per_device and (shared_host_memory is None
+                                      or whole_run <= shared_host_memory):
       volume = allreduce_bytes_per_step(_at(variables, model_axis), batch_axis, model_axis)
       # Smallest model axis first; then the most replicas (more throughput), then the
       # smaller all-reduce volume.
@@ -124,12 +181,20 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   if not options:
     best_m = max((m for _, m in _candidates(variables, num_devices, global_batch)), default=1)
     best = state_bytes_per_device(_at(variables, best_m), best_m, slots_per_param)
+    shared = ""
+    if shared_host_memory is not None:
+      best_run = run_bytes(_at(variables, best_m), num_devices // best_m, best_m,
+                           slots_per_param)
+      shared = (f"; with the host's copies at checkpoints and export the run needs "
+                f"{human_bytes(best_run)} of the {human_bytes(shared_host_memory)} of host "
+                f"memory the devices share")
     raise PlanError(
         f"the model does not fit: its training state (parameters {human_bytes(total)}, with "
-        f"gradients and {slots_per_param} optimizer slot(s) per parameter) needs "
+        f"gradients, {slots_per_param} optimizer slot(s) per parameter and one variable in "
+        f"transit at a checkpoint or export) needs "
         f"{human_bytes(best)} per device even on the widest model axis possible here "
         f"(M={best_m} of {num_devices} device(s)), and each device has "
-        f"{human_bytes(memory_per_device)}")
+        f"{human_bytes(memory_per_device)}{shared}")
   _, batch_axis, model_axis, need, volume = min(options, key=lambda o: o[0])
   one = state_bytes_per_device(_at(variables, 1), 1, slots_per_param)
   if model_axis == 1:
@@ -143,5 +208,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
               f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
               f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
+  host = host_bytes(_at(variables, model_axis), slots_per_param, layout)
+  reason += f"; the host holds {human_bytes(host)} at checkpoints and export"
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
-              allreduce_bytes_per_step=volume, reason=reason)
+              allreduce_bytes_per_step=volume, reason=reason, host_bytes=host)
