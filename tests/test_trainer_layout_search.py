@@ -23,11 +23,12 @@ def test_bytes_per_device_halve_for_a_split_dimension_only():
   assert kernel.bytes_per_device(1) == 64 * 1024 * 4
   assert kernel.bytes_per_device(2) == 64 * 1024 * 2
   assert bias.bytes_per_device(4) == 4
-  # Params + grads + 2 Adam slots, plus the largest block in transit at a boundary (the
-  # kernel's half).
+  # Params + grads + 2 Adam slots, plus two blocks of the largest variable in transit
+  # (TRANSIT_BLOCKS: an update's temporaries or a boundary's copies; the kernel's half).
+  assert layout_search.TRANSIT_BLOCKS == 2
   assert layout_search.step_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
   assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (
-      (64 * 1024 * 2 + 4) * 4 + 64 * 1024 * 2)
+      (64 * 1024 * 2 + 4) * 4 + 2 * 64 * 1024 * 2)
 
 
 def test_small_model_on_four_devices_is_mirrored():
@@ -124,24 +125,24 @@ def test_the_host_figure_is_the_checkpoint_copy_on_a_mesh_and_the_export_copy_ot
   variables = _mlp(4096)  # 64x4096 + 4096 + 4096 + 1 float32 parameters.
   whole = (64 * 4096 + 4096 + 4096 + 1) * 4
   largest = 64 * 4096 * 4
-  # Mesh: the checkpoint's host copy of params and 2 Adam slots, + one whole variable
-  # being assembled (MeshTrainer.to_host).
-  assert layout_search.host_bytes(variables, 2, "mesh") == 3 * whole + largest
-  # Other layouts: the export's host model, + one variable in transit (the checkpoint
-  # reads the live variables).
-  assert layout_search.host_bytes(variables, 2, "single") == whole + largest
+  # Mesh: the checkpoint's host copy of params and 2 Adam slots, + two whole copies of the
+  # largest variable in transit (MeshTrainer.to_host's array and the tensor made of it).
+  assert layout_search.host_bytes(variables, 2, "mesh") == 3 * whole + 2 * largest
+  # Other layouts: the export's host model, + two copies of the largest variable in
+  # transit (the checkpoint reads the live variables).
+  assert layout_search.host_bytes(variables, 2, "single") == whole + 2 * largest
   # Logical CPU devices share the host. 1x2: the step is two devices' figures; a checkpoint
-  # is the two devices' params + slots (no gradients) and the host's copy (3 x whole +
-  # the variable being assembled, the one in transit).
+  # is the two devices' params + slots (no gradients) and the host's figure.
   params_on_one = (64 * 2048 + 2048 + 2048 + 1) * 4
-  per_device = params_on_one * 4 + 64 * 2048 * 4
+  per_device = params_on_one * 4 + 2 * 64 * 2048 * 4
   assert layout_search.state_bytes_per_device(variables, 2, 2) == per_device
-  checkpoint = 2 * params_on_one * 3 + 3 * whole + largest
-  assert checkpoint > 2 * per_device
+  checkpoint = 2 * params_on_one * 3 + 3 * whole + 2 * largest
+  assert layout_search.boundary_bytes(variables, 1, 2, 2) == checkpoint > 2 * per_device
   assert layout_search.run_bytes(variables, 1, 2, 2) == checkpoint
-  # Single: the step (4 x whole + the kernel in transit) against the export (3 x whole
-  # live + the host model + one variable): equal, 4 x whole + largest.
-  assert layout_search.run_bytes(variables, 1, 1, 2) == 4 * whole + largest
+  # Single: the step (4 x whole + two kernels in transit) against the export (3 x whole
+  # live + the host model + two kernels): equal, 4 x whole + 2 x largest.
+  assert layout_search.boundary_bytes(variables, 1, 1, 2) == 4 * whole + 2 * largest
+  assert layout_search.run_bytes(variables, 1, 1, 2) == 4 * whole + 2 * largest
 
 
 def test_on_shared_host_memory_the_host_copies_must_fit_too():

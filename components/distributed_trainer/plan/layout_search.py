@@ -7,18 +7,23 @@ batch. The figure per device covers the whole run, not only the step:
 - the step: parameters + gradients + optimizer slots, each stored at its per-device shard
   size (a dimension the rules split over the model axis holds 1/M of it, everything else
   is replicated);
-- the boundaries (eval weights, checkpoint, export, and an optimizer's update, which all
-  go one variable at a time: engines.MeshEngine, MeshTrainer.to_host / _place): one more
-  block of the largest variable, in transit on the device.
+- in transit: two blocks of the largest variable (``TRANSIT_BLOCKS``), what an update or
+  a boundary holds besides the state, one variable at a time: tf_keras Adam's dense
+  ``update_step`` computes ``m * alpha`` and ``sqrt(v)`` before its ``assign_sub``; an
+  initializer's random values and their scaled result; at eval weights, checkpoint and
+  export (engines.MeshEngine, MeshTrainer.to_host / _place) an assembled array and the
+  tensor made of it.
 
 The host figure (``host_bytes``) is what the run holds in host memory outside the step:
-on a mesh, the checkpoint's host copy of every parameter and slot (whole) plus one whole
-variable being assembled; on the other layouts the export's host model (whole parameters)
-plus one variable in transit (the checkpoint reads the live variables). On logical CPU
+on a mesh, the checkpoint's host copy of every parameter and slot (whole) plus two whole
+variables in transit; on the other layouts the export's host model (whole parameters)
+plus two variables in transit (the checkpoint reads the live variables). On logical CPU
 devices the devices' memory IS the host's, so the run's peak there is the larger of the
 step on every device and a boundary (every device's parameters and slots plus the host
 figure): ``run_bytes``; the planner checks that against the host memory when it plans
-with it. tests/test_trainer_planned_vs_measured.py compares it with real runs' peak RSS.
+with it. tests/test_trainer_planned_vs_measured.py compares both with the resident memory
+a real run holds in its train phase and at its checkpoints and export (measured: the
+transit is 1.3-1.6 blocks of the largest variable on single, Adam).
 
 Choice, in order:
 1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
@@ -37,6 +42,10 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 from tfx_parallel.components.distributed_trainer.mesh_axes import MODEL_AXIS, VariableInfo  # pylint: disable=unused-import
 
 
+# Blocks of the largest variable in transit besides the state (module docstring).
+TRANSIT_BLOCKS = 2
+
+
 class PlanError(ValueError):
   """No layout fits; the message has the numbers."""
 
@@ -46,7 +55,7 @@ class Plan:
   """A chosen layout and what it costs per device."""
   layout: str                   # "single" | "mirrored" | "mesh"
   mesh: Tuple[int, int]         # (batch, model); (N, 1) for mirrored, (1, 1) for single
-  state_bytes_per_device: int   # step + one variable's block in transit (whole run)
+  state_bytes_per_device: int   # step + the largest variable's blocks in transit (whole run)
   allreduce_bytes_per_step: int
   reason: str
   host_bytes: int = 0           # host memory outside the step (checkpoint / export copies)
@@ -70,40 +79,46 @@ def step_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
 
 
 def transit_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int) -> int:
-  """The largest block of one variable on one device: what a boundary (eval weights,
-  checkpoint, export) or an optimizer update holds in transit besides the state."""
-  return max((v.bytes_per_device(model_axis) for v in variables), default=0)
+  """``TRANSIT_BLOCKS`` blocks of the largest variable on one device: what an optimizer
+  update or a boundary (eval weights, checkpoint, export) holds besides the state."""
+  return TRANSIT_BLOCKS * max((v.bytes_per_device(model_axis) for v in variables), default=0)
 
 
 def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
                            slots_per_param: int) -> int:
-  """The whole run's peak on one device: the step's state plus one variable's block in
-  transit at a boundary."""
+  """The whole run's peak on one device: the step's state plus the largest variable's
+  blocks in transit (``transit_bytes_per_device``)."""
   return (step_bytes_per_device(variables, model_axis, slots_per_param)
           + transit_bytes_per_device(variables, model_axis))
 
 
 def host_bytes(variables: Sequence[VariableInfo], slots_per_param: int, layout: str) -> int:
   """Host memory the run holds outside the step (module docstring): on a mesh the
-  checkpoint's host copy of parameters and slots plus one whole variable; otherwise the
-  export's host model plus one whole variable."""
+  checkpoint's host copy of parameters and slots; otherwise the export's host model;
+  plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit."""
   whole = sum(v.num_elements * v.dtype_bytes for v in variables)
   largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
   copies = 1 + slots_per_param if layout == "mesh" else 1
-  return whole * copies + largest
+  return whole * copies + TRANSIT_BLOCKS * largest
+
+
+def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
+                   slots_per_param: int) -> int:
+  """A boundary (checkpoint, export) when the devices share the host's memory: every
+  device's parameters and slots (no gradients) plus the host's figure, whose whole
+  variables in transit are the boundary's."""
+  layout = "mesh" if model_axis > 1 else ("mirrored" if batch_axis > 1 else "single")
+  kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
+  return batch_axis * model_axis * kept + host_bytes(variables, slots_per_param, layout)
 
 
 def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
               slots_per_param: int) -> int:
   """The run's peak when the devices share the host's memory (logical CPU devices): the
-  larger of the step (every device's figure) and a boundary (every device's parameters
-  and slots, no gradients, plus the host's figure, whose one whole variable is the one
-  in transit)."""
-  layout = "mesh" if model_axis > 1 else ("mirrored" if batch_axis > 1 else "single")
-  devices = batch_axis * model_axis
-  step = devices * state_bytes_per_device(variables, model_axis, slots_per_param)
-  kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
-  return max(step, devices * kept + host_bytes(variables, slots_per_param, layout))
+  larger of the step (every device's figure) and a boundary (``boundary_bytes``)."""
+  step = batch_axis * model_axis * state_bytes_per_device(variables, model_axis,
+                                                          slots_per_param)
+  return max(step, boundary_bytes(variables, batch_axis, model_axis, slots_per_param))
 
 
 def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
@@ -190,8 +205,8 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
                 f"memory the devices share")
     raise PlanError(
         f"the model does not fit: its training state (parameters {human_bytes(total)}, with "
-        f"gradients, {slots_per_param} optimizer slot(s) per parameter and one variable in "
-        f"transit at a checkpoint or export) needs "
+        f"gradients, {slots_per_param} optimizer slot(s) per parameter and the largest "
+        f"variable in transit at an update, checkpoint or export) needs "
         f"{human_bytes(best)} per device even on the widest model axis possible here "
         f"(M={best_m} of {num_devices} device(s)), and each device has "
         f"{human_bytes(memory_per_device)}{shared}")

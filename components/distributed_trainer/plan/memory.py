@@ -3,15 +3,18 @@
 A DTensor variable holds ``layout.local_shape_from_global_shape(shape)`` on each device of
 its mesh; a ``tf.distribute`` variable holds one full copy per replica; a plain variable
 lives on one device. Gradients have the shape and layout of their parameters, so the
-step's state on a device is 2 x its parameter bytes + its optimizer-slot bytes. The run's
-boundaries (eval weights, checkpoint, export: one variable at a time) add the largest
-block of one parameter on that device, in transit; ``state_bytes_per_device`` counts it,
-as the planner does (plan/layout_search.py ``state_bytes_per_device``).
+step's state on a device is 2 x its parameter bytes + its optimizer-slot bytes. An
+update and the run's boundaries (eval weights, checkpoint, export: one variable at a
+time) add blocks of the largest parameter on that device in transit
+(``layout_search.TRANSIT_BLOCKS`` of them); ``state_bytes_per_device`` counts them, as the
+planner does (plan/layout_search.py ``state_bytes_per_device``).
 """
 import collections
 import dataclasses
 import math
 from typing import Dict, Iterable, Iterator, Tuple
+
+from tfx_parallel.components.distributed_trainer.plan import layout_search
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +22,7 @@ class StateBytes:
   """What ``measure`` found: the recorded properties (names in components/common/keys.py)."""
   param_count: int
   param_bytes_total: int
-  state_bytes_per_device: int   # max over devices of params + gradients + slots + one block
+  state_bytes_per_device: int   # max over devices of params + grads + slots + blocks in transit
 
   def as_dict(self) -> Dict[str, int]:
     return dataclasses.asdict(self)
@@ -67,7 +70,8 @@ def measure(params: Iterable, slots: Iterable) -> StateBytes:
   slot_bytes = bytes_by_device(slots)
   transit = largest_block_by_device(params)
   devices = set(param_bytes) | set(slot_bytes)
-  per_device = max((2 * param_bytes.get(d, 0) + slot_bytes.get(d, 0) + transit.get(d, 0)
+  per_device = max((2 * param_bytes.get(d, 0) + slot_bytes.get(d, 0)
+                    + layout_search.TRANSIT_BLOCKS * transit.get(d, 0)
                     for d in devices), default=0)
   return StateBytes(
       param_count=sum(int(math.prod(v.shape.as_list())) for v in params),
