@@ -10,8 +10,8 @@ device), ``np.savez`` into memory, write to a temporary name, rename; restore: r
 ``np.load``, place each array back (``MeshTrainer.load_state`` / ``set_weights``).
 The new path: ``checkpoint.save`` (``tf.train.Checkpoint.write``, the .json, the atomic
 state file) and ``checkpoint.restore``, of the live model and optimizer (``tf_*``: on the
-mesh, the DVariables themselves), and on the mesh also through the host copy the trainer
-uses (``tf_host_copy_*``: ``MeshEngine.checkpointed()`` / ``load_checkpointed()``).
+mesh, the DVariables themselves, saved and restored sharded by DTensor: what
+``MeshEngine.checkpointed()`` gives the trainer).
 
 Models: the built-in mlp with Adam, small (16 features, [256, 256]: the issue #25
 benchmark model) and large (256 features, [1024, 1024]). Layouts: one device, and a
@@ -121,38 +121,26 @@ def main(reps: int) -> dict:
              "npz_restore_ms": _median_ms(lambda: place(_npz_load(npz)), reps),
              "tf_restore_ms": _median_ms(
                  lambda: checkpoint.restore(checkpoint.latest(directory), objects), reps)}
-      if layout != "single":  # What the trainer does on a mesh: through a host copy.
-        host = os.path.join(tmp, f"{size}-host")
-        row["tf_host_copy_save_ms"] = _median_ms(
-            lambda: checkpoint.save(host, next(steps), engine.checkpointed(), {}), reps)
-
-        def host_restore():
-          checkpoint.restore(checkpoint.latest(host), engine.checkpointed())
-          engine.load_checkpointed()
-        row["tf_host_copy_restore_ms"] = _median_ms(host_restore, reps)
-      for key in ("tf", "tf_host_copy"):
-        for op in ("save", "restore"):
-          if f"{key}_{op}_ms" in row:
-            row[f"{op}_ratio_{key}_over_npz"] = round(
-                row[f"{key}_{op}_ms"] / row[f"npz_{op}_ms"], 2)
+      for op in ("save", "restore"):
+        row[f"{op}_ratio_tf_over_npz"] = round(row[f"tf_{op}_ms"] / row[f"npz_{op}_ms"], 2)
       print(json.dumps(row), flush=True)
       out["cases"].append(row)
   return out
 
 
 def plot(result: dict, path: str):
-  """Save and restore ms per case, the three paths side by side (log scale)."""
+  """Save and restore ms per case, the two formats side by side (log scale)."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   fig = Figure(figsize=(9, 4))
   for i, op in enumerate(("save", "restore")):
     ax = fig.add_subplot(1, 2, i + 1)
     cases = result["cases"]
     labels = [f"{c['model']}\n{c['layout']}" for c in cases]
-    for j, (key, name) in enumerate((("npz", ".npz (before)"), ("tf", "tf.train.Checkpoint"),
-                                     ("tf_host_copy", "tf, mesh via host copy (used)"))):
-      xs = [k + 0.27 * (j - 1) for k, c in enumerate(cases) if f"{key}_{op}_ms" in c]
-      ys = [c[f"{key}_{op}_ms"] for c in cases if f"{key}_{op}_ms" in c]
-      ax.bar(xs, ys, width=0.27, label=name)
+    for j, (key, name) in enumerate((("npz", ".npz (before)"),
+                                     ("tf", "tf.train.Checkpoint (used; mesh: sharded)"))):
+      xs = [k + 0.35 * (j - 0.5) for k in range(len(cases))]
+      ys = [c[f"{key}_{op}_ms"] for c in cases]
+      ax.bar(xs, ys, width=0.35, label=name)
     ax.set_xticks(range(len(cases)), labels, fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel(f"ms per {op}")

@@ -4,8 +4,9 @@
 built-in mlp (4 features -> 8 -> 6 -> 1, Adam; every variable has a shape of its own) with ``engines.MeshEngine`` on a 2x2 mesh
 (the default rules: a Megatron pair, column- then row-split, so both hidden kernels are
 split) and runs the boundaries one after another: build, eval, train (2 steps),
-checkpoint (``checkpointed()`` + tf.train.Checkpoint), restore (``load_checkpointed()``),
-export (``copy_weights_to`` a plain host model).
+checkpoint (``checkpointed()`` + tf.train.Checkpoint: the DVariables themselves, saved
+sharded), restore (tf.train.Checkpoint's DTensor restore into them), export
+(``copy_weights_to`` a plain host model).
 
 The recorder wraps the DTensor API calls that create tensors on the mesh (``pack``,
 ``copy_to_mesh``, ``relayout``, ``DVariable``) of the module object mesh_runtime uses
@@ -85,10 +86,21 @@ def main():
   losses = [trainer.step(x, y) for _ in range(2)]
   where["boundary"] = "checkpoint"
   directory = tempfile.mkdtemp(prefix="mesh_boundary_")
-  checkpoint.save(directory, 2, engine.checkpointed(), {})
-  host_devices = sorted({v.device for o in engine.checkpointed().values()
-                         for v in o.variables})
+  saved = engine.checkpointed()
+  checkpoint.save(directory, 2, saved, {})
+  engine.release_checkpointed()
+  # What the checkpoint saved: the mesh's own variables (no host copy), each in the
+  # layout it trains in, one block per device.
+  mesh_ids = {id(v) for v in trainer.state_variables().values()}
+  saved_vars = [v for o in saved.values() for v in o.variables]
+  saved_layouts = {}
+  for v in saved_vars:
+    layout = dtensor.fetch_layout(v)
+    saved_layouts[v.name] = {"mesh": layout.mesh == trainer.mesh,
+                             "specs": list(layout.sharding_specs),
+                             "blocks": [c.shape.as_list() for c in dtensor.unpack(v.read_value())]}
   before = [trainer.to_host(v) for v in trainer.model.weights]
+  where["boundary"] = "garble"  # The test's own writes, not a boundary of a run.
   for v in trainer.model.weights:  # Garble, so that the restore must write every value.
     trainer.assign_from_host(v, np.zeros(v.shape, v.dtype.as_numpy_dtype))
   where["boundary"] = "restore"
@@ -96,6 +108,8 @@ def main():
   engine.load_checkpointed()
   restored_equal = all(np.array_equal(a, trainer.to_host(v))
                        for a, v in zip(before, trainer.model.weights))
+  restored_blocks = {v.name: [c.shape.as_list() for c in dtensor.unpack(v.read_value())]
+                     for v in trainer.state_variables().values()}
   where["boundary"] = "export"
   with tf.device("/CPU:0"):
     plain = user_module.build(user_module.load(None, None, "mlp"), spec)
@@ -113,9 +127,92 @@ def main():
   print("RESULT" + json.dumps({
       "records": records, "split": split, "eval_loss": eval_loss, "losses": losses,
       "restored_equal": restored_equal, "export_equal": export_equal,
-      "checkpoint_host_devices": host_devices, "export_devices": export_devices,
+      "saved_are_the_mesh_variables": sorted(id(v) for v in saved_vars) == sorted(mesh_ids),
+      "saved_layouts": saved_layouts, "restored_blocks": restored_blocks,
+      "export_devices": export_devices,
       "mesh_eval": mesh_eval, "plain_eval": plain_eval}))
 
 
+def _rss_mb():
+  """(VmRSS, VmHWM) of this process in MB (/proc/self/status)."""
+  found = {}
+  with open("/proc/self/status") as f:
+    for line in f:
+      key, value = line.split(":", 1)
+      if key in ("VmRSS", "VmHWM"):
+        found[key] = int(value.split()[0]) / 1024
+  return found["VmRSS"], found["VmHWM"]
+
+
+def _growth_mb(fn) -> float:
+  """How far the peak RSS rose above the RSS before ``fn()``: the peak is reset first
+  (``5`` to /proc/self/clear_refs, proc(5))."""
+  import gc  # pylint: disable=g-import-not-at-top
+  gc.collect()
+  with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+  before, _ = _rss_mb()
+  kept = fn()
+  _, peak = _rss_mb()
+  del kept
+  return peak - before
+
+
+def memory(hidden: int):
+  """Peak RSS growth of a checkpoint save and restore on a mesh 1x4 of the mlp 16 ->
+  hidden -> hidden -> 1 (Adam), against the size of its largest split variable, and of a
+  negative control (one split kernel relayouted to replicated: a whole copy on each of
+  the 4 devices). On logical CPU devices every device's block is host memory, so a
+  restore that read the whole tensor on every device would grow by >= 4 such variables.
+  Run with a fixed malloc mmap threshold (the test sets MALLOC_MMAP_THRESHOLD_), so
+  freed tensors return to the system and the next phase's growth shows."""
+  tfenv.split_cpu(4)
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import engines, model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
+  features = tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32) for i in range(16))
+  spec = ms.ModelSpec(features=features, label_key="y", hparams={"hidden_units": [hidden] * 2})
+  config = TrainerConfig(layout="mesh", mesh=(1, 4), model="mlp", optimizer="adam",
+                         learning_rate=0.01, batch_size=8, hidden_units=(hidden, hidden))
+  engine = engines.MeshEngine(config, None, {})
+  engine.build(user_module.load(None, None, "mlp"), spec)
+  trainer = engine.trainer
+  rng = np.random.default_rng(0)
+  x = {f.name: rng.normal(size=(8, 1)).astype(np.float32) for f in features}
+  trainer.step(x, rng.normal(size=(8, 1)).astype(np.float32))
+  split = [v for v in trainer.model.weights
+           if any(s != "unsharded" for s in dtensor.fetch_layout(v).sharding_specs)]
+  largest = max(split, key=lambda v: v.shape.num_elements())
+  largest_mb = largest.shape.num_elements() * largest.dtype.size / 2**20
+  directory = tempfile.mkdtemp(prefix="mesh_checkpoint_memory_")
+  state_mb = sum(v.shape.num_elements() * v.dtype.size
+                 for v in trainer.state_variables().values()) / 2**20
+  state = list(trainer.state_variables().values())
+
+  def settled(fn):
+    """``fn`` and then every device's work done: DTensor's eager ops may return before
+    the devices finish (unpacking each variable waits for its blocks)."""
+    def run():
+      kept = fn()
+      for v in state + ([kept] if isinstance(kept, tf.Tensor) else []):
+        dtensor.unpack(v.read_value() if isinstance(v, tf.Variable) else v)
+      return kept
+    return run
+
+  save = _growth_mb(settled(lambda: checkpoint.save(directory, 1, engine.checkpointed(), {})))
+  restore = _growth_mb(settled(
+      lambda: checkpoint.restore(checkpoint.latest(directory), engine.checkpointed())))
+  replicated = dtensor.Layout.replicated(trainer.mesh, rank=largest.shape.rank)
+  control = _growth_mb(settled(lambda: dtensor.relayout(largest.read_value(), replicated)))
+  print("RESULT" + json.dumps({"largest_mb": largest_mb, "state_mb": state_mb,
+                               "save_mb": save, "restore_mb": restore,
+                               "control_mb": control}))
+
+
 if __name__ == "__main__":
+  if sys.argv[1:2] == ["memory"]:
+    sys.exit(memory(int(sys.argv[2])))
   sys.exit(main())

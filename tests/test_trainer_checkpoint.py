@@ -104,7 +104,7 @@ def test_restore_is_strict_under_plain_sgd_too(tmp_path):
   checkpoint lacks is refused (as for any optimizer), naming the directory to remove;
   a plain SGD's unread momentum slots are part of every layout's checkpoint."""
   model, opt = _trained(optimizers.make("sgd", 0.1))
-  assert len(optimizers.unread_slots(opt)) == 2  # kernel and bias: saved like any slot
+  assert len(opt.momentums) == 2  # kernel and bias: saved like any slot
   directory = str(tmp_path / "ckpt")
   checkpoint.save(directory, 3, {"model": model, "optimizer": opt}, {"layout": "mesh 1x2"})
   same, same_opt = _model(), optimizers.make("sgd", 0.1)

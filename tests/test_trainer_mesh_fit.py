@@ -71,9 +71,9 @@ def test_mesh_job_resumes_from_its_checkpoint_on_the_same_batches(tmp_path):
 
 @pytest.mark.slow
 def test_a_plain_sgd_mesh_checkpoint_resumes_strictly_on_single_to_the_same_weights(tmp_path):
-  """Plain SGD runs as MeshSGD (no momentum slots) on the mesh, yet its checkpoint holds
-  what the user's SGD holds on any layout (the host copy is the user's class), so the
-  strict restore on single matches every variable: resumed at 4, the weights of an
+  """Plain SGD runs as MeshSGD on the mesh (stock SGD's variables, its own update), and
+  its checkpoint (the DVariables, saved sharded) holds what the user's SGD holds on any
+  layout, so the strict restore on single matches every variable: resumed at 4, the weights of an
   uninterrupted single run."""
   root = str(tmp_path / "ex")
   keys, _, rows = tu.write_examples(root, rows=256, eval_rows=32)

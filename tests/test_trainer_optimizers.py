@@ -20,16 +20,30 @@ def test_one_list_of_optimizer_names():
 
 
 def test_each_name_builds_the_slots_the_planner_counts():
+  """On one device and on a mesh (MeshSGD for a plain SGD): stock SGD keeps an ``m`` it
+  never reads at momentum 0, and the mesh's keeps it too, so both checkpoints hold the
+  same variables under the same names."""
   import tf_keras  # pylint: disable=g-import-not-at-top
-  x = tf_keras.Input((3,), name="x")
-  model = tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, use_bias=False)(x))
+  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  mesh = _one_device_mesh()
   for name in optimizers.OPTIMIZERS:
-    opt = optimizers.make(name, 0.1)
-    opt.build(model.trainable_variables)
-    slots = [v for v in opt.variables if v.shape.as_list() == [3, 1]]
-    # Stock SGD keeps a momentum slot it never reads (the mesh's SGD does not).
-    want = optimizers.SLOTS_PER_PARAM[name] or (1 if name == "sgd" else 0)
-    assert len(slots) == want, name
+    built = []
+    for on_mesh in (False, True):
+      x = tf_keras.Input((3,), name="x")
+      if on_mesh:
+        layout_map = tf_keras.dtensor.experimental.LayoutMap(mesh)
+        with layout_map.scope():
+          model = tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, use_bias=False)(x))
+      else:
+        model = tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, use_bias=False)(x))
+      opt = optimizers.make(name, 0.1, mesh=mesh if on_mesh else None)
+      opt.build(model.trainable_variables)
+      slots = [v for v in opt.variables if v.shape.as_list() == [3, 1]]
+      assert len(slots) == optimizers.SLOTS_PER_PARAM[name], (name, on_mesh)
+      if on_mesh:
+        assert all(dtensor.fetch_layout(v).mesh == mesh for v in slots)
+      built.append([(v.name.split("/")[0], v.shape.as_list()) for v in opt.variables])
+    assert built[0] == built[1], name
 
 
 def _one_device_mesh():

@@ -127,12 +127,13 @@ def run_script(code: str, timeout=300) -> str:
   return proc.stdout
 
 
-def run_cases(script: str, *args: str, timeout=600) -> dict:
+def run_cases(script: str, *args: str, timeout=600, env=None) -> dict:
   """Runs the cases script `script` (a file beside this one) with `args` in a fresh
-  process (its own logical devices); returns the JSON it prints after ``RESULT``."""
+  process (its own logical devices; ``env``, else this one's); returns the JSON it
+  prints after ``RESULT``."""
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
   proc = subprocess.run([sys.executable, path, *args], capture_output=True, text=True,
-                        timeout=timeout, check=False)
+                        timeout=timeout, check=False, env=env)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   return json.loads(proc.stdout.split("RESULT", 1)[1])
 

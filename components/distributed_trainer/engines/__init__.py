@@ -21,7 +21,7 @@ it (on the fit engine, step_losses.py), never recovered from a running mean.
 Both take the loss from ``user_module.make_loss`` and the optimizer from the one
 factory ``user_module.make_optimizer`` (optimizers.py; on the mesh, built with
 ``mesh=``; ``written_optimizer`` is the optimizer as the user wrote it, which the run
-records and checkpoints). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
+records). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``,
 ``step_losses(n)``, ``weights()``,
@@ -34,7 +34,6 @@ import math
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import user_module
-from tfx_parallel.components.distributed_trainer.engines import optimizers
 from tfx_parallel.components.distributed_trainer.engines import sharding
 
 
@@ -164,7 +163,6 @@ class MeshEngine:
     self.layout = "mesh"
     self.chief, self.num_workers, self.worker_index = True, 1, 0
     self.steps_per_execution = config.execution_steps()
-    self._host = None  # checkpointed()
     self._losses: List[float] = []  # The last execution's exact losses (train).
 
   def build(self, module, spec):
@@ -178,8 +176,7 @@ class MeshEngine:
     self.module, self.spec = module, spec
     self.loss = user_module.make_loss(module, spec)
     tf_keras.utils.set_random_seed(config.seed)
-    # As written (recorded, and the class of the checkpoint's host copy); placed on the
-    # mesh by a rebuild with mesh= (optimizers.on_mesh).
+    # As written (recorded); placed on the mesh by a rebuild with mesh= (optimizers.on_mesh).
     self.written_optimizer = user_module.make_optimizer(module, spec, config.optimizer,
                                                         config.learning_rate)
     self.trainer = mesh_runtime.MeshTrainer(
@@ -282,70 +279,32 @@ class MeshEngine:
         target.assign(self.trainer.to_host(source))
 
   def checkpointed(self) -> Dict[str, object]:
-    """What a checkpoint holds: a host copy of the model and of the optimizer as the
-    user wrote it (``written_optimizer``'s class and config, outside the mesh: the keys
-    any layout's checkpoint has, a plain SGD's unread momentum slots as zeros),
-    refreshed from the mesh one variable at a time (``MeshTrainer.to_host``: each
-    device's block copied once into the host variable), so a save holds the host copy
-    plus at most one variable in transit, and no device a whole split variable.
+    """What a checkpoint holds: the mesh model and optimizer themselves, saved and
+    restored sharded by TensorFlow's DTensor-aware checkpointing (run/checkpoint.py): no
+    host copy, and no device ever holds a whole split variable.
 
-    The DVariables themselves would save through tf.train.Checkpoint too, whole
-    (run/checkpoint.py), but their restore copies each whole tensor to every device
-    before the relayout (d_variable.py ``_DVariableSaveable.restore``:
-    ``api.copy_to_mesh``), and each save traces and DTensor-compiles a new function
-    (functional_saver.py ``MultiDeviceSaver.save``): 0.9-2.5 s per checkpoint on a CPU
-    mesh 2x2 against 0.08-0.3 s through the host copy, 0.7-1.5x the .npz this format
-    replaced (benchmarks/results/checkpoint_format.md).
+    Each DVariable saves through its ``_DVariableSaveable``
+    (tensorflow/dtensor/python/d_variable.py, TF 2.16.2): a ``DSaveSpec`` with the
+    variable's global shape and its layout on the host mesh, so DTensor's SaveV2 writes
+    each device's block as a slice of the global tensor; functional_saver.py
+    ``MultiDeviceSaver.restore`` runs the restore inside a tf.function on the DTensor
+    device "because custom devices, such as DTensor, usually do a sharded save and
+    restore", so RestoreV2 reads each device's block in the layout of the variable it is
+    assigned to. The keys are the model's and the optimizer's object graph, the keys any
+    layout's checkpoint has (the optimizer is the user's class rebuilt with ``mesh=``;
+    a plain SGD's MeshSGD keeps stock SGD's ``m`` slots): a mesh checkpoint resumes on
+    single or mirrored, and theirs here. Measured on the 38M-parameter mlp, mesh 1x4:
+    a save adds 3 MB to the peak RSS and a restore 216 MB (the largest variable is 151
+    MB), where the host copy this replaces added 864 MB to both
+    (benchmarks/results/checkpoint_format.md).
     """
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    with tf.device("/CPU:0"):  # The host copy lives in host memory, never on a device.
-      if self._host is None:
-        model = user_module.build(self.module, self.spec)
-        written = self.written_optimizer  # The user's class: the same keys as on any layout.
-        optimizer = type(written).from_config(written.get_config())
-        optimizer.build(model.trainable_variables)
-        self._host = {"model": model, "optimizer": optimizer}
-      host, unread = self._host_variables()
-      mesh = list(self.trainer.state_variables().values())  # model.weights, optimizer.variables
-      if len(mesh) != len(host):
-        raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
-                           f"model and optimizer {len(mesh)}")
-      for v, source in zip(host, mesh):  # One variable at a time through host memory.
-        v.assign(self.trainer.to_host(source))
-      for v in unread:
-        v.assign(np.zeros(v.shape, v.dtype.as_numpy_dtype))
-    return self._host
+    return {"model": self.model, "optimizer": self.optimizer}
 
   def load_checkpointed(self):
-    """After a restore into ``checkpointed()``: the host copy's values onto the mesh,
-    one variable at a time, each device receiving only its block."""
-    host, _ = self._host_variables()
-    mesh = self.trainer.state_variables()
-    if len(mesh) != len(host):
-      raise RuntimeError(f"checkpoint: the host copy has {len(host)} variables, the mesh "
-                         f"model and optimizer {len(mesh)}")
-    for (key, target), v in zip(mesh.items(), host):
-      if tuple(v.shape.as_list()) != tuple(target.shape.as_list()):
-        raise ValueError(f"checkpoint: {key} has shape {v.shape.as_list()}, the mesh "
-                         f"variable {target.shape.as_list()}")
-      self.trainer.assign_from_host(target, v.numpy())
-    self._host = None  # The host copy is not kept between checkpoints.
+    """After a restore into ``checkpointed()``: the values are already live."""
 
   def release_checkpointed(self):
-    """After a save: drops the host copy, so that host memory holds one copy of the
-    state only while a checkpoint is written or read (rebuilt at the next one)."""
-    self._host = None
-
-  def _host_variables(self) -> Tuple[list, list]:
-    """(the host copy's variables in the mesh state's order, the host optimizer's slots
-    the mesh's has no counterpart for: a plain SGD's momentum, see optimizers.MeshSGD)."""
-    opt = self._host["optimizer"]
-    unread = (optimizers.unread_slots(opt)
-              if len(opt.variables) != len(self.optimizer.variables) else [])
-    skip = {id(v) for v in unread}
-    return (list(self._host["model"].weights) + [v for v in opt.variables if id(v) not in skip],
-            unread)
+    """After a save: nothing to release (the checkpoint read the live variables)."""
 
 
 def create(config, plan, device_record: dict):

@@ -13,8 +13,9 @@ from typing import Any, Dict, Optional
 
 MOMENTUM = 0.9                             # of ``momentum``
 # Config ``optimizer``, the one list of names: name -> (tf_keras.optimizers class, its
-# arguments besides the learning rate, slot variables per parameter the planner counts).
-RULES = {"sgd": ("SGD", {}, 0), "momentum": ("SGD", {"momentum": MOMENTUM}, 1),
+# arguments besides the learning rate, slot variables per parameter: stock SGD keeps an
+# ``m`` even at momentum 0, as MeshSGD does).
+RULES = {"sgd": ("SGD", {}, 1), "momentum": ("SGD", {"momentum": MOMENTUM}, 1),
          "adam": ("Adam", {}, 2)}
 OPTIMIZERS = tuple(RULES)
 SLOTS_PER_PARAM = {name: slots for name, (_, _, slots) in RULES.items()}
@@ -31,20 +32,17 @@ def _mesh_sgd_class():
 
   class MeshSGD(tf_keras.optimizers.SGD):
     """tf_keras SGD whose plain update (momentum 0) is ``variable -= lr * gradient``.
-
     Stock SGD computes ``m = -lr * g + m * 0.0`` even without momentum; Grappler folds
     ``m * 0.0`` into a zeros constant of the variable's GLOBAL shape, which then meets
     the local shard of a split variable on a DTensor mesh ("Incompatible shapes: [6,2]
-    vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``. Without
-    momentum it also keeps no ``m`` slot (stock SGD allocates zeros it never reads).
-    """
+    vs. [6,4]"). The result is the same number: ``-lr * g + 0`` is ``-lr * g``.
 
-    def build(self, var_list):
-      if self.momentum:
-        return super().build(var_list)
-      super(tf_keras.optimizers.SGD, self).build(var_list)  # pylint: disable=bad-super-call
-      self.momentums = []
-      self._built = True
+    It keeps stock SGD's variables: ``build`` is stock's, which allocates an ``m`` per
+    variable even at momentum 0 (tf_keras/src/optimizers/sgd.py ``SGD.build``, 2.16),
+    each in its variable's layout. Only the update differs, so a mesh checkpoint holds
+    the keys the user's SGD holds on every layout (run/checkpoint.py saves the mesh's
+    variables themselves) and uses the memory stock SGD uses.
+    """
 
     def update_step(self, gradient, variable):
       if self.momentum:
@@ -125,15 +123,3 @@ def owner(module_name: str, has_hook: bool, name: str):
   """(owner, hook) that :func:`on_mesh`'s errors name: the module's ``optimizer(spec)``
   hook, or config ``optimizer``."""
   return (module_name, HOOK) if has_hook else (f"config optimizer {name!r}", None)
-
-
-def unread_slots(optimizer) -> list:
-  """The slots of a stock tf_keras SGD without momentum: it keeps an ``m`` per variable
-  that no update reads (``m * 0``); the mesh's SGD (MeshSGD) keeps none. A checkpoint
-  holds them on every layout (the mesh's host copy holds zeros), so that every
-  variable of any layout's checkpoint matches (checkpoint.restore is strict). [] for
-  any other optimizer."""
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  if type(optimizer) is tf_keras.optimizers.SGD and not optimizer.get_config().get("momentum"):  # pylint: disable=unidiomatic-typecheck
-    return list(optimizer.momentums)
-  return []

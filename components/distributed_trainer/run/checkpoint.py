@@ -8,15 +8,17 @@ A checkpoint directory holds what ``tf.train.latest_checkpoint`` and
     ckpt-8.json                         the run state and the layout that wrote it
     .lock                               (Lock)
 
-Any layout resumes any other's: the tensors are saved whole, keyed by the model's and
-the optimizer's object graph, not by device. On a mesh each variable is a DVariable,
-whose ``_DVariableSaveable`` saves the DTensor with its *global* shape and restores by
-copying the whole tensor back into the variable's own layout
-(tensorflow/dtensor/python/d_variable.py, TF 2.16: ``DSaveSpec(global_shape=...)``
-and ``_DVariableSaveable.restore`` -> ``api.copy_to_mesh(t, self._original_layout)``);
-functional_saver.py runs a restore into a custom device (DTensor) inside a
-``tf.function`` so the sharded restore sees its target layouts. A mirrored or
-single-device model reads the same keys into its own variables.
+Any layout resumes any other's: each tensor is saved with its global shape, keyed by the
+model's and the optimizer's object graph, not by device. On a mesh the objects are the
+mesh's own (engines.MeshEngine.checkpointed) and each variable is a DVariable, whose
+``_DVariableSaveable`` hands SaveV2 a ``DSaveSpec`` with the global shape and the
+variable's layout on the host mesh, so each device writes its block as a slice of the
+global tensor (tensorflow/dtensor/python/d_variable.py, TF 2.16.2); functional_saver.py
+``MultiDeviceSaver.restore`` runs a restore into a custom device (DTensor) inside a
+``tf.function`` "because custom devices, such as DTensor, usually do a sharded save and
+restore", so RestoreV2 reads each device's block in its target layout. No host copy and
+no whole split variable on a device. A mirrored or single-device model reads the same
+keys into its own variables.
 
 Writes are atomic: the tensors and the ``.json`` are written first, then TensorFlow's
 ``checkpoint`` state file (a CheckpointState proto, in the text format that
