@@ -5,8 +5,8 @@ On logical CPU devices every device's memory is the host's. The planner claims t
 figures there (plan/layout_search.py): the step (``state_bytes_per_device`` on every
 device: parameters, gradients, optimizer slots and the largest variable's blocks in
 transit) and a boundary (``boundary_bytes``: every device's parameters and slots plus
-the host's copies at a checkpoint or the export); the run's figure, ``run_bytes``, is
-the larger.
+the host's figure, the export's plain model and the largest variable in transit); the
+run's figure, ``run_bytes``, is the larger.
 
 A real training process (run/train.py: build, eval, train with Adam, checkpoint, export)
 logs its resident memory at each of those boundaries (tests/hooks_site/rss.py, a
@@ -40,9 +40,10 @@ from tfx_parallel.components.distributed_trainer.plan import layout_choice, layo
 # (16.0 MiB apart; the 2048 x 2048 kernel is 16 MiB).
 WIDTHS = (64, 2048)
 SLOTS = 2  # Adam: m and v per parameter.
-# The measured growth against the planned: the plan is a bound that counts two blocks of
-# the largest variable in transit where a run held 1.0-1.6 (measured 0.83-0.97 of the plan
-# on 2026-12-05); a plan off by 2x either way (0.42-0.49, 1.66-1.94) falls outside.
+# The measured growth against the planned: the plan counts two blocks of the largest
+# variable in transit where a run held 1.0-1.6 (measured 0.77-1.05 of the plan on
+# 2026-12-05: mesh 1x2's step 0.77, its export 1.05); a plan off by 2x either way
+# (0.38-0.53, 1.54-2.1) falls outside.
 LOW, HIGH = 0.6, 1.3
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 BOUNDARIES = ("eval", "checkpoint", "export")

@@ -129,7 +129,7 @@ class FitEngine:
 
   def copy_weights_to(self, model):
     """The trained weights into ``model`` (a plain copy on the host), one variable at a
-    time: the host holds the copy plus one variable in transit (plan/layout_search.py
+    time: the host holds the copy plus the variable in transit (plan/layout_search.py
     ``host_bytes``), never a second whole copy as ``get_weights`` would."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     targets, sources = model.weights, self.model.weights

@@ -10,20 +10,23 @@ batch. The figure per device covers the whole run, not only the step:
 - in transit: two blocks of the largest variable (``TRANSIT_BLOCKS``), what an update or
   a boundary holds besides the state, one variable at a time: tf_keras Adam's dense
   ``update_step`` computes ``m * alpha`` and ``sqrt(v)`` before its ``assign_sub``; an
-  initializer's random values and their scaled result; at eval weights, checkpoint and
-  export (engines.MeshEngine, MeshTrainer.to_host / _place) an assembled array and the
-  tensor made of it.
+  initializer's random values and their scaled result; at the export
+  (engines.MeshEngine.copy_weights_to, MeshTrainer.to_host) an assembled array and the
+  tensor made of it; at a mesh restore, the blocks DTensor's RestoreV2 reads.
 
-The host figure (``host_bytes``) is what the run holds in host memory outside the step:
-on a mesh, the checkpoint's host copy of every parameter and slot (whole) plus two whole
-variables in transit; on the other layouts the export's host model (whole parameters)
-plus two variables in transit (the checkpoint reads the live variables). On logical CPU
-devices the devices' memory IS the host's, so the run's peak there is the larger of the
-step on every device and a boundary (every device's parameters and slots plus the host
-figure): ``run_bytes``; the planner checks that against the host memory when it plans
-with it. tests/test_trainer_planned_vs_measured.py compares both with the resident memory
-a real run holds in its train phase and at its checkpoints and export (measured: the
-transit is 1.3-1.6 blocks of the largest variable on single, Adam).
+The host figure (``host_bytes``) is what the run holds in host memory outside the step,
+on every layout: the export's plain model (whole parameters, no slots) plus two whole
+copies of the largest variable in transit (the trained value copied into it, a mesh's
+gathered array and the tensor made of it; or a mesh restore's transient, measured at 1.4
+of the largest variable). Checkpoints add nothing: every layout's checkpoint reads and
+writes the live variables, a mesh's sharded (engines.MeshEngine.checkpointed). On logical
+CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
+the step on every device and a boundary (``boundary_bytes``: every device's parameters
+and slots plus the host figure): ``run_bytes``; the planner checks that against the host
+memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
+step and the boundary with the resident memory a real run holds in its train phase and
+at its evaluations, checkpoints and export (measured: the transit is 1.0-1.6 blocks of
+the largest variable, Adam).
 
 Choice, in order:
 1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
@@ -58,7 +61,7 @@ class Plan:
   state_bytes_per_device: int   # step + the largest variable's blocks in transit (whole run)
   allreduce_bytes_per_step: int
   reason: str
-  host_bytes: int = 0           # host memory outside the step (checkpoint / export copies)
+  host_bytes: int = 0           # host memory outside the step (the export's copy, transit)
 
   @property
   def devices(self) -> int:
@@ -92,24 +95,21 @@ def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
           + transit_bytes_per_device(variables, model_axis))
 
 
-def host_bytes(variables: Sequence[VariableInfo], slots_per_param: int, layout: str) -> int:
-  """Host memory the run holds outside the step (module docstring): on a mesh the
-  checkpoint's host copy of parameters and slots; otherwise the export's host model;
-  plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit."""
+def host_bytes(variables: Sequence[VariableInfo]) -> int:
+  """Host memory the run holds outside the step (module docstring): the export's host
+  model plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit."""
   whole = sum(v.num_elements * v.dtype_bytes for v in variables)
   largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
-  copies = 1 + slots_per_param if layout == "mesh" else 1
-  return whole * copies + TRANSIT_BLOCKS * largest
+  return whole + TRANSIT_BLOCKS * largest
 
 
 def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
                    slots_per_param: int) -> int:
-  """A boundary (checkpoint, export) when the devices share the host's memory: every
+  """A boundary (export, restore) when the devices share the host's memory: every
   device's parameters and slots (no gradients) plus the host's figure, whose whole
   variables in transit are the boundary's."""
-  layout = "mesh" if model_axis > 1 else ("mirrored" if batch_axis > 1 else "single")
   kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
-  return batch_axis * model_axis * kept + host_bytes(variables, slots_per_param, layout)
+  return batch_axis * model_axis * kept + host_bytes(variables)
 
 
 def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
@@ -200,7 +200,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
     if shared_host_memory is not None:
       best_run = run_bytes(_at(variables, best_m), num_devices // best_m, best_m,
                            slots_per_param)
-      shared = (f"; with the host's copies at checkpoints and export the run needs "
+      shared = (f"; with the host's copy at the export the run needs "
                 f"{human_bytes(best_run)} of the {human_bytes(shared_host_memory)} of host "
                 f"memory the devices share")
     raise PlanError(
@@ -223,7 +223,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
               f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
               f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
-  host = host_bytes(_at(variables, model_axis), slots_per_param, layout)
-  reason += f"; the host holds {human_bytes(host)} at checkpoints and export"
+  host = host_bytes(_at(variables, model_axis))
+  reason += f"; the host holds {human_bytes(host)} at the export"
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
               allreduce_bytes_per_step=volume, reason=reason, host_bytes=host)
