@@ -182,7 +182,7 @@ def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(ml
   # 256 KiB of step state + two 2x4096 kernels (32 KiB each) in transit.
   assert out == ["[trainer] WARNING: layout single needs 320.0 KiB of training state per "
                  "device (parameters, gradients, 2 optimizer slot(s) per parameter and the "
-                 "largest variable in transit at an update, checkpoint or export), more "
+                 "largest variable in transit at an update, the export or a restore), more "
                  "than the 200.0 KiB per device of 1 logical CPU device(s), device_memory; "
                  "running it as asked"]
   fits = TrainerConfig(layout="mesh", mesh=(1, 2), device_memory="200KiB", model="mlp",

@@ -179,7 +179,7 @@ def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[st
     return None
   return (f"layout {what} needs {layout_search.human_bytes(need)} of training state per device "
           f"(parameters, gradients, {slots} optimizer slot(s) per parameter and the "
-          f"largest variable in transit at an update, checkpoint or export), more than "
+          f"largest variable in transit at an update, the export or a restore), more than "
           f"the {layout_search.human_bytes(budget.memory_per_device)} per device of "
           f"{budget.source}; running it as asked")
 

@@ -83,7 +83,7 @@ def step_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
 
 def transit_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int) -> int:
   """``TRANSIT_BLOCKS`` blocks of the largest variable on one device: what an optimizer
-  update or a boundary (eval weights, checkpoint, export) holds besides the state."""
+  update or a boundary (the export, a restore) holds besides the state."""
   return TRANSIT_BLOCKS * max((v.bytes_per_device(model_axis) for v in variables), default=0)
 
 
@@ -206,7 +206,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
     raise PlanError(
         f"the model does not fit: its training state (parameters {human_bytes(total)}, with "
         f"gradients, {slots_per_param} optimizer slot(s) per parameter and the largest "
-        f"variable in transit at an update, checkpoint or export) needs "
+        f"variable in transit at an update, the export or a restore) needs "
         f"{human_bytes(best)} per device even on the widest model axis possible here "
         f"(M={best_m} of {num_devices} device(s)), and each device has "
         f"{human_bytes(memory_per_device)}{shared}")

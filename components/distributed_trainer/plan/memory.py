@@ -4,8 +4,8 @@ A DTensor variable holds ``layout.local_shape_from_global_shape(shape)`` on each
 its mesh; a ``tf.distribute`` variable holds one full copy per replica; a plain variable
 lives on one device. Gradients have the shape and layout of their parameters, so the
 step's state on a device is 2 x its parameter bytes + its optimizer-slot bytes. An
-update and the run's boundaries (eval weights, checkpoint, export: one variable at a
-time) add blocks of the largest parameter on that device in transit
+update and the run's boundaries (the export, a restore: one variable at a time) add
+blocks of the largest parameter on that device in transit
 (``layout_search.TRANSIT_BLOCKS`` of them); ``state_bytes_per_device`` counts them, as the
 planner does (plan/layout_search.py ``state_bytes_per_device``).
 """
