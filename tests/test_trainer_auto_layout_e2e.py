@@ -2,10 +2,9 @@
 
 The seed problem with the built-in mlp, one hidden layer of 4096 and Adam: its training
 state is (4 x 4096 + 1) parameters x 4 B x (parameter + gradient + 2 slots) = 256 KiB on
-one device (320 KiB with two copies of the 2 x 4096 kernel in transit at an update,
-checkpoint or export), over a 200 KiB budget; the planner picks a model axis of 2 (160 KiB
-per device) and 2 replicas.
-One CLI run is shared by the assertions (plus a second, cached ingest, with a budget
+one device (320 KiB with two copies of the 2 x 4096 kernel in transit at an update, the
+export or a restore), over a 200 KiB budget; the planner picks a model axis of 2 (160 KiB
+per device) and 2 replicas. One CLI run is shared by the assertions (plus a second, cached ingest, with a budget
 nothing fits). ML Metadata is read with the plain ml_metadata API.
 """
 import json
