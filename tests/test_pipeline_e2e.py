@@ -160,10 +160,12 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
   assert layouts["cli-mirrored"]["properties"]["replicas"] == mirrored.devices
   assert layouts["cli-mirrored"]["properties"]["mesh_shape"] == ""  # not the trainer's 1x1
   # Adam: (param + grad + 2 slots) x (kernel rows per device + bias) x 4 B + the step
-  # counter. 2x2: one of the 2 kernel rows per device; 1x1: both.
+  # counter + two blocks of the largest variable in transit. 2x2: one of the 2 kernel rows
+  # per device (4 B, as the bias); 1x1: both (8 B).
   state = {name: layouts[f"cli-{name}"]["properties"]["state_bytes_per_device"]
            for name in runs}
-  assert state["mesh"] == 4 * (1 + 1) * 4 + 8 < state["mesh1x1"] == 4 * (2 + 1) * 4 + 8
+  assert state["mesh"] == 4 * (1 + 1) * 4 + 8 + 2 * 4 < state["mesh1x1"] == (
+      4 * (2 + 1) * 4 + 8 + 2 * 8)
   assert state["mesh1x1"] == state["single"]
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path)],

@@ -54,7 +54,10 @@ def test_planner_variables_follow_the_default_rules(mlp):
   split = {v.path: v.split_dims for v in two}
   assert split == {"hidden_1/kernel": (1,), "hidden_1/bias": (0,), "output/kernel": (0,),
                    "output/bias": ()}
-  assert layout_search.state_bytes_per_device(two, 2, 2) == (2 * 4096 + 1) * 4 * 4
+  # (param + grad + 2 slots) at shard size, plus two blocks of the largest variable in
+  # transit: hidden_1's kernel half, 2 x 2048 x 4 B.
+  assert layout_search.state_bytes_per_device(two, 2, 2) == (
+      (2 * 4096 + 1) * 4 * 4 + 2 * (2 * 2048 * 4))
 
 
 def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
@@ -64,11 +67,13 @@ def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
                                   module.name)
   assert at(2)[0].split_dims == (0,)
   assert at(4) is None
-  # One device: (4 x 4096 + 1) x 4 B x 2 = 128 KiB; M=2 halves the split kernel only.
-  p = layout_search.plan(at, num_devices=4, memory_per_device=100 * KIB, global_batch=64,
+  # One device: (4 x 4096 + 1) x 4 B x 2 + two 2x4096 kernels in transit = 192 KiB; M=2
+  # halves the split kernel only (1x4096: as large as the whole bias and output kernel,
+  # 4096 x 4 B, two blocks in transit): 128 KiB.
+  p = layout_search.plan(at, num_devices=4, memory_per_device=136 * KIB, global_batch=64,
                    slots_per_param=0)
   assert (p.layout, p.mesh, p.state_bytes_per_device) == ("mesh", (2, 2),
-                                                          (3 * 4096 + 1) * 4 * 2)
+                                                          (3 * 4096 + 1) * 4 * 2 + 2 * 4096 * 4)
   with pytest.raises(layout_search.PlanError, match=r"M=2 of 4 device"):
     layout_search.plan(at, num_devices=4, memory_per_device=64 * KIB, global_batch=64,
                  slots_per_param=0)
@@ -90,7 +95,8 @@ def test_auto_over_budget_on_one_device_picks_model_axis_two(mlp):
   assert (chosen.layout, chosen.mesh) == ("mesh", (2, 2))
   chosen.validate()
   assert record[keys.LAYOUT_CHOSEN] == "mesh 2x2"
-  assert "256.0 KiB on one device, more than its 200.0 KiB" in record[keys.LAYOUT_REASON]
+  # 256 KiB of step state + two 2x4096 kernels (32 KiB each) in transit.
+  assert "320.0 KiB on one device, more than its 200.0 KiB" in record[keys.LAYOUT_REASON]
 
 
 def test_auto_that_fits_one_device_is_mirrored_over_all(mlp):
@@ -106,9 +112,11 @@ def test_auto_that_fits_nowhere_fails_with_the_numbers(mlp):
   module, spec, _ = mlp
   config = TrainerConfig(layout="auto", devices=4, device_memory="32KiB", model="mlp",
                          optimizer="adam").validate()
-  with pytest.raises(layout_search.PlanError, match=r"needs 64\.0 KiB per device even on the widest "
-                                               r"model axis possible here \(M=4 of 4 "
-                                               r"device\(s\)\), and each device has 32\.0 KiB"):
+  # M=4: (4096 + 1) x 4 B x 4 + two of hidden_1's 2x1024 kernel blocks (8 KiB) in transit.
+  with pytest.raises(layout_search.PlanError,
+                     match=r"needs 80\.0 KiB per device even on the widest "
+                           r"model axis possible here \(M=4 of 4 "
+                           r"device\(s\)\), and each device has 32\.0 KiB"):
     layout_choice.apply(config, module, spec, gpus=[])
 
 
@@ -171,8 +179,10 @@ def test_explicit_layout_over_budget_warns_with_the_numbers_and_runs_as_asked(ml
   chosen, record = layout_choice.apply(config, module, spec, gpus=[])
   assert chosen is config and record == {}
   out = capsys.readouterr().out.strip().splitlines()
-  assert out == ["[trainer] WARNING: layout single needs 256.0 KiB of training state per "
-                 "device (parameters, gradients and 2 optimizer slot(s) per parameter), more "
+  # 256 KiB of step state + two 2x4096 kernels (32 KiB each) in transit.
+  assert out == ["[trainer] WARNING: layout single needs 320.0 KiB of training state per "
+                 "device (parameters, gradients, 2 optimizer slot(s) per parameter and the "
+                 "largest variable in transit at an update, the export or a restore), more "
                  "than the 200.0 KiB per device of 1 logical CPU device(s), device_memory; "
                  "running it as asked"]
   fits = TrainerConfig(layout="mesh", mesh=(1, 2), device_memory="200KiB", model="mlp",

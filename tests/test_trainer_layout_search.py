@@ -23,8 +23,12 @@ def test_bytes_per_device_halve_for_a_split_dimension_only():
   assert kernel.bytes_per_device(1) == 64 * 1024 * 4
   assert kernel.bytes_per_device(2) == 64 * 1024 * 2
   assert bias.bytes_per_device(4) == 4
-  # Params + grads + 2 Adam slots.
-  assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
+  # Params + grads + 2 Adam slots, plus two blocks of the largest variable in transit
+  # (TRANSIT_BLOCKS: an update's temporaries or a boundary's copies; the kernel's half).
+  assert layout_search.TRANSIT_BLOCKS == 2
+  assert layout_search.step_bytes_per_device([kernel, bias], 2, 2) == (64 * 1024 * 2 + 4) * 4
+  assert layout_search.state_bytes_per_device([kernel, bias], 2, 2) == (
+      (64 * 1024 * 2 + 4) * 4 + 2 * 64 * 1024 * 2)
 
 
 def test_small_model_on_four_devices_is_mirrored():
@@ -115,3 +119,42 @@ def test_variables_may_depend_on_the_model_axis():
   p = layout_search.plan(at, num_devices=4, memory_per_device=one // 2 + 1024, global_batch=8,
                    slots_per_param=0)
   assert p.mesh == (2, 2)
+
+
+def test_the_host_figure_is_the_export_copy_and_two_copies_of_the_largest_variable():
+  variables = _mlp(4096)  # 64x4096 + 4096 + 4096 + 1 float32 parameters.
+  whole = (64 * 4096 + 4096 + 4096 + 1) * 4
+  largest = 64 * 4096 * 4
+  # Every layout: the export's host model (params, no slots), + two whole copies of the
+  # largest variable in transit (MeshTrainer.to_host's array and the tensor made of it,
+  # or a mesh restore's blocks); checkpoints read and write the live variables.
+  assert layout_search.host_bytes(variables) == whole + 2 * largest
+  # Logical CPU devices share the host. 1x2: the step is two devices' figures; the export
+  # is the two devices' params + slots (no gradients) and the host's figure.
+  params_on_one = (64 * 2048 + 2048 + 2048 + 1) * 4
+  per_device = params_on_one * 4 + 2 * 64 * 2048 * 4
+  assert layout_search.state_bytes_per_device(variables, 2, 2) == per_device
+  export = 2 * params_on_one * 3 + whole + 2 * largest
+  assert layout_search.boundary_bytes(variables, 1, 2, 2) == export
+  # The step (8 x params_on_one + 4 half kernels) holds 4 B more: the output bias, whole
+  # on both devices, is counted twice in 2 x params_on_one but once in ``whole``.
+  assert layout_search.run_bytes(variables, 1, 2, 2) == 2 * per_device == export + 4
+  # Single: the step (4 x whole + two kernels in transit) against the export (3 x whole
+  # live + the host model + two kernels): equal, 4 x whole + 2 x largest.
+  assert layout_search.boundary_bytes(variables, 1, 1, 2) == 4 * whole + 2 * largest
+  assert layout_search.run_bytes(variables, 1, 1, 2) == 4 * whole + 2 * largest
+
+
+def test_on_shared_host_memory_the_host_copies_must_fit_too():
+  variables = _mlp(4096)
+  need = layout_search.run_bytes(variables, 1, 1, 2)
+  roomy = 1 << 40  # Each device alone would fit: only the shared host memory limits.
+  p = layout_search.plan(variables, num_devices=1, memory_per_device=roomy, global_batch=8,
+                         slots_per_param=2, shared_host_memory=need)
+  assert (p.layout, p.host_bytes) == ("single", layout_search.host_bytes(variables))
+  assert "the host holds" in p.reason
+  with pytest.raises(layout_search.PlanError,
+                     match=r"with the host's copy at the export the run needs "
+                           r"[0-9.]+ MiB of the [0-9.]+ MiB of host memory the devices share"):
+    layout_search.plan(variables, num_devices=1, memory_per_device=roomy, global_batch=8,
+                       slots_per_param=2, shared_host_memory=need - 1)

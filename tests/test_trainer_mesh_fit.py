@@ -25,8 +25,9 @@ def test_mesh_job_learns_the_seed_problem_and_records_its_run(tmp_path):
   tu.assert_final_loss_is_eval_sized(history)  # The mean per-example loss, as single's.
   w, b = history["weights"]["kernel"], history["weights"]["bias"]
   assert abs(w[0][0] - 1.0) < 0.05 and abs(w[1][0] - 2.0) < 0.05 and abs(b[0] - 3.0) < 0.05
-  # Replicated on both devices: params + grads + 2 Adam slots of (2x1 kernel, bias) + step.
-  assert history["state_bytes_per_device"] == 4 * 3 * 4 + 8
+  # Replicated on both devices: params + grads + 2 Adam slots of (2x1 kernel, bias) + step,
+  # + two copies of the kernel (8 B) in transit at an update or a boundary.
+  assert history["state_bytes_per_device"] == 4 * 3 * 4 + 8 + 2 * 8
   assert (history["input_cache"]["mode"], history["input_cache"]["rows"]) == ("memory", 1024)
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))
   assert any(f.startswith("events.out.tfevents") for f in os.listdir(job["model_run_dir"]))

@@ -70,7 +70,7 @@ CLASSIFY_SIGNATURE = "classification"
 # custom properties on TrainingHistory and ConvergenceMetrics, and keys of history.json.
 PARAM_COUNT = "param_count"                        # int: trainable parameters.
 PARAM_BYTES_TOTAL = "param_bytes_total"            # int: their bytes, counted once.
-STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: max over devices of params + grads + slots.
+STATE_BYTES_PER_DEVICE = "state_bytes_per_device"  # int: step state + blocks in transit.
 # layout: auto (distributed_trainer/plan/layout_choice.py): on TrainingHistory and in history.json.
 LAYOUT_CHOSEN = "layout_chosen"    # str: "single", "mirrored 4", "mesh 2x2".
 LAYOUT_REASON = "layout_reason"    # str: the planner's reason.

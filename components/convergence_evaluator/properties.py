@@ -79,7 +79,7 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `layout_rules` | str | all | mesh runs: JSON {variable-path regex: per-dimension sharding} applied (the module's `layout_rules` or the defaults); `{}` otherwise |
 | `param_count` | int | all | trainable parameters (measured by the trainer); -1 if not recorded |
 | `param_bytes_total` | int | all | their bytes, counted once; -1 if not recorded |
-| `state_bytes_per_device` | int | all | max over devices of parameter + gradient + optimizer-slot bytes, from the variables' real placement (DTensor layouts, replicas); -1 if not recorded |
+| `state_bytes_per_device` | int | all | max over devices of parameter + gradient + optimizer-slot bytes + two blocks of the largest parameter (in transit at an update or a boundary), from the variables' real placement (DTensor layouts, replicas); -1 if not recorded |
 | `curves_file` | str | all | `curves.json`, full curves, relative to the artifact URI |
 | `plot_file` | str | all | `loss.png`, loss curves plot, relative to the artifact URI |
 | `metrics_file` | str | all | `metrics.json`, every property at full precision, relative to the artifact URI |

@@ -4,7 +4,9 @@ patch it from outside:
 
 * ``TFXP_STANDIN_GPUS=N``: the process plans and trains on N stand-in GPUs (standin.py);
 * ``TFXP_TEST_PAUSE_BEFORE_COMMIT=<step>``: that step's checkpoint pauses before its
-  commit (pause.py).
+  commit (pause.py);
+* ``TFXP_TEST_RSS_LOG=<path>``: the training process logs its memory at each boundary
+  of its run (rss.py).
 """
 import os
 
@@ -14,3 +16,6 @@ if os.environ.get("TFXP_STANDIN_GPUS", "").strip():
 if os.environ.get("TFXP_TEST_PAUSE_BEFORE_COMMIT", "").strip():
   import pause  # pylint: disable=g-import-not-at-top
   pause.install()
+if os.environ.get("TFXP_TEST_RSS_LOG", "").strip():
+  import rss  # pylint: disable=g-import-not-at-top
+  rss.install()

@@ -131,10 +131,17 @@ class FitEngine:
     return self.model.get_weights()
 
   def copy_weights_to(self, model):
-    """The trained weights into ``model`` (a plain copy on the host)."""
+    """The trained weights into ``model`` (a plain copy on the host), one variable at a
+    time: the host holds the copy plus the variable in transit (plan/layout_search.py
+    ``host_bytes``), never a second whole copy as ``get_weights`` would."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    targets, sources = model.weights, self.model.weights
+    if len(targets) != len(sources):
+      raise RuntimeError(f"export: the host model has {len(targets)} variables, the trained "
+                         f"model {len(sources)}")
     with tf.device("/CPU:0"):
-      model.set_weights(self.model.get_weights())
+      for target, source in zip(targets, sources):
+        target.assign(source.read_value())
 
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the model and its optimizer, built (every slot exists,

@@ -155,7 +155,7 @@ def choose(config, variables, budget: Budget, slots: int):
                       "available memory could not be read: set device_memory (bytes, or e.g. "
                       "'512MiB'; CLI --device-memory). Received: None")
   plan = layout_search.plan(variables, budget.num_devices, budget.memory_per_device,
-                      config.batch_size, slots)
+                      config.batch_size, slots, shared_host_memory=budget.host_memory)
   reason = plan.reason
   if budget.host_memory is not None:  # Say what memory it planned with (no device_memory).
     reason += (f"; planned with {layout_search.human_bytes(budget.memory_per_device)} per device: "
@@ -178,7 +178,8 @@ def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[st
   if need <= budget.memory_per_device:
     return None
   return (f"layout {what} needs {layout_search.human_bytes(need)} of training state per device "
-          f"(parameters, gradients and {slots} optimizer slot(s) per parameter), more than "
+          f"(parameters, gradients, {slots} optimizer slot(s) per parameter and the "
+          f"largest variable in transit at an update, the export or a restore), more than "
           f"the {layout_search.human_bytes(budget.memory_per_device)} per device of "
           f"{budget.source}; running it as asked")
 

@@ -2,9 +2,31 @@
 
 A pure function of the model's variables (shapes, dtypes, and which dimension the layout
 rules split over the model axis), the device count, the memory per device and the global
-batch. Training state per device is parameters + gradients + optimizer slots, each stored
-at its per-device shard size: a dimension the rules split over the model axis holds
-1/M of it, everything else is replicated.
+batch. The figure per device covers the whole run, not only the step:
+
+- the step: parameters + gradients + optimizer slots, each stored at its per-device shard
+  size (a dimension the rules split over the model axis holds 1/M of it, everything else
+  is replicated);
+- in transit: two blocks of the largest variable (``TRANSIT_BLOCKS``), what an update or
+  a boundary holds besides the state, one variable at a time: tf_keras Adam's dense
+  ``update_step`` computes ``m * alpha`` and ``sqrt(v)`` before its ``assign_sub``; an
+  initializer's random values and their scaled result; at the export
+  (engines.MeshEngine.copy_weights_to, MeshTrainer.to_host) an assembled array and the
+  tensor made of it; at a mesh restore, the blocks DTensor's RestoreV2 reads.
+
+The host figure (``host_bytes``) is what the run holds in host memory outside the step,
+on every layout: the export's plain model (whole parameters, no slots) plus two whole
+copies of the largest variable in transit (the trained value copied into it, a mesh's
+gathered array and the tensor made of it; or a mesh restore's transient, measured at 1.4
+of the largest variable). Checkpoints add nothing: every layout's checkpoint reads and
+writes the live variables, a mesh's sharded (engines.MeshEngine.checkpointed). On logical
+CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
+the step on every device and a boundary (``boundary_bytes``: every device's parameters
+and slots plus the host figure): ``run_bytes``; the planner checks that against the host
+memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
+step and the boundary with the resident memory a real run holds in its train phase and
+at its evaluations, checkpoints and export (measured: the transit is 1.0-1.6 blocks of
+the largest variable, Adam).
 
 Choice, in order:
 1. Pure data parallelism (``single`` on one device, ``mirrored`` N on N) when the whole
@@ -23,6 +45,10 @@ from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
 from tfx_parallel.components.distributed_trainer.mesh_axes import MODEL_AXIS, VariableInfo  # pylint: disable=unused-import
 
 
+# Blocks of the largest variable in transit besides the state (module docstring).
+TRANSIT_BLOCKS = 2
+
+
 class PlanError(ValueError):
   """No layout fits; the message has the numbers."""
 
@@ -32,9 +58,10 @@ class Plan:
   """A chosen layout and what it costs per device."""
   layout: str                   # "single" | "mirrored" | "mesh"
   mesh: Tuple[int, int]         # (batch, model); (N, 1) for mirrored, (1, 1) for single
-  state_bytes_per_device: int
+  state_bytes_per_device: int   # step + the largest variable's blocks in transit (whole run)
   allreduce_bytes_per_step: int
   reason: str
+  host_bytes: int = 0           # host memory outside the step (the export's copy, transit)
 
   @property
   def devices(self) -> int:
@@ -48,10 +75,50 @@ class Plan:
     return "single"
 
 
+def step_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
+                          slots_per_param: int) -> int:
+  """Parameters + gradients + optimizer slots on one device, at shard size (the step)."""
+  return sum(v.bytes_per_device(model_axis) for v in variables) * (2 + slots_per_param)
+
+
+def transit_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int) -> int:
+  """``TRANSIT_BLOCKS`` blocks of the largest variable on one device: what an optimizer
+  update or a boundary (the export, a restore) holds besides the state."""
+  return TRANSIT_BLOCKS * max((v.bytes_per_device(model_axis) for v in variables), default=0)
+
+
 def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
                            slots_per_param: int) -> int:
-  """Parameters + gradients + optimizer slots on one device, at shard size."""
-  return sum(v.bytes_per_device(model_axis) for v in variables) * (2 + slots_per_param)
+  """The whole run's peak on one device: the step's state plus the largest variable's
+  blocks in transit (``transit_bytes_per_device``)."""
+  return (step_bytes_per_device(variables, model_axis, slots_per_param)
+          + transit_bytes_per_device(variables, model_axis))
+
+
+def host_bytes(variables: Sequence[VariableInfo]) -> int:
+  """Host memory the run holds outside the step (module docstring): the export's host
+  model plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit."""
+  whole = sum(v.num_elements * v.dtype_bytes for v in variables)
+  largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
+  return whole + TRANSIT_BLOCKS * largest
+
+
+def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
+                   slots_per_param: int) -> int:
+  """A boundary (export, restore) when the devices share the host's memory: every
+  device's parameters and slots (no gradients) plus the host's figure, whose whole
+  variables in transit are the boundary's."""
+  kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
+  return batch_axis * model_axis * kept + host_bytes(variables)
+
+
+def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
+              slots_per_param: int) -> int:
+  """The run's peak when the devices share the host's memory (logical CPU devices): the
+  larger of the step (every device's figure) and a boundary (``boundary_bytes``)."""
+  step = batch_axis * model_axis * state_bytes_per_device(variables, model_axis,
+                                                          slots_per_param)
+  return max(step, boundary_bytes(variables, batch_axis, model_axis, slots_per_param))
 
 
 def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
@@ -103,10 +170,13 @@ def human_bytes(n: float) -> str:
 
 
 def plan(variables: Variables, num_devices: int, memory_per_device: int,
-         global_batch: int, slots_per_param: int) -> Plan:
+         global_batch: int, slots_per_param: int,
+         shared_host_memory: Optional[int] = None) -> Plan:
   """The layout to use (see the module docstring); raises PlanError when none fits.
 
   ``variables`` is a list of VariableInfo, or a function of the model axis returning it.
+  ``shared_host_memory``: the host memory the devices share (logical CPU devices), or None
+  (devices of their own); when given, a layout fits only if ``run_bytes`` fits in it too.
   """
   if num_devices < 1:
     raise PlanError(f"no devices to train on. Received: num_devices={num_devices}")
@@ -116,7 +186,9 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   options = []
   for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
     need = state_bytes_per_device(_at(variables, model_axis), model_axis, slots_per_param)
-    if need <= memory_per_device:
+    whole_run = run_bytes(_at(variables, model_axis), batch_axis, model_axis, slots_per_param)
+    if need <= memory_per_device and (shared_host_memory is None
+                                      or whole_run <= shared_host_memory):
       volume = allreduce_bytes_per_step(_at(variables, model_axis), batch_axis, model_axis)
       # Smallest model axis first; then the most replicas (more throughput), then the
       # smaller all-reduce volume.
@@ -124,12 +196,20 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   if not options:
     best_m = max((m for _, m in _candidates(variables, num_devices, global_batch)), default=1)
     best = state_bytes_per_device(_at(variables, best_m), best_m, slots_per_param)
+    shared = ""
+    if shared_host_memory is not None:
+      best_run = run_bytes(_at(variables, best_m), num_devices // best_m, best_m,
+                           slots_per_param)
+      shared = (f"; with the host's copy at the export the run needs "
+                f"{human_bytes(best_run)} of the {human_bytes(shared_host_memory)} of host "
+                f"memory the devices share")
     raise PlanError(
         f"the model does not fit: its training state (parameters {human_bytes(total)}, with "
-        f"gradients and {slots_per_param} optimizer slot(s) per parameter) needs "
+        f"gradients, {slots_per_param} optimizer slot(s) per parameter and the largest "
+        f"variable in transit at an update, the export or a restore) needs "
         f"{human_bytes(best)} per device even on the widest model axis possible here "
         f"(M={best_m} of {num_devices} device(s)), and each device has "
-        f"{human_bytes(memory_per_device)}")
+        f"{human_bytes(memory_per_device)}{shared}")
   _, batch_axis, model_axis, need, volume = min(options, key=lambda o: o[0])
   one = state_bytes_per_device(_at(variables, 1), 1, slots_per_param)
   if model_axis == 1:
@@ -143,5 +223,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
               f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
               f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
+  host = host_bytes(_at(variables, model_axis))
+  reason += f"; the host holds {human_bytes(host)} at the export"
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
-              allreduce_bytes_per_step=volume, reason=reason)
+              allreduce_bytes_per_step=volume, reason=reason, host_bytes=host)
