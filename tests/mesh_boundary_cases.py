@@ -91,7 +91,6 @@ def main():
   # variable through host memory (host_blocks) into the same keys and object graph.
   first = checkpoint.save(directory, 2, saved, {}, host_blocks=engine.host_blocks)
   streamed = checkpoint.save(directory, 3, saved, {}, host_blocks=engine.host_blocks)
-  engine.release_checkpointed()
   entries = checkpoint._streamable(first, saved)  # pylint: disable=protected-access
   readers = [tf.train.load_checkpoint(p) for p in (first, streamed)]
   keys = [sorted(r.get_variable_to_shape_map()) for r in readers]
@@ -113,7 +112,6 @@ def main():
     trainer.assign_from_host(v, np.zeros(v.shape, v.dtype.as_numpy_dtype))
   where["boundary"] = "restore"
   checkpoint.restore(checkpoint.latest(directory), engine.checkpointed())
-  engine.load_checkpointed()
   restored_equal = all(np.array_equal(a, trainer.to_host(v))
                        for a, v in zip(before, trainer.model.weights))
   restored_blocks = {v.name: [c.shape.as_list() for c in dtensor.unpack(v.read_value())]

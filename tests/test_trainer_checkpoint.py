@@ -137,11 +137,6 @@ class _Engine:
   def checkpointed(self):
     return {"model": self.model, "optimizer": self.optimizer}
 
-  def load_checkpointed(self):
-    pass
-
-  def release_checkpointed(self):
-    pass
 
   def describe(self):
     return {"layout": "single", "replicas": 1}

@@ -9,9 +9,8 @@ JSON line per phase of its run, when the phase ends:
 * ``eval`` (each evaluation: the function ``engine.evaluator`` returns),
 * ``train`` (``engine.train``: the steps; the checkpoints and evaluations its callbacks
   make are phases of their own, nested in it),
-* ``checkpoint`` (from ``engine.checkpointed()`` to ``engine.release_checkpointed()``,
-  or ``engine.load_checkpointed()`` on a restore: the engine's copy, if any, and
-  run/checkpoint.py ``save`` / ``restore``),
+* ``checkpoint`` (run/checkpoint.py ``save`` or ``restore``: the engine's live model and
+  optimizer written or read),
 * ``export`` (from the end of ``memory.measure``, after training, to the end of
   run/export.py ``export``: the host's plain model, the trained weights copied into it,
   and the SavedModel written),
@@ -27,6 +26,7 @@ import os
 
 from tfx_parallel.components.distributed_trainer import engines
 from tfx_parallel.components.distributed_trainer.plan import memory
+from tfx_parallel.components.distributed_trainer.run import checkpoint
 
 RSS_LOG_ENV = "TFXP_TEST_RSS_LOG"
 SITE = os.path.dirname(os.path.abspath(__file__))
@@ -90,35 +90,22 @@ class Recorder:
 
 
 def install(setattr_=setattr, environ=None) -> None:
-  """Patches the engines, ``memory.measure`` and, once TensorFlow is loaded (when the run
-  creates its engine), run/export.py ``export``."""
+  """Patches the engines, run/checkpoint.py ``save`` and ``restore``, ``memory.measure``
+  and, once TensorFlow is loaded (when the run creates its engine), run/export.py
+  ``export``."""
   environ = os.environ if environ is None else environ
   rec = Recorder(environ[RSS_LOG_ENV])
   for cls in (engines.FitEngine, engines.MeshEngine):
     setattr_(cls, "build", rec.wrap("build", cls.build))
     setattr_(cls, "train", rec.wrap("train", cls.train))
-    evaluator, checkpointed = cls.evaluator, cls.checkpointed
-    release, load = cls.release_checkpointed, cls.load_checkpointed
+    evaluator = cls.evaluator
 
     def make_evaluator(self, *args, _evaluator=evaluator, **kwargs):
       return rec.wrap("eval", _evaluator(self, *args, **kwargs))
 
-    def start_checkpoint(self, _checkpointed=checkpointed):
-      rec.enter("checkpoint")
-      return _checkpointed(self)
-
-    def end_checkpoint(self, _release=release):
-      _release(self)
-      rec.exit("checkpoint")
-
-    def end_restore(self, _load=load):
-      _load(self)
-      rec.exit("checkpoint")
-
     setattr_(cls, "evaluator", make_evaluator)
-    setattr_(cls, "checkpointed", start_checkpoint)
-    setattr_(cls, "release_checkpointed", end_checkpoint)
-    setattr_(cls, "load_checkpointed", end_restore)
+  setattr_(checkpoint, "save", rec.wrap("checkpoint", checkpoint.save))
+  setattr_(checkpoint, "restore", rec.wrap("checkpoint", checkpoint.restore))
 
   measure, create = memory.measure, engines.create
 

@@ -25,9 +25,8 @@ records). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``,
 ``step_losses(n)``, ``weights()``,
-``checkpointed()`` / ``load_checkpointed()`` / ``release_checkpointed()`` (the model and
-optimizer a tf.train.Checkpoint holds, making restored values live, and dropping what a
-save needed: run/checkpoint.py), ``host_blocks`` (None, or how a checkpoint streams a
+``checkpointed()`` (the model and optimizer a tf.train.Checkpoint saves and restores,
+live: run/checkpoint.py), ``host_blocks`` (None, or how a checkpoint streams a
 variable's blocks to the host), ``copy_weights_to(model)`` (the export's host copy).
 """
 import contextlib
@@ -149,12 +148,6 @@ class FitEngine:
     with self.scope():
       self.optimizer.build(self.model.trainable_variables)
     return {"model": self.model, "optimizer": self.optimizer}
-
-  def load_checkpointed(self):
-    """After a restore into ``checkpointed()``: the values are already live."""
-
-  def release_checkpointed(self):
-    """After a save: nothing to release (the checkpoint reads the live variables)."""
 
 
 class MeshEngine:
@@ -304,12 +297,6 @@ class MeshEngine:
     slots): a mesh checkpoint resumes on single or mirrored, and theirs here.
     """
     return {"model": self.model, "optimizer": self.optimizer}
-
-  def load_checkpointed(self):
-    """After a restore into ``checkpointed()``: the values are already live."""
-
-  def release_checkpointed(self):
-    """After a save: nothing to release (the checkpoint read the live variables)."""
 
 
 def create(config, plan, device_record: dict):

@@ -130,7 +130,6 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
                    "layout": describe_layout(engine.describe()),
                    "module_digest": module_digest},
                   host_blocks=engine.host_blocks)
-  engine.release_checkpointed()
 
 
 def restore_checkpoint(job: Job, engine, module=None):
@@ -158,7 +157,6 @@ def restore_checkpoint(job: Job, engine, module=None):
       checkpoint.clear(job.checkpoint_dir)
     return 0, [], [], 0.0, None
   meta = checkpoint.restore(found, engine.checkpointed())
-  engine.load_checkpointed()
   step = int(meta["step"])
   print(f"[trainer] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
