@@ -341,25 +341,29 @@ class MeshTrainer:
         components.append(blocks[key])
     return self._d.pack(components, layout)
 
+  def _distinct_blocks(self, variable, specs) -> Iterator[Tuple[Tuple[slice, ...], tf.Tensor]]:
+    """Each distinct block the devices hold of ``variable`` (laid out by ``specs``) once,
+    with the slices of the global value it covers: one block, the whole value, for a
+    variable no dimension of which is split."""
+    shape = variable.shape.as_list()
+    done = set()
+    for device, component in enumerate(self._d.unpack(variable.read_value())):
+      key = self._block_index(specs, device)
+      if key not in done:
+        done.add(key)
+        yield self._block_slices(specs, shape, key), component
+
   def to_host(self, variable) -> np.ndarray:
     """One variable's whole value in host memory, assembled from the blocks the devices
     hold (each block copied once); the devices keep only their blocks. Boundaries
     (eval weights, checkpoint, export) call this one variable at a time."""
-    layout = self._d.fetch_layout(variable)
-    specs = list(layout.sharding_specs)
-    shape = variable.shape.as_list()
+    specs = list(self._d.fetch_layout(variable).sharding_specs)
     with tf.device("/CPU:0"):
-      components = self._d.unpack(variable.read_value())
       if not specs:
-        return components[0].numpy()
-      out = np.empty(shape, variable.dtype.as_numpy_dtype)
-      done = set()
-      for device, component in enumerate(components):
-        key = self._block_index(specs, device)
-        if key not in done:
-          done.add(key)
-          out[self._block_slices(specs, shape, key)] = component.numpy()
-      del components
+        return self._d.unpack(variable.read_value())[0].numpy()
+      out = np.empty(variable.shape.as_list(), variable.dtype.as_numpy_dtype)
+      for slices, component in self._distinct_blocks(variable, specs):
+        out[slices] = component.numpy()
     return out
 
   def host_blocks(self, variable) -> Iterator[Tuple[str, tf.Tensor]]:
@@ -369,24 +373,18 @@ class MeshTrainer:
     global shape then the block's extent per dimension (``"3072 3072 0,768:-"``,
     tensor_slice.h: ``start,length``, ``-`` for a whole dimension); ``""`` for a variable
     no dimension of which is split."""
-    layout = self._d.fetch_layout(variable)
-    specs = list(layout.sharding_specs)
-    shape = variable.shape.as_list()
+    specs = list(self._d.fetch_layout(variable).sharding_specs)
+    whole = all(s == self._d.UNSHARDED for s in specs)
+    shape = " ".join(map(str, variable.shape.as_list()))
     with tf.device("/CPU:0"):
-      components = self._d.unpack(variable.read_value())
-      if all(s == self._d.UNSHARDED for s in specs):
-        yield "", tf.identity(components[0])
-        return
-      done = set()
-      for device, component in enumerate(components):
-        key = self._block_index(specs, device)
-        if key in done:
+      for slices, component in self._distinct_blocks(variable, specs):
+        if whole:
+          yield "", tf.identity(component)
           continue
-        done.add(key)
         extent = ":".join(
             "-" if s == self._d.UNSHARDED else f"{piece.start},{piece.stop - piece.start}"
-            for s, piece in zip(specs, self._block_slices(specs, shape, key)))
-        yield f"{' '.join(map(str, shape))} {extent}", tf.identity(component)
+            for s, piece in zip(specs, slices))
+        yield f"{shape} {extent}", tf.identity(component)
 
   def assign_from_host(self, variable, value):
     """Writes a whole host value into ``variable``, each device receiving its block."""

@@ -107,7 +107,7 @@ def _streamable(previous: str, objects: Dict[str, object]
   shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
   root = tf.train.Checkpoint(**objects)
   view = tf.train.TrackableView(root)
-  live, entries, stack, seen = {}, [], [(0, root)], set()
+  entries, stack, seen = [], [(0, root)], set()
   while stack:
     node_id, obj = stack.pop()
     if node_id in seen:
@@ -127,10 +127,8 @@ def _streamable(previous: str, objects: Dict[str, object]
           or list(shapes[key]) != obj.shape.as_list() or dtypes[key] != obj.dtype):
         return None
       entries.append((key, obj))
-  for obj in view.descendants():
-    if isinstance(obj, tf.Variable):
-      live[id(obj)] = obj
-  if {id(v) for _, v in entries} != set(live) or len(entries) != len(live):
+  live = {id(obj) for obj in view.descendants() if isinstance(obj, tf.Variable)}
+  if {id(v) for _, v in entries} != live or len(entries) != len(live):
     return None
   return graph_bytes, entries
 
@@ -145,11 +143,12 @@ def _write_streamed(prefix: str, graph_bytes: bytes, entries: Sequence[Tuple[str
   the way DTensor's own save writes a sharded variable, so a later restore onto a mesh
   reads each device's block and a restore on one device reads the whole tensor. As
   functional_saver.py ``MultiDeviceSaver.save`` does: each group (small blocks up to
-  GROUP_BYTES, or one bigger block) is a SaveV2 shard under
-  ``<prefix>_temp/part-NNNNN-of-NNNNN`` (``<prefix>.part-...`` on s3://, where TF uses no
-  temporary directory), the object graph the last shard, and MergeV2Checkpoints joins
-  them into ``<prefix>.index`` and ``<prefix>.data-*`` and removes the temporary
-  directory. A group's blocks are dropped before the next variable's are fetched."""
+  GROUP_BYTES, or one bigger block) is a SaveV2 shard under ``<prefix>_temp/part-NNNNN``
+  (``<prefix>.part-NNNNN`` on s3://, where TF uses no temporary directory), the object
+  graph rides in the last, and MergeV2Checkpoints joins them into ``<prefix>.index`` and
+  ``<prefix>.data-*`` and removes the temporary directory. A group is written and dropped
+  as soon as the next block would take it over GROUP_BYTES, so the host holds at most
+  one group and that next block."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   base = prefix + (".part" if prefix.startswith("s3://") else "_temp/part")
   written = []
@@ -171,10 +170,8 @@ def _write_streamed(prefix: str, graph_bytes: bytes, entries: Sequence[Tuple[str
           group, size = [], 0
         group.append((key, spec, block))
         size += nbytes
-        del block
     group.append((_GRAPH_KEY, "", tf.constant(graph_bytes)))
     flush(group)
-    del group
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=written, destination_prefix=prefix,
                                   delete_old_dirs=True)
 
