@@ -141,29 +141,18 @@ def main():
       "mesh_eval": mesh_eval, "plain_eval": plain_eval}))
 
 
-def _rss_mb():
-  """(VmRSS, VmHWM) of this process in MB (/proc/self/status)."""
-  found = {}
-  with open("/proc/self/status") as f:
-    for line in f:
-      key, value = line.split(":", 1)
-      if key in ("VmRSS", "VmHWM"):
-        found[key] = int(value.split()[0]) / 1024
-  return found["VmRSS"], found["VmHWM"]
-
-
 def _growth_mb(fn) -> float:
-  """How far the peak RSS rose above the RSS before ``fn()``: the peak is reset first
-  (``5`` to /proc/self/clear_refs, proc(5))."""
+  """How far the peak RSS rose above the RSS before ``fn()``, in MB: the peak is reset
+  first (hooks_site/rss.py, the planned-vs-measured test's reader of /proc/self)."""
   import gc  # pylint: disable=g-import-not-at-top
+  from hooks_site import rss  # pylint: disable=g-import-not-at-top
   gc.collect()
-  with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-  before, _ = _rss_mb()
+  rss.reset_peak()
+  before = rss.status()["VmRSS"]
   kept = fn()
-  _, peak = _rss_mb()
+  peak = rss.status()["VmHWM"]
   del kept
-  return peak - before
+  return (peak - before) / 2**20
 
 
 def memory(hidden: int):
