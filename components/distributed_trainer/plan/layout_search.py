@@ -185,11 +185,12 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   total = sum(v.num_elements * v.dtype_bytes for v in _at(variables, 1))
   options = []
   for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
-    need = state_bytes_per_device(_at(variables, model_axis), model_axis, slots_per_param)
-    whole_run = run_bytes(_at(variables, model_axis), batch_axis, model_axis, slots_per_param)
+    infos = _at(variables, model_axis)  # Resolves the layout rules once per candidate.
+    need = state_bytes_per_device(infos, model_axis, slots_per_param)
+    whole_run = run_bytes(infos, batch_axis, model_axis, slots_per_param)
     if need <= memory_per_device and (shared_host_memory is None
                                       or whole_run <= shared_host_memory):
-      volume = allreduce_bytes_per_step(_at(variables, model_axis), batch_axis, model_axis)
+      volume = allreduce_bytes_per_step(infos, batch_axis, model_axis)
       # Smallest model axis first; then the most replicas (more throughput), then the
       # smaller all-reduce volume.
       options.append(((model_axis, -batch_axis, volume), batch_axis, model_axis, need, volume))
