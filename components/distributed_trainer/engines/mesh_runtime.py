@@ -59,8 +59,10 @@ devices (or GPUs when present) with a custom loop:
   :meth:`MeshTrainer.evaluation_sums` evaluates on the mesh itself (the sharded
   variables, the batch split over the batch axis); :meth:`MeshTrainer.to_host`
   assembles ONE variable's whole value in host memory from the blocks the devices hold
-  (checkpoints and export call it one variable at a time: engines.MeshEngine),
-  :meth:`MeshTrainer.assign_from_host` writes one back, each device receiving its block.
+  (the export calls it one variable at a time: engines.MeshEngine),
+  :meth:`MeshTrainer.host_blocks` hands a streamed checkpoint each block unassembled
+  (run/checkpoint.py), and :meth:`MeshTrainer.assign_from_host` writes one value back,
+  each device receiving its block.
   ``full_weights()`` / ``state()`` return every variable through ``to_host``;
   ``shard_shapes()`` reads each device's local shape from the DTensor itself.
 
@@ -355,8 +357,8 @@ class MeshTrainer:
 
   def to_host(self, variable) -> np.ndarray:
     """One variable's whole value in host memory, assembled from the blocks the devices
-    hold (each block copied once); the devices keep only their blocks. Boundaries
-    (eval weights, checkpoint, export) call this one variable at a time."""
+    hold (each block copied once); the devices keep only their blocks. The export calls
+    this one variable at a time (``full_weights`` and ``state`` call it for each)."""
     specs = list(self._d.fetch_layout(variable).sharding_specs)
     with tf.device("/CPU:0"):
       if not specs:
