@@ -1,7 +1,7 @@
 """A wide model on meshes 1xM: training-state bytes per device, step time, and the planner.
 
 The model: an item id -> Embedding(1,000,000 x 64) -> Dense(4096) -> Dense(4096) -> Dense(1),
-placed by the default layout rules (components/distributed_trainer/engines/sharding.py): the
+placed by the default layout rules (components/distributed_trainer/sharding.py): the
 embedding table split along its output dimension, the two hidden Dense layers a Megatron
 pair (column- then row-split), the 1-unit head replicated. Adam, so each parameter carries
 two optimizer slots.
@@ -69,7 +69,8 @@ def child(model_axis: int, vocab: int, dim: int, hidden: int, batch: int, warmup
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.plan import layout_choice, layout_search, memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime, optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
 
   build_model = build_fn(vocab, dim, hidden)
   t0 = time.perf_counter()

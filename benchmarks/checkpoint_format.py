@@ -67,8 +67,9 @@ def main(reps: int) -> dict:
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import engines, model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import factory as engines
+  from tfx_parallel.components.distributed_trainer import model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top

@@ -25,7 +25,8 @@ def main(steps: int) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime, optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top
   spec = ms.ModelSpec(features=tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32)

@@ -9,7 +9,7 @@ tf_keras's own float32 ``Mean`` (tf_keras/src/engine/compile_utils.py
 that metric a falling loss (50 -> 0.02, with 10 % step noise; 3000 steps, batch 256,
 a record every 10 steps) and compares the recovered record losses with the exact means of
 the same steps. Prints one line. (Now the engines hand the Recorder each step's loss:
-engines/step_losses.py, run/callbacks.py.)
+engines/step_losses.py, engines/callbacks.py.)
 """
 import numpy as np, tf_keras
 rng = np.random.default_rng(0)

@@ -47,7 +47,8 @@ def dataset():
 
 def train(hook: str, layout: dict) -> dict:
   from tfx_parallel.components.distributed_trainer.plan import devices  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import engines, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import factory as engines
+  from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   config = TrainerConfig(module_path=module_path(hook), batch_size=GLOBAL_BATCH, steps=STEPS,
                          optimizer="sgd", learning_rate=0.05, log_every=STEPS,

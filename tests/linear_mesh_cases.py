@@ -41,7 +41,8 @@ def main():
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.plan import memory  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime, sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
+  from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.models import linear  # pylint: disable=g-import-not-at-top
 
   data = batches()

@@ -1,7 +1,7 @@
 """Every tensor the mesh engine puts on the devices at each boundary of a run, recorded.
 
 ``python tests/mesh_boundary_cases.py`` splits the CPU into 4 logical devices, builds the
-built-in mlp (4 features -> 8 -> 6 -> 1, Adam; every variable has a shape of its own) with ``engines.MeshEngine`` on a 2x2 mesh
+built-in mlp (4 features -> 8 -> 6 -> 1, Adam; every variable has a shape of its own) with ``mesh_engine.MeshEngine`` on a 2x2 mesh
 (the default rules: a Megatron pair, column- then row-split, so both hidden kernels are
 split) and runs the boundaries one after another: build, eval, train (2 steps),
 checkpoint (``checkpointed()`` + tf.train.Checkpoint: the DVariables themselves, saved
@@ -32,7 +32,8 @@ def main():
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import engines, model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import factory as engines
+  from tfx_parallel.components.distributed_trainer import model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
 
@@ -168,7 +169,8 @@ def memory(hidden: int):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import engines, model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import factory as engines
+  from tfx_parallel.components.distributed_trainer import model_spec as ms, user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   features = tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32) for i in range(16))

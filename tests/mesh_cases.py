@@ -76,7 +76,7 @@ def loss_fn():
 def reference(optimizer, data, build=build_model):
   """Single device, plain tf_keras ``model.fit`` on the same global batches."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
   model = build()
   model.compile(optimizer=optimizers.make(optimizer, LR), loss=loss_fn())
   features = {k: np.concatenate([f[k] for f, _ in data]) for k in data[0][0]}
@@ -99,7 +99,7 @@ def main(b: int, m: int):
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
 
   def trainer(optimizer, build=build_model, rules=None):
     return mesh_runtime.MeshTrainer(build, mesh_shape=(b, m), rules=rules, loss_fn=loss_fn(),

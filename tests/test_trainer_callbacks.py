@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer.run import callbacks as cb
+from tfx_parallel.components.distributed_trainer.engines import callbacks as cb
 
 
 def _state(total=100, start=0):

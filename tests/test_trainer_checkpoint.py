@@ -13,7 +13,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfx_parallel.components.distributed_trainer import executor
-from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer import optimizers
 from tfx_parallel.components.distributed_trainer.run import checkpoint
 
 
@@ -145,7 +145,7 @@ class _Engine:
 def test_a_checkpoint_of_edited_module_source_is_not_resumed_and_the_console_says_why(
     tmp_path, capsys, monkeypatch):
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
   package = tmp_path / "usermods"
   package.mkdir()

@@ -53,7 +53,7 @@ def _tf_errors():
 def _user_errors():
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import optimizers, sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import optimizers, sharding  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
   return {
       "config": ConfigError("trainer.mesh", "the model axis must divide 3"),

@@ -120,7 +120,7 @@ def test_readme_sentence_on_the_kernel_split_is_what_the_default_rules_do():
   """README: "the linear kernel is split by rows ... the MLP alternates column- and
   row-sharded kernels". Read it, then compare with sharding's default rules on the
   built-in models' variables (model axis 2)."""
-  from tfx_parallel.components.distributed_trainer.engines import sharding  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   text = " ".join(open(_README, encoding="utf-8").read().split())

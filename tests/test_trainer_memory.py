@@ -15,7 +15,7 @@ tfenv.split_cpu(2)
 import tensorflow as tf
 import tf_keras
 from tfx_parallel.components.distributed_trainer.plan import memory
-from tfx_parallel.components.distributed_trainer.engines import sharding
+from tfx_parallel.components.distributed_trainer import sharding
 
 def build():
   x = tf_keras.Input((8,), name="x")

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from tfx_parallel.components.distributed_trainer import mesh_axes
-from tfx_parallel.components.distributed_trainer.engines import sharding
+from tfx_parallel.components.distributed_trainer import sharding
 from tfx_parallel.components.distributed_trainer.plan import layout_search
 
 COMPONENTS = pathlib.Path(__file__).resolve().parent.parent / "components"

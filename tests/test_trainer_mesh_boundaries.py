@@ -1,7 +1,7 @@
 """Issue #39 item 1: on a mesh no boundary of a run (build, eval, train, checkpoint,
 restore, export) puts a whole copy of a split variable on any device.
 
-tests/mesh_boundary_cases.py runs the boundaries of engines.MeshEngine on a 2x2 mesh
+tests/mesh_boundary_cases.py runs the boundaries of mesh_engine.MeshEngine on a 2x2 mesh
 of logical CPU devices and records every tensor the DTensor API creates on the mesh
 (layout, global shape, each device's block and device); here the rule is asserted on
 the records, and a negative control (a replicated relayout of a split kernel, what the

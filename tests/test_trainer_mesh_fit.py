@@ -1,4 +1,4 @@
-"""The mesh layout's training run (train.py with engines.MeshEngine): a job through MeshTrainer in its own
+"""The mesh layout's training run (train.py with mesh_engine.MeshEngine): a job through MeshTrainer in its own
 process, with history records, per-epoch eval loss, measured bytes and the export."""
 import os
 

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from tfx_parallel.components.distributed_trainer import config
-from tfx_parallel.components.distributed_trainer.engines import optimizers
+from tfx_parallel.components.distributed_trainer import optimizers
 from tfx_parallel.pipeline import cli
 
 

@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from tfx_parallel.components.distributed_trainer.engines import sharding as S
+from tfx_parallel.components.distributed_trainer import sharding as S
 
 V = S.VariableInfo
 EMB = V("emb/embeddings", (7, 4), S.EMBEDDING, "emb")

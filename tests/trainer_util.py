@@ -55,7 +55,7 @@ def write_rows(root: str, keys, label: str, train_x, train_y, eval_x, eval_y):
 # The last training record's loss / the last eval loss on the seed problem (noise variance
 # 1e-4, reached by every layout here): the recorded loss is the mean per-example loss
 # over the global batch, so the two agree. multi_worker recorded x2 (workers x the loss,
-# issue 38) before engines.FitEngine set tf_keras's distribute_reduction_method.
+# issue 38) before fit_engine.FitEngine set tf_keras's distribute_reduction_method.
 FINAL_LOSS_OVER_EVAL_MAX = 1.3
 
 

@@ -1,5 +1,5 @@
 """When has a training run diverged? One rule, used by the trainer to stop a run early
-(``stop_on_divergence``, distributed_trainer/run/callbacks.py) and by ConvergenceEvaluator to
+(``stop_on_divergence``, distributed_trainer/engines/callbacks.py) and by ConvergenceEvaluator to
 label it (convergence_evaluator/convergence.py). Pure Python, no TensorFlow.
 
 A run has diverged when, over the losses seen so far (training records in step order,

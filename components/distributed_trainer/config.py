@@ -8,7 +8,7 @@ from tfx_parallel.components.common import column_rules, keys, task_contract
 from tfx_parallel.components.common import na_values as na_lib
 from tfx_parallel.components.common.config_util import ConfigError, require
 # The optimizer names (optimizers.RULES, a leaf module that imports nothing of ours).
-from tfx_parallel.components.distributed_trainer.engines.optimizers import OPTIMIZERS  # pylint: disable=unused-import
+from tfx_parallel.components.distributed_trainer.optimizers import OPTIMIZERS  # pylint: disable=unused-import
 
 LAYOUTS = ("single", "mirrored", "multi_worker", "mesh", "auto")
 MODELS = ("linear", "mlp")

@@ -19,8 +19,8 @@ exit codes into the message of the error the component fails with
 from typing import Tuple, Type
 
 from tfx_parallel.components.common.config_util import ConfigError
-from tfx_parallel.components.distributed_trainer.engines.optimizers import OptimizerError
-from tfx_parallel.components.distributed_trainer.engines.sharding import ShardingError
+from tfx_parallel.components.distributed_trainer.optimizers import OptimizerError
+from tfx_parallel.components.distributed_trainer.sharding import ShardingError
 from tfx_parallel.components.distributed_trainer.user_module import ModuleError
 
 

@@ -4,7 +4,7 @@ the model axis divides what a layout splits (issue #39 item 10).
 A mesh is ``batch`` x ``model`` (data parallel x tensor parallel). A layout splits a
 variable's dimension over the ``model`` axis into M equal blocks, so M must divide that
 dimension; :func:`undivided` is where that is decided, for the layout rules
-(engines/sharding.py: the default rules, and ``resolve`` of a user's rules), for the
+(sharding.py: the default rules, and ``resolve`` of a user's rules), for the
 built-in models' check before training (user_module.check_builtin_split, through
 ``sharding.unsplit_kernels``) and for the planner (plan/layout_search.py).
 :func:`undivided_message` says it, naming the variable, its dimension and the axis.

@@ -18,7 +18,7 @@ Optional hooks:
 * ``optimizer(spec) -> tf_keras optimizer`` (default: config ``optimizer`` and
   ``learning_rate``);
 * ``layout_rules(spec) -> {variable-path regex: per-dimension sharding}`` for mesh
-  layouts (default: components/distributed_trainer/engines/sharding.py);
+  layouts (default: components/distributed_trainer/sharding.py);
 * ``callbacks(spec) -> [tf_keras.callbacks.Callback, ...]``: driven with the whole Keras
   protocol (train, epoch, batch and, at each per-epoch evaluation, test hooks) the same
   way on every layout; one the trainer cannot honour is refused before training
@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, Optional
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer import mesh_axes
 from tfx_parallel.components.distributed_trainer import model_spec as ms
-from tfx_parallel.components.distributed_trainer.engines import optimizers
-from tfx_parallel.components.distributed_trainer.engines import sharding
+from tfx_parallel.components.distributed_trainer import optimizers
+from tfx_parallel.components.distributed_trainer import sharding
 
 BUILTIN_PACKAGE = "tfx_parallel.components.distributed_trainer.models"
 HOOKS = ("loss", "optimizer", "layout_rules", "callbacks")

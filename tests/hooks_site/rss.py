@@ -24,7 +24,7 @@ resident set size value", Linux >= 4.0), and read from /proc/self/status.
 import json
 import os
 
-from tfx_parallel.components.distributed_trainer import engines
+from tfx_parallel.components.distributed_trainer.engines import factory as engines
 from tfx_parallel.components.distributed_trainer.plan import memory
 from tfx_parallel.components.distributed_trainer.run import checkpoint
 

@@ -59,7 +59,7 @@ devices (or GPUs when present) with a custom loop:
   :meth:`MeshTrainer.evaluation_sums` evaluates on the mesh itself (the sharded
   variables, the batch split over the batch axis); :meth:`MeshTrainer.to_host`
   assembles ONE variable's whole value in host memory from the blocks the devices hold
-  (the export calls it one variable at a time: engines.MeshEngine),
+  (the export calls it one variable at a time: mesh_engine.MeshEngine),
   :meth:`MeshTrainer.host_blocks` hands a streamed checkpoint each block unassembled
   (run/checkpoint.py), and :meth:`MeshTrainer.assign_from_host` writes one value back,
   each device receiving its block.
@@ -78,8 +78,8 @@ import tf_keras
 from tf_keras.src.dtensor import lazy_variable
 
 from tfx_parallel.components.distributed_trainer import user_module
-from tfx_parallel.components.distributed_trainer.engines import optimizers as optimizers_lib
-from tfx_parallel.components.distributed_trainer.engines import sharding as sharding_lib
+from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
+from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
 _LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.

@@ -32,7 +32,7 @@ from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.inputs import memory_cache
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
-from tfx_parallel.components.distributed_trainer.engines import sharding
+from tfx_parallel.components.distributed_trainer import sharding
 
 def trainable_infos(model) -> List[sharding.VariableInfo]:
   """sharding.VariableInfo of the model's trainable variables (what training state holds)."""

@@ -11,7 +11,7 @@ batch. The figure per device covers the whole run, not only the step:
   a boundary holds besides the state, one variable at a time: tf_keras Adam's dense
   ``update_step`` computes ``m * alpha`` and ``sqrt(v)`` before its ``assign_sub``; an
   initializer's random values and their scaled result; at the export
-  (engines.MeshEngine.copy_weights_to, MeshTrainer.to_host) an assembled array and the
+  (mesh_engine.MeshEngine.copy_weights_to, MeshTrainer.to_host) an assembled array and the
   tensor made of it; at a mesh restore, the blocks DTensor's RestoreV2 reads.
 
 The host figure (``host_bytes``) is what the run holds in host memory outside the step,
@@ -19,7 +19,7 @@ on every layout: the export's plain model (whole parameters, no slots) plus two 
 copies of the largest variable in transit (the trained value copied into it, a mesh's
 gathered array and the tensor made of it; or a mesh restore's transient, measured at 1.4
 of the largest variable). Checkpoints add nothing: every layout's checkpoint reads and
-writes the live variables, a mesh's sharded (engines.MeshEngine.checkpointed). On logical
+writes the live variables, a mesh's sharded (mesh_engine.MeshEngine.checkpointed). On logical
 CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
 the step on every device and a boundary (``boundary_bytes``: every device's parameters
 and slots plus the host figure): ``run_bytes``; the planner checks that against the host

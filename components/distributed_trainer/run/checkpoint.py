@@ -10,7 +10,7 @@ A checkpoint directory holds what ``tf.train.latest_checkpoint`` and
 
 Any layout resumes any other's: each tensor is saved with its global shape, keyed by the
 model's and the optimizer's object graph, not by device. On a mesh the objects are the
-mesh's own (engines.MeshEngine.checkpointed) and each variable is a DVariable, whose
+mesh's own (mesh_engine.MeshEngine.checkpointed) and each variable is a DVariable, whose
 ``_DVariableSaveable`` hands SaveV2 a ``DSaveSpec`` with the global shape and the
 variable's layout on the host mesh, so each device writes its block as a slice of the
 global tensor (tensorflow/dtensor/python/d_variable.py, TF 2.16.2); functional_saver.py

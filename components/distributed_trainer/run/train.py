@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from tfx_parallel.components.common import config_util, keys, run_history
 from tfx_parallel.components.common import tfenv
-from tfx_parallel.components.distributed_trainer import engines
+from tfx_parallel.components.distributed_trainer.engines import factory
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
@@ -177,7 +177,7 @@ def run(job: Job) -> dict:
 
   The one run skeleton of every layout: inputs, run state, callbacks, checkpoints, the
   run record, export and the console lines. The layout's part is its step engine
-  (engines/__init__.py: ``FitEngine`` for single / mirrored / multi_worker, ``MeshEngine`` for
+  (engines/factory.py: ``FitEngine`` for single / mirrored / multi_worker, ``MeshEngine`` for
   the mesh).
   """
   # Before TensorFlow initialises; multi_worker must not initialise it here either
@@ -189,12 +189,12 @@ def run(job: Job) -> dict:
   tfenv.skip_tf_keras_autograph()  # 10-25 s less before the first step (tfenv.py).
   # After skip_tf_keras_autograph, as the device plan is applied before TensorFlow
   # initialises: these import tf_keras / TensorFlow.
-  from tfx_parallel.components.distributed_trainer.run import callbacks as cb  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.inputs import tf_data  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.run import export  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
-  engine = engines.create(config, plan, device_record)
+  engine = factory.create(config, plan, device_record)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   # Refused here, before any build, when the layout cannot honour one of them.

@@ -1,0 +1,120 @@
+"""FitEngine: ``single``, ``mirrored``, ``multi_worker``; tf_keras ``model.fit`` under a
+``tf.distribute`` strategy (strategies.py), or none. The common engine surface is
+described in the package docstring (engines/__init__.py)."""
+import contextlib
+from typing import Callable, Dict, List, Sequence, Tuple
+
+from tfx_parallel.components.distributed_trainer import user_module
+
+
+class FitEngine:
+  """tf_keras ``fit`` under the layout's strategy (None for single)."""
+
+  host_blocks = None  # Checkpoints: TensorFlow's own writer (see MeshEngine.host_blocks).
+
+  def __init__(self, config, plan, device_record: dict):
+    """Creates the strategy: first thing after the devices are configured (multi_worker
+    configures collective ops, which must precede any other use of TensorFlow)."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
+    self.config, self.device_record = config, device_record
+    self.layout = config.layout
+    self.strategy = strategies.make_strategy(config.layout, config.devices, plan.collective)
+    self.chief, self.num_workers, self.worker_index = True, 1, 0
+    if config.layout == "multi_worker":
+      task_type, self.worker_index, self.num_workers = strategies.worker_info(self.strategy)
+      self.chief = strategies.is_chief(task_type, self.worker_index)
+    self.steps_per_execution = config.execution_steps()
+
+  def build(self, module, spec):
+    """The user's model, loss and optimizer under the strategy, compiled."""
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import step_losses  # pylint: disable=g-import-not-at-top
+    config = self.config
+    tf_keras.utils.set_random_seed(config.seed)
+    with self.scope():
+      self.model = user_module.build(module, spec)
+      self.loss = user_module.make_loss(module, spec)
+      self.optimizer = user_module.make_optimizer(module, spec, config.optimizer,
+                                                  config.learning_rate)
+      self.model.compile(optimizer=self.optimizer, loss=self.loss,
+                         steps_per_execution=self.steps_per_execution)
+      self._step_losses = step_losses.StepLosses(self.model, self.steps_per_execution)
+    self.written_optimizer = self.optimizer
+    if self.strategy is not None:
+      # The logs fit hands the callbacks are the compiled metrics' result(), which
+      # already aggregates every replica's (sync-on-read) totals and counts: the mean
+      # per-example loss over the global batch. tf_keras's default reduction "auto"
+      # then SUMS that value over the replicas under MultiWorkerMirroredStrategy
+      # (tf_keras/src/engine/training.py, reduce_per_replica: "auto" -> "sum", and
+      # strategy.reduce("SUM") for a multi-worker collective strategy), recording
+      # workers x the loss. "first" takes the one synchronised value, as under
+      # MirroredStrategy, where the replicas' identical results pass through as is.
+      self.model.distribute_reduction_method = "first"
+
+  def scope(self):
+    return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+  def describe(self) -> dict:
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import strategies  # pylint: disable=g-import-not-at-top
+    return dict(strategies.describe(self.layout, self.strategy, self.model.weights),
+                **self.device_record)
+
+  def variable_record(self) -> Tuple[Dict[str, dict], List[str], str]:
+    """(per-variable splits, replicated-by-default paths, console text): whole copies."""
+    return {}, [], ""
+
+  def dataset(self, make: Callable[[int, int, int, int], object], start_step: int):
+    """The train dataset: ``make(batch, num_shards, index, skip_batches)``."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    batch = self.config.batch_size
+    if self.layout != "multi_worker":
+      return make(batch, 1, 0, start_step)
+
+    def fn(ctx: tf.distribute.InputContext):
+      per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+      return make(ctx.get_per_replica_batch_size(batch), ctx.num_input_pipelines,
+                  ctx.input_pipeline_id, start_step * per_pipeline)
+    return self.strategy.distribute_datasets_from_function(fn)
+
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
+    """The per-epoch evaluation; drives ``callbacks``' test hooks (engines/callbacks.py)."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
+    return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks)
+
+  def train(self, dataset, start_step: int, total: int, callbacks: list):
+    if total > start_step:
+      self.model.fit(dataset, epochs=1, steps_per_epoch=total - start_step,
+                     callbacks=callbacks, verbose=0)
+
+  def step_losses(self, n: int) -> List[float]:
+    """The exact losses of the last ``n`` steps (at most one execution's), oldest first:
+    each the mean over its global batch, read where the step computed it
+    (step_losses.py), not recovered from ``fit``'s running mean."""
+    return self._step_losses.last(n)
+
+  def weights(self) -> list:
+    return self.model.get_weights()
+
+  def copy_weights_to(self, model):
+    """The trained weights into ``model`` (a plain copy on the host), one variable at a
+    time: the host holds the copy plus the variable in transit (plan/layout_search.py
+    ``host_bytes``), never a second whole copy as ``get_weights`` would."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    targets, sources = model.weights, self.model.weights
+    if len(targets) != len(sources):
+      raise RuntimeError(f"export: the host model has {len(targets)} variables, the trained "
+                         f"model {len(sources)}")
+    with tf.device("/CPU:0"):
+      for target, source in zip(targets, sources):
+        target.assign(source.read_value())
+
+  def checkpointed(self) -> Dict[str, object]:
+    """What a checkpoint holds: the model and its optimizer, built (every slot exists,
+    so that a restore fills it at once rather than when ``fit`` creates it)."""
+    with self.scope():
+      self.optimizer.build(self.model.trainable_variables)
+    return {"model": self.model, "optimizer": self.optimizer}

@@ -1,0 +1,157 @@
+"""MeshEngine: ``mesh``; ``mesh_runtime.MeshTrainer`` on a DTensor (batch, model) mesh,
+with the layout rules of sharding.py. The common engine surface is described in the
+package docstring (engines/__init__.py)."""
+import math
+from typing import Callable, Dict, List, Sequence, Tuple
+
+from tfx_parallel.components.distributed_trainer import sharding
+from tfx_parallel.components.distributed_trainer import user_module
+
+
+class MeshEngine:
+  """``MeshTrainer`` on the (batch, model) mesh of ``config.mesh``."""
+
+  def __init__(self, config, plan, device_record: dict):
+    del plan
+    self.config, self.device_record = config, device_record
+    self.layout = "mesh"
+    self.chief, self.num_workers, self.worker_index = True, 1, 0
+    self.steps_per_execution = config.execution_steps()
+    self._losses: List[float] = []  # The last execution's exact losses (train).
+
+  def build(self, module, spec):
+    """Places the user's model on the mesh (probe, rules, DVariables) with the loss and
+    the optimizer built with ``mesh=``; a rule or optimizer that cannot apply fails here,
+    before the first step."""
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+    config = self.config
+    self.module, self.spec = module, spec
+    self.loss = user_module.make_loss(module, spec)
+    tf_keras.utils.set_random_seed(config.seed)
+    # As written (recorded); placed on the mesh by a rebuild with mesh= (optimizers.on_mesh).
+    self.written_optimizer = user_module.make_optimizer(module, spec, config.optimizer,
+                                                        config.learning_rate)
+    self.trainer = mesh_runtime.MeshTrainer(
+        lambda: user_module.build(module, spec), mesh_shape=tuple(config.mesh),
+        rules=module.layout_rules(spec) if module.layout_rules else None,
+        loss_fn=self.loss,
+        optimizer=lambda mesh: user_module.place_optimizer(
+            module, self.written_optimizer, mesh, config.optimizer),
+        global_batch=config.batch_size, module_name=module.name)
+    self.model, self.optimizer = self.trainer.model, self.trainer.optimizer
+    # One variable's blocks on the host, each copied once and never assembled: a
+    # checkpoint after the first streams them a few at a time (run/checkpoint.py).
+    self.host_blocks = self.trainer.host_blocks
+
+  def describe(self) -> dict:
+    b, m = self.trainer.mesh_shape
+    return dict({"layout": "mesh", "replicas": b, "mesh_shape": [b, m],
+                 "devices": list(self.trainer.mesh.local_devices())}, **self.device_record)
+
+  def variable_record(self) -> Tuple[Dict[str, dict], List[str], str]:
+    """(per-variable splits, variables the default rules left whole, console text)."""
+    m = self.trainer.mesh_shape[1]
+    splits = sharding.split_record(self.trainer.shardings, self.trainer.shard_shapes(), m)
+    return (splits, [v.path for v in self.trainer.replicated],
+            sharding.describe_splits(splits, self.trainer.global_shapes()))
+
+  def dataset(self, make, start_step: int):
+    return make(self.config.batch_size, 1, 0, start_step)
+
+  def evaluator(self, eval_ds, callbacks: Sequence = ()) -> Callable[[], Tuple[float, float]]:
+    """Evaluation on the mesh itself (the sharded variables, the batch split over the
+    batch axis: MeshTrainer.evaluation_sums); drives ``callbacks``' test hooks as the fit
+    engine's does."""
+    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
+    from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
+    return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks,
+                             sums=self.trainer.evaluation_sums)
+
+  def train(self, dataset, start_step: int, total: int, callbacks: list):
+    """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
+    of ``steps_per_execution`` steps: each is ONE DTensor call over that many batches,
+    stacked by ``dataset.batch`` (the last may be shorter).
+
+    The callbacks are driven as ``model.fit(epochs=1, steps_per_epoch=total -
+    start_step)`` drives them (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16):
+    a ``CallbackList`` with a History, ``on_train_begin``, ``on_epoch_begin(0)``, per
+    execution ``on_train_batch_begin(first step)`` and ``on_train_batch_end(last step,
+    {"loss": running mean since the start})``, ``on_epoch_end(0, logs)`` and
+    ``on_train_end(logs)``; the losses leave the devices only once per execution."""
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    if total <= start_step:
+      return  # As FitEngine: no fit, no callbacks.
+    model, steps = self.model, total - start_step
+    hooks = tf_keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=False,
+                                            model=model, verbose=0, epochs=1, steps=steps)
+    model.stop_training = False
+    hooks.on_train_begin()
+    hooks.on_epoch_begin(0)
+    count, mean, logs = 0, 0.0, {}
+    # Stacked k at a time by tf.data's threads (prefetch), and each execution's batches
+    # packed onto the mesh while the one before runs (run_packed returns before the
+    # devices finish; fetch waits): the host's input work overlaps the steps, as fit's
+    # input is read inside its train function.
+    batches = iter(dataset.take(steps).batch(self.steps_per_execution).prefetch(1))
+    packed = self._pack_next(batches)
+    while packed is not None:
+      hooks.on_train_batch_begin(count)
+      running = self.trainer.run_packed(packed)
+      packed = self._pack_next(batches)
+      losses = self._losses = self.trainer.fetch([running])
+      for n, loss in enumerate(losses, count + 1):
+        mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
+      count += len(losses)
+      logs = {"loss": mean}
+      hooks.on_train_batch_end(count - 1, logs)
+      if model.stop_training:
+        break
+    hooks.on_epoch_end(0, dict(logs))
+    hooks.on_train_end(dict(logs))
+
+  def _pack_next(self, batches):
+    """The next execution's batches packed onto the mesh, or None at the end."""
+    stacked = next(batches, None)
+    return None if stacked is None else self.trainer.pack_steps(*stacked)
+
+  def step_losses(self, n: int) -> List[float]:
+    """The exact losses of the last ``n`` steps of the execution that just ended, oldest
+    first, as the step function returned them."""
+    if not 0 < n <= len(self._losses):
+      raise ValueError(f"n: between 1 and {len(self._losses)} (the last execution's "
+                       f"steps). Received: {n}")
+    return self._losses[-n:]
+
+  def weights(self) -> list:
+    return self.trainer.full_weights()
+
+  def copy_weights_to(self, model):
+    """The mesh model's weights into ``model`` (a plain host copy), one variable at a
+    time through host memory: no device holds a whole split variable."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.device("/CPU:0"):
+      for target, source in zip(model.weights, self.model.weights):
+        target.assign(self.trainer.to_host(source))
+
+  def checkpointed(self) -> Dict[str, object]:
+    """What a checkpoint holds: the mesh model and optimizer themselves, no host copy;
+    no device ever holds a whole split variable.
+
+    A run's first save, and every restore, are TensorFlow's DTensor-aware checkpointing
+    of the DVariables. Each saves through its ``_DVariableSaveable``
+    (tensorflow/dtensor/python/d_variable.py, TF 2.16.2): a ``DSaveSpec`` with the
+    variable's global shape and its layout on the host mesh, so DTensor's SaveV2 writes
+    each device's block as a slice of the global tensor; functional_saver.py
+    ``MultiDeviceSaver.restore`` runs the restore inside a tf.function on the DTensor
+    device "because custom devices, such as DTensor, usually do a sharded save and
+    restore", so RestoreV2 reads each device's block in the layout of its variable.
+    Each such save traces and DTensor-compiles a new function (0.2-0.5 s, whatever the
+    model's size), so later saves stream the devices' blocks a few at a time through
+    host memory (``host_blocks``; run/checkpoint.py ``_write_streamed``), each block as a
+    slice of its variable as DTensor writes it, under the same keys and object graph. The keys are the ones any layout's checkpoint has (the optimizer is the
+    user's class rebuilt with ``mesh=``; a plain SGD's MeshSGD keeps stock SGD's ``m``
+    slots): a mesh checkpoint resumes on single or mirrored, and theirs here.
+    """
+    return {"model": self.model, "optimizer": self.optimizer}
