@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup run test test-unit test-e2e bench bench-smoke clean gpu-check
+.PHONY: setup run test test-unit test-e2e docs bench bench-smoke clean gpu-check
 
 setup: $(STAMP)
 
@@ -22,8 +22,8 @@ $(STAMP): constraints.txt setup.py
 	@if [ ! -x $(PY) ]; then PYBIN=$$(./.ci/find_python "$(SETUP_PYTHON)") || exit 1; \
 	  echo "Creating $(VENV) with $$PYBIN"; $$PYBIN -m venv $(VENV) || exit 1; fi
 	$(PY) -m pip install -q --disable-pip-version-check uv==0.13.9
-	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -c constraints.txt -e '.[test,dask]'
-	$(PY) -c "import tfx_parallel.components.common.tfenv as e; e.prepare(); import tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed; print('environment OK')"
+	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY) -c constraints.txt -e '.[test,dask,docs]'
+	$(PY) -c "import tfx_parallel.components.common.tfenv as e; e.prepare(); import tfx_bsl, ml_metadata, apache_beam, tf_keras, dask.distributed, mkdocs, material; print('environment OK')"
 	@touch $(STAMP)
 
 run: setup
@@ -36,6 +36,7 @@ run: setup
 # tests to both workers and each ran the fixture (tests/test_makefile_xdist.py).
 XDIST := -n 2 --dist loadfile
 test: setup
+	$(VENV)/bin/mkdocs build --strict --quiet
 	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
 	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests
 
@@ -44,6 +45,11 @@ test-unit: setup
 
 test-e2e: setup
 	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests
+
+# The docs site (mkdocs.yml, docs/) into site/. --strict: a broken link, a missing page or
+# a page left out of the nav fails the build (`make test` runs the same build first).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 bench: setup
 	$(PY) benchmarks/run_all.py
@@ -75,4 +81,4 @@ gpu-check:
 	$(GPU_PY) -m pytest -p no:cacheprovider -q tests/test_gpu.py
 
 clean:
-	rm -rf runs build *.egg-info .pytest_cache
+	rm -rf runs build site *.egg-info .pytest_cache

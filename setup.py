@@ -59,6 +59,8 @@ setup(
         "test": ["pytest", "pytest-timeout", "pytest-xdist", "moto[server]"],
         # The ingest on a Dask cluster: Beam's DaskRunner (see README, "Ingest on Dask").
         "dask": ["dask[distributed]>=2024.4.2"],
+        # The docs site (docs/, mkdocs.yml): `make docs`, and `mkdocs build --strict` in CI.
+        "docs": ["mkdocs==1.6.1", "mkdocs-material==9.7.7"],
     },
     entry_points={
         "console_scripts": ["tfx-parallel=tfx_parallel.pipeline.cli:main"],

@@ -56,7 +56,17 @@ class Accelerator:
 
 @dataclasses.dataclass(frozen=True)
 class Toleration:
-  """A Kubernetes toleration (the fields of kfp-kubernetes' Toleration message)."""
+  """A Kubernetes toleration (the fields of kfp-kubernetes' Toleration message).
+
+  Attributes:
+    key: the taint key, e.g. ``nvidia.com/gpu``; empty with ``Exists``: every taint.
+    operator: ``Equal`` (the taint's value must be ``value``) or ``Exists``.
+    value: the taint value ``Equal`` compares with.
+    effect: the taint effect tolerated (``NoSchedule``, ``PreferNoSchedule``,
+      ``NoExecute``); empty: every effect.
+    toleration_seconds: with ``NoExecute``: how long the pod stays bound after the
+      taint appears; None: for ever.
+  """
   key: str = ""
   operator: str = "Equal"
   value: str = ""

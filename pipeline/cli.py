@@ -78,7 +78,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
                       "example_gen.bad_row_policy=skip, --set example_gen.columns=a,b "
                       "(repeatable; values in YAML: true, 5, 0.1, null, [a, b]; applied "
                       "after --config and the flags). The keys are the fields of "
-                      "PipelineConfig's dataclasses (README 'Settings')")
+                      "PipelineConfig's dataclasses (docs/reference/settings.md)")
   p.add_argument("--home", default=config_lib.DEFAULT_HOME,
                  help="directory for ML Metadata (metadata.sqlite) and artifacts "
                       "(default: %(default)s)")
@@ -125,8 +125,8 @@ def add_run_arguments(p: argparse.ArgumentParser):
   p.add_argument("--model", default=None, choices=list(trainer_lib.MODELS),
                  help=f"default: {tr.model} for synthetic data, {csv.model} for CSV/taxi")
   p.add_argument("--module-file", default=None,
-                 help="user model module defining build_model(spec) (see README 'Bring your "
-                      "own model'); default: the built-in --model")
+                 help="user model module defining build_model(spec) (docs/model.md); "
+                      "default: the built-in --model")
   p.add_argument("--module-path", default=None,
                  help="importable user model module (instead of --module-file)")
   p.add_argument("--hparams", type=_json_object, default=None,
@@ -137,7 +137,7 @@ def add_run_arguments(p: argparse.ArgumentParser):
                  help=f"training steps (default {tr.steps}: use --epochs)")
   p.add_argument("--epochs", type=int, default=None,
                  help=f"passes over the train split (default: {tr.epochs}); 0 chooses the "
-                      f"length from the data and prints why (README 'Training length')")
+                      f"length from the data and prints why (docs/model.md, 'Training length')")
   p.add_argument("--batch-size", type=int, default=None,
                  help=f"global batch size (default: {tr.batch_size})")
   p.add_argument("--learning-rate", type=float, default=None,

@@ -73,7 +73,20 @@ def default_config(source: str = SYNTHETIC) -> "PipelineConfig":
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-  """The whole pipeline. Sub-configs are validated by their own `validate()`."""
+  """The whole pipeline. Sub-configs are validated by their own `validate()`.
+
+  Attributes:
+    pipeline_name: the TFX pipeline's name: its artifacts go under
+      ``<home>/pipelines/<name>/`` and its runs are found by it in ML Metadata.
+    example_gen: PartitionedExampleGen's config.
+    trainer: DistributedTrainer's config.
+    evaluator: ConvergenceEvaluator's config.
+    with_tfma: also run the stock TFX Evaluator (TFMA) on the trained model.
+    enable_cache: TFX's caching of whole component runs (not the trainer's input cache,
+      ``trainer.cache``).
+    beam_pipeline_args: Beam pipeline args of the Beam components (PartitionedExampleGen),
+      e.g. ``--direct_num_workers=2``.
+  """
   pipeline_name: str = DEFAULT_PIPELINE_NAME
   example_gen: ExampleGenConfig = dataclasses.field(default_factory=ExampleGenConfig)
   trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)

@@ -23,7 +23,12 @@ def _require_non_negative(value: Optional[float], key: str):
 
 @dataclasses.dataclass(frozen=True)
 class RegressionThresholds:
-  """Bless a regression model only when eval MSE <= ``max_eval_mse`` and R^2 >= ``min_r2``."""
+  """Bless a regression model only when eval MSE <= ``max_eval_mse`` and R^2 >= ``min_r2``.
+
+  Attributes:
+    max_eval_mse: the largest eval MSE that is blessed; None: not checked.
+    min_r2: the smallest eval R^2 that is blessed (<= 1); None: not checked.
+  """
   max_eval_mse: Optional[float] = None
   min_r2: Optional[float] = None
 
@@ -35,7 +40,15 @@ class RegressionThresholds:
 
 @dataclasses.dataclass(frozen=True)
 class BinaryThresholds:
-  """Bless a binary classifier only when every set bound holds (threshold 0.5)."""
+  """Bless a binary classifier only when every set bound holds (threshold 0.5).
+
+  Attributes:
+    min_accuracy: the smallest eval accuracy that is blessed (0-1); None: not checked.
+    min_auc: the smallest eval ROC AUC that is blessed (0-1); None: not checked.
+    max_log_loss: the largest eval log loss that is blessed; None: not checked.
+    min_precision: the smallest eval precision of class 1 (0-1); None: not checked.
+    min_recall: the smallest eval recall of class 1 (0-1); None: not checked.
+  """
   min_accuracy: Optional[float] = None
   min_auc: Optional[float] = None
   max_log_loss: Optional[float] = None
@@ -52,7 +65,11 @@ class BinaryThresholds:
 class MulticlassThresholds:
   """Bless a multi-class classifier only when every set bound holds.
 
-  ``min_class_accuracy`` bounds the accuracy of every class present in the split.
+  Attributes:
+    min_accuracy: the smallest eval accuracy that is blessed (0-1); None: not checked.
+    max_log_loss: the largest eval log loss that is blessed; None: not checked.
+    min_class_accuracy: the smallest accuracy of every class present in the split
+      (0-1); None: not checked.
   """
   min_accuracy: Optional[float] = None
   max_log_loss: Optional[float] = None
