@@ -36,7 +36,7 @@ run: setup
 # tests to both workers and each ran the fixture (tests/test_makefile_xdist.py).
 XDIST := -n 2 --dist loadfile
 test: setup
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PYTEST) $(XDIST) -m "not slow" --durations=10 tests
 	$(PYTEST) $(XDIST) -m "slow" --durations=30 tests
 
@@ -49,7 +49,7 @@ test-e2e: setup
 # The docs site (mkdocs.yml, docs/) into site/. --strict: a broken link, a missing page or
 # a page left out of the nav fails the build (`make test` runs the same build first).
 docs: setup
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: setup
 	$(PY) benchmarks/run_all.py

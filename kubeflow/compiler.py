@@ -6,7 +6,7 @@ Builds the same ``create_pipeline(config, pipeline_root)`` the local runner runs
 compiles it with TFX's KubeflowV2DagRunner and writes a KFP v2 package (PipelineSpec
 + Kubernetes PlatformSpec) that open-source Kubeflow Pipelines accepts and runs
 (``--target kfp``, the default), or the PipelineSpec alone for Vertex AI Pipelines
-(``--target vertex``). See docs/KUBEFLOW.md.
+(``--target vertex``). See docs/kubeflow.md.
 """
 import argparse
 import logging
@@ -142,5 +142,5 @@ def run(args: argparse.Namespace) -> int:
         f"{result.pipeline_spec['defaultPipelineRoot']}). Upload it in the KFP UI or with "
         f"kfp.Client().upload_pipeline({args.output!r}).")
   for task, reason in sorted(result.uncached.items()):
-    print(f"tfx-parallel compile: note: {task}: {reason} (docs/KUBEFLOW.md, \"Caching\").")
+    print(f"tfx-parallel compile: note: {task}: {reason} (docs/kubeflow.md, \"Caching\").")
   return 0

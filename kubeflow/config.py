@@ -94,10 +94,10 @@ class Toleration:
     return self
 
 
-# Backends 2.5.0 and later compile a task's retryPolicy into an Argo retryStrategy on its
-# executor template; 2.1.0 to 2.4.x ignore it (kubeflow/pipelines
-# backend/src/v2/compiler/argocompiler/container.go: getTaskRetryStrategy from 2.5.0, no
-# retry code before). Argo ends all retries at the first attempt's start + backoff_max
+# Backends 2.4.1 and later compile a task's retryPolicy into an Argo retryStrategy on its
+# executor template; 2.1.0 to 2.4.0 ignore it (kubeflow/pipelines
+# backend/src/v2/compiler/argocompiler/container.go: getTaskRetryStrategy, added by
+# kubeflow/pipelines#11673 and released in 2.4.1; no retry code before). Argo ends all retries at the first attempt's start + backoff_max
 # and gives each retried pod that deadline (argo-workflows workflow/controller/
 # operator.go processNodeRetries: ``maxDurationDeadline := firstChildNode.StartedAt.Add
 # (maxDuration)``, ``opts.executionDeadline = maxDurationDeadline``), so its default
@@ -112,7 +112,7 @@ class RetryPolicy:
 
   Attributes:
     max_retry_count: retries after a failed attempt (0: none). A retried trainer
-      resumes from its last checkpoint (``checkpoint_volume``, docs/KUBEFLOW.md).
+      resumes from its last checkpoint (``checkpoint_volume``, docs/kubeflow.md).
     backoff_seconds: wait before the first retry.
     backoff_factor: each later wait is the previous one times this (a whole number:
       the Argo compiler truncates it to an integer, ``int32(GetBackoffFactor())``).

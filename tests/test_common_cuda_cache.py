@@ -1,7 +1,7 @@
 """CUDA's JIT cache on a volume the image's user cannot write (components/common/cuda_cache.py).
 
 KFP sets no fsGroup, so a claim mounted at the image's CUDA_CACHE_PATH keeps its root's
-owner, typically root with mode 0755 (docs/KUBEFLOW.md). The image runs as uid 1000.
+owner, typically root with mode 0755 (docs/kubeflow.md). The image runs as uid 1000.
 Here the volume is a directory owned by root with mode 0755, and the step is a process
 running as uid 1000 (when the tests run as root), or the directory is 0555 (otherwise).
 """

@@ -465,7 +465,7 @@ def test_a_csv_ingest_is_never_cached_and_compile_says_why(tmp_path, capsys, pac
   lines = capsys.readouterr().out.splitlines()
   assert lines[1:] == ["tfx-parallel compile: note: PartitionedExampleGen: reads input files, and the KFP cache key does "
                        "not cover them (a changed file at the same path would be served "
-                       'stale): caching off for this step (docs/KUBEFLOW.md, "Caching").'], lines
+                       'stale): caching off for this step (docs/kubeflow.md, "Caching").'], lines
   documents = list(yaml.safe_load_all(output.read_text()))
   compiled = Package(pipeline_spec=documents[0],
                      platform_spec=documents[1] if len(documents) > 1 else {})

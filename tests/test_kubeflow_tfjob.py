@@ -629,7 +629,7 @@ def test_the_rbac_command_prints_the_role_and_the_docs_show_the_same(capsys):
   assert cli.main(["rbac", "--namespace", "kubeflow-user"]) == 0
   printed = list(yaml.safe_load_all(capsys.readouterr().out))
   assert printed == kube_manifest.rbac_manifests("kubeflow-user", "default-editor")
-  doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "KUBEFLOW.md")).read()
+  doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "multi-node.md")).read()
   block = doc[doc.index("**RBAC.**"):]
   block = block[block.index("```yaml\n") + 8:]
   assert list(yaml.safe_load_all(block[:block.index("```")])) == printed
@@ -775,7 +775,7 @@ def _sdk_python():
   return python
 
 
-# The documented settings (docs/KUBEFLOW.md's table), each combination the executor
+# The documented settings (docs/multi-node.md's table), each combination the executor
 # can produce: defaults; everything set; one replica; in the KFP pod's namespace.
 DOCUMENTED_SETTINGS = {
     "defaults": {},

@@ -209,7 +209,7 @@ def test_metrics_read_a_store_written_the_way_kfp_writes_it(tmp_path, capsys):
   assert "12,346" in table[1] and " 1 " in table[1] and "1.0" not in table[1]
 
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "results.md")
 RECIPE_MARKER = "<!-- ML Metadata recipe: run by tests/test_metrics_report.py -->"
 
 
@@ -217,7 +217,7 @@ def _readme_recipe():
   import re  # pylint: disable=g-import-not-at-top
   with open(README, encoding="utf-8") as f:
     text = f.read()
-  assert RECIPE_MARKER in text, f"README.md lost its marker {RECIPE_MARKER!r}"
+  assert RECIPE_MARKER in text, f"docs/results.md lost its marker {RECIPE_MARKER!r}"
   match = re.match(r"\s*```python\n(.*?)\n```", text.split(RECIPE_MARKER, 1)[1], re.S)
   assert match, "no ```python block right after the marker"
   return match.group(1)
@@ -226,7 +226,7 @@ def _readme_recipe():
 @pytest.mark.parametrize("written_by", ["local", "kfp"])
 def test_the_readme_recipe_reads_local_and_kfp_stores(tmp_path, monkeypatch, capsys,
                                                       written_by):
-  """The README's plain-ml_metadata recipe, run as written from a directory holding
+  """The docs (results.md) plain-ml_metadata recipe, run as written from a directory holding
   runs/metadata.sqlite: a local store (TFX's type names, typed values) and one written
   as KFP writes it."""
   path = tmp_path / "runs" / "metadata.sqlite"
@@ -243,7 +243,7 @@ def test_the_readme_recipe_reads_local_and_kfp_stores(tmp_path, monkeypatch, cap
       stored.custom_properties[name].CopyFrom(value)
     store.put_artifacts([stored])
   monkeypatch.chdir(tmp_path)
-  exec(compile(_readme_recipe(), "README.md", "exec"), {})  # pylint: disable=exec-used
+  exec(compile(_readme_recipe(), "docs/results.md", "exec"), {})  # pylint: disable=exec-used
   lines = capsys.readouterr().out.splitlines()
   assert lines == ["regression mirrored 2 converged 0 3.2e-09 0.0123456789"], lines
 

@@ -1,4 +1,4 @@
-"""The README's drop-in pipeline, extracted from README.md at test time and run as a user
+"""The drop-in pipeline of docs/stock-tfx.md, extracted at test time and run as a user
 runs it: ``python pipeline.py`` in a directory holding ``data/*.csv`` and ``model.py``
 (issue 31, case 8). One run; its console is checked for case 7 (a Python pipeline that
 exits 0 ends without TF's AtomicFunction teardown errors or TFX's property-predicate
@@ -15,15 +15,15 @@ import pytest
 import test_stock_pipeline as stock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-README = os.path.join(HERE, "..", "README.md")
+README = os.path.join(HERE, "..", "docs", "stock-tfx.md")
 MARKER = "<!-- drop-in pipeline: run by tests/test_readme.py -->"
 
 
 def drop_in_code(readme: str = README) -> str:
-  """The ```python block right after :data:`MARKER` in README.md."""
+  """The ```python block right after :data:`MARKER` in docs/stock-tfx.md."""
   with open(readme, encoding="utf-8") as f:
     text = f.read()
-  assert MARKER in text, f"README.md lost its marker {MARKER!r}"
+  assert MARKER in text, f"docs/stock-tfx.md lost its marker {MARKER!r}"
   match = re.match(r"\s*```python\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
   assert match, "no ```python block right after the marker"
   return match.group(1)
@@ -36,7 +36,7 @@ def test_the_drop_in_block_has_every_import_it_uses():
                  "tfx.components.Evaluator(", "tfx.components.Pusher(",
                  'prediction_key="probabilities"', "import tensorflow_model_analysis as tfma"):
     assert needed in code, needed
-  compile(code, "README.md", "exec")
+  compile(code, "docs/stock-tfx.md", "exec")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@
 (COMPLETE, CACHED, FAILED, CANCELED) except the ones this test killed, which stay RUNNING
 and have no output events; every LIVE artifact is the output of a COMPLETE or CACHED
 execution and its files exist; every LIVE Examples artifact holds all of its shards with
-exactly the rows its ``row_counts`` property says. See docs/RELIABILITY.md.
+exactly the rows its ``row_counts`` property says. See docs/reliability.md.
 """
 import glob
 import gzip

@@ -2,7 +2,7 @@
 the model axis, Y = sum_i X_i W_i, each shard's gradient block X_i^T dL/dY once in the
 kernel's layout (the tape's gradient before that relayout is whole). Read from the
 DTensor itself on every mesh 1xM and BxM that divides (one process for all meshes:
-tests/linear_mesh_cases.py), and the README's sentence read back."""
+tests/linear_mesh_cases.py), and the sentence of docs/layouts.md read back."""
 import functools
 import os
 import re
@@ -14,7 +14,7 @@ import trainer_util as tu
 
 import linear_mesh_cases as cases
 
-_README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+_README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "layouts.md")
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,7 +117,7 @@ def test_state_bytes_per_device_fall_with_the_model_axis():
 
 
 def test_readme_sentence_on_the_kernel_split_is_what_the_default_rules_do():
-  """README: "the linear kernel is split by rows ... the MLP alternates column- and
+  """docs/layouts.md: "the linear kernel is split by rows ... the MLP alternates column- and
   row-sharded kernels". Read it, then compare with sharding's default rules on the
   built-in models' variables (model axis 2)."""
   from tfx_parallel.components.distributed_trainer import sharding  # pylint: disable=g-import-not-at-top
@@ -125,7 +125,7 @@ def test_readme_sentence_on_the_kernel_split_is_what_the_default_rules_do():
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   text = " ".join(open(_README, encoding="utf-8").read().split())
   said = re.search(r"the linear kernel is split by (rows|columns)", text)
-  assert said, "README no longer says how the linear kernel is split"
+  assert said, "docs/layouts.md no longer says how the linear kernel is split"
   mlp_said = re.search(r"the MLP alternates (column|row)- and (column|row)-sharded kernels", text)
   assert mlp_said
   spec = ms.ModelSpec(features=tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32) for i in range(4)),

@@ -66,7 +66,7 @@ def check(environ: Mapping[str, str]) -> CacheCheck:
       f"tfx-parallel: CUDA cache {configured} ({CACHE_ENV}) is not writable by uid "
       f"{os.getuid()} ({problem}); CUDA compiles its kernels into {fallback} instead, "
       f"for this pod only. To keep them across pods, make the volume's root writable "
-      f"once (e.g. `chmod 1777` it from a pod running as root; docs/KUBEFLOW.md, "
+      f"once (e.g. `chmod 1777` it from a pod running as root; docs/kubeflow.md, "
       f"\"CUDA's JIT cache\")."))
 
 

@@ -118,7 +118,7 @@ class TFJobClient:
           f"{namespace!r}; the {self.KIND} was not created. Apply the Role and RoleBinding that "
           f"'tfx-parallel rbac --namespace {namespace} --service-account <account>' prints "
           f"(the account is pipeline-runner on standalone KFP, default-editor in a "
-          f"Kubeflow profile): see docs/KUBEFLOW.md, RBAC.")
+          f"Kubeflow profile): see docs/multi-node.md, RBAC.")
 
   def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
     namespace = body["metadata"]["namespace"]
@@ -280,7 +280,7 @@ class TrainJobClient(TFJobClient):
           f"no TensorFlow runtime, and namespace {namespace!r} has no "
           f"{trainjob.RUNTIME_KIND} {trainjob.RUNTIME_NAME!r}; nothing was created. Install "
           f"it: 'tfx-parallel runtime --namespace {namespace} | kubectl apply -f -' (see "
-          f"docs/KUBEFLOW.md, Several nodes).") from None
+          f"docs/multi-node.md, Several nodes).") from None
 
   def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
     return self._custom.create_namespaced_custom_object(
