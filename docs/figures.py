@@ -44,11 +44,11 @@ def _arrow(ax, x0, y0, x1, y1, text="", color=GREY):
               arrowprops=dict(arrowstyle="-|>", color=color, lw=1.4))
   if text:
     ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.12, text, ha="center", va="bottom",
-            fontsize=8.5, color="#333333")
+            fontsize=9.5, color="#333333")
 
 
 def pipeline(path):
-  fig, ax = plt.subplots(figsize=(11, 4.6))
+  fig, ax = plt.subplots(figsize=(10, 4.6))
   ax.set_xlim(0, 11)
   ax.set_ylim(0, 4.6)
   ax.axis("off")
@@ -62,21 +62,21 @@ def pipeline(path):
   ax.annotate("", xy=(9.5, 2.4), xytext=(1.5, 2.4),
               arrowprops=dict(arrowstyle="-|>", color=GREY, lw=1.2,
                               connectionstyle="arc3,rad=0.25"))
-  ax.text(5.5, 1.55, "eval split", ha="center", fontsize=8.5, color="#333333")
+  ax.text(5.5, 1.55, "eval split", ha="center", fontsize=9.5, color="#333333")
   ax.text(1.5, 4.15, "gzip TFRecord shards per split,\nrow counts (stock Examples)",
-          ha="center", fontsize=8.5)
+          ha="center", fontsize=9.5)
   ax.text(5.5, 4.15, "SavedModel (tf.Example in), history.json,\nTensorBoard logs",
-          ha="center", fontsize=8.5)
+          ha="center", fontsize=9.5)
   ax.text(9.5, 4.15, "ConvergenceMetrics in ML Metadata,\nModelBlessing",
-          ha="center", fontsize=8.5)
+          ha="center", fontsize=9.5)
   _box(ax, 0.2, 0.15, 2.6, 0.75, "stock StatisticsGen,\nSchemaGen, Transform", GREY,
-       fontsize=8.5, dashed=True)
-  _box(ax, 4.2, 0.15, 2.6, 0.75, "stock Trainer\n(evaluated by ours)", GREY, fontsize=8.5,
+       fontsize=9.5, dashed=True)
+  _box(ax, 4.2, 0.15, 2.6, 0.75, "stock Trainer\n(evaluated by ours)", GREY, fontsize=9.5,
        dashed=True)
-  _box(ax, 8.2, 0.15, 2.6, 0.75, "stock Evaluator (TFMA),\nPusher", GREY, fontsize=8.5,
+  _box(ax, 8.2, 0.15, 2.6, 0.75, "stock Evaluator (TFMA),\nPusher", GREY, fontsize=9.5,
        dashed=True)
   ax.text(5.5, 1.05, "dashed: stock TFX components that read or feed the same artifacts",
-          ha="center", fontsize=8, color=GREY)
+          ha="center", fontsize=9, color=GREY)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -86,40 +86,40 @@ def mesh(path):
   """Y = X W on a 2x2 mesh: rows of X (the batch) split over the batch axis, its columns
   and the kernel's rows over the model axis; each device computes X_bi W_i and the model
   axis sums its partial outputs."""
-  fig, ax = plt.subplots(figsize=(11, 4.0))
+  fig, ax = plt.subplots(figsize=(11, 4.4))
   ax.set_xlim(0, 11)
   ax.set_ylim(1.2, 5.2)
   ax.axis("off")
   colors = [BLUE, ORANGE]
   # X: 4 row blocks (batch) x 2 column blocks (features).
-  ax.text(1.5, 4.85, "X: batch x features", ha="center", fontsize=10)
+  ax.text(1.5, 4.85, "X: batch x features", ha="center", fontsize=12)
   for b in range(2):
     for i in range(2):
       ax.add_patch(patches.Rectangle((0.5 + i, 2.6 + (1 - b) * 1.0), 1, 1, facecolor=colors[i]
                                      + ("55" if b == 0 else "99"), edgecolor="black"))
       ax.text(1.0 + i, 3.1 + (1 - b) * 1.0, f"X[b{b}, {i + 1}]", ha="center", va="center",
-              fontsize=9)
-  ax.text(2.75, 3.6, "x", fontsize=14, ha="center", va="center")
-  ax.text(3.6, 4.85, "W: kernel", ha="center", fontsize=10)
+              fontsize=11)
+  ax.text(2.75, 3.6, "x", fontsize=16, ha="center", va="center")
+  ax.text(3.6, 4.85, "W: kernel", ha="center", fontsize=12)
   for i in range(2):
     ax.add_patch(patches.Rectangle((3.2, 3.6 - i * 1.0), 0.8, 1.0, facecolor=colors[i] + "77",
                                    edgecolor="black"))
-    ax.text(3.6, 4.1 - i * 1.0, f"W{i + 1}", ha="center", va="center", fontsize=9)
+    ax.text(3.6, 4.1 - i * 1.0, f"W{i + 1}", ha="center", va="center", fontsize=11)
   ax.text(1.5, 2.25, "rows of X: split over the batch axis (b0, b1)\n"
-          "columns of X and rows of W: over the model axis (1, 2)", ha="center", fontsize=8.5)
+          "columns of X and rows of W: over the model axis (1, 2)", ha="center", fontsize=11)
   # The 2x2 device grid.
-  ax.text(7.6, 4.85, "mesh 2x2: batch axis (rows) x model axis (columns)", ha="center",
-          fontsize=10)
+  ax.text(7.75, 4.85, "mesh 2x2: batch axis (rows) x model axis (columns)", ha="center",
+          fontsize=12)
   for b in range(2):
     for i in range(2):
       x, y = 5.4 + i * 2.3, 3.3 - b * 1.45
       _box(ax, x, y, 2.0, 1.1, f"device {2 * b + i}\nX[b{b}, {i + 1}] W{i + 1}", colors[i],
-           fontsize=9)
-    ax.text(10.3, 3.85 - b * 1.45, f"+ -> Y[b{b}]", ha="center", va="center", fontsize=10,
+           fontsize=11)
+    ax.text(9.9, 3.85 - b * 1.45, f"+ -> Y[b{b}]", ha="left", va="center", fontsize=12,
             fontweight="bold")
-  ax.text(7.6, 1.45, "Y[b] = X[b, 1] W1 + X[b, 2] W2: each device multiplies its block, the "
+  ax.text(5.5, 1.45, "Y[b] = X[b, 1] W1 + X[b, 2] W2: each device multiplies its block, the "
           "model axis sums the partial outputs.\nGradient of W_i: X_i^T dL/dY, kept on the "
-          "devices of column i; the batch axis all-reduces it.", ha="center", fontsize=8.5)
+          "devices of column i; the batch axis all-reduces it.", ha="center", fontsize=11)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -141,18 +141,18 @@ def splits(path):
     ax.text(1.2, y, f"row {r}", ha="center", va="center", fontsize=7.5)
     ax.text(2.6, y, f"bucket {buckets[r]}", ha="left", va="center", fontsize=7.5)
   ax.text(1.8, 0.05, "bucket = sha256(row as stock\nCsvExampleGen encodes it) mod 5",
-          ha="center", fontsize=8)
+          ha="center", fontsize=9)
   _box(ax, 4.4, 1.9, 2.2, 1.1, "train\n(buckets 0-3)", BLUE)
   _box(ax, 4.4, 0.4, 2.2, 1.1, "eval\n(bucket 4)", ORANGE)
   _arrow(ax, 3.7, 2.45, 4.4, 2.45)
   _arrow(ax, 3.7, 0.95, 4.4, 0.95)
   for s in range(4):
-    _box(ax, 7.6 + s * 0.85, 2.05, 0.7, 0.8, f"{s}", BLUE, fontsize=8)
-    _box(ax, 7.6 + s * 0.85, 0.55, 0.7, 0.8, f"{s}", ORANGE, fontsize=8)
+    _box(ax, 7.6 + s * 0.85, 2.05, 0.7, 0.8, f"{s}", BLUE, fontsize=9)
+    _box(ax, 7.6 + s * 0.85, 0.55, 0.7, 0.8, f"{s}", ORANGE, fontsize=9)
   _arrow(ax, 6.6, 2.45, 7.5, 2.45)
   _arrow(ax, 6.6, 0.95, 7.5, 0.95)
   ax.text(9.05, 3.2, "shards: workers x shards_per_worker\n(gzip TFRecord files per split)",
-          ha="center", fontsize=8.5)
+          ha="center", fontsize=9.5)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -224,7 +224,8 @@ def judge(state):
 
 
 def verdicts(path):
-  fig, axes = plt.subplots(1, 5, figsize=(16, 3.6))
+  fig, grid = plt.subplots(2, 3, figsize=(12, 7.2))
+  axes = grid.ravel()
   for ax, state in zip(axes, VERDICT_RUNS):
     history, result = judge(state)
     if result.state != state:
@@ -233,16 +234,19 @@ def verdicts(path):
     evals = [history["initial_eval_loss"]] + [e["eval_loss"] for e in history["epochs"]]
     ax.plot(epochs, evals, "o-", color=BLUE, label="eval loss")
     ax.axhline(result.trivial_loss, color=GREY, linestyle="--", label="trivial predictor")
-    ax.set_yscale("log")
-    ax.set_title(f"{state}\n{VERDICT_RUNS[state][0]}", fontsize=10)
+    finite = [v for v in evals + [result.trivial_loss] if math.isfinite(v) and v > 0]
+    if max(finite) / min(finite) > 5:  # Log scale only where the curve spans a range.
+      ax.set_yscale("log")
+    ax.set_title(f"{state}\n{VERDICT_RUNS[state][0]}", fontsize=11)
     ax.set_xlabel("epoch (0: untrained)")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    if state == "converged":
-      ax.set_ylabel("eval MSE (log)")
-      ax.legend(fontsize=8)
+    ax.set_ylabel("eval MSE")
     ax.grid(alpha=0.3)
-  fig.suptitle("One real run per state; the title is convergence.analyze's verdict "
-               "(default rules)", fontsize=10)
+  handles, labels = axes[0].get_legend_handles_labels()
+  axes[-1].axis("off")
+  axes[-1].legend(handles, labels, loc="center", fontsize=11, frameon=False)
+  fig.suptitle("One real run per state; each title is convergence.analyze's verdict "
+               "(default rules)", fontsize=11)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
