@@ -11,6 +11,6 @@ class TrainingHistory(types.Artifact):
 
 
 class ConvergenceMetrics(types.Artifact):
-  """Quality and convergence metrics as ML Metadata properties (see README)."""
+  """Quality and convergence metrics as ML Metadata properties (docs/results.md)."""
   TYPE_NAME = "ConvergenceMetrics"
   TYPE_ANNOTATION = Metrics

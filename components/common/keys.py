@@ -1,6 +1,6 @@
 """Names shared across components: channel keys, artifact property names, file names.
 
-Every name a user may query in ML Metadata is defined here once (documented in README).
+Every name a user may query in ML Metadata is defined here once (documented in docs/results.md).
 """
 # Channel keys.
 EXAMPLES_KEY = "examples"

@@ -323,7 +323,7 @@ def check_layout_rules(module: UserModule, spec: ms.ModelSpec, model, model_axis
 
 def check_builtin_split(module: UserModule, spec: ms.ModelSpec, model, model_axis: int,
                         widths_key: str = "trainer.hidden_units"):
-  """A built-in model on a model axis > 1 must split every Dense kernel as the README
+  """A built-in model on a model axis > 1 must split every Dense kernel as docs/layouts.md
   says (the linear kernel by rows, the mlp's hidden layers as Megatron pairs): where the
   default rules cannot (sharding.unsplit_kernels, through mesh_axes.undivided), a
   ConfigError names the config key that decides the shape. A user module is not refused

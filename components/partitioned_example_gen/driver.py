@@ -17,7 +17,7 @@ itself as stock ExampleGen takes it. The synthetic source has no files: its rows
 function of the config, which is already part of the cache key.
 
 The executor calls ``resolve`` itself when no driver ran (a direct ``Executor.Do``, or an
-orchestrator that does not run custom drivers: Kubeflow Pipelines v2, see the README).
+orchestrator that does not run custom drivers: Kubeflow Pipelines v2, see docs/kubeflow.md, "Caching").
 """
 import dataclasses
 import os
