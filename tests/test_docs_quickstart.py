@@ -107,3 +107,11 @@ def test_the_readme_tour_model_passes_the_trainers_check(tmp_path):
     spec = ms.ModelSpec(features=features, label_key="y", task=task, num_classes=classes)
     model = user_module.check(module, spec)
     assert model.output_shape[-1] == spec.output_units
+
+
+def test_the_pandas_index_message_in_the_data_page_is_the_codes():
+  """docs/data.md quotes what a CSV written with pandas' default index stops with."""
+  from tfx_parallel.components.partitioned_example_gen import sources  # pylint: disable=g-import-not-at-top
+  with pytest.raises(sources.BadInputError) as raised:
+    sources.parse_header(",a,b,y\n", "f.csv")
+  assert f"`{raised.value}`" in _read("docs/data.md"), str(raised.value)
