@@ -21,7 +21,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_START = "<!-- quick start"
-TOUR_MODEL = "<!-- tour model: run by tests/test_docs_quickstart.py -->"
+TOUR_MODEL = "<!-- tour model: checked by a test -->"
 
 
 def _read(path):
