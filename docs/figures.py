@@ -125,34 +125,55 @@ def mesh(path):
   plt.close(fig)
 
 
+def default_split_buckets():
+  """{split: [its hash buckets]} of the default config, from the code that splits rows
+  (partition.Partitioner: split_ratios {"train": 4, "eval": 1}, in sorted name order)."""
+  from tfx_parallel.components.partitioned_example_gen import config as eg_config  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen import partition  # pylint: disable=g-import-not-at-top
+  config = eg_config.ExampleGenConfig()
+  partitioner = partition.Partitioner(config.split_ratios, 2)
+  names = np.searchsorted(partitioner.boundaries, np.arange(partitioner.total), side="right")
+  return {name: [b for b in range(partitioner.total) if names[b] == i]
+          for i, name in enumerate(partitioner.split_names)}
+
+
 def splits(path):
-  """Rows -> sha256 bucket -> split (4:1) -> shard."""
+  """Rows -> sha256 bucket -> split -> shard, with the defaults: split_ratios
+  {"train": 4, "eval": 1} taken in sorted name order (eval: bucket 0, train: buckets 1-4)
+  and 1 worker x 2 shards_per_worker."""
+  split_buckets = default_split_buckets()
+  eval_buckets, train_buckets = split_buckets["eval"], split_buckets["train"]
   fig, ax = plt.subplots(figsize=(11, 3.6))
   ax.set_xlim(0, 11)
   ax.set_ylim(0, 3.6)
   ax.axis("off")
-  rng = np.random.default_rng(3)
+  rng = np.random.default_rng(2)  # Illustrative buckets: 2 of 10 rows in eval, as 4:1 gives.
   buckets = rng.integers(0, 5, size=10)
   for r in range(10):
     y = 3.2 - r * 0.3
-    color = BLUE if buckets[r] < 4 else ORANGE
+    color = ORANGE if buckets[r] in eval_buckets else BLUE
     ax.add_patch(patches.Rectangle((0.3, y - 0.12), 1.8, 0.24, facecolor=color + "66",
                                    edgecolor="black", linewidth=0.6))
     ax.text(1.2, y, f"row {r}", ha="center", va="center", fontsize=7.5)
     ax.text(2.6, y, f"bucket {buckets[r]}", ha="left", va="center", fontsize=7.5)
-  ax.text(1.8, 0.05, "bucket = sha256(row as stock\nCsvExampleGen encodes it) mod 5",
+  ax.text(1.8, 0.05, "bucket = sha256(row as stock\nCsvExampleGen encodes it) mod "
+          f"{len(eval_buckets) + len(train_buckets)}",
           ha="center", fontsize=9)
-  _box(ax, 4.4, 1.9, 2.2, 1.1, "train\n(buckets 0-3)", BLUE)
-  _box(ax, 4.4, 0.4, 2.2, 1.1, "eval\n(bucket 4)", ORANGE)
+  _box(ax, 4.4, 1.9, 2.2, 1.1, f"train: {len(train_buckets)} buckets\n"
+       f"(buckets {train_buckets[0]}-{train_buckets[-1]})", BLUE)
+  _box(ax, 4.4, 0.4, 2.2, 1.1, f"eval: {len(eval_buckets)} bucket\n(bucket {eval_buckets[0]})",
+       ORANGE)
   _arrow(ax, 3.7, 2.45, 4.4, 2.45)
   _arrow(ax, 3.7, 0.95, 4.4, 0.95)
-  for s in range(4):
-    _box(ax, 7.6 + s * 0.85, 2.05, 0.7, 0.8, f"{s}", BLUE, fontsize=9)
-    _box(ax, 7.6 + s * 0.85, 0.55, 0.7, 0.8, f"{s}", ORANGE, fontsize=9)
+  for s in range(2):
+    _box(ax, 7.6 + s * 1.3, 2.05, 1.1, 0.8, f"shard {s}", BLUE, fontsize=9)
+    _box(ax, 7.6 + s * 1.3, 0.55, 1.1, 0.8, f"shard {s}", ORANGE, fontsize=9)
   _arrow(ax, 6.6, 2.45, 7.5, 2.45)
   _arrow(ax, 6.6, 0.95, 7.5, 0.95)
-  ax.text(9.05, 3.2, "shards: workers x shards_per_worker\n(gzip TFRecord files per split)",
-          ha="center", fontsize=9.5)
+  ax.text(8.85, 3.2, "shards per split: num_workers x shards_per_worker\n"
+          "(default 1 x 2; gzip TFRecord files)", ha="center", fontsize=9.5)
+  ax.text(8.85, 0.1, "splits in sorted name order: eval, then train", ha="center",
+          fontsize=9, color=GREY)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
