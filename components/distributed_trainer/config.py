@@ -70,7 +70,10 @@ class TrainerConfig:
     devices: replicas for "mirrored", devices "auto" plans for (0 = all local GPUs,
       else N devices; N logical CPU devices when there is no GPU, 0 meaning
       plan/devices.py's CPU_DEVICES, 2).
-    mesh: (batch, model) device counts for "mesh".
+    mesh: (batch, model) device counts for "mesh". ``tfx-parallel run`` and ``compile``
+      give a mesh layout without one a mesh fitted to the GPUs (run: the machine's;
+      compile: the trainer's accelerator count; plan/devices.py ``default_mesh``): 2x2
+      on logical CPU devices, on G GPUs a model axis of 2 and a batch axis of up to G/2.
     model: built-in model module when no user module is given: "linear" or "mlp"
       (components/distributed_trainer/models/).
     module_file: path of a user module defining ``build_model(spec)`` (see
@@ -90,10 +93,12 @@ class TrainerConfig:
       reduced to divide log_every and checkpoint_every.
     hidden_units: hidden widths of the built-in mlp.
     batch_size: global batch size (split across replicas / the batch axis).
-    learning_rate, optimizer: the update rule ("sgd", "momentum", "adam"); the default,
-      Adam at 0.01, trains the taxi CSV without diverging (SGD at 0.1 diverged on its raw
-      columns: tests/test_trainer_classification_e2e.py). ``tfx-parallel run`` reads these
-      defaults (pipeline/config.py ``default_trainer``).
+    learning_rate: the optimizer's learning rate (step size); a module's ``optimizer``
+      hook replaces it. ``tfx-parallel run`` reads its default (pipeline/config.py
+      ``default_trainer``: 0.05 for synthetic data).
+    optimizer: the update rule ("sgd", "momentum", "adam"); the default, Adam at 0.01,
+      trains the taxi CSV without diverging (SGD at 0.1 diverged on its raw columns:
+      tests/test_trainer_classification_e2e.py).
     steps: training steps; 0 means epochs * steps_per_epoch.
     epochs: passes over the train split (one eval loss per pass); 0 (default, with
       ``steps`` 0) chooses the length from the data (plan/length.py): at least 5 passes
