@@ -5,7 +5,7 @@
   settings build and validate (pipeline/cli.py ``config_from_args``, no I/O), so a flag or
   setting renamed in the code fails here.
 * Every ``make TARGET`` there is a Makefile target; every file a ``docker build -f``
-  names exists.
+  or a ``cp`` names exists.
 * The README's tour model (``build_model``) passes the trainer's own pre-training check
   (user_module.check) on float, int and string features, for regression and 3 classes.
 
@@ -91,6 +91,8 @@ def test_each_make_target_and_dockerfile_exists():
     if argv[:2] == ["docker", "build"]:
       dockerfile = argv[argv.index("-f") + 1]
       assert os.path.exists(os.path.join(REPO, dockerfile)), f"{path}: {dockerfile}"
+    if argv[0] == "cp":  # A file the docs tell you to copy from the repository.
+      assert os.path.exists(os.path.join(REPO, argv[1])), f"{path}: `{command}`: no {argv[1]}"
 
 
 def test_the_readme_tour_model_passes_the_trainers_check(tmp_path):
