@@ -104,6 +104,8 @@ def show(value) -> str:
     return f"`{value:g}`"
   if isinstance(value, str):
     return f"`{value}`" if value else '`""`'
+  if isinstance(value, dict):  # YAML flow style, as --set and a config file take it.
+    return "`{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}`"
   return f"`{value}`"
 
 
