@@ -92,7 +92,7 @@ def mesh(path):
   ax.axis("off")
   colors = [BLUE, ORANGE]
   # X: 4 row blocks (batch) x 2 column blocks (features).
-  ax.text(1.5, 4.85, "X: batch x features", ha="center", fontsize=12)
+  ax.text(1.5, 4.85, "X: batch x features (x0, x1)", ha="center", fontsize=12)
   for b in range(2):
     for i in range(2):
       ax.add_patch(patches.Rectangle((0.5 + i, 2.6 + (1 - b) * 1.0), 1, 1, facecolor=colors[i]
@@ -104,7 +104,8 @@ def mesh(path):
   for i in range(2):
     ax.add_patch(patches.Rectangle((3.2, 3.6 - i * 1.0), 0.8, 1.0, facecolor=colors[i] + "77",
                                    edgecolor="black"))
-    ax.text(3.6, 4.1 - i * 1.0, f"W{i + 1}", ha="center", va="center", fontsize=11)
+    ax.text(3.6, 4.1 - i * 1.0, f"W{i + 1}\n(true {i + 1})", ha="center", va="center",
+            fontsize=11)  # The seed's true kernel [1, 2]: W1 = 1, W2 = 2.
   ax.text(1.5, 2.25, "rows of X: split over the batch axis (b0, b1)\n"
           "columns of X and rows of W: over the model axis (1, 2)", ha="center", fontsize=11)
   # The 2x2 device grid.
@@ -117,8 +118,8 @@ def mesh(path):
            fontsize=11)
     ax.text(9.9, 3.85 - b * 1.45, f"+ -> Y[b{b}]", ha="left", va="center", fontsize=12,
             fontweight="bold")
-  ax.text(5.5, 1.45, "Y[b] = X[b, 1] W1 + X[b, 2] W2: each device multiplies its block, the "
-          "model axis sums the partial outputs.\nGradient of W_i: X_i^T dL/dY, kept on the "
+  ax.text(5.5, 1.45, "Y[b] = X[b, 1] W1 + X[b, 2] W2 + 3 (the bias, replicated): each device "
+          "multiplies its block, the model axis sums the partial outputs.\nGradient of W_i: X_i^T dL/dY, kept on the "
           "devices of column i; the batch axis all-reduces it.", ha="center", fontsize=11)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
