@@ -18,7 +18,7 @@ class ExampleGenConfig:
   Attributes:
     source: "synthetic" (the seed problem, generated inside Beam), "taxi" (the Chicago
       taxi CSV shipped in the tfx wheel) or a CSV file glob (local, gs://, ...).
-    label: label column. Defaults: "y" for synthetic, "fare" for taxi.
+    label: label column. Default: "fare" for taxi, else "y" (synthetic data or a CSV).
     rows: synthetic rows to generate.
     num_features: synthetic feature count F (columns x0..x{F-1}).
     weights: synthetic true weights; default [1, 2] extended deterministically.
