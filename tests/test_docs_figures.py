@@ -1,6 +1,7 @@
 """docs/img/verdicts.png shows one real run per convergence state, labelled with the
 state: each run, judged now by the evaluator's own code, must still get that state
-(docs/figures.py; numpy only, a second or two). Redraw with docs/figures.py."""
+(docs/figures.py; numpy only, a second or two), and every picture on disk is what the
+script draws now. Redraw with docs/figures.py."""
 import importlib.util
 import os
 
@@ -24,3 +25,16 @@ def test_every_state_the_evaluator_names_is_pictured():
   assert judged == set(figures.VERDICT_RUNS), (judged, set(figures.VERDICT_RUNS))
   for name in ("pipeline", "mesh", "splits", "verdicts"):
     assert os.path.exists(os.path.join(REPO, "docs", "img", name + ".png")), name
+
+
+@pytest.mark.parametrize("name", sorted(figures.FIGURES))
+def test_each_picture_on_disk_is_what_the_script_draws_now(tmp_path, name):
+  """docs/img/<name>.png is byte for byte what docs/figures.py draws from today's code
+  (matplotlib is pinned and writes no date into the PNG), so a changed run, label or rule
+  cannot leave an old picture in the docs."""
+  drawn = tmp_path / f"{name}.png"
+  figures.FIGURES[name](str(drawn))
+  on_disk = os.path.join(REPO, "docs", "img", f"{name}.png")
+  with open(on_disk, "rb") as f:
+    assert drawn.read_bytes() == f.read(), (
+        f"docs/img/{name}.png is stale: run .venv/bin/python docs/figures.py {name}")
