@@ -221,7 +221,7 @@ def _prune_model(value, model):
 
 # [js-validate] JobSet's validating webhook "vjobset.kb.io" (kubernetes-sigs/jobset
 # pkg/webhooks/jobset_webhook.go: ValidateCreate v0.10.1 :157-272, validateFailurePolicy
-# :322-369; the same rules at v0.11.1 :364-415 and v0.12.0 :418-470, and at v0.8.2).
+# :322-369; the same rules at v0.8.2 :306,331, v0.11.1 :364,389 and v0.12.0 :418,465).
 # Vendored: the failure-policy rule name format and lengths (v0.10.1 :313-316), the
 # reasons a rule may name (validOnJobFailureReasons, :70-76), and the DNS-1035 checks of
 # the generated Job and pod names (:221-241; placement.GenJobName/GenPodName,
@@ -232,9 +232,9 @@ JOBSET_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedInd
                           "MaxFailedIndexesExceeded", "PodFailurePolicy")
 # k8s.io/apimachinery pkg/util/validation/validation.go: IsDNS1035Label (dns1035LabelFmt,
 # DNS1035LabelMaxLength = 63); the TFJob webhook's name check (kubeflow/trainer v1.9.4
-# pkg/webhooks/tensorflow/tfjob_webhook.go:75) and the TrainJob CRD's metadata.name rules
-# (kubeflow/trainer v2.1.0 trainjob_types.go:37-38, the same at v2.2.0 and v2.3.0 :36-37;
-# v2.0.0 has none: tests/crds/trainjobs-v2.0.0.yaml).
+# pkg/webhooks/tensorflow/tfjob_webhook.go:74, NameIsDNS1035Label) and the TrainJob CRD's
+# metadata.name rules (kubeflow/trainer v2.1.0 trainjob_types.go:37-38, v2.2.0 and v2.3.0
+# :36-37; v2.0.0 has none: tests/crds/trainjobs-v2.0.0.yaml).
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -299,6 +299,30 @@ def jobset_webhook_errors(jobset, release):  # pylint: disable=unused-argument  
   for dup in sorted({n for n in names if names.count(n) > 1}):
     errors.append(f"rule names are not unique, rules with indices "
                   f"{[i for i, n in enumerate(names) if n == dup]} all have the same name '{dup}'")
+  return errors
+
+
+def tfjob_webhook_errors(tfjob):
+  """The TFJob validating webhook (kubeflow/trainer v1.9.4 pkg/webhooks/tensorflow/
+  tfjob_webhook.go:72-129): a DNS-1035 name; every replica has containers, each with an
+  image, one named "tensorflow"; at most one Chief or Master."""
+  name, specs = tfjob["metadata"]["name"], (tfjob.get("spec") or {}).get("tfReplicaSpecs")
+  errors = [f'metadata.name: Invalid value: "{name}": should match: {",".join(dns1035_errors(name))}'
+            ] if dns1035_errors(name) else []
+  if not specs:
+    return errors + ["spec.tfReplicaSpecs: Required value: must be required"]
+  for rtype, rspec in specs.items():
+    path = f"spec.tfReplicaSpecs[{rtype}].template.spec.containers"
+    containers = (((rspec or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    if not containers:
+      errors.append(f"{path}: Required value: must be specified")
+    errors += [f"{path}[{i}].image: Required value: must be required"
+               for i, c in enumerate(containers) if not c.get("image")]
+    if not any(c.get("name") == CONTAINER for c in containers):
+      errors.append(f"{path}: Required value: must have at least one container with name "
+                    f"{CONTAINER}")
+  if sum(1 for r in specs if r in ("Chief", "Master")) > 1:
+    errors.append("spec.tfReplicaSpecs: Forbidden: must not have more than 1 Chief or Master role")
   return errors
 
 
@@ -502,7 +526,7 @@ class FakeCluster:
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
         if self.command == "POST" and url.path.endswith(("/tfjobs", "/trainjobs")) \
-            and fake.on_create is not None:
+            and fake.on_create is not None and not query.get("dryRun"):
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
@@ -630,6 +654,10 @@ class FakeCluster:
 
   def create_job(self, body):
     name = body["metadata"]["name"]
+    refused = tfjob_webhook_errors(body)
+    if refused:  # The TFJob webhook "validate-kubeflow-org-v1-tfjob" (tfjob_webhook.go).
+      return self.status(422, "Invalid", 'admission webhook "validator.tfjob.training-operator.'
+                         f'kubeflow.org" denied the request: {"; ".join(refused)}')
     if name in self.jobs:
       return self.status(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
     job = prune_crd(body, crd_schema("tfjobs", TFJOB_RELEASE))  # [prune] [tfjob-crd]

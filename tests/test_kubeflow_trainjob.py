@@ -244,6 +244,12 @@ def test_every_name_we_write_passes_the_vendored_webhook_rules():
   for release in RELEASES:
     assert fake_kube.trainjob_name_errors(name, release) == ""
   assert not fake_kube.dns1035_errors(name)  # The TFJob's name, the same digest.
+  tfjob = kube_manifest.manifest(_spec(name=name))
+  assert fake_kube.tfjob_webhook_errors(tfjob) == []
+  tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "x"
+  assert fake_kube.tfjob_webhook_errors(tfjob) == [
+      "spec.tfReplicaSpecs[Worker].template.spec.containers: Required value: must have at "
+      "least one container with name tensorflow"]
   with FakeCluster() as cluster:
     _trainer_v2(cluster)
     body = trainjob.manifest(_spec(name=name, worker_replicas=64))
@@ -290,7 +296,8 @@ def test_a_two_node_trainjob_succeeds_on_a_cluster_with_only_trainer_v2(tmp_path
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["node"] for q in logs)
   assert jobset_hosts == [f"{name}-node-0-{i}.{name}" for i in range(2)]
-  posted = next(b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/trainjobs"))
+  posted = next(b for m, p, q, b in cluster.requests
+                if m == "POST" and p.endswith("/trainjobs") and not q.get("dryRun"))
   assert posted["spec"]["trainer"]["numNodes"] == 2
   assert not [p for _, p, _, _ in cluster.requests if "/tfjobs" in p]
   assert cluster.requests[-1][:2] == (
