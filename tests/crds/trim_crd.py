@@ -27,8 +27,6 @@ _MODELS = (
     ("V1EnvVar", {"name", "value", "valueFrom"}),
     ("V1Toleration", {"key", "operator", "tolerationSeconds"}),
     ("V1VolumeMount", {"mountPath", "name"}),
-    ("V1ObjectMeta", {"annotations", "labels", "name", "namespace"}),
-    ("V1JobSpec", {"backoffLimit", "template", "completions"}),
     ("V1PodSchedulingGate", {"name"}),  # Only under schedulingGates (see below).
 )
 
