@@ -180,8 +180,8 @@ class TFJobClient:
     return out
 
   # Who acts on the job, and how to see whether it runs (kubeflow/trainer v1.9.4
-  # manifests/base/deployment.yaml: Deployment training-operator; overlays/standalone and
-  # Kubeflow 1.10 install it in namespace kubeflow).
+  # manifests/base/deployment.yaml:4: Deployment training-operator;
+  # manifests/overlays/standalone/kustomization.yaml:3: namespace kubeflow).
   CONTROLLER = "the training operator"
   CONTROLLER_CHECK = "kubectl -n kubeflow get deployment training-operator"
 
@@ -358,9 +358,9 @@ class TrainJobClient(TFJobClient):
           f"tfx-parallel supports (v2.0-v2.3); see docs/KUBEFLOW.md, Trainer releases.")
     return kept[0] if kept else trainjob.POD_TEMPLATE_OVERRIDES
 
-  # kubeflow/trainer manifests/overlays/manager (v2.1.0): Deployment
-  # kubeflow-trainer-controller-manager in namespace kubeflow-system; JobSet's
-  # jobset-controller-manager beside it (manifests/third-party/jobset).
+  # kubeflow/trainer v2.1.0 manifests/overlays/manager/kustomization.yaml:5,13: namespace
+  # kubeflow-system, with JobSet from manifests/third-party/jobset beside it; Deployment
+  # kubeflow-trainer-controller-manager (manifests/base/manager/manager.yaml:62).
   CONTROLLER = "the Kubeflow Trainer controller"
   CONTROLLER_CHECK = "kubectl -n kubeflow-system get deployment kubeflow-trainer-controller-manager"
   JOBSET_CHECK = "kubectl -n kubeflow-system get deployment jobset-controller-manager"
