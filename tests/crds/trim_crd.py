@@ -1,6 +1,9 @@
 """Trims an upstream CRD to the parts tests/fake_kube.py uses, for a fixture in this folder.
 
-    python tests/crds/trim_crd.py REPO_GIT_DIR TAG PATH OUT
+    python tests/crds/trim_crd.py REPO_GIT_DIR TAG PATH OUT ORIGIN
+
+(e.g. /work/.mirror/kubeflow+trainer/repo v2.3.0 manifests/base/crds/
+trainer.kubeflow.org_trainjobs.yaml tests/crds/trainjobs-v2.3.0.yaml kubeflow/trainer)
 
 keeps the CRD's served version's ``openAPIV3Schema`` (the structural schema the API server
 prunes with: apiextensions-apiserver pkg/apiserver/schema/pruning/algorithm.go) and its
