@@ -1,5 +1,6 @@
 """`tfx-parallel rbac`: prints the Role and RoleBinding that multi-node training needs;
-`tfx-parallel runtime`: prints the Kubeflow Trainer v2 TensorFlow runtime.
+`tfx-parallel runtime`: prints the Kubeflow Trainer v2 TensorFlow runtime;
+`tfx-parallel manifests`: prints, without a cluster, what a step would submit per release.
 
 The DistributedTrainer step creates a TFJob, or on Kubeflow Trainer v2 a TrainJob (after
 reading this project's TrainingRuntime), and reads its pods, their logs and the job's
@@ -60,4 +61,55 @@ def run_runtime(args: argparse.Namespace) -> int:
   doc = trainjob.runtime_manifest(args.namespace, args.max_restarts,
                                   args.active_deadline_seconds)
   sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+  return 0
+
+
+# What `manifests --release` can print: each Trainer v2 release (its placement field:
+# kube/trainjob.py RELEASE_FIELDS) and the training operator's TFJob.
+RELEASES = tuple(trainjob.RELEASE_FIELDS) + ("tfjob",)
+
+
+def add_manifests_arguments(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--release", required=True, choices=RELEASES,
+                      help="Kubeflow Trainer release (v2.1: Kubeflow 1.11) or tfjob "
+                           "(training-operator v1.9: Kubeflow 1.10)")
+  parser.add_argument("--namespace", required=True, help="where the step runs")
+  parser.add_argument("--image", required=True, help="TFX_PARALLEL_TFJOB_IMAGE")
+  parser.add_argument("--workers", type=int, default=2,
+                      help="the trainer's `workers` (default 2; TFX_PARALLEL_TFJOB_WORKERS "
+                           "overrides it, as in the step)")
+  parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                      help="a TFX_PARALLEL_TFJOB_* setting as the step's environment has it "
+                           "(repeatable), e.g. TFX_PARALLEL_TFJOB_GPUS=1")
+  parser.add_argument("--pipeline-root", default="gs://BUCKET/pipeline-root",
+                      help="where the job file is written (the name and paths follow it)")
+
+
+def run_manifests(args: argparse.Namespace) -> int:
+  """Prints the documents a step with these settings would submit, like
+  ``kubectl create --dry-run=client -o yaml``: on Trainer v2 the runtime and the TrainJob
+  (placement in the release's field), else the TFJob. The object store's variables the
+  step adds for s3:// roots (read from the cluster's secret) are not shown."""
+  from tfx_parallel.components.distributed_trainer.kube import settings as settings_lib  # pylint: disable=g-import-not-at-top
+  environ = dict(item.split("=", 1) for item in args.env if "=" in item)
+  bad = [item for item in args.env if "=" not in item]
+  if bad:
+    raise SystemExit(f"--env takes NAME=VALUE. Received: {bad[0]!r}")
+  environ.update({settings_lib.ENV_IMAGE: args.image,
+                  settings_lib.ENV_PREFIX + "NAMESPACE": args.namespace})
+  try:
+    settings = settings_lib.settings_from_env(environ, "multi_worker", args.workers,
+                                              namespace_file="/nonexistent")
+  except ValueError as e:
+    raise SystemExit(str(e)) from None
+  checkpoint_dir = f"{args.pipeline_root.rstrip('/')}/DistributedTrainer/_checkpoints/RUN"
+  name = manifest.job_name(checkpoint_dir)
+  spec = manifest.spec_for(settings, name, f"{args.pipeline_root.rstrip('/')}/_tfjobs/"
+                           f"{name}.json")
+  if args.release == "tfjob":
+    docs = [manifest.manifest(spec)]
+  else:
+    docs = [trainjob.runtime_manifest(args.namespace, settings.max_restarts),
+            trainjob.manifest(spec, placement_field=trainjob.RELEASE_FIELDS[args.release])]
+  sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
   return 0

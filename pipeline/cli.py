@@ -371,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
                                  "TrainJobs run multi-node training (kubectl apply -f -).")
   rbac.add_runtime_arguments(p)
   p.set_defaults(func=rbac.run_runtime)
+  p = sub.add_parser("manifests", help="print what a multi-node step would submit, per release",
+                     description="Prints, without a cluster, the runtime and TrainJob (Kubeflow "
+                                 "Trainer v2.0-v2.3) or the TFJob a DistributedTrainer step "
+                                 "with these settings would submit (like kubectl --dry-run="
+                                 "client -o yaml).")
+  rbac.add_manifests_arguments(p)
+  p.set_defaults(func=rbac.run_manifests)
 
   p = sub.add_parser("metrics", help="print runs' metrics read from ML Metadata",
                      description="Prints a table of runs read from ML Metadata: layout, mesh, "

@@ -73,6 +73,24 @@ Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
                background propagation; a namespaced owner is looked up in the dependent's
                own namespace, so one elsewhere counts as absent); the operator's pods are
                owned by their TFJob, the TFJob by the KFP pod when the executor says so
+  [tj-crd]     the TrainJob CRD's x-kubernetes-validations on metadata.name, read from
+               tests/crds/trainjobs-<release>.yaml (kubeflow/trainer v2.1.0
+               pkg/apis/trainer/v1alpha1/trainjob_types.go:37-38; none at v2.0.0)
+  [tj-ctrl]    kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go:111-129: a
+               failed JobSet apply records a Warning event TrainJobResourcesCreationFailed
+               "TrainJob resources reconciliation failed: %.950v" on the TrainJob, sets no
+               condition and retries (v2.0.0 :132-136, v2.2.0 :129-133, v2.3.0 :114-118);
+               a controller not running (trainer_controller_running, jobset_controller_
+               running, operator_running False) acts on nothing
+  [tj-override] podSpecOverrides (v2.0), podTemplateOverrides (v2.1), runtimePatches
+               (v2.2, v2.3) merged into the trainer Job's pod spec (see pod_overrides)
+  [js-validate] JobSet's validating webhook vjobset.kb.io (see jobset_webhook_errors)
+  [dry-run]    kubernetes apiserver: a create with ?dryRun=All is admitted (webhooks,
+               pruning) and answered but not stored
+  [rbac]       kubernetes pkg/apis/rbac/v1/evaluation_helpers.go (RuleAllows and the
+               *Matches helpers; see rule_allows)
+  [sigterm]    kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go (killContainer:
+               SIGTERM, SIGKILL after terminationGracePeriodSeconds, default 30)
   [downward]   kubernetes pkg/kubelet/kubelet_pods.go (podFieldSelectorRuntimeValue:
                metadata.labels['k'] / metadata.annotations['k'] in env valueFrom.fieldRef)
 
@@ -91,6 +109,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,58 +137,55 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"  # [tj-build]
 
 # [prune] The API server drops every field a CRD's structural schema does not name
 # (kubernetes staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/
-# algorithm.go). The schemas below are the CRDs' fields as the Go types' json tags name
-# them; None is a subtree taken whole (ObjectMeta, core types: the tests check those
-# against the `kubernetes` client's models), [x] a list of x.
-_OPAQUE = None
-TRAINJOB_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainjob_types.go
-    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE, "status": _OPAQUE,
-    "spec": {  # TrainJobSpec :98-146
-        "runtimeRef": {"name": _OPAQUE, "apiGroup": _OPAQUE, "kind": _OPAQUE},  # :150-168
-        "initializer": _OPAQUE,
-        "trainer": {k: _OPAQUE for k in ("image", "command", "args", "env", "numNodes",
-                                         "resourcesPerNode", "numProcPerNode")},  # :228-263
-        "labels": _OPAQUE, "annotations": _OPAQUE,
-        "podTemplateOverrides": [{  # :267-339
-            "targetJobs": [{"name": _OPAQUE}], "metadata": _OPAQUE,
-            "spec": {k: _OPAQUE for k in (
-                "serviceAccountName", "nodeSelector", "affinity", "tolerations", "volumes",
-                "initContainers", "containers", "schedulingGates", "imagePullSecrets")}}],
-        "suspend": _OPAQUE, "managedBy": _OPAQUE}}
-JOBSET_SPEC_SCHEMA = {  # kubernetes-sigs/jobset v0.10.1 api/jobset/v1alpha2/jobset_types.go:97-161
-    "replicatedJobs": [{k: _OPAQUE for k in ("name", "groupName", "template", "replicas",
-                                             "dependsOn")}],  # :239-270
-    "network": {k: _OPAQUE for k in ("enableDNSHostnames", "subdomain",
-                                     "publishNotReadyAddresses")},  # :295-311
-    "successPolicy": _OPAQUE,
-    "failurePolicy": {"maxRestarts": _OPAQUE, "restartStrategy": _OPAQUE,  # :376-391
-                      "rules": [{k: _OPAQUE for k in (  # :346-373
-                          "name", "action", "onJobFailureReasons",
-                          "onJobFailureMessagePatterns", "targetReplicatedJobs")}]},
-    "startupPolicy": _OPAQUE, "suspend": _OPAQUE, "coordinator": _OPAQUE,
-    "managedBy": _OPAQUE, "ttlSecondsAfterFinished": _OPAQUE}
-# [tfjob-crd] A replica's template.spec is core/v1 PodSpec (the CRD expands the Go type):
-# pruned against the `kubernetes` client's V1PodSpec model, generated from the same type.
-POD_SPEC_MODEL = "model:V1PodSpec"
-TFJOB_SCHEMA = {
-    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE, "status": _OPAQUE,
-    "spec": {  # TFJobSpec, tensorflow_types.go:69-90
-        "enableDynamicWorker": _OPAQUE, "successPolicy": _OPAQUE,
-        "runPolicy": {k: _OPAQUE for k in (  # RunPolicy, common_types.go:194-
-            "activeDeadlineSeconds", "backoffLimit", "cleanPodPolicy", "managedBy",
-            "schedulingPolicy", "suspend", "ttlSecondsAfterFinished")},
-        "tfReplicaSpecs": {"*": {  # map[ReplicaType]*ReplicaSpec (additionalProperties)
-            "replicas": _OPAQUE, "restartPolicy": _OPAQUE,
-            "template": {"metadata": {k: _OPAQUE for k in (
-                "annotations", "finalizers", "labels", "name", "namespace")},
-                         "spec": POD_SPEC_MODEL}}}}}
-RUNTIME_SCHEMA = {  # kubeflow/trainer v2.1.0 pkg/apis/trainer/v1alpha1/trainingruntime_types.go
-    "apiVersion": _OPAQUE, "kind": _OPAQUE, "metadata": _OPAQUE,
-    "spec": {"mlPolicy": {"numNodes": _OPAQUE, "torch": _OPAQUE, "mpi": _OPAQUE},  # :110-196
-             "podGroupPolicy": _OPAQUE,
-             "template": {"metadata": _OPAQUE, "spec": JOBSET_SPEC_SCHEMA}}}  # :126-134
+# algorithm.go). The schemas are the real CRDs of each release, vendored in tests/crds/
+# (each file's header names the repository, tag and path; trimmed by tests/crds/trim_crd.py:
+# an embedded core/v1 type is pruned against the `kubernetes` client's model of it).
+CRD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crds")
+# Trainer release -> the JobSet release its go.mod pins (kubeflow/trainer go.mod at each tag:
+# sigs.k8s.io/jobset v0.8.2, v0.10.1, v0.11.1, v0.12.0).
+TRAINER_RELEASES = {"v2.0.0": "v0.8.2", "v2.1.0": "v0.10.1", "v2.2.0": "v0.11.1",
+                    "v2.3.0": "v0.12.0"}
+TFJOB_RELEASE = "v1.9.4"  # kubeflow/trainer v1.9.4 manifests/base/crds/kubeflow.org_tfjobs.yaml
+_CRDS: Dict[str, dict] = {}
 
 
+def crd_schema(plural: str, release: str) -> dict:
+  """The openAPIV3Schema of tests/crds/<plural>-<release>.yaml (cached)."""
+  key = f"{plural}-{release}"
+  if key not in _CRDS:
+    import yaml  # pylint: disable=g-import-not-at-top
+    with open(os.path.join(CRD_DIR, key + ".yaml")) as f:
+      crd = yaml.safe_load(f)
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    _CRDS[key] = version["schema"]["openAPIV3Schema"]
+  return _CRDS[key]
+
+
+def prune_crd(value, schema, root=True):
+  """[prune] against a CRD's structural schema: properties keep only the fields they
+  name, additionalProperties is a map, items a list; x-kubernetes-preserve-unknown-fields
+  keeps a subtree (x-fake-model: pruned against that `kubernetes` client model). At the
+  root apiVersion, kind and metadata are kept (metadata is ObjectMeta, always)."""
+  if "x-fake-model" in schema:
+    return _prune_model(value, schema["x-fake-model"])
+  if schema.get("x-kubernetes-preserve-unknown-fields"):
+    return copy.deepcopy(value)
+  if isinstance(value, list):
+    return [prune_crd(v, schema.get("items") or {}, False) for v in value]
+  if not isinstance(value, dict):
+    return value
+  props = schema.get("properties")
+  if props is None:
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+      return {k: prune_crd(v, extra, False) for k, v in value.items()}
+    return {} if schema.get("type") == "object" else copy.deepcopy(value)
+  keep = {"apiVersion", "kind", "metadata"} if root else set()
+  return {k: (copy.deepcopy(v) if k in keep else prune_crd(v, props[k], False))
+          for k, v in value.items() if k in props or k in keep}
+
+
+# Kept for the hand-written shape some tests pass (None: whole; [x]; {"*": x}; "model:X").
 def prune(value, schema):
   """[prune]: a copy of `value` without the fields `schema` does not name. A schema is
   None (kept whole), [item], {"*": value} (a map), a dict of fields, or "model:<Name>"
@@ -201,6 +217,149 @@ def _prune_model(value, model):
   by_json = {json_name: attr for attr, json_name in cls.attribute_map.items()}
   return {k: _prune_model(v, cls.openapi_types[by_json[k]]) for k, v in value.items()
           if k in by_json}
+
+
+# [js-validate] JobSet's validating webhook "vjobset.kb.io" (kubernetes-sigs/jobset
+# pkg/webhooks/jobset_webhook.go: ValidateCreate v0.10.1 :157-272, validateFailurePolicy
+# :322-369; the same rules at v0.8.2 :306,331, v0.11.1 :364,389 and v0.12.0 :418,465).
+# Vendored: the failure-policy rule name format and lengths (v0.10.1 :313-316), the
+# reasons a rule may name (validOnJobFailureReasons, :70-76), and the DNS-1035 checks of
+# the generated Job and pod names (:221-241; placement.GenJobName/GenPodName,
+# pkg/util/placement/placement.go:14-22, plus the 5-character generateName suffix).
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+JOBSET_RULE_NAME_LENGTH = (1, 128)
+JOBSET_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                          "MaxFailedIndexesExceeded", "PodFailurePolicy")
+# k8s.io/apimachinery pkg/util/validation/validation.go: IsDNS1035Label (dns1035LabelFmt,
+# DNS1035LabelMaxLength = 63); the TFJob webhook's name check (kubeflow/trainer v1.9.4
+# pkg/webhooks/tensorflow/tfjob_webhook.go:74, NameIsDNS1035Label) and the TrainJob CRD's
+# metadata.name rules (kubeflow/trainer v2.1.0 trainjob_types.go:37-38, v2.2.0 and v2.3.0
+# :36-37; v2.0.0 has none: tests/crds/trainjobs-v2.0.0.yaml).
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def dns1035_errors(value):
+  errors = []
+  if len(value) > 63:
+    errors.append("must be no more than 63 characters")
+  if not DNS1035.match(value):
+    errors.append("a DNS-1035 label must consist of lower case alphanumeric characters or "
+                  "'-', start with an alphabetic character, and end with an alphanumeric "
+                  "character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
+                  "'[a-z]([-a-z0-9]*[a-z0-9])?')")
+  return errors
+
+
+def trainjob_name_errors(name, release):
+  """[tj-crd] The TrainJob CRD's x-kubernetes-validations on metadata.name, read from the
+  vendored CRD of `release` (rules 'matches(...)' and 'size(...) <= 63')."""
+  rules = crd_schema("trainjobs", release).get("x-kubernetes-validations") or []
+  errors = []
+  for rule in rules:
+    found = re.match(r"self\.metadata\.name\.matches\('(.*)'\)$", rule["rule"])
+    if found and not re.match(found.group(1), name):
+      errors.append(rule["message"])
+    found = re.match(r"size\(self\.metadata\.name\) <= (\d+)$", rule["rule"])
+    if found and len(name) > int(found.group(1)):
+      errors.append(rule["message"])
+  return "; ".join(errors)
+
+
+def jobset_webhook_errors(jobset, release):  # pylint: disable=unused-argument  (same rules)
+  """[js-validate] The messages JobSet's webhook answers for `jobset`, [] when admitted."""
+  errors = []
+  name, spec = jobset["metadata"]["name"], jobset["spec"]
+  for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+    replicas = rjob.get("replicas", 1)
+    job_name = f"{name}-{rjob['name']}-{replicas - 1}"
+    errors += [f"spec.replicatedJobs[{i}].name: Invalid value: \"{job_name}\": {e}"
+               for e in dns1035_errors(job_name)]
+    job = rjob["template"]["spec"]
+    if job.get("completionMode") == "Indexed" and job.get("completions") is not None:
+      pod_name = f"{name}-{rjob['name']}-{replicas - 1}-{job['completions'] - 1}-abcde"
+      errors += [f"spec.replicatedJobs[{i}].name: Invalid value: \"{job_name}\": {e}"
+                 for e in dns1035_errors(pod_name)]
+  rules = (spec.get("failurePolicy") or {}).get("rules") or []
+  for rule in rules:
+    low, high = JOBSET_RULE_NAME_LENGTH
+    if not low <= len(rule.get("name", "")) <= high:
+      errors.append(f"invalid failure policy rule name of length {len(rule.get('name', ''))}, "
+                    f"the rule name must be at least {low} characters long and at most {high} "
+                    f"characters long")
+    if not JOBSET_RULE_NAME.match(rule.get("name", "")):
+      errors.append(f"invalid failure policy rule name '{rule.get('name', '')}', a failure "
+                    "policy rule name must start with an alphabetic character, optionally "
+                    "followed by a string of alphanumeric characters or '_,:', and must end "
+                    "with an alphanumeric character or '_'")
+    for reason in rule.get("onJobFailureReasons") or []:
+      if reason not in JOBSET_FAILURE_REASONS:
+        errors.append(f"invalid job failure reason '{reason}' in failure policy is not a "
+                      "recognized job failure reason")
+  names = [r.get("name") for r in rules]
+  for dup in sorted({n for n in names if names.count(n) > 1}):
+    errors.append(f"rule names are not unique, rules with indices "
+                  f"{[i for i, n in enumerate(names) if n == dup]} all have the same name '{dup}'")
+  return errors
+
+
+def tfjob_webhook_errors(tfjob):
+  """The TFJob validating webhook (kubeflow/trainer v1.9.4 pkg/webhooks/tensorflow/
+  tfjob_webhook.go:72-129): a DNS-1035 name; every replica has containers, each with an
+  image, one named "tensorflow"; at most one Chief or Master."""
+  name, specs = tfjob["metadata"]["name"], (tfjob.get("spec") or {}).get("tfReplicaSpecs")
+  errors = [f'metadata.name: Invalid value: "{name}": should match: {",".join(dns1035_errors(name))}'
+            ] if dns1035_errors(name) else []
+  if not specs:
+    return errors + ["spec.tfReplicaSpecs: Required value: must be required"]
+  for rtype, rspec in specs.items():
+    path = f"spec.tfReplicaSpecs[{rtype}].template.spec.containers"
+    containers = (((rspec or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    if not containers:
+      errors.append(f"{path}: Required value: must be specified")
+    errors += [f"{path}[{i}].image: Required value: must be required"
+               for i, c in enumerate(containers) if not c.get("image")]
+    if not any(c.get("name") == CONTAINER for c in containers):
+      errors.append(f"{path}: Required value: must have at least one container with name "
+                    f"{CONTAINER}")
+  if sum(1 for r in specs if r in ("Chief", "Master")) > 1:
+    errors.append("spec.tfReplicaSpecs: Forbidden: must not have more than 1 Chief or Master role")
+  return errors
+
+
+def pod_overrides(trainjob_spec, replicated_job):
+  """[tj-override] The pod-spec fields a TrainJob sets on `replicated_job`'s pods, from
+  whichever field its release's CRD kept (pruning dropped the others):
+  podSpecOverrides (v2.0.0 pkg/runtime/core/trainingruntime.go:182-), podTemplateOverrides
+  .spec (v2.1.0 :190-), runtimePatches...replicatedJobs[].template.spec.template.spec
+  (v2.2.0 :203-, v2.3.0 :251-)."""
+  out = []
+  for o in trainjob_spec.get("podSpecOverrides") or []:
+    if any(t["name"] == replicated_job for t in o.get("targetJobs") or []):
+      out.append({k: v for k, v in o.items() if k not in ("targetJobs", "containers",
+                                                          "initContainers")})
+  for o in trainjob_spec.get("podTemplateOverrides") or []:
+    if any(t["name"] == replicated_job for t in o.get("targetJobs") or []):
+      out.append(o.get("spec") or {})
+  for patch in trainjob_spec.get("runtimePatches") or []:
+    template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+    for rjob in template.get("replicatedJobs") or []:
+      if rjob.get("name") == replicated_job:
+        pod = ((((rjob.get("template") or {}).get("spec") or {}).get("template") or {})
+               .get("spec") or {})
+        out.append({k: v for k, v in pod.items() if k not in ("containers", "initContainers")})
+  return out
+
+
+def rule_allows(rule, verb, group, resource, name):
+  """[rbac] One PolicyRule against a request (kubernetes pkg/apis/rbac/v1/
+  evaluation_helpers.go: VerbMatches, APIGroupMatches, ResourceMatches,
+  ResourceNameMatches; "*" matches all): a rule with resourceNames allows only a request
+  naming one of them, so never a list or a create."""
+  def has(values, value):
+    return "*" in values or value in values
+  return (has(rule.get("verbs") or [], verb) and has(rule.get("apiGroups") or [], group)
+          and has(rule.get("resources") or [], resource)
+          and (not rule.get("resourceNames") or name in rule["resourceNames"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,7 +434,8 @@ class FakeCluster:
   repeats. Unscripted replicas exit 0."""
 
   def __init__(self, script: Optional[Dict[str, List]] = None, istio_injection=True,
-               local_network=False, operator_version="v1.9.4", seconds_per_poll=10.0):
+               local_network=False, operator_version="v1.9.4", seconds_per_poll=10.0,
+               trainer_version="v2.1.0"):
     self.script = dict(script or {})
     # How far the cluster's clock moves per GET of a job: 10 s, the executor's poll; a
     # test whose replicas are real processes passes its real poll period, so that
@@ -305,6 +465,19 @@ class FakeCluster:
     # SelfSubjectAccessReview (authorization.k8s.io/v1; kubernetes
     # pkg/registry/authorization/selfsubjectaccessreview/rest.go) and enforced with 403.
     self.denied = set()
+    # [rbac] When set, the Role rules the step's account is bound to: the access review and
+    # every guarded request are evaluated against them (`denied` still refuses on top).
+    self.role_rules: Optional[List[dict]] = None
+    # The Trainer v2 release served (tests/crds/*-<release>.yaml) and its JobSet's.
+    self.trainer_version = trainer_version
+    self.jobset_version = TRAINER_RELEASES[trainer_version]
+    # [tj-ctrl] A controller that is not running (CRDs installed without it, or stopped).
+    self.trainer_controller_running = True
+    self.operator_running = True  # The training operator (TFJob).
+    self.jobset_controller_running = True
+    # [sigterm] Pod name -> how its process ended when the pod was deleted: "SIGTERM" (it
+    # exited within the grace period) or "SIGKILL" (it did not).
+    self.terminations: Dict[str, str] = {}
     # Secrets {(namespace, name): {key: text}}: GET /api/v1/namespaces/<ns>/secrets/<name>
     # answers `data` base64-encoded; the kubelet resolves env secretKeyRef from them.
     self.secrets: Dict[tuple, Dict[str, str]] = {}
@@ -353,7 +526,7 @@ class FakeCluster:
           code, answer, kind = fake.route(self.command, url.path.strip("/").split("/"),
                                           query, body)
         if self.command == "POST" and url.path.endswith(("/tfjobs", "/trainjobs")) \
-            and fake.on_create is not None:
+            and fake.on_create is not None and not query.get("dryRun"):
           fake.on_create()  # Stored, not yet answered: the client waits on the reply.
         self.reply(code, answer, kind)
 
@@ -404,12 +577,19 @@ class FakeCluster:
       attrs = body["spec"]["resourceAttributes"]
       resource = attrs["resource"] + ("/" + attrs["subresource"] if attrs.get("subresource")
                                       else "")
-      allowed = (attrs["verb"], attrs.get("group", ""), resource) not in self.denied
+      allowed = self.allowed(attrs["verb"], attrs.get("group", ""), resource,
+                             attrs.get("name", ""))
       return 201, dict(body, status={"allowed": allowed}), "application/json"
     if parts[:3] == ["apis", "trainer.kubeflow.org", "v1alpha1"] and len(parts) >= 6 \
         and TRAINER_V2 in self.served:
       return self.route_trainer_v2(method, parts[4], parts[5],
-                                   parts[6] if len(parts) > 6 else None, body)
+                                   parts[6] if len(parts) > 6 else None, body,
+                                   dry_run=query.get("dryRun") == ["All"])
+    if parts[:3] == ["apis", "jobset.x-k8s.io", "v1alpha2"] and len(parts) == 7 \
+        and parts[5] == "jobsets" and method == "GET":
+      if parts[6] not in self.jobsets:
+        return self.status(404, "NotFound", f'jobsets.jobset.x-k8s.io "{parts[6]}" not found')
+      return 200, self.jobsets[parts[6]], "application/json"
     if parts[:3] == ["apis", "kubeflow.org", "v1"] and len(parts) >= 6 and parts[5] == "tfjobs":
       name = parts[6] if len(parts) > 6 else None
       if method == "POST":
@@ -436,7 +616,7 @@ class FakeCluster:
         return self.log(parts[5], (query.get("container") or [""])[0])
     if parts[:2] == ["api", "v1"] and len(parts) == 6 and parts[4] == "secrets" \
         and method == "GET":
-      if ("get", "", "secrets") in self.denied:
+      if not self.allowed("get", "", "secrets", parts[5]):
         return self.status(403, "Forbidden", f'secrets "{parts[5]}" is forbidden: User '
                            '"system:serviceaccount:kubeflow:pipeline-runner" cannot get '
                            f'resource "secrets" in API group "" in the namespace "{parts[3]}"')
@@ -462,20 +642,33 @@ class FakeCluster:
                    "items": copy.deepcopy(items)}, "application/json"
     return self.status(404, "NotFound", "the server could not find the requested resource")
 
+  def allowed(self, verb, group, resource, name=""):
+    """[rbac] SelfSubjectAccessReview's answer: no rule of `role_rules` allows it (when
+    set), or it is in `denied`, is a refusal."""
+    if (verb, group, resource) in self.denied:
+      return False
+    return self.role_rules is None or any(rule_allows(r, verb, group, resource, name)
+                                          for r in self.role_rules)
+
   # --- API server: TFJobs and pod logs -----------------------------------------------
 
   def create_job(self, body):
     name = body["metadata"]["name"]
+    refused = tfjob_webhook_errors(body)
+    if refused:  # The TFJob webhook "validate-kubeflow-org-v1-tfjob" (tfjob_webhook.go).
+      return self.status(422, "Invalid", 'admission webhook "validator.tfjob.training-operator.'
+                         f'kubeflow.org" denied the request: {"; ".join(refused)}')
     if name in self.jobs:
       return self.status(409, "AlreadyExists", f'tfjobs.kubeflow.org "{name}" already exists')
-    job = prune(body, TFJOB_SCHEMA)  # [prune] [tfjob-crd]
+    job = prune_crd(body, crd_schema("tfjobs", TFJOB_RELEASE))  # [prune] [tfjob-crd]
     job["spec"].setdefault("runPolicy", {}).setdefault("cleanPodPolicy", "None")  # [job.go]
     job["metadata"]["uid"] = f"job-uid-{next(self._uids)}"
     # The operator's first reconcile adds Created, naming the job without its namespace
     # (onOwnerCreateFunc, kubeflow/trainer v1.9.4 pkg/controller.v1/tensorflow/
     # tfjob_controller.go:651-662).
     job["status"] = {"conditions": [], "replicaStatuses": {}}
-    self.set_condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
+    if self.operator_running:
+      self.set_condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
     self.jobs[name] = job
     stored = copy.deepcopy(job)
     self.collect_garbage()  # [gc] An owner that does not exist deletes the job at once.
@@ -627,6 +820,8 @@ class FakeCluster:
     for pod in self.pods.values():
       if pod["metadata"]["labels"].get(JOB_NAME_LABEL) == name:
         self.kubelet_step(pod)
+    if not self.operator_running:  # [tj-ctrl] The CRD is served, nothing reconciles it.
+      return
     if self.past_deadline(job):
       self.fail_past_deadline(job)
       return
@@ -690,10 +885,22 @@ class FakeCluster:
       self.delete_tfjob(job["metadata"]["name"])
 
   def delete_pod(self, pod_name):
+    """[sigterm] The kubelet's killContainer: SIGTERM, then SIGKILL once the pod's
+    terminationGracePeriodSeconds (default 30, kubernetes pkg/apis/core/v1/defaults.go;
+    DefaultTerminationGracePeriodSeconds) has passed without the process ending
+    (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go killContainer; the
+    runtime's StopContainer(timeout)). Waited for in real time: the process is real."""
     proc = self.procs.pop(pod_name, None)
     if proc is not None and proc.poll() is None:
-      proc.kill()  # terminationGracePeriodSeconds elapsed, in short.
-      proc.wait()
+      grace = self.pods[pod_name]["spec"].get("terminationGracePeriodSeconds", 30)
+      proc.send_signal(signal.SIGTERM)
+      try:
+        proc.wait(timeout=grace)
+        self.terminations[pod_name] = "SIGTERM"
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        self.terminations[pod_name] = "SIGKILL"
     del self.pods[pod_name]
 
   def outcome(self, replica, incarnation):
@@ -941,10 +1148,10 @@ class FakeCluster:
     self.served = {TRAINER_V2: ["trainjobs", "trainingruntimes", "clustertrainingruntimes"],
                    "jobset.x-k8s.io/v1alpha2": ["jobsets"]}
 
-  def route_trainer_v2(self, method, namespace, plural, name, body):
+  def route_trainer_v2(self, method, namespace, plural, name, body, dry_run=False):
     if plural == "trainingruntimes":
       if method == "POST":
-        stored = prune(body, RUNTIME_SCHEMA)
+        stored = prune_crd(body, crd_schema("trainingruntimes", self.trainer_version))
         self.runtimes[(namespace, body["metadata"]["name"])] = stored
         return 201, stored, "application/json"
       if method == "GET" and (namespace, name) in self.runtimes:
@@ -954,7 +1161,7 @@ class FakeCluster:
     if plural != "trainjobs":
       return self.status(404, "NotFound", "the server could not find the requested resource")
     if method == "POST":
-      return self.create_trainjob(namespace, body)
+      return self.create_trainjob(namespace, body, dry_run)
     if name not in self.trainjobs:
       return self.status(404, "NotFound", f'trainjobs.trainer.kubeflow.org "{name}" not found')
     if method == "GET":
@@ -974,9 +1181,13 @@ class FakeCluster:
                 if v["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]:
       self.delete_batch_job(job)
 
-  def create_trainjob(self, namespace, body):
+  def create_trainjob(self, namespace, body, dry_run=False):
     name = body["metadata"]["name"]
-    if name in self.trainjobs:
+    invalid = trainjob_name_errors(name, self.trainer_version)
+    if invalid:  # [tj-crd] the CRD's x-kubernetes-validations on metadata.name
+      return self.status(422, "Invalid", f'TrainJob.trainer.kubeflow.org "{name}" is invalid: '
+                         f'<nil>: Invalid value: "object": {invalid}')
+    if name in self.trainjobs and not dry_run:
       return self.status(409, "AlreadyExists",
                          f'trainjobs.trainer.kubeflow.org "{name}" already exists')
     ref = body["spec"]["runtimeRef"]
@@ -987,7 +1198,9 @@ class FakeCluster:
           f'the request: spec.runtimeRef: Invalid value: {json.dumps(ref)}: '
           f'trainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified '
           f'trainingRuntime must be created before the TrainJob is created')
-    job = prune(body, TRAINJOB_SCHEMA)
+    job = prune_crd(body, crd_schema("trainjobs", self.trainer_version))
+    if dry_run:  # [dry-run] Admitted and pruned, not stored.
+      return 201, job, "application/json"
     job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
     job["status"] = {"conditions": []}
     self.trainjobs[name] = job
@@ -1008,10 +1221,31 @@ class FakeCluster:
     for pod in list(self.pods.values()):
       if pod["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name:
         self.kubelet_step(pod)
+    if not self.trainer_controller_running:  # [tj-ctrl] Nothing reconciles the TrainJob.
+      return
     if name not in self.jobsets:
-      self.jobsets[name] = self.build_jobset(trainjob)
+      jobset = self.build_jobset(trainjob)
+      refused = jobset_webhook_errors(jobset, self.jobset_version)  # [js-validate]
+      if refused:  # [tj-ctrl] The apply fails: an event, and a retry on the next sync.
+        self.record_jobset_event(
+            trainjob, "Warning", "TrainJobResourcesCreationFailed",
+            "TrainJob resources reconciliation failed: " + (
+                'admission webhook "vjobset.kb.io" denied the request: '
+                + "\n".join(refused))[:950])
+        return
+      self.jobsets[name] = prune_crd(jobset, crd_schema("jobsets", self.jobset_version))
     jobset = self.jobsets[name]
+    if not self.jobset_controller_running:  # A JobSet nothing acts on: no Jobs, no pods.
+      return
     self.reconcile_jobset(jobset)
+    # [tj-status] jobsStatus from the JobSet's replicatedJobsStatus, once it has Jobs.
+    jobs = [j for j in self.batch_jobs.values()
+            if j["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name]
+    if jobs:
+      trainjob["status"]["jobsStatus"] = [{"name": rjob["name"], "active": sum(
+          1 for p in self.pods.values() if p["metadata"]["labels"].get(JOBSET_NAME_LABEL) == name
+          and p["status"]["phase"] in ("Pending", "Running"))}
+                                          for rjob in jobset["spec"]["replicatedJobs"]]
     for source, target in (("Completed", "Complete"), ("Failed", "Failed")):  # [tj-status]
       condition = self.true_condition(jobset, source)
       if condition and not self.true_condition(trainjob, target):
@@ -1025,12 +1259,11 @@ class FakeCluster:
     trainer = trainjob["spec"].get("trainer") or {}
     nodes = trainer.get("numNodes") or (runtime["spec"].get("mlPolicy") or {}).get("numNodes", 1)
     for rjob in spec["replicatedJobs"]:
-      for override in trainjob["spec"].get("podTemplateOverrides") or []:
-        if any(t["name"] == rjob["name"] for t in override["targetJobs"]):
-          pod_spec = rjob["template"]["spec"]["template"]["spec"]
-          for key, value in (override.get("spec") or {}).items():
-            pod_spec[key] = dict(pod_spec.get(key) or {}, **value) if isinstance(value, dict) \
-                else copy.deepcopy(value)  # Strategic merge: maps merge, lists replace.
+      for override in pod_overrides(trainjob["spec"], rjob["name"]):  # [tj-override]
+        pod_spec = rjob["template"]["spec"]["template"]["spec"]
+        for key, value in override.items():
+          pod_spec[key] = dict(pod_spec.get(key) or {}, **value) if isinstance(value, dict) \
+              else copy.deepcopy(value)  # Strategic merge: maps merge, lists replace.
       job_spec = rjob["template"]["spec"]
       if (rjob["template"].get("metadata") or {}).get("labels", {}).get(ANCESTOR_LABEL) == \
           "trainer":

@@ -456,8 +456,8 @@ def test_two_real_replicas_read_and_write_the_default_object_store(tmp_path, mot
                                   "timeout_seconds": 900.0},
                      "environ": {"TFX_PARALLEL_S3_ENDPOINT": endpoint,
                                  "TFX_PARALLEL_S3_REGION": "us-east-1"}})
-    posted = next(b for m, p, _, b in cluster.requests if m == "POST" and
-                  p.endswith("/trainjobs"))
+    posted = next(b for m, p, q, b in cluster.requests if m == "POST" and
+                  p.endswith("/trainjobs") and not q.get("dryRun"))
   assert "ok" in answer, answer
   result = answer["ok"]
   assert result["state"] == kube_watch.SUCCEEDED, (result["message"], result["logs"])
@@ -520,7 +520,8 @@ def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_
                         platform_spec=package.platform_spec, s3=s3)
     launcher.run_task("PartitionedExampleGen")
     output = launcher.run_task("DistributedTrainer")
-    posted = [b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/trainjobs")]
+    posted = [b for m, p, q, b in cluster.requests
+              if m == "POST" and p.endswith("/trainjobs") and not q.get("dryRun")]
   examples = launcher.mlmd["PartitionedExampleGen"]["examples"]["uri"]
   reference = launcher.mlmd["PartitionedExampleGen"]["examples_ref"]["uri"]
   examples_bytes = sum(o["Size"] for o in s3.list_objects_v2(

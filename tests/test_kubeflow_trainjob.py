@@ -44,7 +44,7 @@ def test_the_runtime_is_a_jobset_template_trainer_v2_and_kubernetes_accept():
   assert spec["mlPolicy"] == {"numNodes": 1}  # No torch/mpi: the PlainML plugin.
   jobset = spec["template"]["spec"]
   assert jobset["failurePolicy"] == {
-      "maxRestarts": 5, "rules": [{"name": "permanent-failure", "action": "FailJobSet",
+      "maxRestarts": 5, "rules": [{"name": "PermanentFailure", "action": "FailJobSet",
                                    "onJobFailureReasons": ["PodFailurePolicy",
                                                            "DeadlineExceeded"]}]}
   (rjob,) = jobset["replicatedJobs"]
@@ -210,18 +210,59 @@ def _trainer_v2(cluster, runtime=True, max_restarts=3, deadline=86400):
   return cluster
 
 
-def test_the_api_server_keeps_every_field_of_the_runtime_and_the_trainjob():
-  """Pruning against the CRDs' structural schemas (fake_kube [prune]) drops nothing we
-  write, and does drop a field Trainer v2.1 does not have."""
-  from fake_kube import RUNTIME_SCHEMA, TRAINJOB_SCHEMA, prune  # pylint: disable=g-import-not-at-top
+RELEASES = ("v2.0.0", "v2.1.0", "v2.2.0", "v2.3.0")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_keeps_every_field_we_write_in_its_own_placement_field(release):
+  """Pruning against each release's vendored CRD (tests/crds, fake_kube [prune]) drops
+  nothing of the runtime or of the TrainJob written for that release's field, and drops
+  the other releases' fields and TFJob-only ones."""
+  from fake_kube import crd_schema, prune_crd  # pylint: disable=g-import-not-at-top
   runtime = trainjob.runtime_manifest("ns")
-  assert prune(runtime, RUNTIME_SCHEMA) == runtime
-  body = trainjob.manifest(_spec(owner=("p", "u")))
-  assert prune(body, TRAINJOB_SCHEMA) == body
+  assert prune_crd(runtime, crd_schema("trainingruntimes", release)) == runtime
+  field = trainjob.RELEASE_FIELDS[release[:4]]
+  body = trainjob.manifest(_spec(owner=("p", "u")), placement_field=field)
+  schema = crd_schema("trainjobs", release)
+  assert prune_crd(body, schema) == body
+  for other in set(trainjob.PLACEMENT_FIELDS) - {field}:
+    wrong = trainjob.manifest(_spec(), placement_field=other)
+    assert other not in prune_crd(wrong, schema)["spec"]  # Silently gone: GPUs unscheduled.
   body["spec"]["runPolicy"] = {"activeDeadlineSeconds": 60}  # TFJob's, not TrainJob's.
   body["spec"]["trainer"]["numWorkers"] = 3
-  pruned = prune(body, TRAINJOB_SCHEMA)
+  pruned = prune_crd(body, schema)
   assert "runPolicy" not in pruned["spec"] and "numWorkers" not in pruned["spec"]["trainer"]
+
+
+def test_every_name_we_write_passes_the_vendored_webhook_rules():
+  """JobSet's webhook (fake_kube [js-validate], vendored from kubernetes-sigs/jobset
+  v0.10.1 pkg/webhooks/jobset_webhook.go:313-369), the TrainJob CRD's name rules (read
+  from each vendored CRD) and the TFJob webhook's DNS-1035 name, for the JobSet the
+  Trainer controller builds from our runtime, up to 64 nodes."""
+  import fake_kube  # pylint: disable=g-import-not-at-top
+  name = kube_manifest.job_name("gs://b/pipeline/DistributedTrainer/_checkpoints/123")
+  for release in RELEASES:
+    assert fake_kube.trainjob_name_errors(name, release) == ""
+  assert not fake_kube.dns1035_errors(name)  # The TFJob's name, the same digest.
+  tfjob = kube_manifest.manifest(_spec(name=name))
+  assert fake_kube.tfjob_webhook_errors(tfjob) == []
+  tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "x"
+  assert fake_kube.tfjob_webhook_errors(tfjob) == [
+      "spec.tfReplicaSpecs[Worker].template.spec.containers: Required value: must have at "
+      "least one container with name tensorflow"]
+  with FakeCluster() as cluster:
+    _trainer_v2(cluster)
+    body = trainjob.manifest(_spec(name=name, worker_replicas=64))
+    cluster.create_trainjob("ns", body)
+    jobset = cluster.build_jobset(cluster.trainjobs[name])
+  assert fake_kube.jobset_webhook_errors(jobset, "v0.10.1") == []
+  # The rules are live: the name the runtime had before is refused, as upstream.
+  jobset["spec"]["failurePolicy"]["rules"][0]["name"] = "permanent-failure"
+  (error,) = fake_kube.jobset_webhook_errors(jobset, "v0.10.1")
+  assert error.startswith("invalid failure policy rule name 'permanent-failure'")
+  assert fake_kube.trainjob_name_errors("9-digest", "v2.1.0") == \
+      "metadata.name must match RFC 1035 DNS label format"
+  assert fake_kube.trainjob_name_errors("9-digest", "v2.0.0") == ""  # No rule in v2.0.0.
 
 
 def _run(cluster, tmp_path, settings=None):
@@ -255,7 +296,8 @@ def test_a_two_node_trainjob_succeeds_on_a_cluster_with_only_trainer_v2(tmp_path
   logs = [q for m, p, q, _ in cluster.requests if p.endswith("/log")]
   assert logs and all(q["container"] == ["node"] for q in logs)
   assert jobset_hosts == [f"{name}-node-0-{i}.{name}" for i in range(2)]
-  posted = next(b for m, p, _, b in cluster.requests if m == "POST" and p.endswith("/trainjobs"))
+  posted = next(b for m, p, q, b in cluster.requests
+                if m == "POST" and p.endswith("/trainjobs") and not q.get("dryRun"))
   assert posted["spec"]["trainer"]["numNodes"] == 2
   assert not [p for _, p, _, _ in cluster.requests if "/tfjobs" in p]
   assert cluster.requests[-1][:2] == (
@@ -511,3 +553,148 @@ def test_deleting_the_kfp_pod_deletes_the_trainjob_its_jobset_and_pods():
     cluster.delete_owner_pod("ns", "run-1-trainer")
     assert not cluster.trainjobs and not cluster.jobsets and not cluster.batch_jobs
     assert not cluster.pods and cluster.deleted_trainjobs == ["train-1"]
+
+
+# --- Per Trainer release, webhooks, controllers that do not act (issue 48). -----------
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_placement_resources_and_env_reach_the_pods_on_each_release(tmp_path, release):
+  """The executor finds the release's placement field by a server-side dry run, and the
+  node selector, tolerations, resources and env reach every pod on v2.0 to v2.3."""
+  seen = {}
+  with _trainer_v2(FakeCluster(trainer_version=release)) as cluster:
+    tick = cluster.tick_trainjob
+
+    def tick_and_keep(name):
+      tick(name)
+      seen.update(cluster.pods)
+    cluster.tick_trainjob = tick_and_keep
+    result = _run(cluster, tmp_path, _settings(
+        node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+        resources={"requests": {"cpu": "2"}}))
+    dry_runs = [q for m, p, q, _ in cluster.requests if m == "POST" and q.get("dryRun")]
+  assert result.succeeded, result.message
+  assert len(dry_runs) == 1
+  assert len(seen) == 2
+  for pod in seen.values():
+    assert pod["spec"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pod["spec"]["tolerations"] == [TOLERATION]
+    (node,) = [c for c in pod["spec"]["containers"] if c["name"] == "node"]
+    assert node["resources"] == {"requests": {"cpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}
+    assert {e["name"] for e in node["env"]} >= {"TF_USE_LEGACY_KERAS",
+                                                trainjob.ENV_NUM_NODES}
+
+
+def test_a_jobset_the_webhook_refuses_fails_the_step_within_the_grace_naming_it(
+    tmp_path, monkeypatch):
+  """With the rule name the runtime had before (kube/trainjob.py), the Trainer controller's
+  JobSet apply is refused; the step fails after the pending grace, quoting the event."""
+  monkeypatch.setattr(trainjob, "FAILURE_RULE_NAME", "permanent-failure")
+  with _trainer_v2(FakeCluster()) as cluster:
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    assert not cluster.jobsets
+  assert ("nothing started in 30 s (the 30 s grace, TFX_PARALLEL_TFJOB_PENDING_GRACE_SECONDS): "
+          "the Kubeflow Trainer controller cannot create the JobSet: "
+          "TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed: "
+          "admission webhook \"vjobset.kb.io\" denied the request: invalid failure policy "
+          "rule name 'permanent-failure'") in str(e.value)
+
+
+@pytest.mark.parametrize("stopped,needle", [
+    ("trainer_controller_running", "no JobSet, no event and no condition: the Kubeflow "
+     "Trainer controller is not running"),
+    ("jobset_controller_running", "exists but has no Job or pod: JobSet's controller is not "
+     "running")])
+def test_a_controller_that_does_not_run_fails_the_step_within_the_grace(tmp_path, stopped,
+                                                                        needle):
+  with _trainer_v2(FakeCluster()) as cluster:
+    setattr(cluster, stopped, False)
+    with pytest.raises(RuntimeError, match="nothing started in 30 s") as e:
+      _run(cluster, tmp_path)
+  assert needle in str(e.value)
+
+
+def test_a_trainer_controller_stopped_after_the_pods_finished_fails_the_step(tmp_path):
+  with _trainer_v2(FakeCluster()) as cluster:
+    reconcile = cluster.reconcile_jobset
+
+    def stop_once_done(jobset):  # The JobSet completes, the TrainJob's status never does.
+      reconcile(jobset)
+      if cluster.true_condition(jobset, "Completed"):
+        cluster.trainer_controller_running = False
+        jobset["status"]["conditions"].clear()
+    cluster.reconcile_jobset = stop_once_done
+    with pytest.raises(RuntimeError, match="every replica pod succeeded .* and the job's status "
+                       "did not follow: the Kubeflow Trainer controller has stopped"):
+      _run(cluster, tmp_path)
+
+
+def test_the_access_review_evaluates_the_generated_role(tmp_path):
+  """fake_kube [rbac]: the SelfSubjectAccessReview answers from the Role `tfx-parallel
+  rbac` prints, resourceNames included; a Role without one verb fails before anything."""
+  role, _ = kube_manifest.rbac_manifests("ns", "default-editor")
+  with _trainer_v2(FakeCluster()) as cluster:
+    cluster.role_rules = role["rules"]
+    assert _run(cluster, tmp_path).succeeded
+    assert cluster.allowed("get", "", "secrets", "mlpipeline-minio-artifact")
+    assert not cluster.allowed("get", "", "secrets", "another-secret")  # resourceNames.
+    assert not cluster.allowed("list", "", "secrets")
+    cluster.role_rules = [r for r in role["rules"] if r["resources"] != ["trainingruntimes"]]
+    with pytest.raises(PermissionError, match=r"may not get trainingruntimes"):
+      _run(cluster, tmp_path / "again")
+
+
+def test_deleting_a_pod_sends_sigterm_and_waits_out_the_grace_period(tmp_path):
+  """fake_kube [sigterm]: a process that ends on SIGTERM ends that way; one that ignores
+  it is killed once the pod's terminationGracePeriodSeconds has passed."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  marker = tmp_path / "got-sigterm"
+  handles = ("import signal, sys, time, pathlib\n"
+             f"def h(*a): pathlib.Path({str(marker)!r}).write_text('1'); sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, h)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+  ignores = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "print('ready', flush=True)\ntime.sleep(60)\n")
+  with FakeCluster() as cluster:
+    for name, code in (("handles", handles), ("ignores", ignores)):
+      proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+      assert proc.stdout.readline() == "ready\n"  # Its handler is installed.
+      cluster.procs[name] = proc
+      cluster.pods[name] = {"spec": {"terminationGracePeriodSeconds": 1}}
+      cluster.delete_pod(name)
+      assert name not in cluster.pods and proc.poll() is not None
+  assert cluster.terminations == {"handles": "SIGTERM", "ignores": "SIGKILL"}
+  assert marker.read_text() == "1"
+
+
+def test_a_tfjob_no_operator_acts_on_fails_within_the_grace(tmp_path):
+  with FakeCluster() as cluster:
+    cluster.operator_running = False
+    with pytest.raises(RuntimeError, match="TFJob ns/.*: nothing started in 30 s .*no Created "
+                       "condition, no pod and no event: the training operator is not running"):
+      _run(cluster, tmp_path, _settings(tolerations=()))
+
+
+@pytest.mark.parametrize("release,field", [("v2.0", "podSpecOverrides"),
+                                           ("v2.1", "podTemplateOverrides"),
+                                           ("v2.3", "runtimePatches"), ("tfjob", None)])
+def test_the_manifests_command_prints_what_a_step_submits_per_release(capsys, release, field):
+  import yaml  # pylint: disable=g-import-not-at-top
+  from fake_kube import crd_schema, prune_crd  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(["manifests", "--release", release, "--namespace", "team-a", "--image",
+                   "reg/t:1", "--env", "TFX_PARALLEL_TFJOB_GPUS=1", "--env",
+                   'TFX_PARALLEL_TFJOB_NODE_SELECTOR={"pool": "gpu"}']) == 0
+  docs = list(yaml.safe_load_all(capsys.readouterr().out))
+  if field is None:
+    (tfjob,) = docs
+    assert tfjob["kind"] == "TFJob"
+    assert prune_crd(tfjob, crd_schema("tfjobs", "v1.9.4")) == tfjob
+    return
+  runtime, job = docs
+  assert runtime == trainjob.runtime_manifest("team-a")
+  assert job["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "1"}}
+  assert list(set(job["spec"]) & set(trainjob.PLACEMENT_FIELDS)) == [field]
+  full = {"v2.0": "v2.0.0", "v2.1": "v2.1.0", "v2.3": "v2.3.0"}[release]
+  assert prune_crd(job, crd_schema("trainjobs", full)) == job  # Kept whole by that release.

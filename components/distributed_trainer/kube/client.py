@@ -12,7 +12,7 @@ from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.manifest import (
     CONTAINER_NAME, GROUP, JOB_NAME_LABEL, KIND, PLURAL, REQUIRED_ACCESS, VERSION, replica_count)
 from tfx_parallel.components.distributed_trainer.kube.settings import (
-    ENV_IMAGE, UNSCHEDULABLE_GRACE_SECONDS, default_api_client)
+    ENV_IMAGE, ENV_PREFIX, UNSCHEDULABLE_GRACE_SECONDS, default_api_client)
 from tfx_parallel.components.distributed_trainer.kube.watch import (
     FAILED, RESTARTING, SUCCEEDED, TIMEOUT, PodWatch, TFJobResult, condition_message, job_state)
 
@@ -179,6 +179,31 @@ class TFJobClient:
         out[pod_name] = f"(no log: {e.status} {e.reason}: {_body(e)})"
     return out
 
+  # Who acts on the job, and how to see whether it runs (kubeflow/trainer v1.9.4
+  # manifests/base/deployment.yaml:4: Deployment training-operator;
+  # manifests/overlays/standalone/kustomization.yaml:3: namespace kubeflow).
+  CONTROLLER = "the training operator"
+  CONTROLLER_CHECK = "kubectl -n kubeflow get deployment training-operator"
+
+  def started(self, job: Mapping[str, Any]) -> bool:
+    """Has the operator acted on the TFJob? Its first reconcile sets the Created condition
+    (kubeflow/trainer v1.9.4 pkg/controller.v1/tensorflow/tfjob_controller.go:651-662)."""
+    return any(c.get("type") == "Created" for c in (job.get("status") or {}).get("conditions")
+               or [])
+
+  def not_started_cause(self, name: str, namespace: str, job: Mapping[str, Any]) -> str:
+    """Why no pod and no Created condition appeared within the grace period."""
+    warnings = [e for e in self.events(name, namespace) if e.get("type") == "Warning"]
+    if warnings:
+      last = warnings[-1]
+      return f"{last.get('reason')}: {last.get('message')}"
+    return (f"no Created condition, no pod and no event: {self.CONTROLLER} is not running "
+            f"(the CRD is installed without it, or it stopped; {self.CONTROLLER_CHECK})")
+
+  def _all_succeeded(self, job: Mapping[str, Any], pods: List[Mapping[str, Any]]) -> bool:
+    return len(pods) >= self.replica_count(job) and all(
+        (p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
+
   def wait(self, name: str, namespace: str, timeout_seconds: float,
            poll_seconds: float = 10.0, max_restarts: int = 3,
            grace_seconds: float = 300.0,
@@ -195,6 +220,8 @@ class TFJobClient:
     watch = PodWatch(max_restarts, grace_seconds, unschedulable_grace_seconds,
                      container=self.container, replica_of=self.replica_of)
     errors = 0
+    started = clock()
+    done_since: Optional[float] = None  # When every replica pod was first seen Succeeded.
     while True:
       heartbeat()
       try:
@@ -232,12 +259,26 @@ class TFJobClient:
           message = f"{message} Last failure: {cause}"
       elif state is None and stuck:
         state, message = FAILED, f"{self.KIND} {namespace}/{name}: {stuck}"
+      elif state is None and not pods and not self.started(job) \
+          and now - started >= grace_seconds:
+        state, message = FAILED, (f"{self.KIND} {namespace}/{name}: nothing started in "
+                                  f"{now - started:g} s (the {grace_seconds:g} s grace, "
+                                  f"{ENV_PREFIX}PENDING_GRACE_SECONDS): "
+                                  + self.not_started_cause(name, namespace, job))
       elif state is None and watch.over_limit:
         state, message = FAILED, f"{self.KIND} {namespace}/{name}: " + watch.budget_message(
             watch.cause(self.events(name, namespace)), condition_message(job, RESTARTING))
+      elif state is None and self._all_succeeded(job, pods) and now - (
+          done_since := now if done_since is None else done_since) >= grace_seconds:
+        state, message = FAILED, (
+            f"{self.KIND} {namespace}/{name}: every replica pod succeeded {now - done_since:g} "
+            f"s ago and the job's status did not follow: {self.CONTROLLER} has stopped "
+            f"({self.CONTROLLER_CHECK}); the checkpoints are kept, retry the step once it runs")
       elif state is None and clock() >= deadline:
         state, message = TIMEOUT, (f"{self.KIND} {namespace}/{name} did not finish in "
                                    f"{timeout_seconds:g} s")
+      if not self._all_succeeded(job, pods):
+        done_since = None
       if state is not None:
         return TFJobResult(state=state, message=message, logs=self.logs(name, namespace),
                            restarts=watch.restarts)
@@ -282,10 +323,91 @@ class TrainJobClient(TFJobClient):
           f"it: 'tfx-parallel runtime --namespace {namespace} | kubectl apply -f -' (see "
           f"docs/multi-node.md, Several nodes).") from None
 
-  def create(self, body: Mapping[str, Any]) -> Dict[str, Any]:
+  def create(self, body: Mapping[str, Any], dry_run: bool = False) -> Dict[str, Any]:
+    extra = {"dry_run": "All"} if dry_run else {}
     return self._custom.create_namespaced_custom_object(
         trainjob.GROUP, trainjob.VERSION, body["metadata"]["namespace"], trainjob.PLURAL,
-        dict(body))
+        dict(body), **extra)
+
+  def placement_field(self, spec) -> str:
+    """Which of trainjob.PLACEMENT_FIELDS this cluster's Trainer release keeps, found by a
+    server-side dry run (``dryRun=All``: admitted, pruned, not stored) of the TrainJob with
+    the node selector and tolerations in all three; the answer keeps only the field its
+    CRD has. Trainer's TrainJob webhooks declare ``sideEffects=None``, so the API server
+    calls them on a dry run (kubeflow/trainer v2.1.0 pkg/webhooks/trainjob_webhook.go:44,
+    v2.3.0 :36,94; the same at v2.0.0 and v2.2.0). Raises RuntimeError when it keeps none,
+    or drops any of the trainer's fields (image, command, env, numNodes,
+    resourcesPerNode), before anything is created."""
+    probe = trainjob.manifest(spec, placement_field=trainjob.RUNTIME_PATCHES)
+    for field in trainjob.PLACEMENT_FIELDS:
+      probe["spec"].update(trainjob.placement_patch(field, spec.node_selector,
+                                                    spec.tolerations))
+    probe["metadata"] = dict(probe["metadata"], name=spec.name + "-dry-run")
+    probe["metadata"].pop("ownerReferences", None)
+    answer = self.create(probe, dry_run=True).get("spec") or {}
+    dropped = sorted(set(probe["spec"]["trainer"]) - set(answer.get("trainer") or {}))
+    kept = [f for f in trainjob.PLACEMENT_FIELDS if answer.get(f)]
+    wanted = bool(spec.node_selector or spec.tolerations)
+    if dropped or (wanted and not kept):
+      what = (f"spec.trainer.{', spec.trainer.'.join(dropped)}" if dropped else
+              "the node selector and tolerations in every field Trainer v2.0-v2.3 has ("
+              + ", ".join(f"{f}: {r}" for r, f in trainjob.RELEASE_FIELDS.items()) + ")")
+      raise RuntimeError(
+          f"This cluster's Kubeflow Trainer drops {what} from a TrainJob (server-side dry "
+          f"run in namespace {spec.namespace!r}); nothing was created. Its release is not one "
+          f"tfx-parallel supports (v2.0-v2.3); see docs/KUBEFLOW.md, Trainer releases.")
+    return kept[0] if kept else trainjob.POD_TEMPLATE_OVERRIDES
+
+  # kubeflow/trainer v2.1.0 manifests/overlays/manager/kustomization.yaml:5,13: namespace
+  # kubeflow-system, with JobSet from manifests/third-party/jobset beside it; Deployment
+  # kubeflow-trainer-controller-manager (manifests/base/manager/manager.yaml:62).
+  CONTROLLER = "the Kubeflow Trainer controller"
+  CONTROLLER_CHECK = "kubectl -n kubeflow-system get deployment kubeflow-trainer-controller-manager"
+  JOBSET_CHECK = "kubectl -n kubeflow-system get deployment jobset-controller-manager"
+
+  def started(self, job: Mapping[str, Any]) -> bool:
+    """Trainer v2 sets no Created condition; a JobSet that runs shows in
+    ``status.jobsStatus`` (trainjob_types.go v2.1.0:379) or in a condition."""
+    status = job.get("status") or {}
+    return bool(status.get("jobsStatus") or status.get("conditions"))
+
+  def jobset(self, name: str, namespace: str) -> Optional[Dict[str, Any]]:
+    """The TrainJob's JobSet (named like it), None when absent; raises ApiException on
+    any other answer (403 without ``get jobsets``)."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
+    try:
+      return self._custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace,
+                                                       "jobsets", name)
+    except ApiException as e:
+      if e.status == 404:
+        return None
+      raise
+
+  def not_started_cause(self, name: str, namespace: str, job: Mapping[str, Any]) -> str:
+    """Read from the TrainJob's events (the controller's TrainJobResourcesCreationFailed,
+    kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go:119-129, the same event
+    at v2.0.0 :132-136, v2.2.0 :129-133, v2.3.0 :114-118) and whether the JobSet exists."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
+    events = self.events(name, namespace)
+    refused = [e for e in events if e.get("reason") == trainjob.RESOURCES_CREATION_FAILED]
+    if refused:
+      return (f"the Kubeflow Trainer controller cannot create the JobSet: "
+              f"{trainjob.RESOURCES_CREATION_FAILED}: {refused[-1].get('message')}")
+    warnings = [e for e in events if e.get("type") == "Warning"]
+    if warnings:  # E.g. the Job controller's FailedCreate.
+      return f"{warnings[-1].get('reason')}: {warnings[-1].get('message')}"
+    try:
+      found = self.jobset(name, namespace)
+    except ApiException as e:
+      return (f"no JobSet event and no condition; {self.CONTROLLER} or JobSet's controller is "
+              f"not running ({self.CONTROLLER_CHECK}; {self.JOBSET_CHECK}). (Could not read "
+              f"the JobSet: {e.status} {e.reason}.)")
+    if found is not None:
+      return (f"JobSet {namespace}/{name} exists but has no Job or pod: JobSet's controller "
+              f"is not running (the CRD is installed without it, or it stopped; "
+              f"{self.JOBSET_CHECK})")
+    return (f"no JobSet, no event and no condition: {self.CONTROLLER} is not running (the "
+            f"CRD is installed without it, or it stopped; {self.CONTROLLER_CHECK})")
 
   def get(self, name: str, namespace: str) -> Dict[str, Any]:
     return self._custom.get_namespaced_custom_object(trainjob.GROUP, trainjob.VERSION,
@@ -302,7 +424,8 @@ class TrainJobClient(TFJobClient):
     refuses a pod) and the JobSet (its restarts); [] when they cannot be read."""
     from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     out = []
-    for kind, involved in (("Job", f"{name}-{trainjob.REPLICATED_JOB}-0"), ("JobSet", name)):
+    for kind, involved in (("Job", f"{name}-{trainjob.REPLICATED_JOB}-0"), ("JobSet", name),
+                           (trainjob.KIND, name)):
       try:
         found = self._core.list_namespaced_event(
             namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={involved}")

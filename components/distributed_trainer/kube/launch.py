@@ -95,7 +95,10 @@ def run(job, settings: TFJobSettings, client: Optional[TFJobClient] = None,
   # Can the replicas reach the job's files? Their env (S3 settings; secrets by secretKeyRef).
   spec = dataclasses.replace(spec, env=dict(spec.env, **object_store.check_for_replicas(
       job, job_uri, settings.namespace, client.api_client, os.environ)))
-  body = trainjob.manifest(spec) if kind == trainjob.KIND else manifest(spec)
+  if kind == trainjob.KIND:  # The field this Trainer release keeps placement in (dry run).
+    body = trainjob.manifest(spec, placement_field=client.placement_field(spec))
+  else:
+    body = manifest(spec)
   fileio.makedirs(job_dir)
   with fileio.open(job_uri, "w") as f:
     f.write(json.dumps(dataclasses.asdict(job)))

@@ -64,7 +64,7 @@ def rbac_manifests(namespace: str, service_account: str,
   return [role, binding]
 
 # DNS-1035 label: the TFJob webhook's NameIsDNS1035Label (pkg/webhooks/tensorflow/
-# tfjob_webhook.go:75).
+# tfjob_webhook.go:74, kubeflow/trainer v1.9.4).
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 

@@ -105,6 +105,32 @@ DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
 # the last bound on a job whose executor was killed (the TrainJob has no deadline of its own).
 ACTIVE_DEADLINE_SECONDS = 86400
 ISTIO_INJECT_ANNOTATION = "sidecar.istio.io/inject"
+# The JobSet failure-policy rule's name. JobSet's webhook refuses any name that does not
+# match ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`` (no '-'; kubernetes-sigs/jobset v0.10.1
+# pkg/webhooks/jobset_webhook.go:315,340-343, v0.11.1 :364,389, v0.12.0 :418,465), and the
+# CRD does not check it: the runtime and the TrainJob are accepted and only the Trainer
+# controller's JobSet apply is refused.
+FAILURE_RULE_NAME = "PermanentFailure"
+# Where a TrainJob puts the replicas' node selector and tolerations: the field differs per
+# Trainer release (pkg/apis/trainer/v1alpha1/trainjob_types.go), and the API server drops
+# a field its release's CRD does not have (structural pruning) without an error:
+#   v2.0.x  spec.podSpecOverrides      (v2.0.0 :115, PodSpecOverride :235-268)
+#   v2.1.x  spec.podTemplateOverrides  (v2.1.0 :127, PodTemplateOverride :267-339)
+#   v2.2.x+ spec.runtimePatches        (v2.2.0 :124, v2.3.0 :124, RuntimePatch :290-320)
+# client.TrainJobClient.placement_field discovers which one the cluster keeps (a
+# server-side dry run); trainer.image/command/env/numNodes/resourcesPerNode exist in all four.
+POD_SPEC_OVERRIDES, POD_TEMPLATE_OVERRIDES, RUNTIME_PATCHES = (
+    "podSpecOverrides", "podTemplateOverrides", "runtimePatches")
+PLACEMENT_FIELDS = (RUNTIME_PATCHES, POD_TEMPLATE_OVERRIDES, POD_SPEC_OVERRIDES)
+# The Trainer release each field stands for, newest first (for messages and the CLI).
+RELEASE_FIELDS = {"v2.3": RUNTIME_PATCHES, "v2.2": RUNTIME_PATCHES,
+                  "v2.1": POD_TEMPLATE_OVERRIDES, "v2.0": POD_SPEC_OVERRIDES}
+# The Trainer controller's event when it cannot create the JobSet (a webhook refuses it,
+# the JobSet CRD is missing): it retries and sets no condition (kubeflow/trainer v2.1.0
+# pkg/controller/trainjob_controller.go:119-129).
+RESOURCES_CREATION_FAILED = "TrainJobResourcesCreationFailed"
+# runtimePatches are keyed by manager (listMapKey, v2.3.0 trainjob_types.go:119-121,301).
+PATCH_MANAGER = "tfx-parallel.github.io/executor"
 # What the executor does with the API on this backend, as (API group, resource, verb);
 # the namespaced runtime is read before the TrainJob is created. Kubeflow's
 # kubeflow-trainer-edit ClusterRole grants all of it to a profile's default-editor
@@ -171,7 +197,7 @@ def runtime_manifest(namespace: str, max_restarts: int = 3,
           "template": {"spec": {
               "failurePolicy": {
                   "maxRestarts": max_restarts,
-                  "rules": [{"name": "permanent-failure", "action": "FailJobSet",
+                  "rules": [{"name": FAILURE_RULE_NAME, "action": "FailJobSet",
                              "onJobFailureReasons": [POD_FAILURE_POLICY_REASON,
                                                      DEADLINE_EXCEEDED_REASON]}]},
               "replicatedJobs": [{
@@ -183,9 +209,35 @@ def runtime_manifest(namespace: str, max_restarts: int = 3,
   }
 
 
-def manifest(spec, runtime: str = RUNTIME_NAME) -> Dict[str, Any]:
+def placement_patch(field: str, node_selector: Mapping[str, str],
+                    tolerations: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+  """``{field: [...]}`` putting `node_selector` and `tolerations` on the trainer Job's pods
+  in the shape of `field` (one of PLACEMENT_FIELDS), or {} when there is nothing to put."""
+  pod: Dict[str, Any] = {}
+  if node_selector:
+    pod["nodeSelector"] = dict(node_selector)
+  if tolerations:
+    pod["tolerations"] = [dict(t) for t in tolerations]
+  if not pod:
+    return {}
+  target = [{"name": REPLICATED_JOB}]
+  if field == POD_SPEC_OVERRIDES:
+    return {field: [dict(pod, targetJobs=target)]}
+  if field == POD_TEMPLATE_OVERRIDES:
+    return {field: [{"targetJobs": target, "spec": pod}]}
+  if field == RUNTIME_PATCHES:
+    job = {"name": REPLICATED_JOB, "template": {"spec": {"template": {"spec": pod}}}}
+    return {field: [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [job]}}}}]}
+  raise ValueError(f"placement field must be one of {PLACEMENT_FIELDS}. Received: {field!r}")
+
+
+def manifest(spec, runtime: str = RUNTIME_NAME,
+             placement_field: str = POD_TEMPLATE_OVERRIDES) -> Dict[str, Any]:
   """The TrainJob for `spec` (a validated ``manifest.TFJobSpec``: the same settings as the
-  TFJob), referring to the namespaced runtime `runtime`. Pure.
+  TFJob), referring to the namespaced runtime `runtime`, with the node selector and
+  tolerations in `placement_field` (the one the cluster's Trainer release has:
+  PLACEMENT_FIELDS). Pure.
 
   Raises ValueError for what Trainer v2 cannot express: a separate Chief replica (the
   runtime has one replicated Job; worker 0 is MultiWorkerMirroredStrategy's chief)."""
@@ -205,14 +257,7 @@ def manifest(spec, runtime: str = RUNTIME_NAME) -> Dict[str, Any]:
   body_spec: Dict[str, Any] = {
       "runtimeRef": {"name": runtime, "apiGroup": GROUP, "kind": RUNTIME_KIND},
       "trainer": trainer}
-  override: Dict[str, Any] = {}
-  if spec.node_selector:
-    override["nodeSelector"] = dict(spec.node_selector)
-  if spec.tolerations:
-    override["tolerations"] = [dict(t) for t in spec.tolerations]
-  if override:  # PodTemplateOverride (trainjob_types.go:267-308) on the trainer Job.
-    body_spec["podTemplateOverrides"] = [{"targetJobs": [{"name": REPLICATED_JOB}],
-                                          "spec": override}]
+  body_spec.update(placement_patch(placement_field, spec.node_selector, spec.tolerations))
   metadata = {"name": spec.name, "namespace": spec.namespace,
               "labels": {"app.kubernetes.io/part-of": "tfx-parallel"}}
   if spec.owner:
