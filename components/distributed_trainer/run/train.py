@@ -384,7 +384,14 @@ def main(argv=None) -> int:
     return PEER_FAILED_EXIT_CODE
   except Exception as e:  # pylint: disable=broad-except
     if failures.resumable(e):
-      raise
+      # A rerun may not meet it: exit >= 128 so that the operator restarts the replica
+      # (failures.exit_code), with the traceback and one line that says so.
+      traceback.print_exc()
+      code = failures.exit_code(e)
+      print(f"{failures.one_line(e)} (exit code {code}: "
+            f"{failures.EXIT_CODE_MEANINGS[code]}; a rerun resumes from the last "
+            f"checkpoint in {job.checkpoint_dir})", file=sys.stderr, flush=True)
+      return code
     # A rerun meets it again: one line (a user-facing error says what to fix, without
     # a traceback; any other error keeps it).
     if not isinstance(e, failures.user_error_types()):
