@@ -74,7 +74,10 @@ adapting what the open-source KFP v2 driver and launcher hand over
   dropped), and hands it to the executor as ``TFX_PARALLEL_CHECKPOINT_ROOT``: on the
   volume named by ``TFX_PARALLEL_CHECKPOINT_VOLUME`` (the compiled
   ``checkpoint_volume``), else the remote task root itself when TensorFlow can write it
-  (``gs://``), else nothing (the executor keeps them beside its local output).
+  (``gs://``; ``s3://`` and ``minio://`` as ``s3://`` through tensorflow-io, this process
+  set up from KFP's secret and probed), else nothing (the executor keeps them beside its
+  local output). A volume this process cannot write fails the step before training,
+  naming the fix (:func:`check_volume`).
 
 ``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
 and ``/s3`` directories are; tests point it at a temporary directory.
@@ -112,7 +115,12 @@ _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 # kubeflow/resources.py (CHECKPOINT_VOLUME_ENV).
 CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
 CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
-_TF_WRITES = ("gs://",)  # Schemes TensorFlow's own filesystems write (not minio://, s3://).
+# Roots under whose task directory the trainer keeps its checkpoints: gs:// (TensorFlow's
+# own filesystem), s3:// and minio:// (as s3://: tensorflow-io's filesystem, this process
+# set up from KFP's secret as for a multi-node step, kube/object_store.py).
+DURABLE_ROOTS = ("gs://", "s3://", "minio://")
+# The one executor that writes checkpoints (kubeflow/package.py _checkpoint_notes).
+TRAINER_EXECUTOR_PREFIX = "tfx_parallel.components.distributed_trainer."
 
 
 class EntrypointError(ValueError):
@@ -306,9 +314,59 @@ def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str
   if volume:
     mounted = os.path.join(environ.get(MOUNT_ROOT_ENV, "/"), volume.lstrip("/"))
     return os.path.join(mounted, local_path(task_root, "/").lstrip("/"))
-  if task_root.startswith(_TF_WRITES):
-    return task_root
+  if task_root.startswith(DURABLE_ROOTS):
+    return beam_uri(task_root)  # minio:// as s3://, the name TensorFlow opens.
   return None
+
+
+def check_volume(root: str, environ: Mapping[str, str]) -> None:
+  """Raises EntrypointError, naming the volume and the fix, when this process cannot
+  create `root` (the checkpoints' directory on ``checkpoint_volume``) or a file in it:
+  KFP sets no ``fsGroup`` (kubeflow/pipelines backend/src/v2/compiler/argocompiler/
+  argo.go: only runAsUser/runAsGroup/runAsNonRoot), so a new claim's root is usually
+  ``root:root 0755``; every retry would meet the same wall, after its set-up."""
+  volume = environ.get(CHECKPOINT_VOLUME_ENV, "")
+  probe = os.path.join(root, f".tfx-parallel-write-probe-{os.getpid()}")
+  try:
+    os.makedirs(root, exist_ok=True)
+    with open(probe, "w") as f:
+      f.write("probe")
+    os.remove(probe)
+  except OSError as e:
+    mounted = os.path.join(environ.get(MOUNT_ROOT_ENV, "/"), volume.lstrip("/"))
+    try:
+      st = os.stat(mounted)
+      owner = f"owned by uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:o}"
+    except OSError:
+      owner = "not mounted"
+    raise EntrypointError(
+        f"checkpoint_volume {volume} ({mounted}: {owner}) is not writable by this step's "
+        f"user (uid {os.getuid()} gid {os.getgid()}): {type(e).__name__}: {e}. KFP sets no "
+        f"fsGroup on its pods, so a new claim's root is usually root:root 0755. Fix: a "
+        f"StorageClass whose volumes this uid can write (or an fsGroup in the pod's "
+        f"securityContext where the platform allows it), or `chmod 1777` the volume's "
+        f"root once from a pod running as root (docs/KUBEFLOW.md, \"Checkpoints\")"
+    ) from None
+
+
+def s3_checkpoints(root: str, executor_input: Mapping[str, Any],
+                   store: Optional[object_store.ObjectStore]) -> Optional[str]:
+  """`root` (an s3:// task root) once this process can write it through tensorflow-io:
+  the store of the step's artifacts (`store`, a multi-node step's), else set up here as
+  for one (the endpoint from the input artifacts' store session, the keys from KFP's
+  secret, read at run time) and probed. None, after one warning line saying so, when the
+  store cannot be set up: the checkpoints stay in the pod."""
+  try:
+    if store is None or not store.is_s3:
+      store = object_store.prepare_executor({"checkpoint root": root}, os.environ,
+                                            session_info=session_info(executor_input))
+    object_store.probe(root, store)
+    return root
+  except Exception as e:  # pylint: disable=broad-except  # Said, then local checkpoints.
+    print(f"[entrypoint] WARNING: the checkpoints stay in this pod, so a retry trains again "
+          f"from step 0: {root} cannot be written through tensorflow-io's s3 "
+          f"({type(e).__name__}: {str(e).strip()[:500]})", file=sys.stderr, flush=True)
+    return None
 
 
 def artifact_paths(environ: Mapping[str, str]) -> str:
@@ -394,8 +452,14 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
     store = object_store.prepare_executor(artifact_uris(adapted), os.environ,
                                   session_info=session_info(executor_input))
-  durable = checkpoint_root(executor_input, environ)
+  durable = (checkpoint_root(executor_input, environ)
+             if args.executor_class_path.startswith(TRAINER_EXECUTOR_PREFIX) else None)
+  if durable and environ.get(CHECKPOINT_VOLUME_ENV):
+    check_volume(durable, environ)
+  elif durable and durable.startswith("s3://"):
+    durable = s3_checkpoints(durable, executor_input, store)
   if durable:  # The executor (run in this process) and its training processes read it.
+    logging.info("Checkpoints: %s (a retry of this step resumes from them)", durable)
     os.environ[CHECKPOINT_ROOT_ENV] = durable
   # Imported here: TFX imports TensorFlow (main has set its environment).
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
