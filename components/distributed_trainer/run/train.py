@@ -371,6 +371,11 @@ def main(argv=None) -> int:
   with open(args.job) as f:
     job = Job(**json.load(f))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if any(str(uri).startswith("s3://") for uri in (job.examples_uri, job.checkpoint_dir,
+                                                  job.model_dir, job.history_dir)):
+    # tensorflow-io registers s3:// on import (kube/object_store.py register; a step on
+    # the default store keeps its checkpoints there: kubeflow/entrypoint.py).
+    import tensorflow_io  # pylint: disable=g-import-not-at-top,unused-import
   try:
     run(job)
   except (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -406,5 +411,16 @@ def main(argv=None) -> int:
 PEER_FAILED_EXIT_CODE = failures.PEER_LOST_EXIT_CODE
 
 
+def _exit(status: int) -> None:
+  """Ends the training process with `status`; with tensorflow-io loaded, without the
+  interpreter's teardown, where its S3 client aborts (SIGABRT, exit 134: see
+  kube/object_store.py run_and_exit), which would read as a retryable crash."""
+  if "tensorflow_io" not in sys.modules:
+    sys.exit(status)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  _exit(main())
