@@ -369,6 +369,40 @@ def s3_checkpoints(root: str, executor_input: Mapping[str, Any],
     return None
 
 
+# Beam's S3 filesystem options (apache_beam/options/pipeline_options.py S3Options).
+_BEAM_S3_FLAGS = ("--s3_endpoint_url", "--s3_access_key_id", "--s3_secret_access_key",
+                  "--s3_region_name")
+
+
+def beam_s3_args(executor_input: Mapping[str, Any], beam_args: Sequence[str],
+                 environ: Mapping[str, str], api_client=None) -> List[str]:
+  """Beam's S3 options for a step whose runner's workers run outside the pod and write
+  its ``minio://``/``s3://`` outputs themselves, made at run time: the endpoint from the
+  input artifacts' store session (the KFP launcher's own for the bucket: SeaweedFS's
+  ``seaweedfs.kubeflow:9000`` from 2.16, ``minio-service.kubeflow:9000`` before) unless
+  ``TFX_PARALLEL_S3_*`` says otherwise, the keys read now from KFP's secret (the one the
+  launcher in this pod reads). Nothing of it is in the compiled package. [] when the step
+  names any ``--s3_*`` option itself, or writes no s3 output. Raises ObjectStoreError
+  naming the secret or setting."""
+  if any(a.split("=", 1)[0] in _BEAM_S3_FLAGS for a in beam_args):
+    return []
+  outputs = {f"outputs.{key}": beam_uri(artifacts["artifacts"][0].get("uri", ""))
+             for key, artifacts in executor_input.get("outputs", {}).get("artifacts", {}).items()
+             if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
+  outputs = {k: u for k, u in outputs.items() if u.startswith("s3://")}
+  if not outputs:
+    return []
+  settings = dict(environ)
+  for setting, value in object_store.session_settings(session_info(executor_input)).items():
+    settings.setdefault(object_store.ENV_PREFIX + setting, value)
+  store = object_store.from_uris(outputs, settings)
+  access_key, secret_key = object_store.read_credentials(
+      store, object_store.job_namespace(environ),
+      api_client if api_client is not None else object_store.default_api_client())
+  return [f"--s3_endpoint_url={store.endpoint}", f"--s3_access_key_id={access_key}",
+          f"--s3_secret_access_key={secret_key}", f"--s3_region_name={store.region}"]
+
+
 def artifact_paths(environ: Mapping[str, str]) -> str:
   """"local" (the launcher's copies) or "remote" (the artifacts' URIs): remote when the
   step submits a multi-node job (object_store.remote_mode), whose replicas cannot see
@@ -446,6 +480,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
                  "reads and writes its artifacts' remote URIs (minio:// as s3://)",
                  runners.runner_name(beam_args))
+  if outside and paths == "local":  # The workers' S3 settings, at run time (not compiled).
+    beam_args = list(beam_args) + beam_s3_args(executor_input, beam_args, environ)
   adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
   args.json_serialized_invocation_args = json.dumps(adapted)
   store = None

@@ -393,6 +393,24 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   assert row.properties["blessed"] == 1 and isinstance(row.properties["replicas"], int)
   assert os.path.isfile(os.path.join(launcher.object_path(blessing["uri"]), "BLESSED"))
 
+  # Each execution's INPUT events name the artifacts its driver resolved (client.go
+  # 2.17.0:740-751), so ML Metadata links the trainer to the Examples it read.
+  store = launcher.metadata.store
+  for task, executor_input in launcher.executor_inputs.items():
+    [execution] = [e for e in store.get_executions()
+                   if e.custom_properties["task_name"].string_value == task]
+    inputs = sorted((e.path.steps[0].key, e.artifact_id)
+                    for e in store.get_events_by_execution_ids([execution.id])
+                    if e.type == e.INPUT)
+    assert inputs == sorted((key, int(a["name"])) for key, artifacts in
+                            executor_input["inputs"]["artifacts"].items()
+                            for a in artifacts["artifacts"]), task
+  assert ("examples", examples["id"]) in [
+      (e.path.steps[0].key, e.artifact_id) for e in store.get_events_by_execution_ids(
+          [x.id for x in store.get_executions()
+           if x.custom_properties["task_name"].string_value == "DistributedTrainer"])
+      if e.type == e.INPUT]
+
   for task in order:  # The launcher's log artifact, recorded beside TFX's outputs.
     logs = recorded.get((task, EXECUTOR_LOGS))
     assert (logs is not None) == publish_logs, task
@@ -598,6 +616,34 @@ def test_checkpoint_root_is_keyed_by_run_and_task():
   assert executor.checkpoint_dir("/pod/gcs/b/run-7/Trainer/s/model", "/ex", "{}",
                                  root=executor.checkpoint_root({})).startswith(
                                      "/pod/gcs/b/run-7/Trainer/_checkpoints/")
+
+
+def test_up_to_2_16_a_download_lists_by_raw_prefix_and_takes_siblings_along(tmp_path):
+  """KFP 2.16.0's DownloadBlob downloads every key under the raw prefix (object_store.go
+  2.16.0:127-154), so reading `examples` also takes the sibling output `examples_ref`,
+  written at filepath.Rel's "../examples_ref"; 2.17.0 takes only keys under "examples/"
+  (isBlobKeyUnderPrefix, 2.17.0:171-174)."""
+  package = {"pipelineInfo": {"name": "p"}, "root": {"dag": {"tasks": {}}}}
+  sizes = {"under": None, "raw": None}
+  for mode in sizes:
+    launcher = Launcher(package, str(tmp_path / mode), PIPELINE_ROOT, download_prefix=mode)
+    task = f"{PIPELINE_ROOT}/p/run-1/Gen/salt"
+    for rel, data in (("examples/Split-train/data", b"x" * 100),
+                      ("examples_ref/FILES_AT", b"y" * 7),
+                      ("eval_examples/Split-eval/data", b"z" * 30)):
+      path = os.path.join(launcher.object_path(f"{task}/{rel}"))
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path, "wb") as f:
+        f.write(data)
+    local = str(tmp_path / mode / "pod" / "minio" / "examples")
+    sizes[mode] = launcher.download(f"{task}/examples", local)
+    assert os.path.isfile(os.path.join(local, "Split-train", "data"))
+    assert os.path.isfile(os.path.join(os.path.dirname(local), "examples_ref", "FILES_AT")) == (
+        mode == "raw")
+    assert launcher.download(f"{task}/examples_ref", str(tmp_path / mode / "ref")) == 7
+  assert sizes == {"under": 100, "raw": 107}
+  with pytest.raises(ValueError, match="download_prefix must be one of"):
+    Launcher(package, str(tmp_path / "x"), PIPELINE_ROOT, download_prefix="prefix")
 
 
 def test_compile_prints_the_note_where_no_durable_place_exists(tmp_path, capsys):

@@ -208,6 +208,35 @@ def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_n
   assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
 
 
+def test_an_out_of_pod_ingest_gets_the_sessions_endpoint_and_the_secrets_keys_at_run_time():
+  """Issue #48 item 6: Beam's S3 options for a runner whose workers write the step's
+  minio:// output themselves come from the store session KFP recorded with the input
+  (SeaweedFS's endpoint on 2.16+) and from KFP's secret, read when the step runs; the
+  step's own --s3_* args win; the compiled package holds none of it."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  executor_input = {
+      "inputs": {"artifacts": {"data": {"artifacts": [
+          {"uri": "minio://mlpipeline/v2/in", "metadata": {
+              "store_session_info": MINIO_SESSION_INFO}}]}}},
+      "outputs": {"artifacts": {"examples": {"artifacts": [
+          {"uri": "minio://mlpipeline/v2/artifacts/p/run-1/Gen/salt/examples"}]}}}}
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    environ = {"TFX_PARALLEL_TFJOB_NAMESPACE": "ns"}
+    args = entrypoint.beam_s3_args(executor_input, ["--runner=FlinkRunner"], environ,
+                                   cluster.api_client())
+    assert args == ["--s3_endpoint_url=http://seaweedfs.kubeflow:9000",
+                    "--s3_access_key_id=minio", "--s3_secret_access_key=minio123",
+                    "--s3_region_name=minio"]
+    assert entrypoint.beam_s3_args(executor_input, ["--s3_endpoint_url=http://x:1"], environ,
+                                   cluster.api_client()) == []  # The step's own.
+    gcs = json.loads(json.dumps(executor_input).replace("minio://", "gs://"))
+    assert entrypoint.beam_s3_args(gcs, [], environ, cluster.api_client()) == []
+    del cluster.secrets[("ns", "mlpipeline-minio-artifact")]
+    with pytest.raises(object_store.ObjectStoreError, match="does not exist"):
+      entrypoint.beam_s3_args(executor_input, [], environ, cluster.api_client())
+
+
 def test_credentials_the_store_refuses_fail_the_check_before_the_job_file_and_any_pod(moto):
   """The executor's check with the secret the replicas would mount (its secret key
   wrong): the probe through TensorFlow's S3 filesystem is refused, and the step fails
