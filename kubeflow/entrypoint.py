@@ -66,7 +66,7 @@ adapting what the open-source KFP v2 driver and launcher hand over
   cluster) keep the local paths.
 * **Checkpoints that outlive the pod.** A KFP retry re-runs only the executor pod, with
   the same ExecutorInput (the driver is not re-run: ``argocompiler/container.go`` puts
-  the retryStrategy on the executor template, from 2.5.0), on a fresh disk. So the
+  the retryStrategy on the executor template, from 2.4.1), on a fresh disk. So the
   trainer's checkpoints must not stay in the pod: :func:`checkpoint_root` names a
   durable directory keyed by run and task, the output URIs' task root
   ``<pipeline root>/<pipeline>/<run>/<task>`` (``driver/driver.go``:
