@@ -382,8 +382,9 @@ def beam_s3_args(executor_input: Mapping[str, Any], beam_args: Sequence[str],
   ``seaweedfs.kubeflow:9000`` from 2.16, ``minio-service.kubeflow:9000`` before) unless
   ``TFX_PARALLEL_S3_*`` says otherwise, the keys read now from KFP's secret (the one the
   launcher in this pod reads). Nothing of it is in the compiled package. [] when the step
-  names any ``--s3_*`` option itself, or writes no s3 output. Raises ObjectStoreError
-  naming the secret or setting."""
+  names any ``--s3_*`` option itself, or writes no s3 output, or (after one warning line
+  naming the secret or setting) when the store's settings cannot be read: Beam's S3
+  filesystem then uses its own defaults (the AWS SDK's ambient credentials, e.g. IRSA)."""
   if any(a.split("=", 1)[0] in _BEAM_S3_FLAGS for a in beam_args):
     return []
   outputs = {f"outputs.{key}": beam_uri(artifacts["artifacts"][0].get("uri", ""))
@@ -395,10 +396,16 @@ def beam_s3_args(executor_input: Mapping[str, Any], beam_args: Sequence[str],
   settings = dict(environ)
   for setting, value in object_store.session_settings(session_info(executor_input)).items():
     settings.setdefault(object_store.ENV_PREFIX + setting, value)
-  store = object_store.from_uris(outputs, settings)
-  access_key, secret_key = object_store.read_credentials(
-      store, object_store.job_namespace(environ),
-      api_client if api_client is not None else object_store.default_api_client())
+  try:
+    store = object_store.from_uris(outputs, settings)
+    access_key, secret_key = object_store.read_credentials(
+        store, object_store.job_namespace(environ),
+        api_client if api_client is not None else object_store.default_api_client())
+  except Exception as e:  # pylint: disable=broad-except  # Said; Beam's defaults then.
+    print(f"[entrypoint] WARNING: Beam's S3 options for the runner's workers are not set "
+          f"({type(e).__name__}: {str(e).strip()[:500]}); they use Beam's defaults.",
+          file=sys.stderr, flush=True)
+    return []
   return [f"--s3_endpoint_url={store.endpoint}", f"--s3_access_key_id={access_key}",
           f"--s3_secret_access_key={secret_key}", f"--s3_region_name={store.region}"]
 
