@@ -320,7 +320,7 @@ def _default_beam_args():
 @pytest.mark.parametrize("publish_logs, output_file, beam_args", [
     # 2.15.0 to master (default install: PUBLISH_LOGS "true"); no Beam args.
     (True, "task_root", "none"),
-    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"), with the Beam args of
+    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"; retries from 2.4.1), with the Beam args of
     # kubeflow/default_config.yaml (in-pod DirectRunner, multi_processing): TFX first packs
     # itself into an sdist for the workers (tfx/utils/dependency_utils.py
     # make_beam_dependency_flags; ~50 s here).
@@ -339,7 +339,7 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     package = compile_mapping(data).pipeline_spec
   launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT, publish_logs=publish_logs,
                       output_file=output_file,
-                      retries=output_file != "legacy")  # 2.1-2.4 ignore retryPolicy.
+                      retries=output_file != "legacy")  # 2.1-2.4.0 ignore retryPolicy.
   order = launcher.run()
   assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
   with open(tmp_path / "PartitionedExampleGen.log") as f:
