@@ -134,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
             f"tfx-parallel compile: the traceback and every log line are in "
             f"{console.log_path}", file=sys.stderr, flush=True)
       return 1
-      for note in result.notes:
-        print(f"tfx-parallel compile: note: {note}", file=sys.stderr, flush=True)
+  for note in result.notes:
+    print(f"tfx-parallel compile: note: {note}", file=sys.stderr, flush=True)
   executors = result.pipeline_spec["deploymentSpec"]["executors"]
   print(f"Wrote Kubeflow pipeline package {args.output} "
         f"({len(executors)} components, pipeline root "

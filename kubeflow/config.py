@@ -96,8 +96,8 @@ class Toleration:
 
 # Backends 2.4.1 and later compile a task's retryPolicy into an Argo retryStrategy on its
 # executor template; 2.1.0 to 2.4.0 ignore it (kubeflow/pipelines
-# backend/src/v2/compiler/argocompiler/container.go: getTaskRetryStrategy, added by
-# kubeflow/pipelines#11673 and released in 2.4.1; no retry code before). Argo ends all retries at the first attempt's start + backoff_max
+# backend/src/v2/compiler/argocompiler/container.go 2.4.1:236,275 and :473-498
+# getTaskRetryStrategy, added by kubeflow/pipelines#11673; no retry code at 2.4.0). Argo ends all retries at the first attempt's start + backoff_max
 # and gives each retried pod that deadline (argo-workflows workflow/controller/
 # operator.go processNodeRetries: ``maxDurationDeadline := firstChildNode.StartedAt.Add
 # (maxDuration)``, ``opts.executionDeadline = maxDurationDeadline``), so its default

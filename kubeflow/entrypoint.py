@@ -74,7 +74,10 @@ adapting what the open-source KFP v2 driver and launcher hand over
   dropped), and hands it to the executor as ``TFX_PARALLEL_CHECKPOINT_ROOT``: on the
   volume named by ``TFX_PARALLEL_CHECKPOINT_VOLUME`` (the compiled
   ``checkpoint_volume``), else the remote task root itself when TensorFlow can write it
-  (``gs://``), else nothing (the executor keeps them beside its local output).
+  (``gs://``; ``s3://`` and ``minio://`` as ``s3://`` through tensorflow-io, this process
+  set up from KFP's secret and probed), else nothing (the executor keeps them beside its
+  local output). A volume this process cannot write fails the step before training,
+  naming the fix (:func:`check_volume`).
 
 ``TFX_PARALLEL_MOUNT_ROOT`` (default ``/``) is where the launcher's ``/gcs``, ``/minio``
 and ``/s3`` directories are; tests point it at a temporary directory.
@@ -112,7 +115,12 @@ _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 # kubeflow/resources.py (CHECKPOINT_VOLUME_ENV).
 CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
 CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
-_TF_WRITES = ("gs://",)  # Schemes TensorFlow's own filesystems write (not minio://, s3://).
+# Roots under whose task directory the trainer keeps its checkpoints: gs:// (TensorFlow's
+# own filesystem), s3:// and minio:// (as s3://: tensorflow-io's filesystem, this process
+# set up from KFP's secret as for a multi-node step, kube/object_store.py).
+DURABLE_ROOTS = ("gs://", "s3://", "minio://")
+# The one executor that writes checkpoints (kubeflow/package.py _checkpoint_notes).
+TRAINER_EXECUTOR_PREFIX = "tfx_parallel.components.distributed_trainer."
 
 
 class EntrypointError(ValueError):
@@ -306,9 +314,100 @@ def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str
   if volume:
     mounted = os.path.join(environ.get(MOUNT_ROOT_ENV, "/"), volume.lstrip("/"))
     return os.path.join(mounted, local_path(task_root, "/").lstrip("/"))
-  if task_root.startswith(_TF_WRITES):
-    return task_root
+  if task_root.startswith(DURABLE_ROOTS):
+    return beam_uri(task_root)  # minio:// as s3://, the name TensorFlow opens.
   return None
+
+
+def check_volume(root: str, environ: Mapping[str, str]) -> None:
+  """Raises EntrypointError, naming the volume and the fix, when this process cannot
+  create `root` (the checkpoints' directory on ``checkpoint_volume``) or a file in it:
+  KFP sets no ``fsGroup`` (kubeflow/pipelines backend/src/v2/compiler/argocompiler/
+  argo.go: only runAsUser/runAsGroup/runAsNonRoot), so a new claim's root is usually
+  ``root:root 0755``; every retry would meet the same wall, after its set-up."""
+  volume = environ.get(CHECKPOINT_VOLUME_ENV, "")
+  probe = os.path.join(root, f".tfx-parallel-write-probe-{os.getpid()}")
+  try:
+    os.makedirs(root, exist_ok=True)
+    with open(probe, "w") as f:
+      f.write("probe")
+    os.remove(probe)
+  except OSError as e:
+    mounted = os.path.join(environ.get(MOUNT_ROOT_ENV, "/"), volume.lstrip("/"))
+    try:
+      st = os.stat(mounted)
+      owner = f"owned by uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:o}"
+    except OSError:
+      owner = "not mounted"
+    raise EntrypointError(
+        f"checkpoint_volume {volume} ({mounted}: {owner}) is not writable by this step's "
+        f"user (uid {os.getuid()} gid {os.getgid()}): {type(e).__name__}: {e}. KFP sets no "
+        f"fsGroup on its pods, so a new claim's root is usually root:root 0755. Fix: a "
+        f"StorageClass whose volumes this uid can write (or an fsGroup in the pod's "
+        f"securityContext where the platform allows it), or `chmod 1777` the volume's "
+        f"root once from a pod running as root (docs/KUBEFLOW.md, \"Checkpoints\")"
+    ) from None
+
+
+def s3_checkpoints(root: str, executor_input: Mapping[str, Any],
+                   store: Optional[object_store.ObjectStore]) -> Optional[str]:
+  """`root` (an s3:// task root) once this process can write it through tensorflow-io:
+  the store of the step's artifacts (`store`, a multi-node step's), else set up here as
+  for one (the endpoint from the input artifacts' store session, the keys from KFP's
+  secret, read at run time) and probed. None, after one warning line saying so, when the
+  store cannot be set up: the checkpoints stay in the pod."""
+  try:
+    if store is None or not store.is_s3:
+      store = object_store.prepare_executor({"checkpoint root": root}, os.environ,
+                                            session_info=session_info(executor_input))
+    object_store.probe(root, store)
+    return root
+  except Exception as e:  # pylint: disable=broad-except  # Said, then local checkpoints.
+    print(f"[entrypoint] WARNING: the checkpoints stay in this pod, so a retry trains again "
+          f"from step 0: {root} cannot be written through tensorflow-io's s3 "
+          f"({type(e).__name__}: {str(e).strip()[:500]})", file=sys.stderr, flush=True)
+    return None
+
+
+# Beam's S3 filesystem options (apache_beam/options/pipeline_options.py S3Options).
+_BEAM_S3_FLAGS = ("--s3_endpoint_url", "--s3_access_key_id", "--s3_secret_access_key",
+                  "--s3_region_name")
+
+
+def beam_s3_args(executor_input: Mapping[str, Any], beam_args: Sequence[str],
+                 environ: Mapping[str, str], api_client=None) -> List[str]:
+  """Beam's S3 options for a step whose runner's workers run outside the pod and write
+  its ``minio://``/``s3://`` outputs themselves, made at run time: the endpoint from the
+  input artifacts' store session (the KFP launcher's own for the bucket: SeaweedFS's
+  ``seaweedfs.kubeflow:9000`` from 2.16, ``minio-service.kubeflow:9000`` before) unless
+  ``TFX_PARALLEL_S3_*`` says otherwise, the keys read now from KFP's secret (the one the
+  launcher in this pod reads). Nothing of it is in the compiled package. [] when the step
+  names any ``--s3_*`` option itself, or writes no s3 output, or (after one warning line
+  naming the secret or setting) when the store's settings cannot be read: Beam's S3
+  filesystem then uses its own defaults (the AWS SDK's ambient credentials, e.g. IRSA)."""
+  if any(a.split("=", 1)[0] in _BEAM_S3_FLAGS for a in beam_args):
+    return []
+  outputs = {f"outputs.{key}": beam_uri(artifacts["artifacts"][0].get("uri", ""))
+             for key, artifacts in executor_input.get("outputs", {}).get("artifacts", {}).items()
+             if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
+  outputs = {k: u for k, u in outputs.items() if u.startswith("s3://")}
+  if not outputs:
+    return []
+  settings = dict(environ)
+  for setting, value in object_store.session_settings(session_info(executor_input)).items():
+    settings.setdefault(object_store.ENV_PREFIX + setting, value)
+  try:
+    store = object_store.from_uris(outputs, settings)
+    access_key, secret_key = object_store.read_credentials(
+        store, object_store.job_namespace(environ),
+        api_client if api_client is not None else object_store.default_api_client())
+  except Exception as e:  # pylint: disable=broad-except  # Said; Beam's defaults then.
+    print(f"[entrypoint] WARNING: Beam's S3 options for the runner's workers are not set "
+          f"({type(e).__name__}: {str(e).strip()[:500]}); they use Beam's defaults.",
+          file=sys.stderr, flush=True)
+    return []
+  return [f"--s3_endpoint_url={store.endpoint}", f"--s3_access_key_id={access_key}",
+          f"--s3_secret_access_key={secret_key}", f"--s3_region_name={store.region}"]
 
 
 def artifact_paths(environ: Mapping[str, str]) -> str:
@@ -388,14 +487,22 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
     logging.info("The Beam runner (%s) runs its workers outside this pod, so the step "
                  "reads and writes its artifacts' remote URIs (minio:// as s3://)",
                  runners.runner_name(beam_args))
+  if outside and paths == "local":  # The workers' S3 settings, at run time (not compiled).
+    beam_args = list(beam_args) + beam_s3_args(executor_input, beam_args, environ)
   adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
   args.json_serialized_invocation_args = json.dumps(adapted)
   store = None
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
     store = object_store.prepare_executor(artifact_uris(adapted), os.environ,
                                   session_info=session_info(executor_input))
-  durable = checkpoint_root(executor_input, environ)
+  durable = (checkpoint_root(executor_input, environ)
+             if args.executor_class_path.startswith(TRAINER_EXECUTOR_PREFIX) else None)
+  if durable and environ.get(CHECKPOINT_VOLUME_ENV):
+    check_volume(durable, environ)
+  elif durable and durable.startswith("s3://"):
+    durable = s3_checkpoints(durable, executor_input, store)
   if durable:  # The executor (run in this process) and its training processes read it.
+    logging.info("Checkpoints: %s (a retry of this step resumes from them)", durable)
     os.environ[CHECKPOINT_ROOT_ENV] = durable
   # Imported here: TFX imports TensorFlow (main has set its environment).
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top

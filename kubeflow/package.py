@@ -28,7 +28,7 @@ from tfx_parallel.components.convergence_evaluator.component import ConvergenceE
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
 from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources, split_outputs
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
-from tfx_parallel.kubeflow.entrypoint import artifact_paths
+from tfx_parallel.kubeflow.entrypoint import DURABLE_ROOTS, artifact_paths
 
 # Opts the trainer into a TFJob (components/distributed_trainer/kube/settings.py ENV_IMAGE).
 _TFJOB_IMAGE_ENV = "TFX_PARALLEL_TFJOB_IMAGE"
@@ -110,11 +110,11 @@ def _checkpoint_notes(config: KubeflowConfig, nodes: Mapping[str, Any]) -> List[
                         f"gs:// pipeline_root (they keep them beside the run's artifacts). "
                         f"Received: {placement.checkpoint_volume!r}")
     if (placement.retry.max_retry_count and placement.checkpoint_volume is None
-        and not config.pipeline_root.startswith("gs://")):
+        and not config.pipeline_root.startswith(DURABLE_ROOTS)):
       notes.append(
           f"components.{node_id}.checkpoint_volume is not set and pipeline_root "
-          f"{config.pipeline_root} is not gs:// (TensorFlow cannot write "
-          f"{config.pipeline_root.split('://')[0]}://): its checkpoints stay in the pod, "
+          f"{config.pipeline_root} is not one of {', '.join(DURABLE_ROOTS)} (where the "
+          f"step keeps its checkpoints under the task's root): they stay in the pod, "
           f"so a retried {node_id} (retry.max_retry_count "
           f"{placement.retry.max_retry_count}) trains again from step 0. Mount a "
           f"PersistentVolumeClaim (pvc_mounts) and set checkpoint_volume to its path.")

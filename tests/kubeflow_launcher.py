@@ -64,10 +64,10 @@ A task whose ``cachingOptions.enableCache`` is false is never looked up in the c
 (``driver/cache.go``:133 at master, ``driver/driver.go``:1648 at 2.1.0). PVC names are
 part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
 
-* ``retries`` (default True; 2.5.0 and later): a task's ``retryPolicy.maxRetryCount``
-  is honoured as the Argo compiler does (``argocompiler/container.go``: the
-  ``retryStrategy`` sits on the *executor* template, from 2.5.0; 2.1.0-2.4.x have no
-  retry code): a failed attempt runs again in a fresh pod with the same ExecutorInput
+* ``retries`` (default True; 2.4.1 and later): a task's ``retryPolicy.maxRetryCount``
+  is honoured as the Argo compiler does (``argocompiler/container.go`` 2.4.1:236,275 and
+  473-498 ``getTaskRetryStrategy``: the ``retryStrategy`` sits on the *executor*
+  template; 2.1.0-2.4.0 have no retry code): a failed attempt runs again in a fresh pod with the same ExecutorInput
   (the driver does not run again), its executor-logs URI suffixed with the attempt
   index (``launcher_v2.go`` 2.17.0:538-567 ``qualifyExecutorLogsURI``, from
   ``KFP_RETRY_INDEX``). Backoff waits are not emulated. ``interrupt(task, attempt,
@@ -77,6 +77,8 @@ part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
   kept across pods and retries) appears at ``mountPath`` in every pod of the executor
   (``driver/k8s.go`` ``makeVolumeMountPatch``).
 
+* ``download_prefix`` (:data:`DOWNLOAD_PREFIXES`): "under" for 2.17.0 and later, "raw"
+  for 2.16.0 and before, in both stores below.
 * ``s3`` (a boto3 S3 client, e.g. of moto's server): the object store is that S3 API
   (``minio://b/k`` and ``s3://b/k`` are bucket ``b``, key ``k``, as KFP's MinIO serves
   them) instead of a directory. Its download is ``DownloadBlob`` (``objectstore/
@@ -117,6 +119,11 @@ MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 EXECUTOR_LOGS = "executor-logs"  # driver/driver.go:753
 LEGACY_OUTPUT_FILE = "/tmp/kfp_outputs/output_metadata.json"  # launcher_v2.go:526
 OUTPUT_FILES = ("task_root", "legacy")
+# DownloadBlob's listing: "under" (2.17.0 and later: isBlobKeyUnderPrefix, object_store.go
+# 2.17.0:171-174,192) or "raw" (2.16.0 and before: every key the raw prefix lists,
+# object_store.go 2.16.0:127-154, at filepath.Join(localDir, filepath.Rel(blobDir, key)),
+# so a sibling ".../examples_ref/x" of ".../examples" lands at "<local>/../examples_ref/x").
+DOWNLOAD_PREFIXES = ("under", "raw")
 # config/env.go:177-193 getDefaultMinioSessionInfo, as json.Marshal writes it (sorted keys).
 MINIO_SESSION_INFO = json.dumps({"Provider": "minio", "Params": {
     "accessKeyKey": "accesskey", "disableSSL": "true", "endpoint": "seaweedfs.kubeflow:9000",
@@ -314,12 +321,14 @@ class KfpMetadata:
     return self.store.put_artifacts([artifact])[0]
 
   def publish_execution(self, task_name: str, contexts: Sequence[int],
-                        outputs: Mapping[str, int], cached: bool = False) -> int:
-    """``CreateExecution`` + ``PublishExecution`` (client.go:558-610): a
-    ``system.ContainerExecution`` with an OUTPUT event (path: the output key) per
-    artifact, put with the pipeline's contexts (ML Metadata then attributes the
-    artifacts to them). A cache hit is published CACHED with the earlier outputs
-    (``driver/container.go``:234 at master)."""
+                        outputs: Mapping[str, int], cached: bool = False,
+                        inputs: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    """``CreateExecution`` + ``PublishExecution`` (client.go 2.17.0:638-752 and
+    558-610): a ``system.ContainerExecution`` with an INPUT event (path: the input key)
+    per input artifact (``config.InputArtifactIDs``, client.go 2.17.0:740-751) and an
+    OUTPUT event (path: the output key) per output artifact, put with the pipeline's
+    contexts (ML Metadata then attributes the artifacts to them). A cache hit is
+    published CACHED with the earlier outputs (``driver/container.go``:234 at master)."""
     type_id = self._type_id(self.store.put_execution_type, metadata_store_pb2.ExecutionType,
                             self.CONTAINER_EXECUTION)
     state = (metadata_store_pb2.Execution.CACHED if cached
@@ -327,6 +336,12 @@ class KfpMetadata:
     execution = metadata_store_pb2.Execution(type_id=type_id, last_known_state=state)
     execution.custom_properties["task_name"].string_value = task_name
     pairs = []
+    for name, ids in sorted((inputs or {}).items()):
+      for artifact_id in ids:
+        event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.INPUT,
+                                         artifact_id=artifact_id)
+        event.path.steps.add().key = name
+        pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
     for name, artifact_id in sorted(outputs.items()):
       event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT,
                                        artifact_id=artifact_id)
@@ -344,6 +359,13 @@ class KfpMetadata:
     metadata = {k: to_metadata_value(v) for k, v in artifact.properties.items()}
     metadata.update({k: to_metadata_value(v) for k, v in artifact.custom_properties.items()})
     return {"name": str(artifact.id), "uri": artifact.uri, "metadata": metadata}
+
+
+def _input_ids(executor_input: Mapping[str, Any]) -> Dict[str, List[int]]:
+  """{input key: [ML Metadata ids]}: an input artifact's KFP name is its id
+  (converter.go:187 ``toRuntimeArtifact``)."""
+  return {key: [int(a["name"]) for a in artifacts.get("artifacts") or []]
+          for key, artifacts in executor_input.get("inputs", {}).get("artifacts", {}).items()}
 
 
 def _reject_constant(name: str):
@@ -415,9 +437,14 @@ class Launcher:
                output_file: str = "task_root",
                platform_spec: Optional[Mapping[str, Any]] = None,
                pvc_cache_key: bool = True, retries: bool = True,
-               interrupt: Optional[Callable[[str, int, str], bool]] = None, s3=None):
+               interrupt: Optional[Callable[[str, int, str], bool]] = None, s3=None,
+               download_prefix: str = "under"):
     if output_file not in OUTPUT_FILES:
       raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
+    if download_prefix not in DOWNLOAD_PREFIXES:
+      raise ValueError(f"download_prefix must be one of {DOWNLOAD_PREFIXES}. Received: "
+                       f"{download_prefix!r}")
+    self.download_prefix = download_prefix
     self.publish_logs = publish_logs
     self.output_file = output_file
     self.pvc_cache_key = pvc_cache_key  # 2.15.0 and later (commit 1b3decdc81).
@@ -494,7 +521,7 @@ class Launcher:
       bucket, key = self._bucket_key(uri)
       objects = [o for page in self.s3.get_paginator("list_objects_v2").paginate(
           Bucket=bucket, Prefix=key) for o in page.get("Contents", [])
-                 if o["Key"] == key or o["Key"].startswith(key + "/")]
+                 if self._listed(o["Key"], key)]
       if not objects:
         raise LauncherError(f"failed to download input artifact from remote storage URI "
                             f"{uri}: no such object")
@@ -513,6 +540,33 @@ class Launcher:
         self.s3.download_file(bucket, o["Key"], target)
       return sum(o["Size"] for o in objects)
     source = self._object_dir(uri)
+    if self.download_prefix == "raw":  # Siblings whose names start with the key's too.
+      copied = 0
+      parent, stem = os.path.dirname(source), os.path.basename(source)
+      for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        if name.startswith(stem) and name != stem:
+          sibling = os.path.join(parent, name)
+          target = os.path.normpath(os.path.join(local, os.path.relpath(sibling, source)))
+          if os.path.isdir(sibling):
+            shutil.copytree(sibling, target, dirs_exist_ok=True)
+            copied += sum(os.path.getsize(os.path.join(d, n))
+                          for d, _, names in os.walk(sibling) for n in names)
+          else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(sibling, target)
+            copied += os.path.getsize(sibling)
+      if copied and not os.path.exists(source):
+        return copied
+      return copied + self._download_own(source, uri, local)
+    return self._download_own(source, uri, local)
+
+  def _listed(self, object_key: str, key: str) -> bool:
+    """Whether DownloadBlob downloads `object_key` for the artifact at `key`."""
+    if self.download_prefix == "raw":
+      return object_key.startswith(key)
+    return object_key == key or object_key.startswith(key + "/")
+
+  def _download_own(self, source: str, uri: str, local: str) -> int:
     if os.path.isfile(source):
       os.makedirs(os.path.dirname(local), exist_ok=True)
       shutil.copy2(source, local)
@@ -595,7 +649,7 @@ class Launcher:
       self.mlmd[task_name] = copy.deepcopy(self.cache[key_of_task])
       self.metadata.publish_execution(
           task_name, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
-          cached=True)
+          cached=True, inputs=_input_ids(executor_input))
       self.cached_tasks.append(task_name)
       return {}
     max_retries = (int(task.get("retryPolicy", {}).get("maxRetryCount", 0))
@@ -635,7 +689,8 @@ class Launcher:
           "id": artifact_id, "uri": artifact["uri"], "type": artifact["type"],
           "custom_properties": self.metadata.runtime_artifact(artifact_id)["metadata"]}
     self.metadata.publish_execution(task_name, contexts,
-                                    {k: a["id"] for k, a in self.mlmd[task_name].items()})
+                                    {k: a["id"] for k, a in self.mlmd[task_name].items()},
+                                    inputs=_input_ids(executor_input))
     if caching:  # launcher_v2.go: a cache entry only for a task with a fingerprint.
       self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output

@@ -167,3 +167,14 @@ def test_encode_and_partition_writes_the_chunks_of_partition_then_encode(num_sha
   dealt = list(write._EncodeAndPartition(encoder, partitioner).process(batch))  # pylint: disable=protected-access
   assert len(expected) == 2 * num_shards
   assert dealt == expected
+
+
+def test_a_retry_removes_the_staging_a_killed_attempt_left(tmp_path):
+  """A pod killed mid-ingest never runs its `finally`: its .staging-* stays inside the
+  output, which KFP's retry writes again (the same URI). The retry removes it first, so
+  the committed artifact holds only Split-*."""
+  uri = str(tmp_path / "examples")
+  _stage_files(os.path.join(uri, ".staging-killedattempt"))  # The killed attempt's.
+  with write.staged_output(uri) as staging:
+    _stage_files(staging)
+  assert sorted(os.listdir(uri)) == ["Split-eval", "Split-train"]

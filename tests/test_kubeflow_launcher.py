@@ -320,7 +320,7 @@ def _default_beam_args():
 @pytest.mark.parametrize("publish_logs, output_file, beam_args", [
     # 2.15.0 to master (default install: PUBLISH_LOGS "true"); no Beam args.
     (True, "task_root", "none"),
-    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"), with the Beam args of
+    # 2.1.0 to 2.4.x (or a later one with PUBLISH_LOGS "false"; retries from 2.4.1), with the Beam args of
     # kubeflow/default_config.yaml (in-pod DirectRunner, multi_processing): TFX first packs
     # itself into an sdist for the workers (tfx/utils/dependency_utils.py
     # make_beam_dependency_flags; ~50 s here).
@@ -339,7 +339,7 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
     package = compile_mapping(data).pipeline_spec
   launcher = Launcher(package, str(tmp_path), PIPELINE_ROOT, publish_logs=publish_logs,
                       output_file=output_file,
-                      retries=output_file != "legacy")  # 2.1-2.4 ignore retryPolicy.
+                      retries=output_file != "legacy")  # 2.1-2.4.0 ignore retryPolicy.
   order = launcher.run()
   assert order == ["PartitionedExampleGen", "DistributedTrainer", "ConvergenceEvaluator"]
   with open(tmp_path / "PartitionedExampleGen.log") as f:
@@ -392,6 +392,24 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   assert row.properties["convergence_state"] == "converged"
   assert row.properties["blessed"] == 1 and isinstance(row.properties["replicas"], int)
   assert os.path.isfile(os.path.join(launcher.object_path(blessing["uri"]), "BLESSED"))
+
+  # Each execution's INPUT events name the artifacts its driver resolved (client.go
+  # 2.17.0:740-751), so ML Metadata links the trainer to the Examples it read.
+  store = launcher.metadata.store
+  for task, executor_input in launcher.executor_inputs.items():
+    [execution] = [e for e in store.get_executions()
+                   if e.custom_properties["task_name"].string_value == task]
+    inputs = sorted((e.path.steps[0].key, e.artifact_id)
+                    for e in store.get_events_by_execution_ids([execution.id])
+                    if e.type == e.INPUT)
+    assert inputs == sorted((key, int(a["name"])) for key, artifacts in
+                            executor_input["inputs"]["artifacts"].items()
+                            for a in artifacts["artifacts"]), task
+  assert ("examples", examples["id"]) in [
+      (e.path.steps[0].key, e.artifact_id) for e in store.get_events_by_execution_ids(
+          [x.id for x in store.get_executions()
+           if x.custom_properties["task_name"].string_value == "DistributedTrainer"])
+      if e.type == e.INPUT]
 
   for task in order:  # The launcher's log artifact, recorded beside TFX's outputs.
     logs = recorded.get((task, EXECUTOR_LOGS))
@@ -542,9 +560,14 @@ def test_retry_policy_and_checkpoint_volume_are_compiled():
       "DistributedTrainer_executor"]["container"]["env"]}
   assert env["TFX_PARALLEL_CHECKPOINT_VOLUME"] == _CHECKPOINT_MOUNT
   assert package.notes == ()
-  # Without a volume under a minio:// root, compile says that a retry starts again.
+  # Without a volume, the default store keeps them (minio:// as s3://, s3://, gs://); on
+  # another root compile says that a retry starts again.
   data = _preemptible_config()
   del data["components"]["DistributedTrainer"]["checkpoint_volume"]
+  for root in ("minio://mlpipeline/v2/artifacts", "s3://b/root", "gs://b/root"):
+    data["pipeline_root"] = root
+    assert compile_mapping(data).notes == (), root
+  data["pipeline_root"] = "oci://registry/root"
   notes = compile_mapping(data).notes
   assert len(notes) == 1 and "trains again from step 0" in notes[0], notes
   from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
@@ -579,7 +602,10 @@ def test_checkpoint_root_is_keyed_by_run_and_task():
   volume = {"TFX_PARALLEL_CHECKPOINT_VOLUME": "/mnt/ck", "TFX_PARALLEL_MOUNT_ROOT": "/pod"}
   assert entrypoint.checkpoint_root(executor_input, volume) == (
       "/pod/mnt/ck/minio/b/root/pipe/run-7/Trainer")
-  assert entrypoint.checkpoint_root(executor_input, {}) is None  # TF cannot write minio://.
+  # minio:// as TensorFlow opens it (tensorflow-io's s3://), the task's root.
+  assert entrypoint.checkpoint_root(executor_input, {}) == "s3://b/root/pipe/run-7/Trainer"
+  oci = json.loads(json.dumps(executor_input).replace("minio://", "oci://"))
+  assert entrypoint.checkpoint_root(oci, {}) is None  # No durable place.
   gcs = json.loads(json.dumps(executor_input).replace("minio://", "gs://"))
   assert entrypoint.checkpoint_root(gcs, {}) == "gs://b/root/pipe/run-7/Trainer"
   # The trainer executor keeps its checkpoints under that root, else beside its model.
@@ -590,6 +616,95 @@ def test_checkpoint_root_is_keyed_by_run_and_task():
   assert executor.checkpoint_dir("/pod/gcs/b/run-7/Trainer/s/model", "/ex", "{}",
                                  root=executor.checkpoint_root({})).startswith(
                                      "/pod/gcs/b/run-7/Trainer/_checkpoints/")
+
+
+def test_up_to_2_16_a_download_lists_by_raw_prefix_and_takes_siblings_along(tmp_path):
+  """KFP 2.16.0's DownloadBlob downloads every key under the raw prefix (object_store.go
+  2.16.0:127-154), so reading `examples` also takes the sibling output `examples_ref`,
+  written at filepath.Rel's "../examples_ref"; 2.17.0 takes only keys under "examples/"
+  (isBlobKeyUnderPrefix, 2.17.0:171-174)."""
+  package = {"pipelineInfo": {"name": "p"}, "root": {"dag": {"tasks": {}}}}
+  sizes = {"under": None, "raw": None}
+  for mode in sizes:
+    launcher = Launcher(package, str(tmp_path / mode), PIPELINE_ROOT, download_prefix=mode)
+    task = f"{PIPELINE_ROOT}/p/run-1/Gen/salt"
+    for rel, data in (("examples/Split-train/data", b"x" * 100),
+                      ("examples_ref/FILES_AT", b"y" * 7),
+                      ("eval_examples/Split-eval/data", b"z" * 30)):
+      path = os.path.join(launcher.object_path(f"{task}/{rel}"))
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path, "wb") as f:
+        f.write(data)
+    local = str(tmp_path / mode / "pod" / "minio" / "examples")
+    sizes[mode] = launcher.download(f"{task}/examples", local)
+    assert os.path.isfile(os.path.join(local, "Split-train", "data"))
+    assert os.path.isfile(os.path.join(os.path.dirname(local), "examples_ref", "FILES_AT")) == (
+        mode == "raw")
+    assert launcher.download(f"{task}/examples_ref", str(tmp_path / mode / "ref")) == 7
+  assert sizes == {"under": 100, "raw": 107}
+  with pytest.raises(ValueError, match="download_prefix must be one of"):
+    Launcher(package, str(tmp_path / "x"), PIPELINE_ROOT, download_prefix="prefix")
+
+
+def test_compile_prints_the_note_where_no_durable_place_exists(tmp_path, capsys):
+  """The note of a retried trainer that would start again from step 0 reaches the
+  console of `tfx-parallel compile` (issue #48 item 5)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import yaml  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  data = _preemptible_config()
+  del data["components"]["DistributedTrainer"]["checkpoint_volume"]
+  data["pipeline_root"] = "oci://registry/root"
+  config_path = tmp_path / "kubeflow.yaml"
+  config_path.write_text(yaml.safe_dump(data))
+  assert compiler.run(argparse.Namespace(config=str(config_path),
+                                         output=str(tmp_path / "p.yaml"), target="kfp")) == 0
+  err = capsys.readouterr().err
+  assert ("tfx-parallel compile: note: components.DistributedTrainer.checkpoint_volume is "
+          "not set and pipeline_root oci://registry/root is not one of gs://, s3://, "
+          "minio://") in err, err
+  assert "trains again from step 0" in err
+
+
+_CHECK_VOLUME = """
+import os, sys
+from tfx_parallel.kubeflow import entrypoint  # As root: the interpreter is under /root.
+os.setgid(1000); os.setuid(1000)  # The image's user, as on a pod without fsGroup.
+try:
+  entrypoint.check_volume(sys.argv[1], {"TFX_PARALLEL_CHECKPOINT_VOLUME": "/mnt/ck",
+                                        "TFX_PARALLEL_MOUNT_ROOT": sys.argv[2]})
+  print("OK")
+except entrypoint.EntrypointError as e:
+  print("ERROR", e)
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to own the volume and drop to uid 1000")
+def test_a_checkpoint_volume_the_step_cannot_write_fails_before_training_naming_the_fix():
+  """A fresh claim's root is root:root 0755 (KFP sets no fsGroup): the step's user
+  (uid 1000) cannot write it. The entry point says so, with the fix, before training;
+  after the fix (`chmod 1777`) the same check passes."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  pod = tempfile.mkdtemp(prefix="tfx-parallel-pod-")
+  try:
+    os.chmod(pod, 0o755)
+    volume = os.path.join(pod, "mnt", "ck")
+    os.makedirs(volume, mode=0o755)
+    os.chmod(os.path.join(pod, "mnt"), 0o755)
+    os.chmod(volume, 0o755)  # root:root 0755, as a new claim's root usually is.
+    root = os.path.join(volume, "minio", "b", "pipe", "run-1", "DistributedTrainer")
+
+    def check():
+      return subprocess.run([sys.executable, "-c", _CHECK_VOLUME, root, pod],
+                            capture_output=True, text=True, timeout=120).stdout.strip()
+    said = check()
+    assert said.startswith("ERROR checkpoint_volume /mnt/ck ("), said
+    assert "owned by uid 0 gid 0, mode 755) is not writable by this step's user (uid 1000" in said
+    assert "fsGroup" in said and "StorageClass" in said and "chmod 1777" in said
+    os.chmod(volume, 0o1777)  # The fix.
+    assert check() == "OK"
+  finally:
+    shutil.rmtree(pod)
 
 
 @pytest.mark.slow

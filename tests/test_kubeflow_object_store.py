@@ -208,6 +208,37 @@ def test_the_launchers_session_for_the_bucket_fills_the_settings_the_step_does_n
   assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("minio", "minio123")
 
 
+def test_an_out_of_pod_ingest_gets_the_sessions_endpoint_and_the_secrets_keys_at_run_time(
+    capsys):
+  """Issue #48 item 6: Beam's S3 options for a runner whose workers write the step's
+  minio:// output themselves come from the store session KFP recorded with the input
+  (SeaweedFS's endpoint on 2.16+) and from KFP's secret, read when the step runs; the
+  step's own --s3_* args win; the compiled package holds none of it."""
+  from kubeflow_launcher import MINIO_SESSION_INFO  # pylint: disable=g-import-not-at-top
+  executor_input = {
+      "inputs": {"artifacts": {"data": {"artifacts": [
+          {"uri": "minio://mlpipeline/v2/in", "metadata": {
+              "store_session_info": MINIO_SESSION_INFO}}]}}},
+      "outputs": {"artifacts": {"examples": {"artifacts": [
+          {"uri": "minio://mlpipeline/v2/artifacts/p/run-1/Gen/salt/examples"}]}}}}
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    environ = {"TFX_PARALLEL_TFJOB_NAMESPACE": "ns"}
+    args = entrypoint.beam_s3_args(executor_input, ["--runner=FlinkRunner"], environ,
+                                   cluster.api_client())
+    assert args == ["--s3_endpoint_url=http://seaweedfs.kubeflow:9000",
+                    "--s3_access_key_id=minio", "--s3_secret_access_key=minio123",
+                    "--s3_region_name=minio"]
+    assert entrypoint.beam_s3_args(executor_input, ["--s3_endpoint_url=http://x:1"], environ,
+                                   cluster.api_client()) == []  # The step's own.
+    gcs = json.loads(json.dumps(executor_input).replace("minio://", "gs://"))
+    assert entrypoint.beam_s3_args(gcs, [], environ, cluster.api_client()) == []
+    del cluster.secrets[("ns", "mlpipeline-minio-artifact")]  # E.g. IRSA on AWS: said.
+    assert entrypoint.beam_s3_args(executor_input, [], environ, cluster.api_client()) == []
+  assert "secret ns/mlpipeline-minio-artifact (TFX_PARALLEL_S3_SECRET) does not exist" in \
+      capsys.readouterr().err
+
+
 def test_credentials_the_store_refuses_fail_the_check_before_the_job_file_and_any_pod(moto):
   """The executor's check with the secret the replicas would mount (its secret key
   wrong): the probe through TensorFlow's S3 filesystem is refused, and the step fails
@@ -549,3 +580,48 @@ def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_
   # Nothing of the model went through the pod's local disk.
   assert not os.path.exists(os.path.join(workdir, "pods", "run-1", "DistributedTrainer",
                                          "minio", BUCKET, prefix, "Format-Serving"))
+
+
+@pytest.mark.slow
+def test_a_preempted_trainer_resumes_from_the_default_store_on_retry(tmp_path, moto):
+  """Issue #48 item 5: on KFP's default minio:// root, with no volume, the trainer step
+  keeps its checkpoints under the task's root on the store (as s3://, through
+  tensorflow-io, the keys read from KFP's secret at run time); its pod is SIGKILLed once a
+  checkpoint is committed there; KFP's retry (a fresh pod, the same ExecutorInput)
+  resumes from it instead of step 0."""
+  from kubeflow_launcher import Launcher  # pylint: disable=g-import-not-at-top
+  from kubeflow_util import compile_mapping  # pylint: disable=g-import-not-at-top
+  from test_kubeflow_launcher import _small_config  # pylint: disable=g-import-not-at-top
+  endpoint, s3, secret = moto
+  run_prefix = "v2/artifacts/tfx-parallel-fixture/run-9/DistributedTrainer/_checkpoints/"
+
+  def committed():
+    return [k for k in _keys(s3, run_prefix) if k.endswith("/checkpoint")]
+
+  def preempt(task, attempt, pod):  # pylint: disable=unused-argument
+    return task == "DistributedTrainer" and attempt == 0 and bool(committed())
+
+  with FakeCluster() as cluster:  # The API server of KFP's secret.
+    cluster.secrets[("default", "mlpipeline-minio-artifact")] = dict(secret)
+    data = _small_config()
+    data["pipeline"]["trainer"].update({"epochs": 4, "checkpoint_every": 20, "log_every": 20})
+    data["components"]["DistributedTrainer"] = {
+        "retry": {"max_retry_count": 1},
+        "env": {"KUBECONFIG": str(_kubeconfig(tmp_path, cluster.host)),
+                **_store_environ(endpoint)}}
+    package = compile_mapping(data)
+    assert package.notes == ()  # A durable place exists: no note.
+    launcher = Launcher(package.pipeline_spec, str(tmp_path / "launcher"),
+                        f"minio://{BUCKET}/v2/artifacts", run_id="run-9",
+                        platform_spec=package.platform_spec, s3=s3, interrupt=preempt)
+    launcher.run_task("PartitionedExampleGen")
+    launcher.run_task("DistributedTrainer")
+  assert launcher.attempts["DistributedTrainer"] == [-9, 0]
+  with open(tmp_path / "launcher" / "DistributedTrainer-retry-1.log") as f:
+    log = f.read()
+  root = f"s3://{BUCKET}/{run_prefix}"
+  assert f"[trainer] resuming from {root}" in log, log[-5000:]
+  history = json.loads(s3.get_object(Bucket=BUCKET, Key=launcher.mlmd["DistributedTrainer"][
+      "history"]["uri"].split(f"{BUCKET}/", 1)[1] + "/history.json")["Body"].read())
+  assert 0 < history["resumed_from_step"] < history["total_steps"]
+  assert secret["secretkey"] not in json.dumps(package.pipeline_spec)

@@ -532,9 +532,9 @@ def test_a_retried_step_adopts_or_replaces_the_job_of_the_attempt_before(tmp_pat
 def test_the_executor_beats_and_the_replicas_watch(tmp_path):
   """The replica env names the heartbeat; the executor writes it before the job exists
   and then at most once a minute; a stale one stops the replica with a 1-127 code."""
-  spec = kube_manifest.spec_for(_settings(orphan_seconds=120.0), "j", "gs://b/_tfjobs/j.json")
+  spec = kube_manifest.spec_for(_settings(orphan_seconds=240.0), "j", "gs://b/_tfjobs/j.json")
   assert spec.env[kube_settings.ENV_HEARTBEAT] == "gs://b/_tfjobs/j.json.alive"
-  assert spec.env[kube_settings.ENV_ORPHAN] == "120.0"
+  assert spec.env[kube_settings.ENV_ORPHAN] == "240.0"
   assert 1 <= failures.ORPHANED_EXIT_CODE <= 127  # Permanent: the job fails, pods stop.
   writes, t = [], [0.0]
   beat = kube_launch.Heartbeat("u", lambda uri, text: writes.append(text), now=lambda: 1e9 + t[0],
@@ -547,18 +547,64 @@ def test_the_executor_beats_and_the_replicas_watch(tmp_path):
     if value[0] is None:
       raise OSError("store unavailable")
     return value[0]
-  watch = kube_replica.Watchdog(read, stale_seconds=600, clock=lambda: t[0])
+  said = []
+  watch = kube_replica.Watchdog(read, stale_seconds=600, clock=lambda: t[0], say=said.append)
   assert watch.check() is None
   t[0], value[0] = 500.0, "b"
   assert watch.check() is None  # Changed: alive.
-  t[0], value[0] = 1000.0, None  # Unreadable counts as unchanged.
-  assert watch.check() is None
+  t[0] = 1099.0
+  assert watch.check() is None  # Unchanged for 599 s.
   t[0] = 1100.0
-  assert "has not written its heartbeat for 600 s" in watch.check()
+  assert "has not written its heartbeat for 600 s while the store answered" in watch.check()
   with FakeCluster() as cluster:
     _run(cluster, tmp_path)
   alive = tmp_path / "DistributedTrainer" / "_tfjobs"
   assert [p.name for p in alive.iterdir() if p.name.endswith(".alive")]
+
+
+def test_a_store_outage_is_not_a_killed_executor():
+  """While the heartbeat cannot be read the replica trains on and says so once; when
+  the store answers again the window starts afresh (the executor's writes failed too)."""
+  value, t, said = ["a"], [0.0], []
+  def read():
+    if value[0] is None:
+      raise OSError("store unavailable")
+    return value[0]
+  watch = kube_replica.Watchdog(read, stale_seconds=600, clock=lambda: t[0], say=said.append)
+  assert watch.check() is None
+  value[0] = None
+  for t[0] in (100.0, 700.0, 5000.0):  # An outage far longer than the limit.
+    assert watch.check() is None
+  assert len(said) == 1 and "the store is unreachable" in said[0] and \
+      "OSError: store unavailable" in said[0] and kube_settings.ENV_ORPHAN in said[0]
+  t[0], value[0] = 5100.0, "a"  # Back, and the executor had no chance to write yet.
+  assert watch.check() is None
+  assert "answers again after 5000 s" in said[1]
+  t[0] = 5699.0
+  assert watch.check() is None
+  t[0] = 5700.0  # A full window of readable store without a beat: killed.
+  assert "has not written its heartbeat for 600 s" in watch.check()
+
+
+@pytest.mark.parametrize("value", ["60", "120", "209"])
+def test_an_orphan_limit_below_three_heartbeats_is_refused(value):
+  """Heartbeats are up to HEARTBEAT_SECONDS + the executor's poll apart: a limit below 3x
+  that would stop a healthy job's replicas with the permanent ORPHANED_EXIT_CODE."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  assert inspect.signature(kube_launch.run).parameters["poll_seconds"].default == \
+      kube_settings.EXECUTOR_POLL_SECONDS
+  assert kube_settings.MIN_ORPHAN_SECONDS == 3 * (kube_settings.HEARTBEAT_SECONDS + 10.0) == 210
+  environ = {"TFX_PARALLEL_TFJOB_IMAGE": "img:1", "TFX_PARALLEL_TFJOB_NAMESPACE": "ns",
+             "TFX_PARALLEL_TFJOB_ORPHAN_SECONDS": value}
+  with pytest.raises(ValueError) as e:
+    kube_settings.settings_from_env(environ, "multi_worker", 2)
+  assert str(e.value).startswith(f"TFX_PARALLEL_TFJOB_ORPHAN_SECONDS: cannot parse '{value}': "
+                                 f"must be >= 210 (3 x the heartbeat spacing")
+  assert "set TFX_PARALLEL_TFJOB_ORPHAN_SECONDS=210 or more" in str(e.value)
+  with pytest.raises(ValueError, match="TFX_PARALLEL_TFJOB_ORPHAN_SECONDS=60.0: must be >= 210"):
+    _settings(orphan_seconds=60.0)
+  environ["TFX_PARALLEL_TFJOB_ORPHAN_SECONDS"] = "210"
+  assert kube_settings.settings_from_env(environ, "multi_worker", 2).orphan_seconds == 210.0
 
 
 def test_a_replica_whose_executor_was_killed_stops_with_the_orphan_code(tmp_path):

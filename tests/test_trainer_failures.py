@@ -130,7 +130,7 @@ def test_a_user_error_in_the_training_process_exits_not_resumable_in_one_line(
   assert err.strip().splitlines()[-1] == f"[trainer] ERROR: {type(error).__name__}: {error}"
 
 
-def test_a_code_error_exits_not_resumable_with_its_traceback_and_an_os_error_is_raised(
+def test_a_code_error_exits_not_resumable_with_its_traceback_and_an_os_error_resumably(
     monkeypatch, tmp_path, capfd):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   shape = tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [6,2] vs. [6,4]")
@@ -138,8 +138,36 @@ def test_a_code_error_exits_not_resumable_with_its_traceback_and_an_os_error_is_
   err = capfd.readouterr().err
   assert "Traceback" in err and err.strip().splitlines()[-1] == (
       "[trainer] ERROR: InvalidArgumentError: Incompatible shapes: [6,2] vs. [6,4]")
-  with pytest.raises(OSError, match="connection reset"):
-    _main_with(monkeypatch, tmp_path, OSError("connection reset"))
+  assert _main_with(monkeypatch, tmp_path, OSError("connection reset")) == \
+      failures.STORE_EXIT_CODE
+
+
+@pytest.mark.parametrize("error,code", [
+    (lambda tf: tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor"),
+     failures.OOM_EXIT_CODE),
+    (lambda tf: MemoryError(), failures.OOM_EXIT_CODE),
+    (lambda tf: ConnectionResetError("connection reset by peer"), failures.STORE_EXIT_CODE),
+    (lambda tf: tf.errors.DataLossError(None, None, "truncated record"),
+     failures.DATA_LOSS_EXIT_CODE),
+    (lambda tf: tf.errors.UnavailableError(None, None, "socket closed"),
+     failures.PEER_LOST_EXIT_CODE),
+    (lambda tf: tf.errors.InternalError(None, None, "CUDA error"), failures.RESUMABLE_EXIT_CODE),
+    (lambda tf: FileNotFoundError("no such file"), failures.NOT_RESUMABLE_EXIT_CODE),
+    (lambda tf: tf.errors.NotFoundError(None, None, "no such file"),
+     failures.NOT_RESUMABLE_EXIT_CODE),
+    (lambda tf: ZeroDivisionError("division by zero"), failures.NOT_RESUMABLE_EXIT_CODE),
+])
+def test_the_training_process_exits_with_its_errors_class_code(monkeypatch, tmp_path, capfd,
+                                                               error, code):
+  """Resumable classes exit >= 128 (the operators restart them), by kind; the others
+  1-127 (issue #48 item 3; the real replica: tests/test_replica_exit_codes.py)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  error = error(tf)
+  assert failures.exit_code(error) == code
+  assert _main_with(monkeypatch, tmp_path, error) == code
+  said = capfd.readouterr().err
+  assert ("resume from the last checkpoint" in said or "resumes from the last checkpoint" in said
+          ) == (code >= 128), said
 
 
 def test_a_failed_non_chief_worker_shows_its_last_lines_its_output_else_goes_to_the_log(

@@ -83,3 +83,50 @@ def process_failed(name: str, code: int) -> RuntimeError:
   return RuntimeError(
       f"Training process {name} failed with exit code {code}; the other "
       f"process(es) were stopped. Rerun to resume from the last checkpoint.")
+
+
+# --- Exit codes of the resumable classes (each replica's and training process's status) ---
+# A TFJob under restartPolicy ExitCode restarts a pod whose container exited >= 128 and
+# fails the job on 1-127 (kubeflow/training-operator v1.9.0 pkg/util/train/train_util.go:
+# 24-26 IsRetryableExitCode, applied in pkg/controller.v1/common/pod.go:352-372). The
+# TrainJob runtime this project ships (kube/trainjob.py runtime_manifest) has the same
+# boundary: its Job podFailurePolicy fails on 1-127 (FailJob, then FailJobSet), anything
+# else is BackoffLimitExceeded, which JobSet restarts. So every resumable class exits
+# >= 128, each with its own code, none a signal's 128+n but SIGTERM's own.
+# A replica stopped by SIGTERM (node drain, spot/preemptible reclaim, a JobSet restart):
+# 128 + SIGTERM, as the kubelet reports a container the signal ended.
+PREEMPTED_EXIT_CODE = 143
+OOM_EXIT_CODE = 201  # ResourceExhaustedError ("OOM when allocating"), MemoryError.
+STORE_EXIT_CODE = 202  # An OSError other than a missing or forbidden path (S3, NFS, GCS).
+DATA_LOSS_EXIT_CODE = 203  # DataLossError: a torn read of a record or checkpoint.
+RESUMABLE_EXIT_CODE = 204  # Any other resumable runtime error (InternalError, UnknownError).
+
+# {exit code: what it means}, for the step's message about a replica that exited with it.
+EXIT_CODE_MEANINGS = {
+    NOT_RESUMABLE_EXIT_CODE: "a config, model module or code error; not retried",
+    ORPHANED_EXIT_CODE: "the executor's heartbeat went stale; not retried",
+    PEER_LOST_EXIT_CODE: "lost a peer; retryable",
+    PREEMPTED_EXIT_CODE: "SIGTERM, e.g. preempted or drained; retryable",
+    OOM_EXIT_CODE: "out of memory; retryable",
+    STORE_EXIT_CODE: "a store or filesystem error; retryable",
+    DATA_LOSS_EXIT_CODE: "DataLossError; retryable",
+    RESUMABLE_EXIT_CODE: "a runtime error; retryable",
+}
+
+
+def exit_code(error: BaseException) -> int:
+  """The exit status of a process that stopped on `error`: >= 128 when a rerun may not
+  meet it again (:func:`resumable`), by kind; else :data:`NOT_RESUMABLE_EXIT_CODE`."""
+  if not resumable(error):
+    return NOT_RESUMABLE_EXIT_CODE
+  names = {cls.__name__ for cls in type(error).__mro__
+           if cls.__module__.startswith("tensorflow")}
+  if isinstance(error, MemoryError) or "ResourceExhaustedError" in names:
+    return OOM_EXIT_CODE
+  if "DataLossError" in names:
+    return DATA_LOSS_EXIT_CODE
+  if names & {"UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError"}:
+    return PEER_LOST_EXIT_CODE
+  if isinstance(error, OSError):
+    return STORE_EXIT_CODE
+  return RESUMABLE_EXIT_CODE

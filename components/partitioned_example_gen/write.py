@@ -394,11 +394,33 @@ def check_staged(staging: str, split_names: Sequence[str], num_shards: int) -> N
         f"entry point passes the artifact's remote URI for such runners).")
 
 
+STAGING_PREFIX = ".staging-"
+
+
+def remove_stale_staging(uri: str) -> List[str]:
+  """Removes the staging dirs an earlier attempt left in ``uri`` and returns them: a pod
+  killed mid-ingest (preemption, OOM) never runs its ``finally``, and KFP's retry writes
+  the same output URI again (same ExecutorInput), where every consumer would download
+  them. Matched by their files (a local match names no directories); each dir is then
+  deleted whole (``dir/`` on S3 and GCS: every object under the prefix)."""
+  files = [m.path for m in FileSystems.match(
+      [join(uri, STAGING_PREFIX + "*", "**")])[0].metadata_list]
+  base = uri.rstrip("/") + "/"
+  end = "/" if "://" in uri else ""  # A bucket's "dir/" is its prefix; a local dir, itself.
+  stale = sorted({base + path[len(base):].split("/", 1)[0] + end for path in files
+                  if path.startswith(base)})
+  if stale:
+    FileSystems.delete(stale)
+  return stale
+
+
 @contextlib.contextmanager
 def staged_output(uri: str) -> Iterator[str]:
-  """Yields a fresh staging dir inside ``uri``; on normal exit moves its Split-* files
-  into ``uri``. The staging dir is removed in every case."""
-  staging = join(uri, f".staging-{uuid.uuid4().hex}")
+  """Yields a fresh staging dir inside ``uri`` (after removing a killed attempt's:
+  :func:`remove_stale_staging`); on normal exit moves its Split-* files into ``uri``.
+  The staging dir is removed in every case."""
+  remove_stale_staging(uri)
+  staging = join(uri, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
   try:
     yield staging
     commit(staging, uri)

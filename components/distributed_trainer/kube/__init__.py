@@ -31,7 +31,8 @@ launcher runs, unchanged. Settings, all read and checked once by
                                       (1200: a cluster autoscaler's node provisioning)
     TFX_PARALLEL_TFJOB_TTL_SECONDS    ttlSecondsAfterFinished (600)
     TFX_PARALLEL_TFJOB_ORPHAN_SECONDS how long replicas train without the executor's
-                                      heartbeat before they stop (600)
+                                      heartbeat before they stop (600; at least
+                                      210, 3 x the heartbeat spacing)
 
 What happens on failure (training-operator v1.9.0, cited per rule):
 
@@ -39,11 +40,13 @@ What happens on failure (training-operator v1.9.0, cited per rule):
   ``tensorflow`` container exited with 128-255, and fails the job on 1-127
   (pkg/apis/kubeflow.org/v1/common_types.go:183-188; ``IsRetryableExitCode`` is
   ``exitCode >= 128``, pkg/util/train/train_util.go:24; applied in
-  pkg/controller.v1/common/pod.go:350-375). So a replica OOM-killed (137), preempted or
-  evicted restarts; a Python error (exit 1, e.g. a config or user-code error) stops the
-  job at once; and a surviving worker that lost a peer exits with
-  :data:`PEER_LOST_EXIT_CODE` (>= 128) so that it restarts too. Every replica then
-  restores the last checkpoint.
+  pkg/controller.v1/common/pod.go:350-375). Every replica exits with its failure's
+  class (failures.exit_code, replica.py): a replica OOM-killed (137), sent SIGTERM on
+  preemption (143), out of memory in TensorFlow (201), failing on the store (202), on
+  a torn read (203), on another runtime error (204), or a survivor that lost a peer
+  (:data:`PEER_LOST_EXIT_CODE`, 200) restarts; a config or user-code error (4) and a
+  stale heartbeat (3) stop the job at once. Every replica then restores the last
+  checkpoint.
 * ``runPolicy.backoffLimit`` is not set: with ExitCode, v1.9 counts container restarts
   of Running pods only (``PastBackoffLimit``, pkg/core/job.go:95-133), while ExitCode
   pods are deleted and recreated, so the limit never trips (kubeflow/trainer#2045).

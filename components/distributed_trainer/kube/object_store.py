@@ -49,6 +49,7 @@ import traceback
 import uuid
 from typing import Any, Callable, Dict, Mapping, MutableMapping, Optional, Tuple
 
+from tfx_parallel.components.distributed_trainer import failures
 from tfx_parallel.components.distributed_trainer.kube.settings import default_api_client
 
 ENV_PREFIX = "TFX_PARALLEL_S3_"
@@ -366,14 +367,19 @@ def run_and_exit(main: Callable[[], Optional[int]]) -> None:
   """Runs `main` and ends the process with its status without the interpreter's
   teardown: tensorflow-io 0.37.1's S3 client is destroyed after the AWS SDK it needs
   there ("pure virtual method called", SIGABRT, exit 134), and a TFJob/JobSet would take
-  134 (>= 128) for a retryable crash and restart a replica that had succeeded."""
+  134 (>= 128) for a retryable crash and restart a replica that had succeeded.
+
+  An error that escapes `main` ends the process with its class's code
+  (failures.exit_code): >= 128 for a resumable one (the operator restarts the replica),
+  else 1-127 (the job fails at once)."""
   status = 1
   try:
     status = main() or 0
   except SystemExit as e:
     status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-  except BaseException:  # pylint: disable=broad-except  # Reported, then exit status 1.
+  except BaseException as e:  # pylint: disable=broad-except  # Reported, then its class's code.
     traceback.print_exc()
+    status = failures.exit_code(e) if isinstance(e, Exception) else 1
   finally:
     sys.stdout.flush()
     sys.stderr.flush()

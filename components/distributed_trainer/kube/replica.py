@@ -2,9 +2,12 @@
 
 It copies the job file to local disk, sets TF_CONFIG on a TrainJob (derived from JobSet),
 starts the watchdog that stops the replica once the executor's heartbeat is stale, and
-runs ``run/train.py``'s ``main``."""
+runs ``run/train.py``'s ``main``. Its exit status is its failure's class
+(failures.exit_code): >= 128 when the job should restart it (a resumable error,
+SIGTERM), 1-127 when it should fail at once (config, user code, a stale heartbeat)."""
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -17,35 +20,58 @@ from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
                                                                        HEARTBEAT_SECONDS,
                                                                        ORPHAN_SECONDS)
+from tfx_parallel.components.distributed_trainer import failures
 from tfx_parallel.components.distributed_trainer.failures import ORPHANED_EXIT_CODE
 
 
 class Watchdog:
   """The replica's side: whether the executor's heartbeat has changed in the last
-  `stale_seconds`, timed on this replica's own clock (no clock skew across nodes). A
-  heartbeat that cannot be read counts as unchanged."""
+  `stale_seconds` of readable store, timed on this replica's own clock (no clock skew
+  across nodes).
+
+  A store outage is not a killed executor: while the heartbeat cannot be read, the
+  watchdog never stops the replica (it says once that the store is out, and once that it
+  is back); the executor's own writes failed as well, so after the outage the window
+  starts again from the first read. A job whose store stays out is bounded by its
+  deadline (TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS), not by this."""
 
   def __init__(self, read: Callable[[], str], stale_seconds: float,
-               clock: Callable[[], float] = time.monotonic):
-    self._read, self.stale_seconds, self._clock = read, stale_seconds, clock
+               clock: Callable[[], float] = time.monotonic,
+               say: Callable[[str], None] = lambda line: print(line, file=sys.stderr,
+                                                               flush=True)):
+    self._read, self.stale_seconds, self._clock, self._say = read, stale_seconds, clock, say
     self._value: Optional[str] = None
     self._since = clock()
+    self._outage_since: Optional[float] = None
 
   def check(self) -> Optional[str]:
-    """None while the executor is alive, else the message to stop with."""
+    """None while the executor is alive or the store is out, else the message to stop
+    with."""
+    now = self._clock()
     try:
       value = self._read()
-    except Exception:  # pylint: disable=broad-except  # Any store error: not a beat.
-      value = self._value
-    now = self._clock()
+    except Exception as e:  # pylint: disable=broad-except  # Any store error: an outage.
+      if self._outage_since is None:
+        self._outage_since = now
+        self._say(f"[trainer] WARNING: cannot read the executor's heartbeat "
+                  f"({type(e).__name__}: {str(e)[:300]}): the store is unreachable. Training "
+                  f"goes on; the orphan limit ({ENV_ORPHAN}={self.stale_seconds:g}) counts "
+                  f"again from when the store answers.")
+      return None
+    if self._outage_since is not None:
+      self._say(f"[trainer] The store answers again after {now - self._outage_since:g} s; "
+                f"the executor's heartbeat is watched again.")
+      self._outage_since = None
+      self._value, self._since = value, now
+      return None
     if value != self._value:
       self._value, self._since = value, now
       return None
     if now - self._since >= self.stale_seconds:
-      return (f"[trainer] ERROR: the executor that submitted this TFJob has not written "
-              f"its heartbeat for {now - self._since:g} s (more than {ENV_ORPHAN}="
-              f"{self.stale_seconds:g}): it was killed (OOM, node loss) without deleting the "
-              f"job. Stopping this replica so that its GPUs are freed.")
+      return (f"[trainer] ERROR: the executor that submitted this job has not written "
+              f"its heartbeat for {now - self._since:g} s while the store answered (more "
+              f"than {ENV_ORPHAN}={self.stale_seconds:g}): it was killed (OOM, node loss) "
+              f"without deleting the job. Stopping this replica so that its GPUs are freed.")
     return None
 
 
@@ -83,6 +109,17 @@ def stop_replica(message: str) -> None:
   os._exit(ORPHANED_EXIT_CODE)  # pylint: disable=protected-access
 
 
+def stop_on_sigterm(signum, frame) -> None:  # pylint: disable=unused-argument
+  """SIGTERM (the kubelet's, on preemption, a node drain or a JobSet restart): ends the
+  replica at once with failures.PREEMPTED_EXIT_CODE (>= 128), so that the job restarts
+  it, and says so; the last checkpoint is where it resumes."""
+  print(f"[trainer] ERROR: received SIGTERM (preempted, drained or restarted): stopping "
+        f"this replica with exit code {failures.PREEMPTED_EXIT_CODE} "
+        f"({failures.EXIT_CODE_MEANINGS[failures.PREEMPTED_EXIT_CODE]}); it resumes from "
+        f"the last checkpoint.", file=sys.stderr, flush=True)
+  os._exit(failures.PREEMPTED_EXIT_CODE)  # pylint: disable=protected-access
+
+
 def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
   """The TF_CONFIG a replica must set itself: None under a TFJob (the operator set it) or
   alone; on a TrainJob, the one derived from JobSet (trainjob.tf_config_from_jobset)."""
@@ -98,6 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top  (the one door up into run/, after tfenv.prepare())
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
+  signal.signal(signal.SIGTERM, stop_on_sigterm)
   object_store.register_uri(args.job)  # s3:// needs tensorflow-io, before the first read.
   start_watchdog(os.environ, read_text, stop_replica)
   tf_config = replica_tf_config(os.environ)

@@ -32,8 +32,16 @@ UNSCHEDULABLE_GRACE_SECONDS = 1200.0
 # with SIGKILL (OOM, node loss) cannot delete its TFJob, and KFP keeps the step's pod,
 # so the ownerReference frees nothing, until the workflow's TTL (a day by default).
 HEARTBEAT_SECONDS = 60.0
+# The executor beats from its poll loop (kube/launch.py run, poll_seconds=10.0 by
+# default), so two beats are up to HEARTBEAT_SECONDS + one poll apart.
+EXECUTOR_POLL_SECONDS = 10.0
+HEARTBEAT_SPACING_SECONDS = HEARTBEAT_SECONDS + EXECUTOR_POLL_SECONDS
 
 ORPHAN_SECONDS = 600.0
+# The least orphan limit: three beats may go by unseen (one spacing late to be written,
+# one for the replica's poll, which is up to HEARTBEAT_SECONDS, one for a slow write)
+# before a healthy job's replicas would stop with the permanent ORPHANED_EXIT_CODE.
+MIN_ORPHAN_SECONDS = 3 * HEARTBEAT_SPACING_SECONDS
 
 # The replicas' own variables (not TFX_PARALLEL_TFJOB_*: those are the executor's settings).
 ENV_HEARTBEAT, ENV_ORPHAN = "TFX_PARALLEL_HEARTBEAT_URI", "TFX_PARALLEL_ORPHAN_SECONDS"
@@ -57,6 +65,20 @@ class TFJobSettings:
   ttl_seconds: int = 600
   orphan_seconds: float = ORPHAN_SECONDS
   owner: Optional[Tuple[str, str]] = None
+
+  def __post_init__(self):
+    if not self.orphan_seconds >= MIN_ORPHAN_SECONDS:  # Also however it was built.
+      raise ValueError(f"{ENV_PREFIX}ORPHAN_SECONDS={self.orphan_seconds!r}: "
+                       f"{orphan_limit_problem()}")
+
+
+def orphan_limit_problem() -> str:
+  """Why an orphan limit below MIN_ORPHAN_SECONDS is refused, and the fix."""
+  return (f"must be >= {MIN_ORPHAN_SECONDS:g} (3 x the heartbeat spacing: the executor "
+          f"writes its heartbeat every {HEARTBEAT_SECONDS:g} s from a "
+          f"{EXECUTOR_POLL_SECONDS:g} s poll), or the replicas of a healthy job stop; "
+          f"set {ENV_PREFIX}ORPHAN_SECONDS={MIN_ORPHAN_SECONDS:g} or more, or unset it "
+          f"for {ORPHAN_SECONDS:g}")
 
 # Setting suffix -> (TFJobSettings field, parser name); the one list of known names.
 _SETTINGS = {
@@ -177,6 +199,12 @@ def settings_from_env(environ: Mapping[str, str], layout: str, workers: int,
       raise ValueError("must be > 0")
     return value
 
+  def orphan_seconds(text):
+    value = seconds(text)
+    if value < MIN_ORPHAN_SECONDS:
+      raise ValueError(orphan_limit_problem())
+    return value
+
   resources = read("RESOURCES", json_of("V1ResourceRequirements"), {})
   try:
     _check_quantities(resources, "value")
@@ -204,7 +232,7 @@ def settings_from_env(environ: Mapping[str, str], layout: str, workers: int,
       unschedulable_grace_seconds=read("UNSCHEDULABLE_GRACE_SECONDS", seconds,
                                        UNSCHEDULABLE_GRACE_SECONDS),
       ttl_seconds=read("TTL_SECONDS", count(1), 600),
-      orphan_seconds=read("ORPHAN_SECONDS", seconds, ORPHAN_SECONDS),
+      orphan_seconds=read("ORPHAN_SECONDS", orphan_seconds, ORPHAN_SECONDS),
       owner=owner)
 
 

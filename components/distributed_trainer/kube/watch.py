@@ -9,7 +9,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer.kube.manifest import CONTAINER_NAME
 from tfx_parallel.components.distributed_trainer.kube.settings import ENV_PREFIX
-from tfx_parallel.components.distributed_trainer.failures import PEER_LOST_EXIT_CODE
+from tfx_parallel.components.distributed_trainer.failures import (EXIT_CODE_MEANINGS,
+                                                                  PEER_LOST_EXIT_CODE)
 
 SUCCEEDED, FAILED, TIMEOUT = "Succeeded", "Failed", "Timeout"
 
@@ -72,8 +73,8 @@ def describe_exit(code: int, reason: str = "") -> str:
   """'exited with code 137 (OOMKilled)'-style text for a container's terminated state."""
   if reason and reason not in ("Error", "Completed"):
     why = reason
-  elif code == PEER_LOST_EXIT_CODE:
-    why = "lost a peer; retryable"
+  elif code in EXIT_CODE_MEANINGS and code != 1:
+    why = EXIT_CODE_MEANINGS[code]
   elif 128 < code < 128 + 65:
     try:
       sig = signal.Signals(code - 128).name

@@ -371,6 +371,11 @@ def main(argv=None) -> int:
   with open(args.job) as f:
     job = Job(**json.load(f))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if any(str(uri).startswith("s3://") for uri in (job.examples_uri, job.checkpoint_dir,
+                                                  job.model_dir, job.history_dir)):
+    # tensorflow-io registers s3:// on import (kube/object_store.py register; a step on
+    # the default store keeps its checkpoints there: kubeflow/entrypoint.py).
+    import tensorflow_io  # pylint: disable=g-import-not-at-top,unused-import
   try:
     run(job)
   except (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -384,7 +389,14 @@ def main(argv=None) -> int:
     return PEER_FAILED_EXIT_CODE
   except Exception as e:  # pylint: disable=broad-except
     if failures.resumable(e):
-      raise
+      # A rerun may not meet it: exit >= 128 so that the operator restarts the replica
+      # (failures.exit_code), with the traceback and one line that says so.
+      traceback.print_exc()
+      code = failures.exit_code(e)
+      print(f"{failures.one_line(e)} (exit code {code}: "
+            f"{failures.EXIT_CODE_MEANINGS[code]}; a rerun resumes from the last "
+            f"checkpoint in {job.checkpoint_dir})", file=sys.stderr, flush=True)
+      return code
     # A rerun meets it again: one line (a user-facing error says what to fix, without
     # a traceback; any other error keeps it).
     if not isinstance(e, failures.user_error_types()):
@@ -399,5 +411,16 @@ def main(argv=None) -> int:
 PEER_FAILED_EXIT_CODE = failures.PEER_LOST_EXIT_CODE
 
 
+def _exit(status: int) -> None:
+  """Ends the training process with `status`; with tensorflow-io loaded, without the
+  interpreter's teardown, where its S3 client aborts (SIGABRT, exit 134: see
+  kube/object_store.py run_and_exit), which would read as a retryable crash."""
+  if "tensorflow_io" not in sys.modules:
+    sys.exit(status)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  _exit(main())
