@@ -145,7 +145,10 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"  # [tj-build]
 # an embedded core/v1 type is pruned against the `kubernetes` client's model of it).
 CRD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crds")
 # Trainer release -> the JobSet release its go.mod pins (kubeflow/trainer go.mod at each tag:
-# sigs.k8s.io/jobset v0.8.2, v0.10.1, v0.11.1, v0.12.0).
+# sigs.k8s.io/jobset v0.8.2, v0.10.1, v0.11.1, v0.12.0). The JobSet each installs
+# (manifests/third-party/jobset/kustomization.yaml) is the same, except v2.2.0's v0.11.0,
+# whose CRD, API and webhook equal v0.11.1's (git diff v0.11.0 v0.11.1 -- config/components/
+# crd api pkg/webhooks is empty).
 TRAINER_RELEASES = {"v2.0.0": "v0.8.2", "v2.1.0": "v0.10.1", "v2.2.0": "v0.11.1",
                     "v2.3.0": "v0.12.0"}
 TFJOB_RELEASE = "v1.9.4"  # kubeflow/trainer v1.9.4 manifests/base/crds/kubeflow.org_tfjobs.yaml
