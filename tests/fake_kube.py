@@ -577,6 +577,14 @@ class FakeCluster:
     self.jobset_version = TRAINER_RELEASES[trainer_version]
     # [tj-ctrl] A controller that is not running (CRDs installed without it, or stopped).
     self.trainer_controller_running = True
+    # [tj-webhook-down] Trainer's webhooks are served by the controller manager's Service
+    # (kubeflow/trainer v2.1.0 manifests/base/webhook/patch.yaml:1-9, manifests/base/manager/
+    # manager.yaml:59-74) with failurePolicy Fail: when its pods are gone (scaled to 0,
+    # crash-looping) while the webhook configuration stays, the API server refuses every
+    # TrainJob create, dry runs included, with a 500 (k8s.io/apiserver pkg/admission/plugin/
+    # webhook: "failed calling webhook"). False models that; CRDs installed without the
+    # manager (no webhook configuration) is trainer_controller_running = False alone.
+    self.trainer_webhook_reachable = True
     self.operator_running = True  # The training operator (TFJob).
     self.jobset_controller_running = True
     # [sigterm] Pod name -> how its process ended when the pod was deleted: "SIGTERM" (it
@@ -1291,6 +1299,15 @@ class FakeCluster:
 
   def create_trainjob(self, namespace, body, dry_run=False):
     name = body["metadata"]["name"]
+    if not self.trainer_webhook_reachable:  # [tj-webhook-down] The first webhook called.
+      hook, path = (("validator", "validate") if self.trainer_version in ("v2.0.0", "v2.1.0")
+                    else ("defaulter", "mutate"))
+      return self.status(
+          500, "InternalError", f'Internal error occurred: failed calling webhook "{hook}.'
+          f'trainjob.trainer.kubeflow.org": failed to call webhook: Post "https://kubeflow-'
+          f'trainer-controller-manager.kubeflow-system.svc:443/{path}-trainer-kubeflow-org-'
+          f'v1alpha1-trainjob?timeout=10s": no endpoints available for service '
+          f'"kubeflow-trainer-controller-manager"')
     invalid = trainjob_name_errors(name, self.trainer_version)
     if invalid:  # [tj-crd] the CRD's x-kubernetes-validations on metadata.name
       return self.status(422, "Invalid", f'TrainJob.trainer.kubeflow.org "{name}" is invalid: '

@@ -321,6 +321,25 @@ def test_a_dry_run_trainers_webhook_refuses_fails_before_anything_is_created(tmp
     assert not cluster.trainjobs and not cluster.deleted_trainjobs
 
 
+@pytest.mark.parametrize("release", ["v2.1.0", "v2.3.0"])
+def test_a_stopped_trainer_controller_with_its_webhooks_fails_before_anything(tmp_path,
+                                                                             release):
+  """fake_kube [tj-webhook-down]: the controller manager also serves Trainer's webhooks
+  (failurePolicy Fail), so with its pods gone the API server refuses the dry run with a
+  500; the step fails at once naming the webhook and the controller to check."""
+  with _trainer_v2(FakeCluster(trainer_version=release)) as cluster:
+    cluster.trainer_webhook_reachable = False
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    assert not cluster.trainjobs
+  message = str(e.value)
+  assert "dry run that finds this Trainer release's placement field was refused" in message
+  assert "500 Internal Server Error: Internal error occurred: failed calling webhook" in message
+  assert message.endswith(
+      "(the Kubeflow Trainer controller serves these webhooks and is not running: kubectl get "
+      "deployment -A --field-selector metadata.name=kubeflow-trainer-controller-manager)")
+
+
 def _run(cluster, tmp_path, settings=None):
   def clock():  # 10 s per GET of the job, as the fake's own clock.
     return 10 * sum(1 for m, p, _, _ in cluster.requests

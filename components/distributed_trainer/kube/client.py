@@ -354,10 +354,14 @@ class TrainJobClient(TFJobClient):
     try:
       answer = self.create(probe, dry_run=True).get("spec") or {}
     except ApiException as e:
+      # Trainer's webhooks are served by its controller manager (kubeflow/trainer v2.1.0
+      # manifests/base/webhook/patch.yaml:1-9): unreachable, the controller is not running.
+      down = (f" ({self.CONTROLLER} serves these webhooks and is not running: "
+              f"{self.CONTROLLER_CHECK})" if "failed calling webhook" in _body(e) else "")
       raise RuntimeError(
           f"{trainjob.KIND} {spec.namespace}/{spec.name}: the server-side dry run that finds "
           f"this Trainer release's placement field was refused, so nothing was created: "
-          f"{e.status} {e.reason}: {_body(e)}") from None
+          f"{e.status} {e.reason}: {_body(e)}{down}") from None
     dropped = sorted(set(probe["spec"]["trainer"]) - set(answer.get("trainer") or {}))
     kept = [f for f in trainjob.PLACEMENT_FIELDS if answer.get(f)]
     wanted = bool(spec.node_selector or spec.tolerations)
