@@ -585,6 +585,12 @@ class FakeCluster:
     # webhook: "failed calling webhook"). False models that; CRDs installed without the
     # manager (no webhook configuration) is trainer_controller_running = False alone.
     self.trainer_webhook_reachable = True
+    # The same for JobSet: its webhooks (mjobset.kb.io, vjobset.kb.io, failurePolicy fail:
+    # kubernetes-sigs/jobset v0.10.1 pkg/webhooks/jobset_webhook.go:78,154) are served by
+    # jobset-webhook-service, which selects the controller manager's pods (config/components/
+    # webhook/service.yaml:12,19-20; namePrefix jobset-, config/default/kustomization.yaml:9).
+    # False: the Trainer controller's JobSet apply fails with the apiserver's 500 [tj-ctrl].
+    self.jobset_webhook_reachable = True
     self.operator_running = True  # The training operator (TFJob).
     self.jobset_controller_running = True
     # [sigterm] Pod name -> how its process ended when the pod was deleted: "SIGTERM" (it
@@ -1359,12 +1365,17 @@ class FakeCluster:
     if name not in self.jobsets:
       jobset = self.build_jobset(trainjob)
       refused = jobset_webhook_errors(jobset, self.jobset_version)  # [js-validate]
-      if refused:  # [tj-ctrl] The apply fails: an event, and a retry on the next sync.
+      error = ('admission webhook "vjobset.kb.io" denied the request: ' + "\n".join(refused)
+               if refused else None)
+      if not self.jobset_webhook_reachable:
+        error = ('Internal error occurred: failed calling webhook "mjobset.kb.io": failed to '
+                 'call webhook: Post "https://jobset-webhook-service.kubeflow-system.svc:443/'
+                 'mutate-jobset-x-k8s-io-v1alpha2-jobset?timeout=10s": no endpoints available '
+                 'for service "jobset-webhook-service"')
+      if error:  # [tj-ctrl] The apply fails: an event, and a retry on the next sync.
         self.record_jobset_event(
             trainjob, "Warning", "TrainJobResourcesCreationFailed",
-            "TrainJob resources reconciliation failed: " + (
-                'admission webhook "vjobset.kb.io" denied the request: '
-                + "\n".join(refused))[:950])
+            "TrainJob resources reconciliation failed: " + error[:950])
         return
       self.jobsets[name] = prune_crd(jobset, crd_schema("jobsets", self.jobset_version))
     jobset = self.jobsets[name]

@@ -690,6 +690,21 @@ def test_a_controller_that_does_not_run_fails_the_step_within_the_grace(tmp_path
   assert needle in str(e.value)
 
 
+def test_a_stopped_jobset_controller_with_its_webhooks_fails_within_the_grace(tmp_path):
+  """fake_kube: JobSet's webhooks are served by its controller's pods, so with them gone the
+  Trainer controller's apply fails (its event quotes the apiserver's 500); the step names
+  JobSet's controller and how to find it."""
+  with _trainer_v2(FakeCluster()) as cluster:
+    cluster.jobset_webhook_reachable = False
+    with pytest.raises(RuntimeError, match="nothing started in 30 s") as e:
+      _run(cluster, tmp_path)
+    assert not cluster.jobsets
+  assert ('TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed: Internal '
+          'error occurred: failed calling webhook "mjobset.kb.io"') in str(e.value)
+  assert ("(JobSet's controller serves that webhook and is not running: kubectl get deployment "
+          "-A --field-selector metadata.name=jobset-controller-manager)") in str(e.value)
+
+
 def test_a_trainer_controller_stopped_after_the_pods_finished_fails_the_step(tmp_path):
   with _trainer_v2(FakeCluster()) as cluster:
     reconcile = cluster.reconcile_jobset

@@ -412,8 +412,14 @@ class TrainJobClient(TFJobClient):
     events = self.events(name, namespace)
     refused = [e for e in events if e.get("reason") == trainjob.RESOURCES_CREATION_FAILED]
     if refused:
+      message = str(refused[-1].get("message"))
+      # JobSet's webhooks are served by its controller's pods (kubernetes-sigs/jobset
+      # v0.10.1 config/components/webhook/service.yaml:12,19-20): unreachable, it is down.
+      down = (f" (JobSet's controller serves that webhook and is not running: "
+              f"{self.JOBSET_CHECK})" if "failed calling webhook" in message
+              and "jobset" in message else "")
       return (f"the Kubeflow Trainer controller cannot create the JobSet: "
-              f"{trainjob.RESOURCES_CREATION_FAILED}: {refused[-1].get('message')}")
+              f"{trainjob.RESOURCES_CREATION_FAILED}: {message}{down}")
     warnings = [e for e in events if e.get("type") == "Warning"]
     if warnings:  # E.g. the Job controller's FailedCreate.
       return f"{warnings[-1].get('reason')}: {warnings[-1].get('message')}"
