@@ -23,7 +23,9 @@ Each rule follows the real source, cited where it is implemented:
   [event-ttl]  kube-apiserver --event-ttl default 1h (cmd/kube-apiserver/app/options)
 Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
   [tj-webhook] kubeflow/trainer v2.1.0 pkg/runtime/core/trainingruntime.go:252-262
-               (ValidateObjects: the TrainingRuntime must exist, else 422 on spec.runtimeRef)
+               (ValidateObjects: the TrainingRuntime must exist, else 422 on spec.runtimeRef);
+               the TrainingRuntime and TrainJob webhooks' rules per release, dry runs
+               included (see trainjob_webhook_errors); [tj-default] runtimePatches[].time
   [tj-build]   ... pkg/runtime/framework/plugins/jobset/jobset.go:237-307 (the JobSet, named
                like the TrainJob, owned by it; parallelism = completions = numNodes) and
                builder.go:113-170 (replicas 1; image, command, args, resourcesPerNode, env
@@ -75,7 +77,8 @@ Kubeflow Trainer v2 (TrainJob -> JobSet -> Indexed Jobs -> pods):
                owned by their TFJob, the TFJob by the KFP pod when the executor says so
   [tj-crd]     the TrainJob CRD's x-kubernetes-validations on metadata.name, read from
                tests/crds/trainjobs-<release>.yaml (kubeflow/trainer v2.1.0
-               pkg/apis/trainer/v1alpha1/trainjob_types.go:37-38; none at v2.0.0)
+               pkg/apis/trainer/v1alpha1/trainjob_types.go:37-38; none at v2.0.0, whose
+               TrainJob webhook checks the name instead: [tj-webhook])
   [tj-ctrl]    kubeflow/trainer v2.1.0 pkg/controller/trainjob_controller.go:111-129: a
                failed JobSet apply records a Warning event TrainJobResourcesCreationFailed
                "TrainJob resources reconciliation failed: %.950v" on the TrainJob, sets no
@@ -142,7 +145,10 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"  # [tj-build]
 # an embedded core/v1 type is pruned against the `kubernetes` client's model of it).
 CRD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crds")
 # Trainer release -> the JobSet release its go.mod pins (kubeflow/trainer go.mod at each tag:
-# sigs.k8s.io/jobset v0.8.2, v0.10.1, v0.11.1, v0.12.0).
+# sigs.k8s.io/jobset v0.8.2, v0.10.1, v0.11.1, v0.12.0). The JobSet each installs
+# (manifests/third-party/jobset/kustomization.yaml) is the same, except v2.2.0's v0.11.0,
+# whose CRD, API and webhook equal v0.11.1's (git diff v0.11.0 v0.11.1 -- config/components/
+# crd api pkg/webhooks is empty).
 TRAINER_RELEASES = {"v2.0.0": "v0.8.2", "v2.1.0": "v0.10.1", "v2.2.0": "v0.11.1",
                     "v2.3.0": "v0.12.0"}
 TFJOB_RELEASE = "v1.9.4"  # kubeflow/trainer v1.9.4 manifests/base/crds/kubeflow.org_tfjobs.yaml
@@ -263,6 +269,104 @@ def trainjob_name_errors(name, release):
     if found and len(name) > int(found.group(1)):
       errors.append(rule["message"])
   return "; ".join(errors)
+
+
+# [tj-webhook] Trainer's own admission webhooks (all sideEffects=None, so the API server
+# calls them on a ?dryRun=All create too: kubeflow/trainer v2.0.0 pkg/webhooks/
+# trainjob_webhook.go:46, v2.3.0 :36,94).
+# * TrainingRuntime (trainingruntime_webhook.go validateReplicatedJobs, v2.1.0-v2.3.0; v2.3.0
+#   :66-105): a replicated Job labelled trainjob-ancestor-step=trainer has replicas 1 and a
+#   container named "node" (expectedContainerNames, v2.3.0 :40-44); v2.0.0 checks only the
+#   replicas.
+# * TrainJob: v2.0.0 checks the name is a DNS-1035 label (trainjob_webhook.go:57-60; from
+#   v2.1.0 the CRD does, see [tj-crd]); then the runtime's ValidateObjects, whose JobSet plugin
+#   checks the placement field against the runtime's replicated Jobs: a target Job must exist
+#   (pkg/runtime/framework/plugins/jobset/jobset.go v2.0.0:134-138 podSpecOverrides,
+#   v2.1.0:125-130 podTemplateOverrides, v2.2.0:134-139 and v2.3.0:181-186 runtimePatches), a
+#   container it names must exist in that Job (v2.3.0 :193-202), and a runtimePatch's manager
+#   must be a domain-prefixed path (validation.IsDomainPrefixedPath: v2.2.0 :129, v2.3.0 :176;
+#   k8s.io/apimachinery pkg/util/validation/validation.go).
+# [tj-default] From v2.2.0 the mutating webhook stamps each runtimePatch's `time` on create
+# (trainjob_webhook.go v2.2.0 and v2.3.0 :64-70).
+TRAINER_CONTAINER = "node"  # constants.Node (pkg/constants/constants.go)
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_HTTP_PATH = re.compile(r"^[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$")
+
+
+def domain_prefixed_path_errors(value):
+  """k8s.io/apimachinery IsDomainPrefixedPath: "<DNS-1123 subdomain>/<HTTP path>"."""
+  host, _, path = value.partition("/")
+  if not host or not path:
+    return [f'Invalid value: "{value}": must be a domain-prefixed path (such as "acme.io/foo")']
+  errors = []
+  if len(host) > 253 or not _DNS1123_SUBDOMAIN.match(host):
+    errors.append(f'Invalid value: "{host}": a lowercase RFC 1123 subdomain must consist of lower '
+                  "case alphanumeric characters, '-' or '.', and must start and end with an "
+                  "alphanumeric character")
+  if not _HTTP_PATH.match(path):
+    errors.append(f'Invalid value: "{path}": Invalid path')
+  return errors
+
+
+def _runtime_jobs(runtime):
+  """{replicated Job name: its container and init container names} of a runtime."""
+  out = {}
+  for rjob in runtime["spec"]["template"]["spec"].get("replicatedJobs") or []:
+    pod = ((rjob.get("template") or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+    out[rjob["name"]] = {c.get("name") for c in (pod.get("containers") or [])
+                         + (pod.get("initContainers") or [])}
+  return out
+
+
+def trainingruntime_webhook_errors(runtime, release):
+  """[tj-webhook] validator.trainingruntime.trainer.kubeflow.org's messages, [] if admitted."""
+  errors = []
+  for i, rjob in enumerate(runtime["spec"]["template"]["spec"].get("replicatedJobs") or []):
+    labels = ((rjob.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get(ANCESTOR_LABEL) != "trainer":
+      continue
+    path = f"spec.template.spec.replicatedJobs[{i}]"
+    if rjob.get("replicas", 1) != 1:
+      errors.append(f"{path}.replicas: Invalid value: {rjob['replicas']}: always must be 1")
+    if release != "v2.0.0" and TRAINER_CONTAINER not in _runtime_jobs(runtime)[rjob["name"]]:
+      errors.append(f"{path}.template.spec.template.spec.containers: Invalid value: ...: must "
+                    "contain the required container for the ancestor: trainer")
+  return errors
+
+
+def trainjob_webhook_errors(trainjob, runtime, release):
+  """[tj-webhook] validator.trainjob.trainer.kubeflow.org's messages for a TrainJob as the
+  API server has it (pruned by `release`'s CRD), [] if admitted."""
+  errors = []
+  if release == "v2.0.0":
+    errors += [f'metadata.name: Invalid value: "{trainjob["metadata"]["name"]}": {e}'
+               for e in dns1035_errors(trainjob["metadata"]["name"])]
+  jobs, spec = _runtime_jobs(runtime), trainjob.get("spec") or {}
+  targets = []  # (field, replicated Job name, pod spec it sets)
+  for o in spec.get("podSpecOverrides") or []:
+    targets += [("podSpecOverrides", t.get("name"), o) for t in o.get("targetJobs") or []]
+  for o in spec.get("podTemplateOverrides") or []:
+    targets += [("podTemplateOverrides", t.get("name"), o.get("spec") or {})
+                for t in o.get("targetJobs") or []]
+  for patch in spec.get("runtimePatches") or []:
+    errors += [f"spec.runtimePatches.manager: {e}"
+               for e in domain_prefixed_path_errors(patch.get("manager") or "")]
+    template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+    targets += [("runtimePatches", r.get("name"), (((r.get("template") or {}).get("spec") or {})
+                                                   .get("template") or {}).get("spec") or {})
+                for r in template.get("replicatedJobs") or []]
+  for field, name, pod in targets:
+    if name not in jobs:
+      errors.append(f"spec.{field}: Invalid value: ...: must not have "
+                    + ("replicated job" if field == "runtimePatches" else "targetJob")
+                    + " that doesn't exist in the runtime job template")
+      continue
+    for kind in ("initContainers", "containers"):
+      for c in pod.get(kind) or []:
+        if c.get("name") not in jobs[name]:
+          errors.append(f"spec.{field}: Invalid value: ...: must not have {kind[:-1]} that "
+                        f"doesn't exist in the runtime job {name}")
+  return errors
 
 
 def jobset_webhook_errors(jobset, release):  # pylint: disable=unused-argument  (same rules)
@@ -473,6 +577,20 @@ class FakeCluster:
     self.jobset_version = TRAINER_RELEASES[trainer_version]
     # [tj-ctrl] A controller that is not running (CRDs installed without it, or stopped).
     self.trainer_controller_running = True
+    # [tj-webhook-down] Trainer's webhooks are served by the controller manager's Service
+    # (kubeflow/trainer v2.1.0 manifests/base/webhook/patch.yaml:1-9, manifests/base/manager/
+    # manager.yaml:59-74) with failurePolicy Fail: when its pods are gone (scaled to 0,
+    # crash-looping) while the webhook configuration stays, the API server refuses every
+    # TrainJob create, dry runs included, with a 500 (k8s.io/apiserver pkg/admission/plugin/
+    # webhook: "failed calling webhook"). False models that; CRDs installed without the
+    # manager (no webhook configuration) is trainer_controller_running = False alone.
+    self.trainer_webhook_reachable = True
+    # The same for JobSet: its webhooks (mjobset.kb.io, vjobset.kb.io, failurePolicy fail:
+    # kubernetes-sigs/jobset v0.10.1 pkg/webhooks/jobset_webhook.go:78,154) are served by
+    # jobset-webhook-service, which selects the controller manager's pods (config/components/
+    # webhook/service.yaml:12,19-20; namePrefix jobset-, config/default/kustomization.yaml:9).
+    # False: the Trainer controller's JobSet apply fails with the apiserver's 500 [tj-ctrl].
+    self.jobset_webhook_reachable = True
     self.operator_running = True  # The training operator (TFJob).
     self.jobset_controller_running = True
     # [sigterm] Pod name -> how its process ended when the pod was deleted: "SIGTERM" (it
@@ -1152,6 +1270,10 @@ class FakeCluster:
     if plural == "trainingruntimes":
       if method == "POST":
         stored = prune_crd(body, crd_schema("trainingruntimes", self.trainer_version))
+        refused = trainingruntime_webhook_errors(stored, self.trainer_version)
+        if refused:  # [tj-webhook]
+          return self.status(422, "Invalid", 'admission webhook "validator.trainingruntime.'
+                             'trainer.kubeflow.org" denied the request: ' + "; ".join(refused))
         self.runtimes[(namespace, body["metadata"]["name"])] = stored
         return 201, stored, "application/json"
       if method == "GET" and (namespace, name) in self.runtimes:
@@ -1183,6 +1305,15 @@ class FakeCluster:
 
   def create_trainjob(self, namespace, body, dry_run=False):
     name = body["metadata"]["name"]
+    if not self.trainer_webhook_reachable:  # [tj-webhook-down] The first webhook called.
+      hook, path = (("validator", "validate") if self.trainer_version in ("v2.0.0", "v2.1.0")
+                    else ("defaulter", "mutate"))
+      return self.status(
+          500, "InternalError", f'Internal error occurred: failed calling webhook "{hook}.'
+          f'trainjob.trainer.kubeflow.org": failed to call webhook: Post "https://kubeflow-'
+          f'trainer-controller-manager.kubeflow-system.svc:443/{path}-trainer-kubeflow-org-'
+          f'v1alpha1-trainjob?timeout=10s": no endpoints available for service '
+          f'"kubeflow-trainer-controller-manager"')
     invalid = trainjob_name_errors(name, self.trainer_version)
     if invalid:  # [tj-crd] the CRD's x-kubernetes-validations on metadata.name
       return self.status(422, "Invalid", f'TrainJob.trainer.kubeflow.org "{name}" is invalid: '
@@ -1199,6 +1330,14 @@ class FakeCluster:
           f'trainingruntimes.trainer.kubeflow.org "{ref["name"]}" not found: specified '
           f'trainingRuntime must be created before the TrainJob is created')
     job = prune_crd(body, crd_schema("trainjobs", self.trainer_version))
+    if self.trainer_version not in ("v2.0.0", "v2.1.0"):  # [tj-default]
+      for patch in job["spec"].get("runtimePatches") or []:
+        patch.setdefault("time", "2026-01-01T00:00:00Z")
+    refused = trainjob_webhook_errors(job, self.runtimes[(namespace, ref["name"])],
+                                      self.trainer_version)
+    if refused:  # [tj-webhook], on a dry run too.
+      return self.status(422, "Invalid", 'admission webhook "validator.trainjob.trainer.kubeflow.'
+                         'org" denied the request: ' + "; ".join(refused))
     if dry_run:  # [dry-run] Admitted and pruned, not stored.
       return 201, job, "application/json"
     job["metadata"]["uid"] = f"trainjob-uid-{next(self._uids)}"
@@ -1226,12 +1365,17 @@ class FakeCluster:
     if name not in self.jobsets:
       jobset = self.build_jobset(trainjob)
       refused = jobset_webhook_errors(jobset, self.jobset_version)  # [js-validate]
-      if refused:  # [tj-ctrl] The apply fails: an event, and a retry on the next sync.
+      error = ('admission webhook "vjobset.kb.io" denied the request: ' + "\n".join(refused)
+               if refused else None)
+      if not self.jobset_webhook_reachable:
+        error = ('Internal error occurred: failed calling webhook "mjobset.kb.io": failed to '
+                 'call webhook: Post "https://jobset-webhook-service.kubeflow-system.svc:443/'
+                 'mutate-jobset-x-k8s-io-v1alpha2-jobset?timeout=10s": no endpoints available '
+                 'for service "jobset-webhook-service"')
+      if error:  # [tj-ctrl] The apply fails: an event, and a retry on the next sync.
         self.record_jobset_event(
             trainjob, "Warning", "TrainJobResourcesCreationFailed",
-            "TrainJob resources reconciliation failed: " + (
-                'admission webhook "vjobset.kb.io" denied the request: '
-                + "\n".join(refused))[:950])
+            "TrainJob resources reconciliation failed: " + error[:950])
         return
       self.jobsets[name] = prune_crd(jobset, crd_schema("jobsets", self.jobset_version))
     jobset = self.jobsets[name]

@@ -205,8 +205,10 @@ def _settings(**overrides):
 def _trainer_v2(cluster, runtime=True, max_restarts=3, deadline=86400):
   cluster.serve_trainer_v2_only()
   if runtime:  # As kubectl apply would write it: through the API server, pruned.
-    cluster.route_trainer_v2("POST", "ns", "trainingruntimes", None,
-                             trainjob.runtime_manifest("ns", max_restarts, deadline))
+    code, answer, _ = cluster.route_trainer_v2(
+        "POST", "ns", "trainingruntimes", None,
+        trainjob.runtime_manifest("ns", max_restarts, deadline))
+    assert code == 201, answer  # The TrainingRuntime webhook admits it ([tj-webhook]).
   return cluster
 
 
@@ -262,7 +264,80 @@ def test_every_name_we_write_passes_the_vendored_webhook_rules():
   assert error.startswith("invalid failure policy rule name 'permanent-failure'")
   assert fake_kube.trainjob_name_errors("9-digest", "v2.1.0") == \
       "metadata.name must match RFC 1035 DNS label format"
-  assert fake_kube.trainjob_name_errors("9-digest", "v2.0.0") == ""  # No rule in v2.0.0.
+  assert fake_kube.trainjob_name_errors("9-digest", "v2.0.0") == ""  # No CRD rule in v2.0.0,
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_runtime_and_the_trainjob_pass_trainers_own_webhooks(release):
+  """fake_kube [tj-webhook] (kubeflow/trainer trainingruntime_webhook.go and the JobSet
+  plugin's Validate at each tag): the runtime, and the TrainJob as the API server of
+  `release` has it (pruned by its CRD), placement in the probe's three fields or in the
+  release's own, are admitted; the rules are live."""
+  import fake_kube  # pylint: disable=g-import-not-at-top
+  from fake_kube import crd_schema, prune_crd  # pylint: disable=g-import-not-at-top
+  runtime = prune_crd(trainjob.runtime_manifest("ns"), crd_schema("trainingruntimes", release))
+  assert fake_kube.trainingruntime_webhook_errors(runtime, release) == []
+  name = kube_manifest.job_name("gs://b/pipeline/DistributedTrainer/_checkpoints/123")
+  probe = trainjob.manifest(_spec(name=name + "-dry-run"))
+  for field in trainjob.PLACEMENT_FIELDS:  # As client.placement_field sends it.
+    probe["spec"].update(trainjob.placement_patch(field, {"a": "b"}, (TOLERATION,)))
+  own = trainjob.manifest(_spec(name=name),
+                          placement_field=trainjob.RELEASE_FIELDS[release[:4]])
+  for body in (probe, own):
+    pruned = prune_crd(body, crd_schema("trainjobs", release))
+    assert fake_kube.trainjob_webhook_errors(pruned, runtime, release) == []
+  # Live: a manager without a domain, a target Job the runtime does not have, a name that
+  # is not a DNS-1035 label on v2.0.0 (its webhook checks it; later, the CRD does).
+  errors = fake_kube.trainjob_webhook_errors(
+      {"metadata": {"name": "9-digest"}, "spec": {
+          "runtimePatches": [{"manager": "tfx-parallel", "trainingRuntimeSpec": {
+              "template": {"spec": {"replicatedJobs": [{"name": "worker"}]}}}}],
+          "podTemplateOverrides": [{"targetJobs": [{"name": "worker"}]}]}}, runtime, release)
+  assert ('spec.runtimePatches.manager: Invalid value: "tfx-parallel": must be a '
+          'domain-prefixed path (such as "acme.io/foo")') in errors
+  assert ("spec.runtimePatches: Invalid value: ...: must not have replicated job that "
+          "doesn't exist in the runtime job template") in errors
+  assert ("spec.podTemplateOverrides: Invalid value: ...: must not have targetJob that "
+          "doesn't exist in the runtime job template") in errors
+  assert any(e.startswith('metadata.name: Invalid value: "9-digest"') for e in errors) == (
+      release == "v2.0.0")
+  runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+      "spec"]["containers"][0]["name"] = "tensorflow"
+  assert bool(fake_kube.trainingruntime_webhook_errors(runtime, release)) == (
+      release != "v2.0.0")
+
+
+def test_a_dry_run_trainers_webhook_refuses_fails_before_anything_is_created(tmp_path,
+                                                                             monkeypatch):
+  """A runtimePatch manager Trainer v2.3's webhook refuses (not a domain-prefixed path):
+  the dry run is refused, the step fails naming it, and no TrainJob is created."""
+  monkeypatch.setattr(trainjob, "PATCH_MANAGER", "tfx-parallel")
+  with _trainer_v2(FakeCluster(trainer_version="v2.3.0")) as cluster:
+    with pytest.raises(RuntimeError, match="the server-side dry run that finds this Trainer "
+                       "release's placement field was refused, so nothing was created: 422 "
+                       "Unprocessable Entity: admission webhook \"validator.trainjob.trainer."
+                       "kubeflow.org\" denied the request: spec.runtimePatches.manager"):
+      _run(cluster, tmp_path)
+    assert not cluster.trainjobs and not cluster.deleted_trainjobs
+
+
+@pytest.mark.parametrize("release", ["v2.1.0", "v2.3.0"])
+def test_a_stopped_trainer_controller_with_its_webhooks_fails_before_anything(tmp_path,
+                                                                             release):
+  """fake_kube [tj-webhook-down]: the controller manager also serves Trainer's webhooks
+  (failurePolicy Fail), so with its pods gone the API server refuses the dry run with a
+  500; the step fails at once naming the webhook and the controller to check."""
+  with _trainer_v2(FakeCluster(trainer_version=release)) as cluster:
+    cluster.trainer_webhook_reachable = False
+    with pytest.raises(RuntimeError) as e:
+      _run(cluster, tmp_path)
+    assert not cluster.trainjobs
+  message = str(e.value)
+  assert "dry run that finds this Trainer release's placement field was refused" in message
+  assert "500 Internal Server Error: Internal error occurred: failed calling webhook" in message
+  assert message.endswith(
+      "(the Kubeflow Trainer controller serves these webhooks and is not running: kubectl get "
+      "deployment -A --field-selector metadata.name=kubeflow-trainer-controller-manager)")
 
 
 def _run(cluster, tmp_path, settings=None):
@@ -613,6 +688,21 @@ def test_a_controller_that_does_not_run_fails_the_step_within_the_grace(tmp_path
     with pytest.raises(RuntimeError, match="nothing started in 30 s") as e:
       _run(cluster, tmp_path)
   assert needle in str(e.value)
+
+
+def test_a_stopped_jobset_controller_with_its_webhooks_fails_within_the_grace(tmp_path):
+  """fake_kube: JobSet's webhooks are served by its controller's pods, so with them gone the
+  Trainer controller's apply fails (its event quotes the apiserver's 500); the step names
+  JobSet's controller and how to find it."""
+  with _trainer_v2(FakeCluster()) as cluster:
+    cluster.jobset_webhook_reachable = False
+    with pytest.raises(RuntimeError, match="nothing started in 30 s") as e:
+      _run(cluster, tmp_path)
+    assert not cluster.jobsets
+  assert ('TrainJobResourcesCreationFailed: TrainJob resources reconciliation failed: Internal '
+          'error occurred: failed calling webhook "mjobset.kb.io"') in str(e.value)
+  assert ("(JobSet's controller serves that webhook and is not running: kubectl get deployment "
+          "-A --field-selector metadata.name=jobset-controller-manager)") in str(e.value)
 
 
 def test_a_trainer_controller_stopped_after_the_pods_finished_fails_the_step(tmp_path):

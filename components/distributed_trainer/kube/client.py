@@ -337,14 +337,31 @@ class TrainJobClient(TFJobClient):
     calls them on a dry run (kubeflow/trainer v2.1.0 pkg/webhooks/trainjob_webhook.go:44,
     v2.3.0 :36,94; the same at v2.0.0 and v2.2.0). Raises RuntimeError when it keeps none,
     or drops any of the trainer's fields (image, command, env, numNodes,
-    resourcesPerNode), before anything is created."""
+    resourcesPerNode), before anything is created, and when the dry run is refused (a
+    webhook's 422, or one that does not declare sideEffects None or NoneOnDryRun).
+
+    Unknown fields are pruned, not refused: the request sends no ``fieldValidation`` (the
+    kubernetes 26.1.0 client's create_namespaced_custom_object has no such parameter), and
+    the API server's default is Warn (kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/
+    handlers/rest.go, fieldValidation); kubectl's default is Strict, which would refuse."""
+    from kubernetes.client.rest import ApiException  # pylint: disable=g-import-not-at-top  (1.6 s: only to submit)
     probe = trainjob.manifest(spec, placement_field=trainjob.RUNTIME_PATCHES)
     for field in trainjob.PLACEMENT_FIELDS:
       probe["spec"].update(trainjob.placement_patch(field, spec.node_selector,
                                                     spec.tolerations))
     probe["metadata"] = dict(probe["metadata"], name=spec.name + "-dry-run")
     probe["metadata"].pop("ownerReferences", None)
-    answer = self.create(probe, dry_run=True).get("spec") or {}
+    try:
+      answer = self.create(probe, dry_run=True).get("spec") or {}
+    except ApiException as e:
+      # Trainer's webhooks are served by its controller manager (kubeflow/trainer v2.1.0
+      # manifests/base/webhook/patch.yaml:1-9): unreachable, the controller is not running.
+      down = (f" ({self.CONTROLLER} serves these webhooks and is not running: "
+              f"{self.CONTROLLER_CHECK})" if "failed calling webhook" in _body(e) else "")
+      raise RuntimeError(
+          f"{trainjob.KIND} {spec.namespace}/{spec.name}: the server-side dry run that finds "
+          f"this Trainer release's placement field was refused, so nothing was created: "
+          f"{e.status} {e.reason}: {_body(e)}{down}") from None
     dropped = sorted(set(probe["spec"]["trainer"]) - set(answer.get("trainer") or {}))
     kept = [f for f in trainjob.PLACEMENT_FIELDS if answer.get(f)]
     wanted = bool(spec.node_selector or spec.tolerations)
@@ -358,12 +375,16 @@ class TrainJobClient(TFJobClient):
           f"tfx-parallel supports (v2.0-v2.3); see docs/KUBEFLOW.md, Trainer releases.")
     return kept[0] if kept else trainjob.POD_TEMPLATE_OVERRIDES
 
-  # kubeflow/trainer v2.1.0 manifests/overlays/manager/kustomization.yaml:5,13: namespace
-  # kubeflow-system, with JobSet from manifests/third-party/jobset beside it; Deployment
-  # kubeflow-trainer-controller-manager (manifests/base/manager/manager.yaml:62).
+  # Where the controllers run depends on how Trainer was installed: standalone in
+  # kubeflow-system (kubeflow/trainer v2.1.0 manifests/overlays/manager/kustomization.yaml:5,
+  # JobSet from manifests/third-party/jobset beside it, :13), on the Kubeflow platform
+  # (Kubeflow 1.11) in kubeflow (manifests/overlays/kubeflow-platform/kustomization.yaml:3).
+  # Deployments kubeflow-trainer-controller-manager (manifests/base/manager/manager.yaml:5)
+  # and jobset-controller-manager; so the checks search every namespace by name.
   CONTROLLER = "the Kubeflow Trainer controller"
-  CONTROLLER_CHECK = "kubectl -n kubeflow-system get deployment kubeflow-trainer-controller-manager"
-  JOBSET_CHECK = "kubectl -n kubeflow-system get deployment jobset-controller-manager"
+  CONTROLLER_CHECK = ("kubectl get deployment -A --field-selector "
+                      "metadata.name=kubeflow-trainer-controller-manager")
+  JOBSET_CHECK = "kubectl get deployment -A --field-selector metadata.name=jobset-controller-manager"
 
   def started(self, job: Mapping[str, Any]) -> bool:
     """Trainer v2 sets no Created condition; a JobSet that runs shows in
@@ -391,8 +412,14 @@ class TrainJobClient(TFJobClient):
     events = self.events(name, namespace)
     refused = [e for e in events if e.get("reason") == trainjob.RESOURCES_CREATION_FAILED]
     if refused:
+      message = str(refused[-1].get("message"))
+      # JobSet's webhooks are served by its controller's pods (kubernetes-sigs/jobset
+      # v0.10.1 config/components/webhook/service.yaml:12,19-20): unreachable, it is down.
+      down = (f" (JobSet's controller serves that webhook and is not running: "
+              f"{self.JOBSET_CHECK})" if "failed calling webhook" in message
+              and "jobset" in message else "")
       return (f"the Kubeflow Trainer controller cannot create the JobSet: "
-              f"{trainjob.RESOURCES_CREATION_FAILED}: {refused[-1].get('message')}")
+              f"{trainjob.RESOURCES_CREATION_FAILED}: {message}{down}")
     warnings = [e for e in events if e.get("type") == "Warning"]
     if warnings:  # E.g. the Job controller's FailedCreate.
       return f"{warnings[-1].get('reason')}: {warnings[-1].get('message')}"
