@@ -248,6 +248,7 @@ def record_runs(directory):
   import json  # pylint: disable=g-import-not-at-top
   import shlex  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
+  directory = os.path.abspath(directory)  # The runs' cwd: a relative --home would nest.
   os.makedirs(directory, exist_ok=True)
   write_nonlinear_csv(os.path.join(directory, "nonlinear.csv"))
   cli = os.path.join(os.path.dirname(sys.executable), "tfx-parallel")
