@@ -2,16 +2,18 @@
 
     .venv/bin/python docs/figures.py            # all of them
     .venv/bin/python docs/figures.py verdicts   # one
+    .venv/bin/python docs/figures.py runs DIR   # rerun the verdict runs (minutes), redraw
 
 * ``pipeline.png``: the three components, their artifacts and the stock components beside.
 * ``mesh.png``: the seed problem's ``Y = sum_i X_i W_i`` on a 2x2 batch x model mesh.
-* ``splits.png``: how rows become splits and shards (PartitionedExampleGen).
-* ``verdicts.png``: one training curve per convergence state. Each curve is a real
-  training run (minibatch gradient descent of a linear model on the seed problem, or on
-  data it cannot fit), and the state printed on it is what
-  ``components/convergence_evaluator/convergence.analyze`` says of that curve, with the
-  evaluator's default rules: the script fails if the code's verdict is not the one the
-  panel shows.
+* ``splits.png``: how rows become splits and shards (PartitionedExampleGen), with the
+  default config's buckets read from partition.Partitioner.
+* ``verdicts.png``: one training curve per convergence state. Each curve is a whole
+  ``tfx-parallel run`` (VERDICT_RUNS: the built-in linear model on one device), whose
+  history and eval losses ``runs`` keeps in ``verdict_runs.json`` with the state the
+  ConvergenceEvaluator recorded; the state printed on a panel is what
+  ``components/convergence_evaluator/convergence.analyze`` says of that run now, with
+  the evaluator's default rules: the script fails if it is not the one the panel shows.
 
 The benchmark plots are the benchmarks' own (``benchmarks/plots/``); docs/hooks.py puts
 them in the site.
@@ -180,95 +182,140 @@ def splits(path):
   plt.close(fig)
 
 
-# ---- Verdict curves: real (small) training runs, judged by the evaluator's own code. ----
+# ---- Verdict curves: real tfx-parallel runs, judged by the evaluator's own code. ----
 
-def _seed_data(rng, rows, nonlinear=False):
-  x = rng.normal(size=(rows, 2))
-  if nonlinear:  # A linear model cannot fit this: its best R^2 is about 0.02.
-    y = np.sin(3 * x[:, 0]) * np.cos(3 * x[:, 1]) + 0.1 * x[:, 0] + 0.1 * rng.normal(size=rows)
-  else:  # The seed problem: y = x . [1, 2] + 3 + noise.
-    y = x @ np.array([1.0, 2.0]) + 3.0 + 0.5 * rng.normal(size=rows)
-  return x, y
-
-
-def train_linear(learning_rate, epochs, nonlinear=False, seed=0, batch=32, log_every=10):
-  """Minibatch SGD of y ~ x w + b with MSE; a history.json-shaped dict, the trivial
-  predictor's eval MSE (the eval labels' variance) and the model's final eval MSE."""
-  rng = np.random.default_rng(seed)
-  x, y = _seed_data(rng, 800, nonlinear)
-  xe, ye = _seed_data(rng, 200, nonlinear)
-  w, b = np.zeros(2), 0.0
-  mse = lambda: float(np.mean((xe @ w + b - ye) ** 2))
-  records, history_epochs, step = [], [], 0
-  initial = mse()
-  with np.errstate(over="ignore", invalid="ignore"):
-    for epoch in range(epochs):
-      order = rng.permutation(len(x))
-      for start in range(0, len(x), batch):
-        idx = order[start:start + batch]
-        err = x[idx] @ w + b - y[idx]
-        loss = float(np.mean(err ** 2))
-        w = w - learning_rate * 2 * x[idx].T @ err / len(idx)
-        b = b - learning_rate * 2 * float(np.mean(err))
-        step += 1
-        if step % log_every == 0:
-          records.append({"step": step, "loss": loss, "learning_rate": learning_rate,
-                          "examples_per_sec": 1000.0, "wall_time": step / 100})
-      eval_loss = mse()
-      history_epochs.append({"epoch": epoch, "step": step, "train_loss": records[-1]["loss"],
-                             "eval_loss": eval_loss,
-                             "eval_loss_se": float(np.std((xe @ w + b - ye) ** 2)
-                                                   / math.sqrt(len(ye)))})
-      if not math.isfinite(eval_loss) or eval_loss > 1e6:
-        break
-  history = {"records": records, "epochs": history_epochs, "initial_eval_loss": initial}
-  return history, float(np.var(ye)), mse()
-
-
-# state -> (title, training run). Each run is judged below; a wrong verdict fails the script.
+VERDICT_DATA = os.path.join(OUT, "verdict_runs.json")
+# state -> (panel title, the run's flags). Each is a whole `tfx-parallel run` (PartitionedExampleGen,
+# DistributedTrainer, ConvergenceEvaluator) of the built-in linear model on one device;
+# `python docs/figures.py runs DIR` runs them and keeps what the evaluator read.
+VERDICT_COMMON = "--layout single --device cpu"
 VERDICT_RUNS = {
-    "converged": ("lr 0.05, 12 epochs", dict(learning_rate=0.05, epochs=12)),
-    "improving": ("lr 0.002, 6 epochs: still falling", dict(learning_rate=0.002, epochs=6)),
-    "plateaued": ("data a linear model cannot fit", dict(learning_rate=0.05, epochs=12,
-                                                          nonlinear=True)),
-    "stalled": ("lr 0: nothing learned", dict(learning_rate=0.0, epochs=8)),
-    "diverged": ("lr 1.2: the loss explodes", dict(learning_rate=1.2, epochs=8)),
+    "converged": ("Adam, lr 0.05 (run's default), 12 epochs", "--rows 2000 --epochs 12"),
+    "improving": ("SGD, lr 0.001, 6 epochs: still falling",
+                  "--rows 2000 --epochs 6 --optimizer sgd --learning-rate 0.001"),
+    "plateaued": ("linear model, data it cannot fit",
+                  "--data nonlinear.csv --label y --model linear --epochs 12"),
+    "stalled": ("SGD, lr 1e-9: nothing learned",
+                "--rows 2000 --epochs 6 --optimizer sgd --learning-rate 1e-9"),
+    "diverged": ("SGD, lr 1.05: the loss explodes",
+                 "--rows 2000 --epochs 6 --optimizer sgd --learning-rate 1.05"),
 }
+HISTORY_KEYS = ("records", "epochs", "initial_eval_loss", "diverged", "diverged_reason", "loss")
+
+
+def verdict_command(state):
+  return f"tfx-parallel run --pipeline-name {state} {VERDICT_COMMON} {VERDICT_RUNS[state][1]}"
+
+
+def write_nonlinear_csv(path, rows=2000):
+  """The plateaued run's data: a label a linear model cannot fit (its best R^2 ~ 0.02)."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(rows, 2))
+  y = np.sin(3 * x[:, 0]) * np.cos(3 * x[:, 1]) + 0.1 * x[:, 0] + 0.1 * rng.normal(size=rows)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("x0,x1,y\n")
+    for a, b, c in zip(x[:, 0], x[:, 1], y):
+      f.write(f"{a:.6f},{b:.6f},{c:.6f}\n")
+
+
+def _one(pattern):
+  import glob  # pylint: disable=g-import-not-at-top
+  found = sorted(glob.glob(pattern))
+  if len(found) != 1:
+    raise SystemExit(f"expected one file for {pattern}, found {found}")
+  return found[0]
+
+
+def collect_run(home, state, command, date):
+  """What the evaluator read for one run: its history.json and metrics.json."""
+  import json  # pylint: disable=g-import-not-at-top
+  root = os.path.join(home, "pipelines", state)
+  with open(_one(os.path.join(root, "DistributedTrainer", "history", "*", "history.json"))) as f:
+    history = json.load(f)
+  with open(_one(os.path.join(root, "ConvergenceEvaluator", "metrics", "*",
+                              "metrics.json"))) as f:
+    metrics = json.load(f)
+  return {"command": command, "date": date,
+          "history": {k: history.get(k) for k in HISTORY_KEYS},
+          "trivial_loss": metrics["trivial_loss"], "model_loss": metrics["eval_mse"],
+          "recorded_state": metrics["convergence_state"],
+          "recorded_reason": metrics["convergence_reason"]}
+
+
+def record_runs(directory):
+  """Runs the five commands in ``directory`` (one --home each) and writes VERDICT_DATA."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  import shlex  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  directory = os.path.abspath(directory)  # The runs' cwd: a relative --home would nest.
+  os.makedirs(directory, exist_ok=True)
+  write_nonlinear_csv(os.path.join(directory, "nonlinear.csv"))
+  cli = os.path.join(os.path.dirname(sys.executable), "tfx-parallel")
+  runs = {}
+  for state in VERDICT_RUNS:
+    command = verdict_command(state)
+    home = os.path.join(directory, "h_" + state)
+    argv = [cli] + shlex.split(command)[1:] + ["--home", home]
+    subprocess.run(argv, cwd=directory, check=True)
+    runs[state] = collect_run(home, state, command,
+                              datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+  with open(VERDICT_DATA, "w", encoding="utf-8") as f:
+    json.dump(runs, f, indent=1, sort_keys=True)
+  print("wrote", os.path.relpath(VERDICT_DATA, os.path.dirname(HERE)))
+
+
+def recorded_runs():
+  import json  # pylint: disable=g-import-not-at-top
+  with open(VERDICT_DATA, encoding="utf-8") as f:
+    return json.load(f)
 
 
 def judge(state):
-  """(history, Convergence) of the run shown for ``state``."""
+  """(run, Convergence): the recorded run shown for ``state``, judged now by
+  convergence.analyze as the evaluator calls it (executor.py), default rules."""
+  from tfx_parallel.components.common import divergence  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.convergence_evaluator import convergence  # pylint: disable=g-import-not-at-top
-  history, trivial, model_loss = train_linear(**VERDICT_RUNS[state][1])
+  run = recorded_runs()[state]
+  history = run["history"]
+  loss = history.get("loss") or {}
   curves = convergence.curves_from_history(history)
-  return history, convergence.analyze(curves, convergence.Rules(), trivial_loss=trivial,
-                                      model_loss=model_loss)
+  return run, convergence.analyze(
+      curves, convergence.Rules(), run["trivial_loss"], run["model_loss"],
+      flagged_diverged=bool(history.get("diverged")),
+      flagged_reason=str(history.get("diverged_reason") or ""),
+      non_negative=(divergence.is_non_negative(str(loss["class"])) if loss.get("class")
+                    else True))
 
 
 def verdicts(path):
   fig, grid = plt.subplots(2, 3, figsize=(12, 7.2))
   axes = grid.ravel()
   for ax, state in zip(axes, VERDICT_RUNS):
-    history, result = judge(state)
+    run, result = judge(state)
     if result.state != state:
       raise SystemExit(f"{state}: the evaluator says {result.state} ({result.reason})")
-    epochs = [0] + [e["epoch"] + 1 for e in history["epochs"]]
+    history = run["history"]
+    steps = [r["step"] for r in history["records"]]
+    train = [r["loss"] if math.isfinite(r["loss"]) else math.nan for r in history["records"]]
+    ax.plot(steps, train, "-", color=ORANGE, alpha=0.7, label="training loss (per record)")
+    eval_steps = [0] + [e["step"] for e in history["epochs"]]
     evals = [history["initial_eval_loss"]] + [e["eval_loss"] for e in history["epochs"]]
-    ax.plot(epochs, evals, "o-", color=BLUE, label="eval loss")
-    ax.axhline(result.trivial_loss, color=GREY, linestyle="--", label="trivial predictor")
-    finite = [v for v in evals + [result.trivial_loss] if math.isfinite(v) and v > 0]
-    if max(finite) / min(finite) > 5:  # Log scale only where the curve spans a range.
+    evals = [v if v is not None and math.isfinite(v) else math.nan for v in evals]
+    ax.plot(eval_steps, evals, "o-", color=BLUE, label="eval loss (each epoch; 0: untrained)")
+    ax.axhline(run["trivial_loss"], color=GREY, linestyle="--", label="trivial predictor (eval)")
+    finite = [v for v in train + evals + [run["trivial_loss"]] if math.isfinite(v) and v > 0]
+    if max(finite) / min(finite) > 5:  # Log scale only where the curves span a range.
       ax.set_yscale("log")
     ax.set_title(f"{state}\n{VERDICT_RUNS[state][0]}", fontsize=11)
-    ax.set_xlabel("epoch (0: untrained)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_ylabel("eval MSE")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("MSE")
     ax.grid(alpha=0.3)
   handles, labels = axes[0].get_legend_handles_labels()
   axes[-1].axis("off")
   axes[-1].legend(handles, labels, loc="center", fontsize=11, frameon=False)
-  fig.suptitle("One real run per state; each title is convergence.analyze's verdict "
-               "(default rules)", fontsize=11)
+  fig.suptitle("One tfx-parallel run per state; each title is the ConvergenceEvaluator's "
+               "verdict (default rules)", fontsize=11)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -279,6 +326,9 @@ FIGURES = {"pipeline": pipeline, "mesh": mesh, "splits": splits, "verdicts": ver
 
 def main(argv):
   os.makedirs(OUT, exist_ok=True)
+  if argv[:1] == ["runs"]:  # python docs/figures.py runs DIR: rerun the verdict runs.
+    record_runs(argv[1])
+    argv = ["verdicts"]
   for name in argv or FIGURES:
     FIGURES[name](os.path.join(OUT, name + ".png"))
     print("wrote", os.path.join("docs", "img", name + ".png"))

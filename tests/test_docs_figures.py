@@ -1,7 +1,8 @@
-"""docs/img/verdicts.png shows one real run per convergence state, labelled with the
-state: each run, judged now by the evaluator's own code, must still get that state
-(docs/figures.py; numpy only, a second or two), and every picture on disk is what the
-script draws now. Redraw with docs/figures.py."""
+"""docs/img/verdicts.png shows one real tfx-parallel run per convergence state, labelled
+with the state: each run (its history and eval losses, kept in docs/img/verdict_runs.json)
+got that state from the ConvergenceEvaluator when it ran and, judged now by the
+evaluator's own code, must still get it; every picture on disk is what docs/figures.py
+draws now. Redraw with docs/figures.py; rerun the runs with docs/figures.py runs DIR."""
 import importlib.util
 import os
 
@@ -15,7 +16,9 @@ _spec.loader.exec_module(figures)
 
 @pytest.mark.parametrize("state", sorted(figures.VERDICT_RUNS))
 def test_the_run_pictured_for_each_state_is_judged_that_state(state):
-  _, result = figures.judge(state)
+  run, result = figures.judge(state)
+  assert run["recorded_state"] == state, (run["recorded_state"], run["recorded_reason"])
+  assert run["command"] == figures.verdict_command(state), run["command"]
   assert result.state == state, (result.state, result.reason)
 
 
