@@ -60,22 +60,6 @@ def test_planner_variables_follow_the_default_rules(mlp):
       (2 * 4096 + 1) * 4 * 4 + 2 * (2 * 2048 * 4))
 
 
-def test_the_plan_counts_a_row_split_kernels_gradient_whole_unless_it_takes_a_hand_off():
-  """The step's gradient of a row-split kernel is whole on every device when its input is
-  whole (tests/test_trainer_linear_mesh.py reads it), and a block at a Megatron hand-off
-  (a column-split Dense feeding it): the mlp [64, 64] on M=2 splits hidden_1 by columns,
-  hidden_2 by rows (the hand-off) and the output kernel by rows (its input, hidden_2's
-  gathered output, is whole)."""
-  module = user_module.load(builtin="mlp")
-  two = layout_choice.planner_variables(user_module.probe(module, _spec([64, 64])))(2)
-  assert {v.path: v.whole_gradient for v in two if v.split_dims} == {
-      "hidden_1/kernel": False, "hidden_1/bias": False, "hidden_2/kernel": False,
-      "output/kernel": True}
-  shard = sum(v.bytes_per_device(2) for v in two)
-  out = 64 * 4  # output/kernel [64, 1], split by rows: 32 x 4 B a device, its gradient whole.
-  assert layout_search.step_bytes_per_device(two, 2, 2) == shard * 4 + out // 2
-
-
 def test_the_host_figure_counts_an_early_stops_snapshot(mlp):
   _, _, model = mlp
   one = layout_choice.planner_variables(model)(1)
@@ -119,13 +103,11 @@ def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
   assert at(4) is None
   # One device: (4 x 4096 + 1) x 4 B x 2 + two 2x4096 kernels in transit = 192 KiB; M=2
   # halves the split kernel only (1x4096: as large as the whole bias and output kernel,
-  # 4096 x 4 B, two blocks in transit), but not its gradient: a row-split kernel whose
-  # input (the features) is whole gets its gradient whole on every device: 144 KiB.
-  assert [i.path for i in at(2) if i.whole_gradient] == ["hidden_1/kernel"]
-  p = layout_search.plan(at, num_devices=4, memory_per_device=150 * KIB, global_batch=64,
+  # 4096 x 4 B, two blocks in transit): 128 KiB.
+  p = layout_search.plan(at, num_devices=4, memory_per_device=136 * KIB, global_batch=64,
                    slots_per_param=0)
-  assert (p.layout, p.mesh, p.state_bytes_per_device) == (
-      "mesh", (2, 2), (3 * 4096 + 1) * 4 * 2 + 4096 * 4 + 2 * 4096 * 4)
+  assert (p.layout, p.mesh, p.state_bytes_per_device) == ("mesh", (2, 2),
+                                                          (3 * 4096 + 1) * 4 * 2 + 2 * 4096 * 4)
   with pytest.raises(layout_search.PlanError, match=r"M=2 of 4 device"):
     layout_search.plan(at, num_devices=4, memory_per_device=64 * KIB, global_batch=64,
                  slots_per_param=0)

@@ -39,10 +39,6 @@ class VariableInfo:
     dtype_bytes: bytes per element.
     sharding: per dimension, MODEL_AXIS where the layout splits it, else None (empty:
       not resolved yet, or replicated).
-    whole_gradient: the step computes its gradient whole on every device before the
-      relayout into its layout slices it: a row-split Dense kernel whose input the
-      layout keeps whole (DTensor lays ``X^T dL/dY`` out replicated when X is whole;
-      at a Megatron hand-off X arrives split and the product is the local block).
   """
   path: str
   shape: Tuple[int, ...]
@@ -50,7 +46,6 @@ class VariableInfo:
   layer: str = ""
   dtype_bytes: int = 4
   sharding: Sharding = ()
-  whole_gradient: bool = False
 
   @property
   def num_elements(self) -> int:
@@ -64,13 +59,6 @@ class VariableInfo:
     """Bytes of this variable on one device when the model axis has ``model_axis`` devices."""
     divisor = model_axis if self.split_dims and model_axis > 1 else 1
     return self.num_elements * self.dtype_bytes // divisor
-
-  def gradient_bytes_per_device(self, model_axis: int) -> int:
-    """Bytes of this variable's gradient on one device in the step: whole for a
-    ``whole_gradient`` variable, else its block."""
-    if self.whole_gradient:
-      return self.num_elements * self.dtype_bytes
-    return self.bytes_per_device(model_axis)
 
   def divisible_by(self, model_axis: int) -> bool:
     """Whether ``model_axis`` divides every dimension its own ``sharding`` splits."""

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from absl import logging
 
@@ -54,7 +54,6 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
   """
   infos = trainable_infos(model)
   dtype_bytes = {sharding.variable_path(v): v.dtype.size for v in model.trainable_variables}
-  graph = dense_graph(model)
 
   def at(model_axis: int) -> Optional[List[layout_search.VariableInfo]]:
     if rules_fn is None:
@@ -68,43 +67,9 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
         raise
       logging.info("planner: model axis %d skipped: %s", model_axis, e)
       return None
-    whole = whole_gradient_kernels(graph, resolved)
     return [dataclasses.replace(i, dtype_bytes=dtype_bytes[i.path],
-                                sharding=tuple(resolved.get(i.path, ())),
-                                whole_gradient=i.path in whole) for i in infos]
+                                sharding=tuple(resolved.get(i.path, ()))) for i in infos]
   return at
-
-
-def dense_graph(model) -> Dict[str, Tuple[str, List[str], List[str]]]:
-  """Each Dense layer of a functional model: layer name -> (kernel path, the layers that
-  feed it, the layers it feeds), from the public ``inbound_nodes`` / ``outbound_nodes``
-  of tf_keras's Layer (a subclassed model's layers have none: empty lists)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  out = {}
-  for layer in sharding.leaf_layers(model):
-    if not isinstance(layer, tf_keras.layers.Dense):
-      continue
-    producers = [p for node in layer.inbound_nodes for p in tf.nest.flatten(node.inbound_layers)]
-    consumers = [node.outbound_layer for node in layer.outbound_nodes]
-    out[layer.name] = (sharding.variable_path(layer.kernel), [p.name for p in producers],
-                       [c.name for c in consumers])
-  return out
-
-
-def whole_gradient_kernels(graph, resolved: Mapping[str, tuple]) -> set:
-  """Paths of the row-split Dense kernels whose gradient the step computes whole on every
-  device: those whose input the mesh keeps whole, i.e. every one but a Megatron
-  hand-off's (a column-split Dense feeding only row-split Dense layers: the split
-  activations are the next kernel's row blocks and ``X^T dL/dY`` is computed locally;
-  mesh_runtime.MeshTrainer decides the hand-off the same way)."""
-  col, row = (None, sharding.MODEL_AXIS), (sharding.MODEL_AXIS, None)
-  spec = {name: tuple(resolved.get(kernel, ())) for name, (kernel, _, _) in graph.items()}
-  hands_off = {name for name, (_, _, consumers) in graph.items()
-               if spec[name] == col and consumers
-               and all(spec.get(c) == row for c in consumers)}
-  return {kernel for name, (kernel, producers, _) in graph.items()
-          if spec[name] == row and not (producers and all(p in hands_off for p in producers))}
 
 
 def slots_per_param(optimizer, model) -> int:
