@@ -231,3 +231,26 @@ def test_gpu_memory_is_read_from_tensorflow():
   budget = layout_choice.device_budget(TrainerConfig(layout="auto"))
   assert budget.num_devices == len(layout_choice.gpu_names())
   assert budget.memory_per_device and budget.memory_per_device > 0
+
+
+def test_the_executor_runs_the_module_file_once_and_hands_it_on(tmp_path):
+  """executor.Do loads the module once (executor.load_module) and hands it to the
+  planner and the check on the layout; neither imports the file again."""
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.job import Job  # pylint: disable=g-import-not-at-top
+  runs = tmp_path / "runs.txt"
+  path = tmp_path / "counted.py"
+  path.write_text(f"open({str(runs)!r}, 'a').write('run\\n')\n"
+                  "from tfx_parallel.components.distributed_trainer.models.mlp import build_model\n")
+  config = TrainerConfig(layout="auto", devices=4, device_memory="64GiB",
+                         module_file=str(path), batch_size=64).validate()
+  spec = _spec([8])
+  job = Job(config={}, examples_uri="", feature_keys=[], label_key="y", train_rows=8,
+            model_dir="", model_run_dir="", history_dir="", checkpoint_dir="",
+            model_spec=spec.to_dict())
+  module = executor.load_module(config)
+  job, config, _ = layout_choice.plan_job(job, config, module)
+  executor.check_on_layout(job, config, module)
+  assert runs.read_text().splitlines() == ["run"]
+  layout_choice.plan_job(job, config)  # Without the module: imported again (the control).
+  assert runs.read_text().splitlines() == ["run", "run"]
