@@ -13,10 +13,17 @@ two hidden layers a Megatron pair, column- then row-split) run side by side, alt
 CPU devices every shard lives in the one host memory, so a mesh that never holds a whole
 copy of a split variable on a device peaks near one copy of the state, as single does.
 
+``--phases`` instead runs each layout twice with the test hook tests/hooks_site/rss.py
+(the peak RSS of each phase: build, eval, train, checkpoint, restore, export; the second
+run of the same job resumes from the first one's checkpoint, so it restores) and writes
+the phase trace, each phase's peak over the RSS before the build.
+
 Usage:
   .venv/bin/python benchmarks/bench_mesh_memory.py                  # 2 rounds, full size
   .venv/bin/python benchmarks/bench_mesh_memory.py --hidden 512 --rounds 1   # smoke
-Writes benchmarks/mesh_memory.json and (full size) benchmarks/results/mesh_memory.md.
+  .venv/bin/python benchmarks/bench_mesh_memory.py --phases         # the phase trace
+Writes benchmarks/mesh_memory.json and (full size) benchmarks/results/mesh_memory.md
+(``--phases``: benchmarks/results/mesh_memory_phases.md).
 """
 import argparse
 import json
@@ -32,6 +39,9 @@ sys.path.insert(0, HERE)
 import benchutil as bu  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SECTION = os.path.join(HERE, "results", "mesh_memory.md")
+PHASES_SECTION = os.path.join(HERE, "results", "mesh_memory_phases.md")
+HOOKS_SITE = os.path.join(os.path.dirname(HERE), "tests", "hooks_site")
+PHASES = ("build", "eval", "train", "checkpoint", "restore", "export")
 FEATURES = 16
 TRAIN_ROWS, EVAL_ROWS, BATCH, STEPS = 2048, 512, 64, 30
 
@@ -100,6 +110,57 @@ def run(layout: str, round_: int, data: str, keys: List[str], hidden: int) -> Di
           "param_count": history.get("param_count")}
 
 
+def traced(layout: str, data: str, keys: List[str], hidden: int) -> Dict[str, float]:
+  """Phase -> its largest peak RSS over the RSS before the build (MB), from two runs of
+  one job with the rss hook: the first trains from scratch, the second resumes from its
+  checkpoint (the restore)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  tmp = bu.work_dir("mesh_memory", f"{layout}-phases")
+  shutil.rmtree(tmp)
+  path = job(tmp, data, keys, layout, hidden)
+  out: Dict[str, float] = {}
+  for attempt in range(2):
+    log = os.path.join(tmp, f"rss-{attempt}.jsonl")
+    env = {"TFXP_TEST_RSS_LOG": log,
+           "PYTHONPATH": os.pathsep.join(p for p in (HOOKS_SITE, os.environ.get("PYTHONPATH"))
+                                         if p)}
+    if attempt:  # Resume: the first run ended after its checkpoint at step STEPS // 2.
+      os.remove(os.path.join(tmp, "history", "history.json"))
+    bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
+                   "--job", path], timeout=1800, env=env)
+    with open(log) as f:
+      phases = [json.loads(line) for line in f]
+    base = next(p for p in phases if p["phase"] == "build")["rss_before"]
+    for p in phases:
+      peak = (p["own_peak"] if p["phase"] == "train" else p["peak"]) - base
+      out[p["phase"]] = max(out.get(p["phase"], 0.0), peak / 1e6)
+  print(f"[mesh_memory] phases {layout}: " + ", ".join(f"{k} +{v:,.0f} MB"
+                                                      for k, v in out.items()), flush=True)
+  return out
+
+
+def phases_section(trace: Dict[str, Dict[str, float]], hidden: int, load_before: str,
+                   load_after: str) -> str:
+  lines = ["## Peak memory of each phase of a mesh run against one device "
+           "(`benchmarks/bench_mesh_memory.py --phases`)", "",
+           f"Command: `.venv/bin/python benchmarks/bench_mesh_memory.py --phases`; run "
+           f"{time.strftime('%Y-%m-%d %H:%M')}; {bu.machine()}; load average before: "
+           f"{load_before}; after: {load_after}.",
+           f"The model and job of the section above (mlp {FEATURES} -> {hidden} -> {hidden} "
+           "-> 1, Adam), each layout run twice with the test hook tests/hooks_site/rss.py "
+           "(the second run resumes from the first one's checkpoint: the restore). Each "
+           "phase's peak RSS over the RSS before the build, MB (the train phase outside "
+           "its nested checkpoints and evaluations; eval and checkpoint: the largest of "
+           "their occurrences).", "",
+           "| phase | single | mesh 1x4 | mesh - single |", "|---|---|---|---|"]
+  for phase in PHASES:
+    s, m = trace["single"].get(phase), trace["mesh"].get(phase)
+    if s is None or m is None:
+      continue
+    lines.append(f"| {phase} | +{s:,.0f} | +{m:,.0f} | {m - s:+,.0f} |")
+  return "\n".join(lines + [""])
+
+
 def section(result: Dict, load_before: str, load_after: str) -> str:
   lines = ["## Peak memory of a whole mesh run against one device "
            "(`benchmarks/bench_mesh_memory.py`)", "",
@@ -127,10 +188,18 @@ def main(argv=None) -> int:
   p.add_argument("--hidden", type=int, default=6144)
   p.add_argument("--rounds", type=int, default=2)
   p.add_argument("--out", default=os.path.join(HERE, "mesh_memory.json"))
+  p.add_argument("--phases", action="store_true",
+                 help="the per-phase trace (test hook) instead of the rounds")
   a = p.parse_args(argv)
   data = bu.work_dir("mesh_memory_data")
   keys = write_data(data)
   load_before = bu.load_average()
+  if a.phases:
+    trace = {layout: traced(layout, data, keys, a.hidden) for layout in ("single", "mesh")}
+    if a.hidden == 6144:
+      bu.write_section(PHASES_SECTION, phases_section(trace, a.hidden, load_before,
+                                                      bu.load_average()))
+    return 0
   runs, rounds = [], []
   for i in range(a.rounds):
     single = run("single", i, data, keys, a.hidden)

@@ -122,6 +122,17 @@ def main():
     plain = user_module.build(user_module.load(None, None, "mlp"), spec)
   engine.copy_weights_to(plain)
   export_equal = all(np.array_equal(a, w) for a, w in zip(before, plain.get_weights()))
+  # An early stop's snapshot: the devices' blocks on the host, never a whole split
+  # variable; written into a plain model (garbled first) it gives the weights back.
+  snapshot = engine.snapshot()
+  snapshot_shapes = {v.name: [list(block.shape) for _, block in blocks]
+                     for v, blocks in zip(trainer.model.weights, snapshot)}
+  with tf.device("/CPU:0"):
+    for v in plain.weights:
+      v.assign(tf.zeros_like(v))
+  engine.copy_weights_to(plain, snapshot)
+  snapshot_equal = all(np.array_equal(a, w) for a, w in zip(before, plain.get_weights()))
+  snapshot_released = all(x is None for x in snapshot)
   export_devices = sorted({v.device for v in plain.weights})
   # The mesh's eval (sharded, padded remainder) against the exported plain model's.
   mesh_eval = engine.evaluator(eval_ds)(drive_callbacks=False)[0]
@@ -138,7 +149,10 @@ def main():
       "streamed_entries": len(entries[1]) if entries else 0, "state_count": len(mesh_ids),
       "streamed_equal": streamed_equal, "latest_is_streamed": checkpoint.latest(directory) == streamed,
       "saved_layouts": saved_layouts, "restored_blocks": restored_blocks,
-      "export_devices": export_devices,
+      "export_devices": export_devices, "snapshot_shapes": snapshot_shapes,
+      "snapshot_equal": snapshot_equal, "snapshot_released": snapshot_released,
+      "weight_shapes": {v.name: v.shape.as_list() for v in trainer.model.weights},
+      "split_weights": [v.name for v in trainer.model.weights if f"model/{v.name[:-2]}" in split],
       "mesh_eval": mesh_eval, "plain_eval": plain_eval}))
 
 

@@ -20,12 +20,20 @@ The layers, bottom first, as the code is built:
 
 Units of one layer do not import each other.
 
+The same layers are checked on what really loads: each module imported alone, in an
+interpreter of its own (tests/import_probe.py), must leave no module of a higher layer
+in ``sys.modules``; and each docstring or comment that says a module does not load a
+package (``CLAIMS``) is checked by importing that module in a fresh interpreter.
+
 A second test holds function-local imports to the ones an optional dependency or
 start-up cost needs, each with its reason.
 """
 import ast
+import json
 import pathlib
 import re
+import subprocess
+import sys
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -157,6 +165,106 @@ def test_the_layer_check_sees_an_upward_import(tmp_path, source, bad):
   node_names = [n for node in ast.walk(ast.parse(source)) for n in imported(node, path)]
   targets = [unit_of(n[len(PKG) + 1:]) for n in node_names]
   assert any(layer_of(t) > layer_of("config") for t in targets) == bad, targets
+
+
+# --- What really loads ------------------------------------------------------------------
+
+# What a module's docstring or comment says it does not load: module (below PKG) ->
+# (the words in its source, the package it must not load). Each is checked by importing
+# the module in a fresh interpreter; CLAIM_WORDS finds claims not listed here.
+CLAIMS: Dict[str, Tuple[str, str]] = {
+    "mesh_axes": ("Pure: no TensorFlow.", "tensorflow"),
+    "plan.devices": ("Nothing here imports TensorFlow.", "tensorflow"),
+    "job": ("splits imports TensorFlow, which importing job does not", "tensorflow"),
+    "optimizers": ("a leaf module that imports nothing of ours", PKG),
+    "engines": ("importing this package imports none of them", PKG + ".engines."),
+}
+# Where the claim about optimizers is written (config.py names the leaf it imports).
+CLAIM_FILES = {"optimizers": "config.py"}
+CLAIM_WORDS = re.compile(r"(imports? (nothing|none|no)\b|Nothing here imports|Pure: no |"
+                         r"importing \w+ does not|avoids? (TensorFlow|importing))", re.I)
+
+
+def dotted(path: pathlib.Path) -> str:
+  name = module_name(path)
+  return PKG + ("." + name if name else "")
+
+
+def _probe(*args: str) -> Dict[str, dict]:
+  out = subprocess.run([sys.executable, str(ROOT / "tests" / "import_probe.py"), *args],
+                       capture_output=True, text=True, timeout=900, check=True)
+  return json.loads(out.stdout.split("RESULT", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Dict[str, List[str]]:
+  """Module (below PKG) -> the trainer modules (below PKG) in ``sys.modules`` after
+  importing it alone."""
+  found = _probe(*[dotted(p) for p in trainer_files() if module_name(p)])
+  out = {}
+  for name, result in found.items():
+    assert "error" not in result, (name, result)
+    out[name[len(PKG) + 1:]] = [m[len(PKG) + 1:] for m in result["modules"]
+                                if m.startswith(PKG + ".")]
+  return out
+
+
+def upward_loads(loaded: Dict[str, List[str]]) -> List[str]:
+  wrong = []
+  for me, modules in sorted(loaded.items()):
+    mine = unit_of(me)
+    for other in modules:
+      theirs = unit_of(other)
+      if theirs is None or theirs == mine or layer_of(theirs) <= layer_of(mine):
+        continue
+      if layer_of(theirs) == layer_of(mine):
+        wrong.append(f"{me} loads {other}: units of one layer ({mine}, {theirs})")
+        continue
+      wrong.append(f"{me} (layer {layer_of(mine)}) loads {other} ({theirs}, layer "
+                   f"{layer_of(theirs)})")
+  return wrong
+
+
+def test_importing_a_module_alone_loads_no_higher_layer(loaded):
+  assert set(loaded) == {module_name(p) for p in trainer_files() if module_name(p)}
+  assert upward_loads(loaded) == []
+
+
+def test_the_load_check_sees_a_higher_layer_loaded(loaded):
+  """The check itself can fail: config loading engines.factory is caught."""
+  assert upward_loads({"config": ["config", "engines.factory"]}) == [
+      "config (layer 2) loads engines.factory (engines, layer 6)"]
+  assert upward_loads({"config": loaded["config"]}) == []
+
+
+def test_what_a_docstring_says_a_module_does_not_load_is_true():
+  found = _probe("--fresh", *[f"{PKG}.{m}" for m in CLAIMS])
+  wrong = []
+  for module, (words, package) in CLAIMS.items():
+    source = TRAINER / CLAIM_FILES.get(module, module.replace(".", "/") + ".py")
+    if not source.exists():
+      source = TRAINER / module.replace(".", "/") / "__init__.py"
+    assert words in source.read_text(), f"{source}: the claim {words!r} is gone"
+    result = found[f"{PKG}.{module}"]
+    assert "error" not in result, (module, result)
+    me = f"{PKG}.{module}"
+    hits = [m for m in result["modules"]
+            if (m == package or m.startswith(package if package.endswith(".") else package + "."))
+            and not (me == m or me.startswith(m + "."))]  # Not itself, nor its packages.
+    if hits:
+      wrong.append(f"{module} says {words!r} and loads {hits[:3]}")
+  assert wrong == []
+
+
+def test_every_claim_of_what_a_module_does_not_load_is_checked():
+  listed = [words for words, _ in CLAIMS.values()]
+  unlisted = []
+  for path in trainer_files():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+      if CLAIM_WORDS.search(line) and not any(w in line for w in listed):
+        unlisted.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+  assert unlisted == [], "claims of what a module does not load, not in CLAIMS:\n" + \
+      "\n".join(unlisted)
 
 
 # --- Function-local imports -------------------------------------------------------------

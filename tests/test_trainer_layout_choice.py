@@ -60,6 +60,40 @@ def test_planner_variables_follow_the_default_rules(mlp):
       (2 * 4096 + 1) * 4 * 4 + 2 * (2 * 2048 * 4))
 
 
+def test_the_host_figure_counts_an_early_stops_snapshot(mlp):
+  _, _, model = mlp
+  one = layout_choice.planner_variables(model)(1)
+  whole = sum(v.num_elements * 4 for v in one)
+  assert (layout_search.host_bytes(one, snapshot=True)
+          - layout_search.host_bytes(one)) == whole
+  assert (layout_search.run_bytes(one, 1, 1, 2, snapshot=True)
+          - layout_search.run_bytes(one, 1, 1, 2)) == whole
+  # The automatic length (neither steps nor epochs) stops early with a patience.
+  assert layout_choice.stops_early(TrainerConfig(patience=5).validate())
+  assert not layout_choice.stops_early(TrainerConfig(patience=5, steps=10).validate())
+
+
+def test_the_planner_allocates_no_model_and_no_slots(tmp_path):
+  """``apply`` counts on the lazy probe and the slot table: planning a 256 MiB model with
+  Adam (768 MiB of parameters and slots) raises the process's peak RSS by far less than
+  the model (the probe's variables hold no values)."""
+  from hooks_site import rss  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  del tf  # Loaded before the peak is reset: its own start-up is not the planner's.
+  module = user_module.load(builtin="mlp")
+  spec = _spec([8192, 8192])  # hidden_2's kernel: 8192 x 8192 x 4 B = 256 MiB.
+  config = TrainerConfig(layout="auto", devices=4, device_memory="64GiB", model="mlp",
+                         hparams={"hidden_units": [8192, 8192]}, optimizer="adam",
+                         batch_size=64).validate()
+  layout_choice.apply(config, module, _spec([8, 8]), gpus=[])  # Traces and imports once.
+  rss.reset_peak()
+  before = rss.status()["VmRSS"]
+  chosen, _ = layout_choice.apply(config, module, spec, gpus=[])
+  grew = rss.status()["VmHWM"] - before
+  assert chosen.layout == "mirrored"  # Fits one device: data parallel over the four.
+  assert grew < 64 * MIB, f"planning grew the RSS by {grew / MIB:.0f} MiB"
+
+
 def test_user_rules_that_cannot_apply_on_an_axis_skip_it(mlp):
   module, _, model = mlp
   # 4096 splits over 2 and 4, but this rule names a dimension of size 2 (the features).
@@ -197,3 +231,26 @@ def test_gpu_memory_is_read_from_tensorflow():
   budget = layout_choice.device_budget(TrainerConfig(layout="auto"))
   assert budget.num_devices == len(layout_choice.gpu_names())
   assert budget.memory_per_device and budget.memory_per_device > 0
+
+
+def test_the_executor_runs_the_module_file_once_and_hands_it_on(tmp_path):
+  """executor.Do loads the module once (executor.load_module) and hands it to the
+  planner and the check on the layout; neither imports the file again."""
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.job import Job  # pylint: disable=g-import-not-at-top
+  runs = tmp_path / "runs.txt"
+  path = tmp_path / "counted.py"
+  path.write_text(f"open({str(runs)!r}, 'a').write('run\\n')\n"
+                  "from tfx_parallel.components.distributed_trainer.models.mlp import build_model\n")
+  config = TrainerConfig(layout="auto", devices=4, device_memory="64GiB",
+                         module_file=str(path), batch_size=64).validate()
+  spec = _spec([8])
+  job = Job(config={}, examples_uri="", feature_keys=[], label_key="y", train_rows=8,
+            model_dir="", model_run_dir="", history_dir="", checkpoint_dir="",
+            model_spec=spec.to_dict())
+  module = executor.load_module(config)
+  job, config, _ = layout_choice.plan_job(job, config, module)
+  executor.check_on_layout(job, config, module)
+  assert runs.read_text().splitlines() == ["run"]
+  layout_choice.plan_job(job, config)  # Without the module: imported again (the control).
+  assert runs.read_text().splitlines() == ["run", "run"]

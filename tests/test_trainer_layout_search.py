@@ -126,8 +126,9 @@ def test_the_host_figure_is_the_export_copy_and_two_copies_of_the_largest_variab
   whole = (64 * 4096 + 4096 + 4096 + 1) * 4
   largest = 64 * 4096 * 4
   # Every layout: the export's host model (params, no slots), + two whole copies of the
-  # largest variable in transit (MeshTrainer.to_host's array and the tensor made of it,
-  # or a mesh restore's blocks); checkpoints read and write the live variables.
+  # largest variable in transit (MeshTrainer.copy_into: the value read off the devices
+  # and the block written, or a mesh restore's blocks); checkpoints read and write the
+  # live variables.
   assert layout_search.host_bytes(variables) == whole + 2 * largest
   # Logical CPU devices share the host. 1x2: the step is two devices' figures; the export
   # is the two devices' params + slots (no gradients) and the host's figure.

@@ -68,6 +68,22 @@ def test_no_boundary_puts_a_whole_split_variable_on_a_device():
 
 
 @pytest.mark.slow
+def test_an_early_stops_snapshot_keeps_blocks_and_the_export_writes_them_back():
+  """EarlyStop's best weights on a mesh (MeshEngine.snapshot) are the devices' distinct
+  blocks on the host: no entry of a split variable has its whole shape; the export
+  writes them into a plain model (MeshEngine.copy_weights_to), each block into its
+  slice, releasing each variable's blocks as it goes."""
+  r = _run()
+  assert r["split_weights"], r["split"]
+  for name in r["split_weights"]:
+    whole = r["weight_shapes"][name]
+    blocks = r["snapshot_shapes"][name]
+    assert len(blocks) == 2 and whole not in blocks, (name, whole, blocks)  # 2x2: M = 2.
+  assert r["snapshot_equal"] and r["snapshot_released"]
+  assert r["export_equal"]
+
+
+@pytest.mark.slow
 def test_a_checkpoint_saves_and_restores_the_mesh_variables_in_their_blocks():
   """No host copy: the checkpoint holds the mesh's own model and optimizer variables,
   each on the mesh in the layout it trains in, and after the restore (of garbled

@@ -46,7 +46,38 @@ SLOTS = 2  # Adam: m and v per parameter.
 # (0.38-0.53, 1.54-2.1) falls outside.
 LOW, HIGH = 0.6, 1.3
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+# Known, not fixed (issue #49): a mesh's boundaries (the export) peak above the plan by
+# what its train phase leaves resident beyond the state, growing with the devices:
+# measured 2026-12-06, mesh 1x2 boundary 1.25 of the plan in two runs (HIGH is 1.3: the
+# cause of the clean-clone CI failure of [mesh-mesh1], a run a few MiB higher), mesh 1x4
+# (the row-split case) 1.44. The row-split case checks the step only.
+BOUNDARY_RESIDUE = {"mesh 1x2": 1.25, "mesh 1x4": 1.44}
 BOUNDARIES = ("eval", "checkpoint", "export")
+
+
+# A wide row-split kernel whose input the mesh keeps whole (hidden_1 is replicated, so no
+# Megatron hand-off). Returned from a function as the tape gives it, its gradient is
+# whole on every device (tests/test_trainer_linear_mesh.py); the plan counts it at shard
+# size, as a run holds it inside the step, where the relayout follows (measured on
+# 2026-12-06: +84 MiB in the train phase on mesh 1x4, planned 96 MiB; counted whole the
+# plan said 151 MiB, 0.55, outside the bounds).
+ROW_SPLIT_MODULE = """
+import tf_keras
+from tfx_parallel.components.distributed_trainer import models
+
+
+def build_model(spec):
+  inputs = models.inputs(spec)
+  width = int(spec.hparams["hidden_units"][0])
+  h = models.numeric_block(spec, inputs)
+  h = tf_keras.layers.Dense(width, activation="relu", name="hidden_1")(h)
+  h = tf_keras.layers.Dense(width, activation="relu", name="hidden_2")(h)
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="output")(h))
+
+
+def layout_rules(spec):
+  return {"hidden_2/kernel": ("model", None)}
+"""
 
 
 def _phases(job: dict, tmp: str) -> list:
@@ -69,15 +100,17 @@ def _growth(phases: list) -> dict:
           "boundary": max(p["peak"] for p in phases if p["phase"] in BOUNDARIES) - base}
 
 
-def _planned(width: int, mesh) -> dict:
-  """The planner's figures for the mlp of ``width`` (its real VariableInfos)."""
-  module = user_module.load(builtin="mlp")
+def _planned(width: int, mesh, module_file=None) -> dict:
+  """The planner's figures for the mlp of ``width`` (or the module file's model with its
+  layout rules), from its real VariableInfos."""
+  module = user_module.load(module_file, None, "mlp")
   spec = ms.ModelSpec(
       features=(ms.FeatureSpec("x0", ms.FLOAT32), ms.FeatureSpec("x1", ms.FLOAT32)),
       label_key="y", task=ms.REGRESSION, num_classes=1,
       hparams={"hidden_units": [width, width]})
   b, m = mesh
-  variables = layout_choice.planner_variables(user_module.build(module, spec))(m)
+  rules = (lambda _: module.layout_rules(spec)) if module.layout_rules else None
+  variables = layout_choice.planner_variables(user_module.probe(module, spec), rules)(m)
   return {"step": b * m * layout_search.state_bytes_per_device(variables, m, SLOTS),
           "boundary": layout_search.boundary_bytes(variables, b, m, SLOTS),
           "run": layout_search.run_bytes(variables, b, m, SLOTS)}
@@ -114,10 +147,17 @@ def test_the_rss_hook_records_each_phase_peak_with_its_nested_phases_apart(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout, mesh", [("single", (1, 1)), ("mesh", (1, 2))])
+@pytest.mark.parametrize("layout, mesh, row_split", [
+    ("single", (1, 1), False), ("mesh", (1, 2), False), ("mesh", (1, 4), True)],
+    ids=["single", "mesh1x2", "mesh1x4-row-split"])
 def test_planned_figures_match_the_memory_measured_where_they_are_claimed(
-    examples, tmp_path, layout, mesh):
+    examples, tmp_path, layout, mesh, row_split):
   root, keys, rows = examples
+  module_file = None
+  if row_split:
+    module_file = str(tmp_path / "row_split.py")
+    with open(module_file, "w") as f:
+      f.write(ROW_SPLIT_MODULE)
   measured, planned = {}, {}
   for width in WIDTHS:
     run = str(tmp_path / f"w{width}")
@@ -126,11 +166,16 @@ def test_planned_figures_match_the_memory_measured_where_they_are_claimed(
                   checkpoint_every=2, epochs=1)
     if layout == "mesh":
       config["mesh"] = list(mesh)
+    if module_file:
+      config["module_file"] = module_file
+      del config["model"]
     measured[width] = _growth(_phases(tu.job_dict(run, root, keys, rows, **config), run))
-    planned[width] = _planned(width, mesh)
+    planned[width] = _planned(width, mesh, module_file)
   grown = {f: measured[WIDTHS[1]][f] - measured[WIDTHS[0]][f] for f in ("step", "boundary")}
   grown["run"] = max(grown.values())  # The run's peak is the larger, as the plan's.
   for figure, grew in grown.items():
+    if row_split and figure != "step":
+      continue  # The case is about the step's gradients; see BOUNDARY_RESIDUE.
     plan = planned[WIDTHS[1]][figure] - planned[WIDTHS[0]][figure]
     print(f"{layout} {figure}: measured +{grew / 2**20:.1f} MiB, planned "
           f"+{plan / 2**20:.1f} MiB ({grew / plan:.2f})")

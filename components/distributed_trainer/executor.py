@@ -95,7 +95,7 @@ def _na_values(config: TrainerConfig, described: description.InputDescription
   return None if tokens is None else list(tokens)
 
 
-def prepare(job: Job, config: TrainerConfig) -> Job:
+def prepare(job: Job, config: TrainerConfig, module=None) -> Job:
   """Scans the data once for the model spec (and the row count when no hint gave it),
   then loads the model module and builds it on a tiny batch: a bad module or bad labels
   fail here, before training starts."""
@@ -132,7 +132,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                     "learned it, so those eval examples are almost surely misclassified "
                     "(recorded as %s)",
                     shown, config.train_split, keys.LABEL_CLASSES_NOT_IN_TRAIN)
-  module = user_module.load(config.module_file, config.module_path, config.model)
+  if module is None:  # Do loads it once for prepare, the planner and check_on_layout.
+    module = load_module(config)
   # A mesh (or auto, which may choose one) also resolves the module's layout rules here.
   axis = {"mesh": config.mesh_model, "auto": 1}.get(config.layout, 0)
   user_module.check(module, spec, model_axis=axis, widths_key="trainer.hparams" if
@@ -173,12 +174,17 @@ def fit_mesh(config: TrainerConfig, gpu_names: List[str]) -> TrainerConfig:
   return dataclasses.replace(config, mesh=tuple(plan.mesh)).validate()
 
 
-def check_on_layout(job: Job, config: TrainerConfig):
+def load_module(config: TrainerConfig) -> user_module.UserModule:
+  """The run's model module, imported once per process (Do hands it on)."""
+  return user_module.load(config.module_file, config.module_path, config.model)
+
+
+def check_on_layout(job: Job, config: TrainerConfig, module=None):
   """Builds the optimizer and the module's callbacks as the training process will on
   ``config.layout`` (concrete: after ``layout: auto`` is resolved): on a mesh, the
   optimizer rebuilt with ``mesh=`` (user_module.check_optimizer). An optimizer or callback
   the layout cannot honour fails here, before training, naming the hook."""
-  module = user_module.load(config.module_file, config.module_path, config.model)
+  module = load_module(config) if module is None else module
   spec = ms.ModelSpec.from_dict(job.model_spec)
   user_module.check_optimizer(module, spec, config.optimizer, config.learning_rate,
                               config.layout)
@@ -211,12 +217,13 @@ class Executor(base_executor.BaseExecutor):
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
+    module = load_module(config)  # Once: prepare, the planner and check_on_layout share it.
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
                                      schema, transform_graph, checkpoint_root(os.environ)),
-                  config)
+                  config, module)
     print(f"[trainer] checkpoints: {job.checkpoint_dir}", flush=True)
-    job, config, planned = layout_choice.plan_job(job, config)  # layout: auto -> concrete
-    check_on_layout(job, config)
+    job, config, planned = layout_choice.plan_job(job, config, module)  # auto -> concrete
+    check_on_layout(job, config, module)
     # The choice goes into history.json too (the evaluator reads it), written by the child.
     job = dataclasses.replace(job, layout_choice=dict(planned))
     settings = kube_settings.settings_from_env(os.environ, config.layout, config.workers)

@@ -58,6 +58,6 @@ class Job:
     listed = self.train_files if which == "train" else self.eval_files
     if listed:
       return list(listed)
-    # Deferred: splits imports TensorFlow, which the executor's pre-checks avoid.
+    # Deferred: splits imports TensorFlow, which importing job does not.
     from tfx_parallel.components.common.splits import split_files  # pylint: disable=g-import-not-at-top
     return split_files(self.examples_uri, which)

@@ -279,6 +279,17 @@ def build(module: UserModule, spec: ms.ModelSpec):
   return model
 
 
+def probe(module: UserModule, spec: ms.ModelSpec):
+  """``build_model(spec)`` whose variables have names, shapes and dtypes but no values
+  (tf_keras's ``lazy_init_scope``, tf_keras/src/dtensor/lazy_variable.py, what its own
+  ``LayoutMap`` builds with): nothing the size of the model is allocated. Named as a
+  fresh process names them (the training process). What the planner counts."""
+  # Start-up: lazy_variable imports TensorFlow.
+  from tf_keras.src.dtensor import lazy_variable  # pylint: disable=g-import-not-at-top
+  with layer_names(fresh=True), lazy_variable.lazy_init_scope():
+    return build(module, spec)
+
+
 @contextlib.contextmanager
 def layer_names(fresh: bool):
   """Runs a block, then restores tf_keras's auto layer-name counters to where they were,

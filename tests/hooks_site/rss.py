@@ -9,8 +9,8 @@ JSON line per phase of its run, when the phase ends:
 * ``eval`` (each evaluation: the function ``engine.evaluator`` returns),
 * ``train`` (``engine.train``: the steps; the checkpoints and evaluations its callbacks
   make are phases of their own, nested in it),
-* ``checkpoint`` (run/checkpoint.py ``save`` or ``restore``: the engine's live model and
-  optimizer written or read),
+* ``checkpoint`` (run/checkpoint.py ``save``: the engine's live model and optimizer
+  written), ``restore`` (run/checkpoint.py ``restore``: read back),
 * ``export`` (from the end of ``memory.measure``, after training, to the end of
   run/export.py ``export``: the host's plain model, the trained weights copied into it,
   and the SavedModel written),
@@ -105,7 +105,7 @@ def install(setattr_=setattr, environ=None) -> None:
 
     setattr_(cls, "evaluator", make_evaluator)
   setattr_(checkpoint, "save", rec.wrap("checkpoint", checkpoint.save))
-  setattr_(checkpoint, "restore", rec.wrap("checkpoint", checkpoint.restore))
+  setattr_(checkpoint, "restore", rec.wrap("restore", checkpoint.restore))
 
   measure, create = memory.measure, engines.create
 

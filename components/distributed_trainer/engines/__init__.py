@@ -24,10 +24,10 @@ factory ``user_module.make_optimizer`` (the trainer's optimizers.py; on the mesh
 records). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
 ``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``,
-``step_losses(n)``, ``weights()``,
+``step_losses(n)``, ``weights()``, ``snapshot()`` (an early stop's best weights),
 ``checkpointed()`` (the model and optimizer a tf.train.Checkpoint saves and restores,
 live: run/checkpoint.py), ``host_blocks`` (None, or how a checkpoint streams a
-variable's blocks to the host), ``copy_weights_to(model)`` (the export's host copy).
+variable's blocks to the host), ``copy_weights_to(model, snapshot=None)`` (the export's host copy).
 """
 
 # A package face: the engines live in fit_engine.py, mesh_engine.py and factory.py

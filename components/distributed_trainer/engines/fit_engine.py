@@ -99,18 +99,27 @@ class FitEngine:
   def weights(self) -> list:
     return self.model.get_weights()
 
-  def copy_weights_to(self, model):
-    """The trained weights into ``model`` (a plain copy on the host), one variable at a
-    time: the host holds the copy plus the variable in transit (plan/layout_search.py
-    ``host_bytes``), never a second whole copy as ``get_weights`` would."""
+  def snapshot(self) -> list:
+    """The weights as they are now, in host memory (an early stop's best weights)."""
+    return self.model.get_weights()
+
+  def copy_weights_to(self, model, snapshot=None):
+    """The trained weights (or ``snapshot``'s) into ``model`` (a plain copy on the host),
+    one variable at a time: the host holds the copy plus the variable in transit
+    (plan/layout_search.py ``host_bytes``), never a second whole copy as ``get_weights``
+    would. A snapshot's arrays leave it as they are written."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     targets, sources = model.weights, self.model.weights
     if len(targets) != len(sources):
       raise RuntimeError(f"export: the host model has {len(targets)} variables, the trained "
                          f"model {len(sources)}")
     with tf.device("/CPU:0"):
-      for target, source in zip(targets, sources):
-        target.assign(source.read_value())
+      for i, (target, source) in enumerate(zip(targets, sources)):
+        if snapshot is None:
+          target.assign(source.read_value())
+        else:
+          target.assign(snapshot[i])
+          snapshot[i] = None
 
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the model and its optimizer, built (every slot exists,

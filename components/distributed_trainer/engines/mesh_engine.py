@@ -125,15 +125,29 @@ class MeshEngine:
     return self._losses[-n:]
 
   def weights(self) -> list:
+    """The weights as whole host arrays (for tests; the run itself uses ``snapshot``)."""
     return self.trainer.full_weights()
 
-  def copy_weights_to(self, model):
-    """The mesh model's weights into ``model`` (a plain host copy), one variable at a
-    time through host memory: no device holds a whole split variable."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    with tf.device("/CPU:0"):
-      for target, source in zip(model.weights, self.model.weights):
-        target.assign(self.trainer.to_host(source))
+  def snapshot(self) -> list:
+    """The weights as they are now, kept in host memory as the blocks the devices hold,
+    never assembled (an early stop's best weights: engines/callbacks.py ``EarlyStop``):
+    the host holds one copy of the state, as ``single``'s ``get_weights`` does, and no
+    whole copy of a split variable."""
+    return [list(self.trainer.host_slices(v)) for v in self.model.weights]
+
+  def copy_weights_to(self, model, snapshot=None):
+    """The mesh model's weights (or ``snapshot``'s) into ``model`` (a plain host copy),
+    one variable at a time, each block written into its slice of the host variable: no
+    device and no host buffer holds a whole split variable besides the copy itself."""
+    targets, sources = model.weights, self.model.weights
+    if len(targets) != len(sources):
+      raise RuntimeError(f"export: the host model has {len(targets)} variables, the trained "
+                         f"model {len(sources)}")
+    for i, (target, source) in enumerate(zip(targets, sources)):
+      blocks = None
+      if snapshot is not None:
+        blocks, snapshot[i] = snapshot[i], None  # Each block leaves the host once written.
+      self.trainer.copy_into(source, target, blocks)
 
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the mesh model and optimizer themselves, no host copy;

@@ -57,12 +57,13 @@ devices (or GPUs when present) with a custom loop:
   all-reduce per pair. See :mod:`sharding` for the rules and the defaults.
 * **Boundaries.** Nothing outside the step gathers a split variable onto a device:
   :meth:`MeshTrainer.evaluation_sums` evaluates on the mesh itself (the sharded
-  variables, the batch split over the batch axis); :meth:`MeshTrainer.to_host`
-  assembles ONE variable's whole value in host memory from the blocks the devices hold
-  (the export calls it one variable at a time: mesh_engine.MeshEngine),
-  :meth:`MeshTrainer.host_blocks` hands a streamed checkpoint each block unassembled
-  (run/checkpoint.py), and :meth:`MeshTrainer.assign_from_host` writes one value back,
-  each device receiving its block.
+  variables, the batch split over the batch axis); :meth:`MeshTrainer.copy_into` writes
+  one variable into the export's host model block by block, each into its slice
+  (mesh_engine.MeshEngine.copy_weights_to), :meth:`MeshTrainer.host_slices` hands an
+  early stop's snapshot the blocks unassembled, :meth:`MeshTrainer.host_blocks` hands a
+  streamed checkpoint each block unassembled (run/checkpoint.py), and
+  :meth:`MeshTrainer.assign_from_host` writes one value back, each device receiving its
+  block.
   ``full_weights()`` / ``state()`` return every variable through ``to_host``;
   ``shard_shapes()`` reads each device's local shape from the DTensor itself.
 
@@ -355,10 +356,36 @@ class MeshTrainer:
         done.add(key)
         yield self._block_slices(specs, shape, key), component
 
+  def host_slices(self, variable) -> Iterator[Tuple[Tuple[slice, ...], np.ndarray]]:
+    """One variable as (slices of the global value, block in host memory) pairs, each
+    distinct block the devices hold copied once when it is asked for, never assembled:
+    what the export writes into its host model slice by slice (``copy_into``) and what
+    an early stop's snapshot keeps (mesh_engine.MeshEngine.snapshot)."""
+    specs = list(self._d.fetch_layout(variable).sharding_specs)
+    with tf.device("/CPU:0"):
+      for slices, component in self._distinct_blocks(variable, specs):
+        yield slices, component.numpy()
+
+  def copy_into(self, variable, target: tf.Variable, blocks=None):
+    """Writes ``variable``'s value (or ``blocks``, what :meth:`host_slices` gave) into
+    ``target``, a host variable of the same shape, block by block into its slices: the
+    host holds one block in transit, never the whole value of a split variable."""
+    if tuple(target.shape.as_list()) != tuple(variable.shape.as_list()):
+      raise ValueError(f"export: {target.name} has shape {target.shape.as_list()}, the "
+                       f"trained {variable.name} {variable.shape.as_list()}")
+    whole = tuple(slice(0, n) for n in variable.shape.as_list())
+    with tf.device("/CPU:0"):
+      for slices, block in (self.host_slices(variable) if blocks is None else blocks):
+        if slices == whole or not slices:
+          target.assign(block)
+        else:
+          target[slices].assign(block)
+        del block
+
   def to_host(self, variable) -> np.ndarray:
     """One variable's whole value in host memory, assembled from the blocks the devices
-    hold (each block copied once); the devices keep only their blocks. The export calls
-    this one variable at a time (``full_weights`` and ``state`` call it for each)."""
+    hold (each block copied once); the devices keep only their blocks. For tests and
+    ``state``; the export writes block by block instead (:meth:`copy_into`)."""
     specs = list(self._d.fetch_layout(variable).sharding_specs)
     with tf.device("/CPU:0"):
       if not specs:

@@ -28,10 +28,12 @@ from tfx_parallel.components.common import config_util, keys
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.config import parse_bytes  # pylint: disable=unused-import
 from tfx_parallel.components.distributed_trainer import model_spec as ms
+from tfx_parallel.components.distributed_trainer import optimizers
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.inputs import memory_cache
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
+from tfx_parallel.components.distributed_trainer.plan import length as length_lib
 from tfx_parallel.components.distributed_trainer import sharding
 
 def trainable_infos(model) -> List[sharding.VariableInfo]:
@@ -71,13 +73,37 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
 
 
 def slots_per_param(optimizer, model) -> int:
-  """Optimizer slot variables per parameter, measured by building ``optimizer`` on the
-  model's trainable variables (stock tf_keras SGD keeps a momentum slot even at 0)."""
-  params = sum(int(math.prod(v.shape.as_list())) for v in model.trainable_variables)
-  optimizer.build(model.trainable_variables)
+  """Optimizer slot variables per parameter of ``optimizer`` on ``model``'s trainable
+  variables (a lazy probe's will do), measured by building it on stand-ins of the same
+  ranks, each dimension 2 (stock tf_keras SGD keeps a momentum slot even at 0): nothing
+  the size of the model is allocated. A slot whose size is not the variable's (e.g.
+  factored rows and columns) counts high on stand-ins this small, never low."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.device("/CPU:0"):
+    stand_ins = [tf.Variable(tf.zeros([2] * v.shape.rank, v.dtype), name=f"stand_in_{i}")
+                 for i, v in enumerate(model.trainable_variables)]
+  params = sum(int(math.prod(v.shape.as_list())) for v in stand_ins)
+  optimizer.build(stand_ins)
   slots = sum(int(math.prod(v.shape.as_list())) for v in optimizer.variables
               if v.shape.rank)  # The scalar step counter is not a slot.
-  return int(round(slots / params)) if params else 0
+  return int(math.ceil(slots / params)) if params else 0
+
+
+def slot_count(module, spec, config, model) -> int:
+  """Slots per parameter of the run's optimizer: config ``optimizer``'s from the table
+  (optimizers.SLOTS_PER_PARAM), or the module's ``optimizer(spec)`` built on stand-ins
+  (:func:`slots_per_param`)."""
+  if not module.optimizer:
+    return optimizers.SLOTS_PER_PARAM[config.optimizer]
+  return slots_per_param(
+      user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate), model)
+
+
+def stops_early(config) -> bool:
+  """Whether the run keeps an early stop's best weights (plan/length.py: ``patience``
+  applies when neither ``steps`` nor ``epochs`` sets the length)."""
+  return bool(length_lib.choose(config.steps, config.epochs, config.min_steps,
+                                config.patience, 1, config.batch_size).patience)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +181,8 @@ def choose(config, variables, budget: Budget, slots: int):
                       "available memory could not be read: set device_memory (bytes, or e.g. "
                       "'512MiB'; CLI --device-memory). Received: None")
   plan = layout_search.plan(variables, budget.num_devices, budget.memory_per_device,
-                      config.batch_size, slots, shared_host_memory=budget.host_memory)
+                      config.batch_size, slots, shared_host_memory=budget.host_memory,
+                      snapshot=stops_early(config))
   reason = plan.reason
   if budget.host_memory is not None:  # Say what memory it planned with (no device_memory).
     reason += (f"; planned with {layout_search.human_bytes(budget.memory_per_device)} per device: "
@@ -187,17 +214,18 @@ def check_explicit(config, variables, budget: Budget, slots: int) -> Optional[st
 def apply(config, module, spec, gpus: Optional[List[str]] = None):
   """The executor's step before launching training: (config to train with, properties to
   record). ``layout: auto`` -> the planner's choice (printed); an explicit layout -> a
-  warning line when it does not fit the budget. Builds ``module``'s model once plainly."""
+  warning line when it does not fit the budget. Counts on ``module``'s lazy probe
+  (user_module.probe) and the slot table (:func:`slot_count`): no model and no slots are
+  allocated."""
   auto = config.layout == "auto"
   if gpus is None:
     gpus = gpu_names()
   if not auto and config.device_memory is None and not gpus:
     return config, {}
-  model = user_module.build(module, spec)
+  model = user_module.probe(module, spec)
   rules_fn = (lambda m: module.layout_rules(spec)) if module.layout_rules else None
   variables = planner_variables(model, rules_fn, module.name)
-  slots = slots_per_param(
-      user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate), model)
+  slots = slot_count(module, spec, config, model)
   budget = device_budget(config, gpus)
   if not auto:
     warning = check_explicit(config, variables, budget, slots)
@@ -220,10 +248,12 @@ def gpu_names() -> List[str]:
   return [g.name for g in tf.config.list_physical_devices("GPU")]
 
 
-def plan_job(job, config):
+def plan_job(job, config, module=None):
   """The executor's entry: (job, config) to launch, with ``layout: auto`` resolved to a
-  concrete layout in both, and the properties to record ({} unless auto)."""
-  module = user_module.load(config.module_file, config.module_path, config.model)
+  concrete layout in both, and the properties to record ({} unless auto). ``module``: the
+  run's module as the executor loaded it (loaded here without it)."""
+  if module is None:
+    module = user_module.load(config.module_file, config.module_path, config.model)
   spec = ms.ModelSpec.from_dict(job.model_spec)
   chosen, record = apply(config, module, spec, gpus=[] if config.device == "cpu" else None)
   if chosen is not config:

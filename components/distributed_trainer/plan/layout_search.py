@@ -6,19 +6,27 @@ batch. The figure per device covers the whole run, not only the step:
 
 - the step: parameters + gradients + optimizer slots, each stored at its per-device shard
   size (a dimension the rules split over the model axis holds 1/M of it, everything else
-  is replicated);
+  is replicated). That includes the gradient of a row-split kernel whose input is whole:
+  returned from a function as the tape gives it, it is whole on every device
+  (tests/test_trainer_linear_mesh.py), but inside the step, where the relayout into the
+  kernel's layout follows, a run holds it at shard size (measured: a mesh 1x4 with a
+  row-split 2048 x 2048 kernel held +84 MiB in its train phase where shard size plans 96
+  and whole gradients 151; tests/test_trainer_planned_vs_measured.py);
 - in transit: two blocks of the largest variable (``TRANSIT_BLOCKS``), what an update or
   a boundary holds besides the state, one variable at a time: tf_keras Adam's dense
   ``update_step`` computes ``m * alpha`` and ``sqrt(v)`` before its ``assign_sub``; an
   initializer's random values and their scaled result; at the export
-  (mesh_engine.MeshEngine.copy_weights_to, MeshTrainer.to_host) an assembled array and the
-  tensor made of it; at a mesh restore, the blocks DTensor's RestoreV2 reads.
+  (mesh_engine.MeshEngine.copy_weights_to, MeshTrainer.copy_into) the variable's value
+  read off the devices and the block being written; at a mesh restore, the blocks
+  DTensor's RestoreV2 reads.
 
 The host figure (``host_bytes``) is what the run holds in host memory outside the step,
 on every layout: the export's plain model (whole parameters, no slots) plus two whole
-copies of the largest variable in transit (the trained value copied into it, a mesh's
-gathered array and the tensor made of it; or a mesh restore's transient, measured at 1.4
-of the largest variable). Checkpoints add nothing: every layout's checkpoint reads and
+copies of the largest variable in transit (the export transient: the trained value read
+off the devices and the block written into the plain model; or a mesh restore's
+transient, measured at 1.4 of the largest variable), plus, when the run stops early
+(``patience``), the best evaluation's weights the host keeps until the export (whole
+parameters; a mesh keeps them as the devices' blocks, never a whole split variable). Checkpoints add nothing: every layout's checkpoint reads and
 writes the live variables, a mesh's sharded (mesh_engine.MeshEngine.checkpointed). On logical
 CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
 the step on every device and a boundary (``boundary_bytes``: every device's parameters
@@ -95,30 +103,40 @@ def state_bytes_per_device(variables: Sequence[VariableInfo], model_axis: int,
           + transit_bytes_per_device(variables, model_axis))
 
 
-def host_bytes(variables: Sequence[VariableInfo]) -> int:
+def snapshot_bytes(variables: Sequence[VariableInfo], snapshot: bool) -> int:
+  """The best evaluation's weights an early-stopping run keeps in host memory (whole
+  parameters; nothing without early stopping)."""
+  return sum(v.num_elements * v.dtype_bytes for v in variables) if snapshot else 0
+
+
+def host_bytes(variables: Sequence[VariableInfo], snapshot: bool = False) -> int:
   """Host memory the run holds outside the step (module docstring): the export's host
-  model plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit."""
+  model plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit, plus the
+  early stop's snapshot (``snapshot``: the run stops early)."""
   whole = sum(v.num_elements * v.dtype_bytes for v in variables)
   largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
-  return whole + TRANSIT_BLOCKS * largest
+  return whole + TRANSIT_BLOCKS * largest + snapshot_bytes(variables, snapshot)
 
 
 def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
-                   slots_per_param: int) -> int:
+                   slots_per_param: int, snapshot: bool = False) -> int:
   """A boundary (export, restore) when the devices share the host's memory: every
   device's parameters and slots (no gradients) plus the host's figure, whose whole
   variables in transit are the boundary's."""
   kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
-  return batch_axis * model_axis * kept + host_bytes(variables)
+  return batch_axis * model_axis * kept + host_bytes(variables, snapshot)
 
 
 def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
-              slots_per_param: int) -> int:
+              slots_per_param: int, snapshot: bool = False) -> int:
   """The run's peak when the devices share the host's memory (logical CPU devices): the
-  larger of the step (every device's figure) and a boundary (``boundary_bytes``)."""
+  larger of the step (every device's figure, and an early stop's snapshot kept on the
+  host meanwhile) and a boundary (``boundary_bytes``)."""
   step = batch_axis * model_axis * state_bytes_per_device(variables, model_axis,
                                                           slots_per_param)
-  return max(step, boundary_bytes(variables, batch_axis, model_axis, slots_per_param))
+  step += snapshot_bytes(variables, snapshot)
+  return max(step, boundary_bytes(variables, batch_axis, model_axis, slots_per_param,
+                                  snapshot))
 
 
 def allreduce_bytes_per_step(variables: Sequence[VariableInfo], batch_axis: int,
@@ -171,12 +189,14 @@ def human_bytes(n: float) -> str:
 
 def plan(variables: Variables, num_devices: int, memory_per_device: int,
          global_batch: int, slots_per_param: int,
-         shared_host_memory: Optional[int] = None) -> Plan:
+         shared_host_memory: Optional[int] = None, snapshot: bool = False) -> Plan:
   """The layout to use (see the module docstring); raises PlanError when none fits.
 
   ``variables`` is a list of VariableInfo, or a function of the model axis returning it.
   ``shared_host_memory``: the host memory the devices share (logical CPU devices), or None
   (devices of their own); when given, a layout fits only if ``run_bytes`` fits in it too.
+  ``snapshot``: the run stops early and keeps its best weights on the host until the
+  export (``host_bytes``).
   """
   if num_devices < 1:
     raise PlanError(f"no devices to train on. Received: num_devices={num_devices}")
@@ -187,7 +207,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
   for batch_axis, model_axis in _candidates(variables, num_devices, global_batch):
     infos = _at(variables, model_axis)  # Resolves the layout rules once per candidate.
     need = state_bytes_per_device(infos, model_axis, slots_per_param)
-    whole_run = run_bytes(infos, batch_axis, model_axis, slots_per_param)
+    whole_run = run_bytes(infos, batch_axis, model_axis, slots_per_param, snapshot)
     if need <= memory_per_device and (shared_host_memory is None
                                       or whole_run <= shared_host_memory):
       volume = allreduce_bytes_per_step(infos, batch_axis, model_axis)
@@ -200,7 +220,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
     shared = ""
     if shared_host_memory is not None:
       best_run = run_bytes(_at(variables, best_m), num_devices // best_m, best_m,
-                           slots_per_param)
+                           slots_per_param, snapshot)
       shared = (f"; with the host's copy at the export the run needs "
                 f"{human_bytes(best_run)} of the {human_bytes(shared_host_memory)} of host "
                 f"memory the devices share")
@@ -224,7 +244,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
               f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
               f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
-  host = host_bytes(_at(variables, model_axis))
+  host = host_bytes(_at(variables, model_axis), snapshot)
   reason += f"; the host holds {human_bytes(host)} at the export"
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
               allreduce_bytes_per_step=volume, reason=reason, host_bytes=host)

@@ -257,7 +257,7 @@ def run(job: Job) -> dict:
                                                    module.source_digest), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
   ]
-  early = cb.EarlyStop(state, length.patience, engine.weights) if length.patience else None
+  early = cb.EarlyStop(state, length.patience, engine.snapshot) if length.patience else None
   if early is not None:
     callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
   callbacks += user_callbacks
@@ -314,10 +314,9 @@ def run(job: Job) -> dict:
     tf_keras.utils.set_random_seed(config.seed)
     with tf.device("/CPU:0"):  # The export copy lives in host memory.
       plain = user_module.build(module, spec)
-      if best is not None:
-        plain.set_weights(best)
-      else:  # One variable at a time (a mesh gathers each split variable on the host).
-        engine.copy_weights_to(plain)
+      # One variable at a time (a mesh writes each block into its slice on the host).
+      engine.copy_weights_to(plain, best)
+      del best
     weights = linear_weights(plain, spec, normalization)
     if weights is not None:
       history["weights"] = weights
