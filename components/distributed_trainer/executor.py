@@ -181,7 +181,7 @@ def check_on_layout(job: Job, config: TrainerConfig):
   module = user_module.load(config.module_file, config.module_path, config.model)
   spec = ms.ModelSpec.from_dict(job.model_spec)
   user_module.check_optimizer(module, spec, config.optimizer, config.learning_rate,
-                              config.layout)
+                              config.layout, config.mesh)
   user_module.make_callbacks(module, spec, config.layout)
 
 
