@@ -69,6 +69,7 @@ devices (or GPUs when present) with a custom loop:
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
 models, or subclassed models built inside ``build_model``) are supported.
 """
+import importlib
 import itertools
 import random
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -133,7 +134,6 @@ class TfKerasFieldError(RuntimeError):
 def lazy_init_scope():
   """tf_keras's ``lazy_init_scope`` (variables with names and shapes, no values), or
   TfKerasFieldError naming the tf_keras version."""
-  import importlib  # pylint: disable=g-import-not-at-top
   try:
     module = importlib.import_module(LAZY_VARIABLE_MODULE)
   except ImportError as e:
