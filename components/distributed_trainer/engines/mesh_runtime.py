@@ -27,8 +27,7 @@ devices (or GPUs when present) with a custom loop:
   keeps its output split, since those blocks are exactly the next layer's inputs.
 * **Steps.** One ``tf.function`` call runs k steps (``steps_per_execution``) over k
   global batches stacked on a leading axis and packed onto the mesh once per dtype
-  (:meth:`MeshTrainer.steps_async`), written out one after another (no
-  ``tf.while_loop``: :meth:`MeshTrainer._train_steps` says why); each step: forward,
+  (:meth:`MeshTrainer.steps_async`), in a ``tf.while_loop``; each step: forward,
   ``loss_fn(labels, outputs)`` (a mean over the global batch, plus the model's
   regularisation losses), gradients, each put in its variable's layout (the batch-axis
   sum of per-device partial gradients happens there, before any non-linear update),
@@ -91,10 +90,22 @@ _TRACES = itertools.count()
 
 def _unique_scope(kind: str):
   """A name scope no other function traced in this process uses, around everything a
-  mesh function traces. DTensor's MLIR pipeline turns a ``tf.while_loop`` in the user's
-  model (an RNN) back into functions named after the loop's op and registers them
-  process-wide (see :meth:`MeshTrainer._train_steps`); under this scope two engines'
-  loops never share an op name."""
+  mesh function traces. DTensor's MLIR pipeline turns each ``tf.while_loop`` (ours, or
+  one in the user's model) back into functions named after the loop's op
+  (``GetUniqueName(op) + "_body"``, tensorflow/compiler/mlir/tensorflow/transforms/
+  region_control_flow_to_functional.cc, TF 2.16), unique only within one compiled
+  module, and registers them in the process-wide function library: two engines whose
+  loops had the same op name ("while") could collide there ("Cannot add function
+  'while4_body' because a different function with the same name already exists").
+  Under this scope a loop's op, and so its functions, carry the trace's own number.
+
+  Not the whole cure: one trace compiled twice by DTensor still collided once
+  ("mesh_steps_4_/while_body", 1 of 2 runs of tests/hook_cases.py mesh). Writing the k
+  steps out without a loop avoids it, but then Adam on a split batch axis drifts from
+  single-device fit (test_several_steps_per_call_match_single_device_fit[adam-2x1],
+  max 0.117, even with every write of the update as an explicit dependency): the
+  loop's iteration boundary is what orders one step's writes before the next step's
+  reads here."""
   return tf.name_scope(f"mesh_{kind}_{next(_TRACES)}_")
 
 
@@ -495,35 +506,32 @@ class MeshTrainer:
 
   def _train_steps(self, features, labels):
     """k steps in one graph (``features``/``labels`` hold k global batches stacked on a
-    leading axis; k is static: one trace per k); returns the k losses. The order of
-    reads and writes is made explicit (module docstring): step i's forward pass waits
-    for step i-1's update, which waits for step i-1's gradients.
-
-    The k steps are written out one after another, not in a ``tf.while_loop``: DTensor's
-    MLIR pipeline turns a loop's body back into functions named after the loop's op
-    (``GetUniqueName(op) + "_body"``, unique only within the module it compiles:
-    tensorflow/compiler/mlir/tensorflow/transforms/region_control_flow_to_functional.cc,
-    TF 2.16) and adds them to the process-wide function library, so a second
-    compilation (another engine's, or the same function compiled again) could make a
-    different function of the same name: "Cannot add function 'while4_body' because a
-    different function with the same name already exists". Naming each trace's loop
-    apart (:func:`_unique_scope`) was not enough: the same trace compiled twice
-    collided too."""
+    leading axis); returns the k losses. The order of reads and writes is made explicit
+    (module docstring): step i's forward pass waits for ``losses``, which waits for
+    step i-1's update, which waits for step i's gradients."""
     with _unique_scope("steps"):
-      k = int(labels.shape[0])
-      losses, written = [], []
-      for i in range(k):
-        # tf.gather, not t[i]: DTensor lays a shrinking strided slice of a
-        # [k, batch-split, ...] tensor out on the wrong dimension.
-        batch = {name: tf.gather(t, i) for name, t in features.items()}
-        with tf.control_dependencies(written):
-          loss, grads = self._gradients(batch, tf.gather(labels, i))
-        with tf.control_dependencies(grads):
-          self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-          written = [tf.identity(v) for v in self._written]
-        losses.append(tf.cast(loss, tf.float32))
+      return self._train_steps_loop(features, labels)
+
+  def _train_steps_loop(self, features, labels):
+    k = tf.shape(labels)[0]
+    steps = tf.range(k)
+
+    def body(i, losses):
+      # tf.gather, not t[i]: DTensor lays a shrinking strided slice of a
+      # [k, batch-split, ...] tensor out on the wrong dimension.
+      batch = {name: tf.gather(t, i) for name, t in features.items()}
+      with tf.control_dependencies([losses]):
+        loss, grads = self._gradients(batch, tf.gather(labels, i))
+      with tf.control_dependencies(grads):
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        written = [tf.identity(v) for v in self._written]
       with tf.control_dependencies(written):
-        return tf.identity(tf.stack(losses))
+        losses = tf.where(tf.equal(steps, i), tf.cast(loss, losses.dtype), losses)
+      return i + 1, losses
+
+    _, losses = tf.while_loop(lambda i, _: i < k, body, (tf.constant(0), tf.zeros([k])),
+                              parallel_iterations=1)
+    return losses
 
   def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
     """One synchronous step on a global batch; returns the loss.
