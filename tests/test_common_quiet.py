@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tfx_parallel.components.common import quiet
 from tfx_parallel.components.distributed_trainer import failures
 
@@ -94,3 +96,42 @@ def test_the_launcher_names_a_not_resumable_exit_without_rerun():
     assert "Rerun to resume" not in str(e) and "Training process trainer" in str(e)
   else:
     raise AssertionError("no error")
+
+
+_MESH_STEP = textwrap.dedent("""
+    import numpy as np
+    from tfx_parallel.components.common import tfenv
+    tfenv.split_cpu(2)
+    import tf_keras
+    from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
+    def build():
+      x = tf_keras.Input((4,), name="x")
+      h = tf_keras.layers.Dense(8, activation="relu", name="hidden_1")(x)
+      h = tf_keras.layers.Dense(4, activation="relu", name="hidden_2")(h)
+      return tf_keras.Model({"x": x}, tf_keras.layers.Dense(1, name="head")(h))
+    trainer = mesh_runtime.MeshTrainer(build, mesh_shape=(1, 2), rules=None,
+                                       loss_fn=tf_keras.losses.MeanSquaredError(),
+                                       optimizer="adam", learning_rate=0.01, global_batch=8)
+    x = np.ones((2, 8, 4), np.float32)
+    print("LOSSES", trainer.fetch([trainer.steps_async({"x": x}, x[..., :1])]))
+""")
+
+
+@pytest.mark.slow
+def test_a_healthy_mesh_runs_grappler_shape_errors_reach_the_log_not_the_console():
+  """A mesh run (1x2, Megatron pair, Adam) makes TensorFlow's C++ log 'Incompatible Matrix
+  dimensions' at ERROR level (Grappler's cost estimate: quiet.NOISE says why it is
+  harmless); through the console's filter none of those lines is left, the rest is."""
+  import io  # pylint: disable=g-import-not-at-top
+  env = {k: v for k, v in os.environ.items()
+         if k not in (quiet.QUIET_ENV, quiet.STDERR_FILTERED_ENV, "TF_CPP_MIN_LOG_LEVEL")}
+  proc = subprocess.run([sys.executable, "-c", _MESH_STEP], capture_output=True, env=env,
+                        timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert b"LOSSES" in proc.stdout
+  raw = proc.stderr.decode()
+  assert "] Incompatible Matrix dimensions" in raw  # What the filter has to route.
+  console, log = io.BytesIO(), io.BytesIO()
+  quiet.filter_lines(io.BytesIO(proc.stderr), console, log)
+  assert "Incompatible Matrix" not in console.getvalue().decode()
+  assert "Incompatible Matrix dimensions" in log.getvalue().decode()

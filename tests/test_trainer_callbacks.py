@@ -178,8 +178,9 @@ class Counting(tf_keras.callbacks.Callback):
     if "train_batch" in hook:
       self.batches.append([hook, int(args[0]), sorted((args[1] or {}) if len(args) > 1 else {})])
     if hook == "on_train_end":
+      lr = float(tf_keras.backend.get_value(self.model.optimizer.learning_rate))
       with open(self.path, "w") as f:
-        json.dump({"counts": self.counts, "batches": self.batches,
+        json.dump({"counts": self.counts, "batches": self.batches, "lr": lr,
                    "stop_training": self.model.stop_training}, f)
 
 for _hook in HOOKS:
@@ -193,7 +194,16 @@ def build_model(spec):
 
 
 def callbacks(spec):
-  return [Counting(spec.hparams["counts_file"])]
+  """Every stock callback the trainer honours on this layout (the scheduler sets the
+  rate to 0.0123 at the epoch's start), then the counter."""
+  out, h = spec.hparams["out"], tf_keras.callbacks
+  stock = [h.LearningRateScheduler(lambda epoch, lr: 0.0123),
+           h.ReduceLROnPlateau(monitor="loss", patience=5), h.EarlyStopping(monitor="loss"),
+           h.CSVLogger(out + ".csv")]
+  if spec.hparams["layout"] != "mesh":  # Refused on the mesh, by name, before training.
+    stock += [h.ModelCheckpoint(out + "_ckpt/w", save_weights_only=True),
+              h.TensorBoard(out + "_tb")]
+  return stock + [Counting(out + ".json")]
 '''
 
 
@@ -201,7 +211,10 @@ def callbacks(spec):
 def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_path):
   """6 steps, 2 per execution, 4 steps per epoch: fit's protocol (3 batch hooks each,
   at steps 0/2/4 and 1/3/5, with the loss; one Keras epoch) and a test run at each
-  evaluation (steps 4 and 6), the same on every layout (one process, three jobs)."""
+  evaluation (steps 4 and 6), the same on every layout (one process, three jobs).
+  The stock callbacks run beside it: LearningRateScheduler sets the rate of the
+  optimizer that trains (``model.optimizer``), CSVLogger writes the epoch's row,
+  ModelCheckpoint and TensorBoard (not on the mesh: refused there) write their files."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   import trainer_util as tu  # pylint: disable=g-import-not-at-top
@@ -214,7 +227,7 @@ def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_pat
   jobs = [tu.job_dict(str(tmp_path / name), root, feats, rows, layout=name, steps=6,
                       batch_size=16, steps_per_execution=2, log_every=2, checkpoint_every=0,
                       module_file=str(module),
-                      hparams={"counts_file": str(tmp_path / f"{name}.json")}, **extra)
+                      hparams={"out": str(tmp_path / name), "layout": name}, **extra)
           for name, extra in layouts.items()]
   tu.run_jobs_in_one_process(jobs, str(tmp_path))
   seen = {}
@@ -229,8 +242,15 @@ def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_pat
       ["on_train_batch_begin", 0, []], ["on_train_batch_end", 1, ["loss"]],
       ["on_train_batch_begin", 2, []], ["on_train_batch_end", 3, ["loss"]],
       ["on_train_batch_begin", 4, []], ["on_train_batch_end", 5, ["loss"]]]
+  assert seen["single"]["lr"] == pytest.approx(0.0123)
   assert seen["mirrored"] == seen["single"]
   assert seen["mesh"] == seen["single"]
+  for name in layouts:
+    with open(tmp_path / f"{name}.csv") as f:
+      header, row = f.read().splitlines()
+    assert header.split(",")[:2] == ["epoch", "loss"] and row.startswith("0,"), (name, row)
+    files = os.listdir(tmp_path)
+    assert (f"{name}_ckpt" in files and f"{name}_tb" in files) == (name != "mesh"), files
 
 
 def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name(tmp_path):
@@ -252,6 +272,14 @@ def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name
                      match=r"callbacks\(spec\) returned tf_keras\.src\.callbacks\.TensorBoard, "
                            r"which the trainer cannot honour: on the mesh layout it traces"):
     user_module.make_callbacks(board, spec, "mesh")
+  with pytest.raises(user_module.ModuleError, match=r"ModelCheckpoint, which the trainer "
+                                                    r"cannot honour: on the mesh layout"):
+    user_module.make_callbacks(load("[tf_keras.callbacks.ModelCheckpoint('/tmp/c')]"), spec,
+                               "mesh")
+  stock = load("[tf_keras.callbacks.LearningRateScheduler(lambda e, lr: lr), "
+               "tf_keras.callbacks.ReduceLROnPlateau(), tf_keras.callbacks.EarlyStopping(), "
+               "tf_keras.callbacks.CSVLogger('/tmp/l.csv')]")
+  assert len(user_module.make_callbacks(stock, spec, "mesh")) == 4
   backup = load("[tf_keras.callbacks.BackupAndRestore('/tmp/b')]")
   for layout in ("single", "mirrored", "mesh"):
     with pytest.raises(user_module.ModuleError, match=r"BackupAndRestore, which the trainer "

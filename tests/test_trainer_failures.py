@@ -64,7 +64,9 @@ def _user_errors():
   }
 
 
-# Every tf.errors class, by what a rerun of the same config, module and data meets.
+# Every tf.errors class, by what a rerun of the same config, module and data meets once
+# the run's first step has completed, without a DTensor layout message (those are config
+# errors whenever they come: test_config_errors_in_disguise_are_told_by_the_setting).
 TF_RESUMABLE = {"UnavailableError": "a peer or the network went away",
                 "AbortedError": "a collective was aborted by a dead peer",
                 "CancelledError": "cancelled with the step",
@@ -114,7 +116,8 @@ def _main_with(monkeypatch, tmp_path, error):
   path = tmp_path / "job.json"
   path.write_text(json.dumps(tu.job_dict(str(tmp_path), str(tmp_path), ["x0"], 8)))
 
-  def run(job):
+  def run(job, progress=None):
+    del job, progress
     raise error
   monkeypatch.setattr(train, "run", run)
   return train.main(["--job", str(path)])
@@ -195,3 +198,51 @@ def test_a_failed_non_chief_worker_shows_its_last_lines_its_output_else_goes_to_
   assert len(shown.splitlines()) == launcher.FAILED_WORKER_TAIL_LINES  # The tail only.
   logged = [r.getMessage() for r in caplog.records]
   assert "worker 1: [trainer] step 0" in logged and "worker 1: Traceback: worker 1 broke" in logged
+
+
+def _config_error(error, **kwargs):
+  return failures.config_error(error, **dict({"first_step_done": True}, **kwargs))
+
+
+def test_config_errors_in_disguise_are_told_by_the_setting_never_rerun_to_resume():
+  """A DTensor layout error arrives as UnknownError (or InvalidArgumentError) at any
+  step; memory exhausted by the first step, and any runtime error before it, come
+  again on a rerun: each is a ConfigError naming the setting, not "rerun to resume"."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  gather = tf.errors.UnknownError(
+      None, None, "DTensor does not support sharded 0th dimension for the resource tensor "
+                  "for ResourceGatherOp. Received: resource 'emb/embeddings'")
+  for done in (False, True):
+    e = _config_error(gather, first_step_done=done)
+    assert isinstance(e, ConfigError) and e.key == "trainer.layout_rules", e
+    assert "(variable emb/embeddings)" in str(e) and "UnknownError: DTensor does not" in str(e)
+  oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor [4096,4096]")
+  e = _config_error(oom, first_step_done=False, layout="mesh", state_bytes=96 * 2**20)
+  assert e.key == "trainer.batch_size" and "96.0 MiB of model and optimizer state" in str(e)
+  assert "lower trainer.batch_size" in str(e) and "trainer.mesh" in str(e)
+  assert _config_error(oom) is None and failures.resumable(oom)  # Later: the moment's.
+  internal = tf.errors.InternalError(None, None, "Failed to compile the step")
+  assert _config_error(internal, first_step_done=False).key == "trainer"
+  assert _config_error(internal) is None
+  # What already names its fix, a lost peer and a filesystem stay as they are.
+  assert _config_error(_user_errors()["layout rule"], first_step_done=False) is None
+  assert _config_error(tf.errors.UnavailableError(None, None, "peer"), first_step_done=False) \
+      is None
+  assert _config_error(OSError("connection reset"), first_step_done=False) is None
+  for e in (_config_error(gather), _config_error(oom, first_step_done=False)):
+    assert "rerun" not in str(e).lower()
+  failed = failures.process_failed("chief", failures.CONFIG_ERROR_EXIT_CODE)
+  assert isinstance(failed, ConfigError) and "Rerun to resume" not in str(failed)
+
+
+def test_a_layout_error_in_the_training_process_exits_2_in_one_line(monkeypatch, tmp_path,
+                                                                    capfd):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  error = tf.errors.UnknownError(None, None, "does not support sharded 0th dimension for "
+                                             "the resource tensor for ResourceGatherOp")
+  assert _main_with(monkeypatch, tmp_path, error) == failures.CONFIG_ERROR_EXIT_CODE == 2
+  err = capfd.readouterr().err
+  assert "Traceback" not in err
+  assert err.strip().splitlines()[-1].startswith(
+      "[trainer] ERROR: ConfigError: trainer.layout_rules: DTensor cannot run a layout")

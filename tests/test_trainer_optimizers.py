@@ -104,3 +104,34 @@ def test_the_pre_check_builds_the_optimizer_on_a_mesh_as_the_training_process_do
       == "SGD"
   assert user_module.check_optimizer(module, spec, "momentum", 0.3, "mesh").get_config()[
       "momentum"] == optimizers.MOMENTUM
+
+
+_MESH_SHAPE_CHECK = """
+import json, sys, tf_keras
+from tfx_parallel.components.common import tfenv
+tfenv.split_cpu(4)
+from tfx_parallel.components.distributed_trainer import model_spec as ms, user_module
+seen = []
+class Recording(tf_keras.optimizers.Adam):
+  def __init__(self, *args, mesh=None, **kwargs):
+    if mesh is not None:
+      seen.append(list(mesh.shape()))
+    super().__init__(*args, mesh=mesh, **kwargs)
+module = user_module.load(builtin="linear")
+module = module.__class__(**dict(vars(module), optimizer=lambda spec: Recording(0.01)))
+spec = ms.ModelSpec(features=(ms.FeatureSpec("x0", ms.FLOAT32),), label_key="y")
+user_module.check_optimizer(module, spec, "adam", 0.01, "mesh", (2, 2))
+print("SEEN" + json.dumps(seen))
+"""
+
+
+def test_the_pre_check_places_the_optimizer_on_the_runs_own_mesh_shape():
+  """check_optimizer rebuilds the optimizer with mesh= on a mesh of the run's shape (2x2
+  here, in a process with 4 logical CPUs), not on 1x1."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run([sys.executable, "-c", _MESH_SHAPE_CHECK], capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads(proc.stdout.split("SEEN", 1)[1]) == [[2, 2]]

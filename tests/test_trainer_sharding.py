@@ -87,12 +87,28 @@ def test_describe_variables_and_default_rules_of_a_keras_model():
                                        "head/kernel": ("model", None)}
 
 
-def test_user_rules_regex_on_whole_path_first_match_wins():
-  rules = {r".*hidden_1/kernel": (None, "model"), r"hidden_.*/kernel": ("model", None)}
+def test_user_rules_are_searched_in_the_path_as_keras_layout_map():
+  """re.search, as Keras's LayoutMap: a rule found anywhere in a path applies to it."""
+  rules = {r"hidden_1/kernel$": (None, "model"), r"_2/k": ("model", None)}
   placed = S.resolve(rules, PARITY, 2, "my_model.py")
   assert placed["hidden_1/kernel"] == (None, "model")
   assert placed["hidden_2/kernel"] == ("model", None)
   assert placed["emb/embeddings"] == (None, None)
+
+
+def test_a_rule_equal_to_the_path_wins_over_a_pattern_as_in_keras():
+  rules = {r"hidden_.*/kernel": (None, "model"), r"hidden_2/kernel": ("model", None)}
+  placed = S.resolve(rules, PARITY, 2, "my_model.py")
+  assert placed["hidden_1/kernel"] == (None, "model")
+  assert placed["hidden_2/kernel"] == ("model", None)
+
+
+def test_default_rule_is_anchored_when_its_path_is_inside_another_path():
+  inner, outer = _dense("dense", 4, 8)[0], _dense("my_dense", 8, 4)[0]
+  rules = S.default_rules_for([inner, outer], 2)
+  assert rules == {"^dense/kernel$": (None, "model"), "my_dense/kernel": ("model", None)}
+  assert S.resolve(rules, [inner, outer], 2) == {"dense/kernel": (None, "model"),
+                                                 "my_dense/kernel": ("model", None)}
 
 
 def _error(rules, variables=PARITY, axis=2) -> S.ShardingError:
@@ -106,8 +122,8 @@ def test_rule_matching_no_variable_is_rejected():
   assert (e.module, e.rule, e.variable) == ("my_model.py", r".*hiden_1/kernel", None)
   assert "matches no variable" in str(e) and "'my_model.py'" in str(e)
   assert "hidden_1/kernel" in str(e)  # Lists the variables there are.
-  # A prefix is not enough: rules match the whole path.
-  assert "matches no variable" in str(_error({r"hidden_1": ("model",)}))
+  # Searched, not matched whole: "hidden_1" is found in hidden_1/kernel (rank 2).
+  assert "rank 1" in str(_error({r"hidden_1": ("model",)}))
 
 
 def test_rule_on_a_dimension_the_model_axis_does_not_divide_is_rejected():
@@ -139,10 +155,17 @@ def test_malformed_sharding_is_rejected(sharding, fragment):
   assert fragment in str(e) and e.rule == "hidden_2/kernel"
 
 
-def test_rule_shadowed_by_an_earlier_rule_is_rejected():
-  e = _error({r"hidden_.*/kernel": (None, "model"), r"hidden_2/kernel": ("model", None)})
-  assert e.rule == "hidden_2/kernel" and e.variable == "hidden_2/kernel"
-  assert "already placed by an earlier rule" in str(e)
+def test_two_rules_matching_one_variable_are_rejected_naming_both():
+  e = _error({r"hidden_.*/kernel": (None, "model"), r".*_2/kernel": ("model", None)})
+  assert (e.rule, e.variable) == ("hidden_.*/kernel", "hidden_2/kernel")
+  assert "'hidden_.*/kernel'" in str(e) and "'.*_2/kernel'" in str(e)
+  assert "both match" in str(e)
+
+
+def test_rule_whose_every_variable_has_an_exact_rule_is_rejected():
+  e = _error({r"hidden_2/k": (None, "model"), r"hidden_2/kernel": ("model", None)})
+  assert e.rule == "hidden_2/k" and e.variable == "hidden_2/kernel"
+  assert "exactly its path" in str(e)
 
 
 def test_invalid_regex_is_rejected():

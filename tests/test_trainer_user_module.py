@@ -126,7 +126,7 @@ RULES = GOOD.replace("UNITS", "spec.output_units") + """
 @pytest.mark.parametrize("rules, message", [
     ('{".*_deep_embedding/embeddings": (None, "model")}',
      r"^trainer\.module_file: module '.*my_model\.py': layout rule "
-     r"'\.\*_deep_embedding/embeddings': matches no variable \(rules match the whole path\)\. "
+     r"'\.\*_deep_embedding/embeddings': matches no variable \(rules are searched in the path, re\.search\)\. "
      r"Variables: \['embedding/embeddings', 'dense/kernel', 'dense/bias'\]$"),
     ('{"embedding/embeddings": ("model", None)}',  # 3 ids on a model axis of 2
      r"^trainer\.module_file: .*dimension 0 of embedding/embeddings \[3, 4\] has size 3, "

@@ -187,7 +187,7 @@ def check_on_layout(job: Job, config: TrainerConfig, module=None):
   module = load_module(config) if module is None else module
   spec = ms.ModelSpec.from_dict(job.model_spec)
   user_module.check_optimizer(module, spec, config.optimizer, config.learning_rate,
-                              config.layout)
+                              config.layout, config.mesh)
   user_module.make_callbacks(module, spec, config.layout)
 
 

@@ -10,13 +10,23 @@ module (import, contract, a shape its model cannot take), the optimizer on this 
 a layout rule, a checkpoint that does not fit, and a bug in code. Its message must not
 say "rerun to resume".
 
+Some runtime errors are config errors in disguise (:func:`config_error`): any error
+raised before the run's first step completes (the build, the restore, the first
+evaluation, the first step's compile), a DTensor layout error (it arrives as
+``tf.errors.UnknownError`` or ``InvalidArgumentError``, e.g. "does not support sharded
+0th dimension for the resource tensor for ResourceGatherOp"), and memory exhausted by
+the first step (the same state and batch exhaust it again). Each becomes a
+``ConfigError`` naming the setting to change; the child exits with
+:data:`CONFIG_ERROR_EXIT_CODE` and the launcher raises a ConfigError (the CLI's exit 2).
+
 The training child (train.py) exits with :data:`NOT_RESUMABLE_EXIT_CODE` after printing
 the error as one line (:func:`one_line`; the user-facing errors of
 :func:`user_error_types` without a traceback, any other with it); the launcher turns
 exit codes into the message of the error the component fails with
 (:func:`process_failed`).
 """
-from typing import Tuple, Type
+import re
+from typing import Optional, Tuple, Type
 
 from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.distributed_trainer.optimizers import OptimizerError
@@ -29,6 +39,9 @@ class CheckpointMismatchError(ValueError):
 
 # Exit code of a training process that stopped on an error a rerun cannot fix.
 NOT_RESUMABLE_EXIT_CODE = 4
+# Exit code of a training process that stopped on a config error (:func:`config_error`);
+# the CLI's own code for an invalid config.
+CONFIG_ERROR_EXIT_CODE = 2
 # Exit code of a worker that stopped because a peer was lost (train.py returns it; kube/ uses it).
 # Under restartPolicy ExitCode, 128-255 restarts the pod and 1-127 fails the job
 # (IsRetryableExitCode: exitCode >= 128, pkg/util/train/train_util.go:24), so a lost
@@ -64,6 +77,59 @@ def resumable(error: BaseException) -> bool:
              for cls in type(error).__mro__)
 
 
+# DTensor's layout errors (tensorflow/dtensor/mlir/expansions/*.cc): the layout rules or
+# the mesh ask for a split an op cannot take; a rerun meets them again.
+DTENSOR_LAYOUT_MESSAGE = re.compile(
+    r"does not support sharded \d+\w* dimension|to be divisible by sharding|"
+    r"ResourceGatherOp|[Ll]ayout propagation|incompatible [Ll]ayouts?")
+_VARIABLE = re.compile(r"(?:resource|variable|tensor)\s+'?([\w./:-]+/(?:kernel|bias|embeddings)\w*)")
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(getattr(error, "message", None) or error).strip()
+  return (text.splitlines() or [""])[0][:400]
+
+
+def config_error(error: BaseException, *, first_step_done: bool, layout: str = "",
+                 state_bytes: Optional[int] = None) -> Optional[ConfigError]:
+  """The ConfigError ``error`` stands for (module docstring), or None when it is not a
+  config error in disguise. Errors that already name what to fix (:func:`user_error_types`)
+  and a lost peer are not converted. ``state_bytes`` is the model and optimizer state
+  the planner counts per device (plan/memory.py ``measure``), quoted on memory errors."""
+  if isinstance(error, user_error_types()) or _tf_error_named(
+      error, ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")):
+    return None
+  what = f"{type(error).__name__}: {_first_line(error)}"
+  if DTENSOR_LAYOUT_MESSAGE.search(str(error)):
+    variable = _VARIABLE.search(str(error))
+    named = f" (variable {variable.group(1)})" if variable else ""
+    return ConfigError("trainer.layout_rules",
+                       f"DTensor cannot run a layout the rules ask for{named}: {what}. "
+                       f"Change the module's layout_rules (an embedding table splits on its "
+                       f"output dimension, (None, 'model')) or trainer.mesh")
+  if _tf_error_named(error, ("ResourceExhaustedError",)) or isinstance(error, MemoryError):
+    if first_step_done:
+      return None
+    figure = (f"the planner counts {state_bytes / 2**20:.1f} MiB of model and optimizer "
+              f"state per device before activations; " if state_bytes else "")
+    lower = ("split the model over more devices (a larger model axis in trainer.mesh), "
+             if layout == "mesh" else "use a mesh layout to split the model, ")
+    return ConfigError("trainer.batch_size",
+                       f"out of memory before the first step completed ({what}): {figure}"
+                       f"lower trainer.batch_size, {lower}or set trainer.device_memory to "
+                       f"what a device has so that the planner picks a layout that fits")
+  if not first_step_done and resumable(error) and not isinstance(error, OSError):
+    return ConfigError("trainer",
+                       f"the run failed before its first step completed, so a rerun meets it "
+                       f"again: {what}")
+  return None
+
+
+def _tf_error_named(error: BaseException, names) -> bool:
+  return any(cls.__name__ in names and cls.__module__.startswith("tensorflow")
+             for cls in type(error).__mro__)
+
+
 def one_line(error: BaseException) -> str:
   """The console line of a not-resumable error in the training process."""
   return f"[trainer] ERROR: {type(error).__name__}: {error}"
@@ -75,6 +141,10 @@ class NotResumableError(RuntimeError):
 
 def process_failed(name: str, code: int) -> RuntimeError:
   """The error for training process ``name`` that exited with ``code``."""
+  if code == CONFIG_ERROR_EXIT_CODE:
+    return ConfigError("trainer", f"training process {name} stopped on a config error (the "
+                                  f"line '[trainer] ERROR: ...' above); fix the setting it "
+                                  f"names and run again.")
   if code == NOT_RESUMABLE_EXIT_CODE:
     return NotResumableError(
         f"Training process {name} stopped on a config, model module or code error (the "
@@ -104,6 +174,7 @@ RESUMABLE_EXIT_CODE = 204  # Any other resumable runtime error (InternalError, U
 # {exit code: what it means}, for the step's message about a replica that exited with it.
 EXIT_CODE_MEANINGS = {
     NOT_RESUMABLE_EXIT_CODE: "a config, model module or code error; not retried",
+    CONFIG_ERROR_EXIT_CODE: "an invalid config (a layout the devices cannot run, memory exhausted by the first step); not retried",
     ORPHANED_EXIT_CODE: "the executor's heartbeat went stale; not retried",
     PEER_LOST_EXIT_CODE: "lost a peer; retryable",
     PREEMPTED_EXIT_CODE: "SIGTERM, e.g. preempted or drained; retryable",

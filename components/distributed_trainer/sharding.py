@@ -8,9 +8,11 @@ equal blocks), e.g.::
 
     {r".*hidden_1/kernel": (None, "model"), r".*hidden_2/kernel": ("model", None)}
 
-A variable's path is its name without the ``:0`` suffix (``hidden_1/kernel``). A rule
-applies to the variables whose whole path it matches (``re.fullmatch``); the first
-matching rule wins; an unmatched variable is replicated on every device.
+A variable's path is its name without the ``:0`` suffix (``hidden_1/kernel``). As in
+Keras's ``LayoutMap``, a rule equal to a path places it; otherwise a rule applies to the
+variables in whose path its regex is found (``re.search``: anchor it with ``^...$`` to
+match the whole path). Two rules that match one variable are an error naming both; an
+unmatched variable is replicated on every device.
 
 The math DTensor runs for a Dense layer Y = X W (X [B, F], W [F, H], model axis M):
 
@@ -150,8 +152,18 @@ def default_plan(variables: Sequence[VariableInfo], model_axis: int
                      "replicated", " or ".join(w for _, w in options), v.path, list(v.shape),
                      model_axis)
       continue
-    rules.update({re.escape(info.path): s for info, s in chosen.items()})
+    rules.update({_exact_rule(info.path, variables): s for info, s in chosen.items()})
   return rules, replicated
+
+
+def _exact_rule(path: str, variables: Sequence[VariableInfo]) -> str:
+  """A rule that matches ``path`` and no other variable: the path itself (a rule equal
+  to a path places it, :func:`_matching`), anchored ``^...$`` when it is also found
+  inside another variable's path or holds regex characters."""
+  escaped = re.escape(path)
+  if escaped == path and not any(v.path != path and path in v.path for v in variables):
+    return path
+  return f"^{escaped}$"
 
 
 def unsplit_kernels(variables: Sequence[VariableInfo], model_axis: int) -> List[VariableInfo]:
@@ -190,7 +202,8 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
 
   Raises:
     ShardingError: a rule that is not a regex or not a valid sharding; that matches no
-      variable (or only variables an earlier rule already placed); whose rank differs
+      variable (or only variables a rule equal to their path places); two rules that
+      match one variable; whose rank differs
       from a matched variable's; that splits a dimension the model axis does not
       divide; or that splits an embedding table on its rows.
   """
@@ -204,40 +217,59 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
   placed: Dict[str, Sharding] = {}
   used = set()
   for v in variables:
-    for rule, pattern, sharding in compiled:
-      if not pattern.fullmatch(v.path):
-        continue
-      used.add(rule)
-      if len(sharding) != len(v.shape):
-        raise ShardingError(module_name, rule, v.path,
-                            f"the sharding has rank {len(sharding)} but the variable has "
-                            f"shape {list(v.shape)} (rank {len(v.shape)}). "
-                            f"Received: {sharding!r}")
-      dim = undivided(v.shape, sharding, model_axis)
-      if dim is not None:
-        raise ShardingError(module_name, rule, v.path,
-                            f"{undivided_message(v.path, v.shape, dim, model_axis)}. "
-                            f"Received: {sharding!r}")
-      if v.kind == EMBEDDING and sharding and sharding[0] is not None:
-        raise ShardingError(module_name, rule, v.path,
-                            "an embedding table cannot be split on dimension 0: DTensor's "
-                            "gather does not support a sharded 0th dimension "
-                            "(ResourceGatherOp); split it on its output dimension, "
-                            f"(None, {MODEL_AXIS!r}). Received: {sharding!r}")
-      placed[v.path] = sharding
-      break
+    matched = _matching(compiled, v.path, module_name)
+    if matched is None:
+      continue
+    rule, sharding = matched
+    used.add(rule)
+    if len(sharding) != len(v.shape):
+      raise ShardingError(module_name, rule, v.path,
+                          f"the sharding has rank {len(sharding)} but the variable has "
+                          f"shape {list(v.shape)} (rank {len(v.shape)}). "
+                          f"Received: {sharding!r}")
+    dim = undivided(v.shape, sharding, model_axis)
+    if dim is not None:
+      raise ShardingError(module_name, rule, v.path,
+                          f"{undivided_message(v.path, v.shape, dim, model_axis)}. "
+                          f"Received: {sharding!r}")
+    if v.kind == EMBEDDING and sharding and sharding[0] is not None:
+      raise ShardingError(module_name, rule, v.path,
+                          "an embedding table cannot be split on dimension 0: DTensor's "
+                          "gather does not support a sharded 0th dimension "
+                          "(ResourceGatherOp); split it on its output dimension, "
+                          f"(None, {MODEL_AXIS!r}). Received: {sharding!r}")
+    placed[v.path] = sharding
   paths = [v.path for v in variables]
   for rule, pattern, _ in compiled:
     if rule in used:
       continue
-    shadowed = [p for p in paths if pattern.fullmatch(p)]
-    if shadowed:
-      raise ShardingError(module_name, rule, shadowed[0],
-                          "every variable it matches is already placed by an earlier rule")
+    exact = [p for p in paths if pattern.search(p)]
+    if exact:
+      raise ShardingError(module_name, rule, exact[0],
+                          "every variable it matches is placed by the rule that is exactly "
+                          "its path")
     raise ShardingError(module_name, rule, None,
-                        f"matches no variable (rules match the whole path). "
-                        f"Variables: {paths}")
+                        f"matches no variable (rules are searched in the path, "
+                        f"re.search). Variables: {paths}")
   return {v.path: placed.get(v.path, (None,) * len(v.shape)) for v in variables}
+
+
+def _matching(compiled, path: str, module_name: str) -> Optional[Tuple[str, Sharding]]:
+  """The (rule, sharding) that places ``path``, as Keras's ``LayoutMap`` picks it: a rule
+  equal to the path, else the one rule whose regex is found in it (``re.search``);
+  None when no rule matches. Two rules found in one path are a ShardingError naming
+  both (keras/src/distribution/distribution_lib.py ``LayoutMap.__getitem__``, Keras
+  3.x: "Path ... matches multiple layout specification keys")."""
+  for rule, _, sharding in compiled:
+    if rule == path:
+      return rule, sharding
+  found = [(rule, sharding) for rule, pattern, sharding in compiled if pattern.search(path)]
+  if len(found) > 1:
+    raise ShardingError(module_name, found[0][0], path,
+                        f"the rules {found[0][0]!r} and {found[1][0]!r} both match it; a "
+                        f"variable must match at most one rule (anchor them, e.g. "
+                        f"'^{re.escape(path)}$')")
+  return found[0] if found else None
 
 
 def validate_rules(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,

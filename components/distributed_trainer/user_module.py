@@ -194,17 +194,25 @@ def place_optimizer(module: UserModule, optimizer, mesh, name: str):
 
 
 def check_optimizer(module: UserModule, spec: ms.ModelSpec, name: str, learning_rate: float,
-                    layout: str):
+                    layout: str, mesh_shape=(1, 1)):
   """Builds the optimizer as the training process will: the hook's (or config ``name``
-  and ``learning_rate``) and, on a ``mesh`` layout, rebuilt with ``mesh=`` on a one-device
-  DTensor mesh of this process's first CPU (the same rebuild as on the run's mesh; the
-  mesh's size does not enter it). Raises optimizers.OptimizerError before training."""
+  and ``learning_rate``) and, on a ``mesh`` layout, rebuilt with ``mesh=`` on a DTensor
+  mesh of the run's ``mesh_shape`` over this process's logical CPUs. A process with
+  fewer logical CPUs (the executor does not split its CPU: that would change the
+  devices of every later component in the same process) checks on a one-device mesh:
+  the rebuild places only the optimizer's own replicated variables (iterations,
+  learning rate), so its outcome does not depend on the mesh's size. Raises
+  optimizers.OptimizerError before training."""
   optimizer = make_optimizer(module, spec, name, learning_rate)
   if layout == "mesh":
     from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+    b, m = (int(x) for x in mesh_shape)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    cpu = tf.config.list_logical_devices("CPU")[0].name
-    mesh = dtensor.create_mesh([("batch", 1), ("model", 1)], devices=[cpu], device_type="CPU")
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(cpus) < b * m:
+      b, m = 1, 1
+    mesh = dtensor.create_mesh([("batch", b), ("model", m)], devices=cpus[:b * m],
+                               device_type="CPU")
     place_optimizer(module, optimizer, mesh, name)
   return optimizer
 
@@ -215,7 +223,9 @@ REFUSED_CALLBACKS = {
                         "checkpoint_every); a second resume mechanism would restore over it",
 }
 # ... and those it cannot honour on a mesh: they save or trace the model through
-# ``model.fit``'s own functions, which a mesh run does not have.
+# ``model.fit``'s own functions, which a mesh run does not have. Every other stock
+# callback (LearningRateScheduler, ReduceLROnPlateau, EarlyStopping, CSVLogger, ...) runs
+# on every layout: ``model.optimizer`` is the optimizer that trains.
 REFUSED_ON_MESH = {
     "ModelCheckpoint": "the mesh model's variables are DTensors split over devices; the "
                        "trainer's own checkpoints (checkpoint_every) and export save them",

@@ -41,6 +41,10 @@ class MeshEngine:
             module, self.written_optimizer, mesh, config.optimizer),
         global_batch=config.batch_size, module_name=module.name)
     self.model, self.optimizer = self.trainer.model, self.trainer.optimizer
+    # ``model.optimizer`` is the optimizer that trains, as ``compile`` makes it on the fit
+    # engine: LearningRateScheduler and ReduceLROnPlateau read and set its learning rate
+    # (tf_keras backend.set_value relayouts a value into a DVariable's layout).
+    self.model.optimizer = self.optimizer
     # One variable's blocks on the host, each copied once and never assembled: a
     # checkpoint after the first streams them a few at a time (run/checkpoint.py).
     self.host_blocks = self.trainer.host_blocks

@@ -70,13 +70,14 @@ devices (or GPUs when present) with a custom loop:
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
 models, or subclassed models built inside ``build_model``) are supported.
 """
+import importlib
+import itertools
 import random
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from tf_keras.src.dtensor import lazy_variable
 
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
@@ -84,6 +85,31 @@ from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
 _LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.
+# Numbers the mesh functions this process traces (_unique_scope).
+_TRACES = itertools.count()
+
+
+def _unique_scope(kind: str):
+  """A name scope no other function traced in this process uses, around everything a
+  mesh function traces. DTensor's MLIR pipeline turns each ``tf.while_loop`` (ours, or
+  one in the user's model) back into functions named after the loop's op
+  (``GetUniqueName(op) + "_body"``, tensorflow/compiler/mlir/tensorflow/transforms/
+  region_control_flow_to_functional.cc, TF 2.16), unique only within one compiled
+  module, and registers them in the process-wide function library: two engines whose
+  loops had the same op name ("while") could collide there ("Cannot add function
+  'while4_body' because a different function with the same name already exists").
+  Under this scope a loop's op, and so its functions, carry the trace's own number.
+
+  Not the whole cure: one trace compiled twice by DTensor still collided once
+  ("mesh_steps_4_/while_body", 1 of 2 runs of tests/hook_cases.py mesh). Writing the k
+  steps out without a loop avoids it, but then Adam on a split batch axis drifts from
+  single-device fit (test_several_steps_per_call_match_single_device_fit[adam-2x1],
+  max 0.117, even with every write of the update as an explicit dependency): the
+  loop's iteration boundary is what orders one step's writes before the next step's
+  reads here."""
+  return tf.name_scope(f"mesh_{kind}_{next(_TRACES)}_")
+
+
 def _rng_state():
   """Python's, numpy's and TensorFlow's global random states (what
   ``tf_keras.utils.set_random_seed`` seeds), to draw the real build's initial values
@@ -94,6 +120,52 @@ def _rng_state():
 def _set_rng_state(state):
   random.setstate(state[0])
   np.random.set_state(state[1])
+
+
+# Private tf_keras fields the mesh relies on: checked where used, never guessed with a
+# default; pinned by tests/test_trainer_tf_keras_fields.py.
+# The probe build: tf_keras/src/dtensor/lazy_variable.py, what its LayoutMap builds with.
+LAZY_VARIABLE_MODULE, LAZY_INIT_SCOPE = "tf_keras.src.dtensor.lazy_variable", "lazy_init_scope"
+# The Megatron hand-off reads a functional model's graph: Layer._outbound_nodes, and each
+# Node's outbound_layer (tf_keras/src/engine/base_layer.py, node.py).
+OUTBOUND_NODES, OUTBOUND_LAYER = "_outbound_nodes", "outbound_layer"
+
+
+class TfKerasFieldError(RuntimeError):
+  """A private tf_keras field the mesh layout relies on is missing in this tf_keras."""
+
+  def __init__(self, field: str, where: str):
+    super().__init__(f"mesh layout: tf_keras {tf_keras.__version__} has no {field} ({where}); "
+                     f"the mesh layout relies on it and was checked against tf_keras 2.16. "
+                     f"Install the tf_keras of constraints.txt, or use another layout.")
+
+
+def lazy_init_scope():
+  """tf_keras's ``lazy_init_scope`` (variables with names and shapes, no values), or
+  TfKerasFieldError naming the tf_keras version."""
+  try:
+    module = importlib.import_module(LAZY_VARIABLE_MODULE)
+  except ImportError as e:
+    raise TfKerasFieldError(LAZY_VARIABLE_MODULE, "the lazy build of its LayoutMap") from e
+  scope = getattr(module, LAZY_INIT_SCOPE, None)
+  if scope is None:
+    raise TfKerasFieldError(f"{LAZY_VARIABLE_MODULE}.{LAZY_INIT_SCOPE}",
+                            "the lazy build of its LayoutMap")
+  return scope()
+
+
+def outbound_layers(layer) -> List:
+  """The layers that consume ``layer``'s outputs in a functional model's graph, read from
+  tf_keras's private ``Layer._outbound_nodes``; TfKerasFieldError if it is gone."""
+  if not hasattr(layer, OUTBOUND_NODES):
+    raise TfKerasFieldError(f"Layer.{OUTBOUND_NODES}", f"on layer {layer.name!r}, where the "
+                            f"mesh finds a Megatron hand-off")
+  out = []
+  for node in getattr(layer, OUTBOUND_NODES):
+    if not hasattr(node, OUTBOUND_LAYER):
+      raise TfKerasFieldError(f"Node.{OUTBOUND_LAYER}", f"on a node of layer {layer.name!r}")
+    out.append(getattr(node, OUTBOUND_LAYER))
+  return out
 
 
 def _dtensor():
@@ -174,7 +246,7 @@ class MeshTrainer:
       paths.append(sharding_lib.variable_path(v))
       return v
 
-    with (user_module.layer_names(fresh=False), lazy_variable.lazy_init_scope(),
+    with (user_module.layer_names(fresh=False), lazy_init_scope(),
           tf.variable_creator_scope(record)):
       probe = build_model()
     _check_model(probe, module_name)
@@ -246,7 +318,7 @@ class MeshTrainer:
     if (not isinstance(layer, tf_keras.layers.Dense)
         or self.shardings.get(path(layer.kernel)) != (None, MODEL_AXIS)):
       return False
-    consumers = [node.outbound_layer for node in getattr(layer, "_outbound_nodes", [])]
+    consumers = outbound_layers(layer)
     return bool(consumers) and all(
         isinstance(c, tf_keras.layers.Dense)
         and self.shardings.get(path(c.kernel)) == (MODEL_AXIS, None) for c in consumers)
@@ -464,6 +536,10 @@ class MeshTrainer:
     leading axis); returns the k losses. The order of reads and writes is made explicit
     (module docstring): step i's forward pass waits for ``losses``, which waits for
     step i-1's update, which waits for step i's gradients."""
+    with _unique_scope("steps"):
+      return self._train_steps_loop(features, labels)
+
+  def _train_steps_loop(self, features, labels):
     k = tf.shape(labels)[0]
     steps = tf.range(k)
 
@@ -565,6 +641,10 @@ class MeshTrainer:
     shape."""
     @tf.function
     def sums(features, labels, mask):
+      with _unique_scope("eval"):
+        return scoped_sums(features, labels, mask)
+
+    def scoped_sums(features, labels, mask):
       values = tf.cast(per_example(labels, self.model(features, training=False)), tf.float64)
       mask = tf.reshape(mask, [-1] + [1] * (values.shape.rank - 1))
       values = values * mask

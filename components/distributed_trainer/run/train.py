@@ -172,7 +172,7 @@ def describe_layout(desc: dict) -> str:
   return desc["layout"] + (f" x{desc['replicas']}" if desc["replicas"] > 1 else "")
 
 
-def run(job: Job) -> dict:
+def run(job: Job, progress: Optional[dict] = None) -> dict:
   """Trains; returns the history dict (also written by the chief).
 
   The one run skeleton of every layout: inputs, run state, callbacks, checkpoints, the
@@ -195,6 +195,8 @@ def run(job: Job) -> dict:
   from tfx_parallel.components.distributed_trainer.inputs.preprocess import Preprocessor  # pylint: disable=g-import-not-at-top
 
   engine = factory.create(config, plan, device_record)
+  if progress is not None:  # What main() tells a config error by (failures.config_error).
+    progress.update(engine=engine, layout=config.layout)
   spec, normalization = resolve_spec(job, config)
   module = user_module.load(config.module_file, config.module_path, config.model)
   # Refused here, before any build, when the layout cannot honour one of them.
@@ -240,6 +242,8 @@ def run(job: Job) -> dict:
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
                       step=start_step)
+  if progress is not None:
+    progress["state"] = state
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
   evaluate = engine.evaluator(eval_ds, user_callbacks)
   if initial_eval is None:  # The untrained model: the divergence rule's starting point
@@ -375,8 +379,9 @@ def main(argv=None) -> int:
     # tensorflow-io registers s3:// on import (kube/object_store.py register; a step on
     # the default store keeps its checkpoints there: kubeflow/entrypoint.py).
     import tensorflow_io  # pylint: disable=g-import-not-at-top,unused-import
+  progress: dict = {}
   try:
-    run(job)
+    run(job, progress)
   except (tf.errors.UnavailableError, tf.errors.AbortedError,
           tf.errors.CancelledError, tf.errors.DeadlineExceededError) as e:
     # A peer of a multi-worker run died: say so plainly instead of a hang or a
@@ -387,6 +392,10 @@ def main(argv=None) -> int:
           f"from the last checkpoint in {job.checkpoint_dir}.", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT_CODE
   except Exception as e:  # pylint: disable=broad-except
+    config_error = _config_error(e, progress)
+    if config_error is not None:
+      print(failures.one_line(config_error), file=sys.stderr, flush=True)
+      return failures.CONFIG_ERROR_EXIT_CODE
     if failures.resumable(e):
       # A rerun may not meet it: exit >= 128 so that the operator restarts the replica
       # (failures.exit_code), with the traceback and one line that says so.
@@ -403,6 +412,23 @@ def main(argv=None) -> int:
     print(failures.one_line(e), file=sys.stderr, flush=True)
     return failures.NOT_RESUMABLE_EXIT_CODE
   return 0
+
+
+def _config_error(error: BaseException, progress: dict):
+  """failures.config_error with what the run got to: whether a step completed, and the
+  state the planner counts per device (plan/memory.py) when memory ran out."""
+  state = progress.get("state")
+  done = state is not None and state.step > state.start_step
+  state_bytes = None
+  engine = progress.get("engine")
+  if engine is not None and getattr(engine, "model", None) is not None:
+    try:
+      state_bytes = memory.measure(engine.model.trainable_variables,
+                                   engine.optimizer.variables).state_bytes_per_device
+    except Exception:  # pylint: disable=broad-except
+      state_bytes = None  # The figure is a courtesy: the error is reported without it.
+  return failures.config_error(error, first_step_done=done, layout=progress.get("layout", ""),
+                               state_bytes=state_bytes)
 
 
 # Exit code of a worker that stopped because a peer failed: retryable (>= 128) under a
