@@ -5,6 +5,8 @@ met in the training process itself (a job handed to the launcher directly, so no
 pre-flight check ran). The table: every error class, resumable or not."""
 import textwrap
 
+import types
+
 import pytest
 
 import trainer_util as tu
@@ -117,7 +119,9 @@ def _main_with(monkeypatch, tmp_path, error):
   path.write_text(json.dumps(tu.job_dict(str(tmp_path), str(tmp_path), ["x0"], 8)))
 
   def run(job, progress=None):
-    del job, progress
+    del job
+    if progress is not None:  # The run got past its first step (before it, see config_error).
+      progress["state"] = types.SimpleNamespace(step=1, start_step=0)
     raise error
   monkeypatch.setattr(train, "run", run)
   return train.main(["--job", str(path)])
