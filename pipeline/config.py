@@ -125,10 +125,9 @@ class PipelineConfig:
       # The files the ExampleGen driver will pick ({SPAN} / {VERSION} resolved).
       plan = sources.plan_source(eg, pattern=driver.resolve(eg).pattern)
     except sources.BadInputError as e:
-      message = str(e)
-      label_error = f"label column {eg.label_key!r}" in message
+      label_error = isinstance(e, sources.LabelError)
       raise ConfigError("example_gen.label" if label_error else source_key,
-                        message) from None
+                        str(e)) from None
     except (OSError, ValueError, zlib.error) as e:  # a directory, a corrupt .gz, ...
       raise ConfigError(source_key, f"cannot read the first file matching "
                         f"{eg.source!r}: {type(e).__name__}: {e}") from None
