@@ -145,7 +145,7 @@ def test_span_pattern_through_the_driver_records_span_on_the_artifact(tmp_path):
   _write(tmp_path / "data" / "span-1" / "a.csv", 40)
   _write(tmp_path / "data" / "span-2" / "a.csv", 60, start=1000)
   component = PartitionedExampleGen(
-      input_base=str(tmp_path / "data"),
+      ExampleGenConfig(label="y"), input_base=str(tmp_path / "data"),
       input_config=example_gen_pb2.Input(splits=[
           example_gen_pb2.Input.Split(name="single_split", pattern="span-{SPAN}/*.csv")]))
   [examples] = _run(tmp_path, component)

@@ -12,7 +12,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_parallel.components.common import config_util, keys, run_history, task_contract
+from tfx_parallel.components.common import config_util, keys, readable, run_history, task_contract
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
@@ -153,7 +153,8 @@ def label_summary(counts: Dict[str, Dict[str, int]], train_split: str,
   train = counts.get(train_split) or {}
   total = sum(train.values()) or 1
   ranked = sorted(train.items(), key=lambda kv: (-kv[1], kv[0]))
-  shown = ", ".join(f"{name} {n} ({100 * n / total:.0f}%)" for name, n in ranked[:most])
+  shown = ", ".join(f"{readable.name(name)} {n} ({100 * n / total:.0f}%)"
+                    for name, n in ranked[:most])
   more = f", ... {len(ranked) - most} more" if len(ranked) > most else ""
   return f"label classes in {train_split!r}: {shown}{more}"
 

@@ -738,6 +738,14 @@ def _exact_int(cell: str) -> int:
   return value
 
 
+def bad_row_message(bad: Sequence[Tuple[int, str]]) -> str:
+  """The error of bad_row_policy "fail": the first bad row, how many more this batch
+  has, and the setting that skips them (a truncated file's last row is one)."""
+  more = f" (and {len(bad) - 1} more bad rows in this batch)" if len(bad) > 1 else ""
+  return (f"{bad[0][1]}{more}. A truncated or hand-edited file has such rows (to skip "
+          f"them and count them: set bad_row_policy=skip)")
+
+
 class Skipped(NamedTuple):
   """How many bad rows one LineBatch had (bad_row_policy "skip")."""
   rows: int
@@ -764,8 +772,7 @@ class _ParseLines(beam.DoFn):
     batch, bad = parse_csv_lines(self._layout, line_batch, self._keys)
     if bad:
       if self._policy == "fail":
-        raise BadInputError(bad[0][1] + (f" (and {len(bad) - 1} more bad rows in this "
-                                          f"batch)" if len(bad) > 1 else ""))
+        raise BadInputError(bad_row_message(bad))
       self._skipped.inc(len(bad))
       yield Skipped(len(bad))
     self._parsed.inc(batch.num_rows)
