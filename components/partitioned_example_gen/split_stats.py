@@ -244,8 +244,8 @@ def _class_warnings(tr: Dict[str, int], ev: Dict[str, int], train: str, eval_spl
       def top(counts, n):
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         return ", ".join(f"{_shown(c)} {100 * k / n:.0f}%" for c, k in ranked)
-      out.append(f"the label distribution of the {eval_split!r} split is far from "
-                 f"{train!r}'s (total variation {shift:.2f}, chi-square p {p:.1g}): "
+      out.append(f"the label distribution of the {eval_split!r} split is far from the "
+                 f"{train!r} split's (total variation {shift:.2f}, chi-square p {p:.1g}): "
                  f"{eval_split} {top(ev, n_ev)}; {train} {top(tr, n_tr)}")
   return out
 
@@ -262,7 +262,8 @@ def _mean_warning(tr: Dict[str, Any], ev: Dict[str, Any], train: str, eval_split
   z = shift * math.sqrt(ev["label_n"])
   if shift >= MAX_MEAN_SHIFT and z >= MEAN_Z:
     return [f"the label's mean in the {eval_split!r} split, {mean_ev:.4g}, is {shift:.2f} "
-            f"standard deviations from {train!r}'s {mean_tr:.4g} ({z:.1f} standard errors)"]
+            f"standard deviations from the {train!r} split's {mean_tr:.4g} ({z:.1f} "
+            f"standard errors)"]
   return []
 
 
