@@ -217,6 +217,7 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
       if dim is not None:
         raise ShardingError(module_name, rule, v.path,
                             f"{undivided_message(v.path, v.shape, dim, model_axis)}. "
+                            f"{undivided_fix(v.shape[dim], dim, model_axis)} "
                             f"Received: {sharding!r}")
       if v.kind == EMBEDDING and sharding and sharding[0] is not None:
         raise ShardingError(module_name, rule, v.path,
@@ -238,6 +239,17 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
                         f"matches no variable (rules match the whole path). "
                         f"Variables: {paths}")
   return {v.path: placed.get(v.path, (None,) * len(v.shape)) for v in variables}
+
+
+def undivided_fix(size: int, dim: int, model_axis: int) -> str:
+  """The fixes of a rule that splits a dimension of ``size`` the model axis does not
+  divide, each with what the user types."""
+  multiple = model_axis * -(-size // model_axis)
+  return (f"To fix it: give the dimension a size the axis divides, e.g. {multiple}, with "
+          f"the module's hparam that sets it (--hparams '{{\"embedding_dim\": {multiple}}}'"
+          f" for examples/taxi_model.py's tables; the setting trainer.hparams); or leave "
+          f"dimension {dim} whole (None) in this rule of layout_rules(spec); or use a mesh "
+          f"whose model axis divides {size} (--mesh BxM; the setting trainer.mesh).")
 
 
 def validate_rules(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
