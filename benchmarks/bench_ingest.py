@@ -231,7 +231,7 @@ def _child_compare(csv_path: str, mode: str, repeats: int, rows: int,
     return do
 
   def ours():
-    config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS)).validate()
+    config = ExampleGenConfig(label="y", source=csv_path, split_ratios=dict(SPLITS)).validate()
     out = output("ours")
     executor = our_executor.Executor(context())
 
@@ -378,7 +378,7 @@ def _child_scale_csv(csv_path: str, mode: str) -> Dict:
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   work = tempfile.mkdtemp(prefix="bench_scale_csv_")
   try:
-    config = ExampleGenConfig(source=csv_path, split_ratios=dict(SPLITS)).validate()
+    config = ExampleGenConfig(label="y", source=csv_path, split_ratios=dict(SPLITS)).validate()
     start, cpu = time.perf_counter(), time.process_time()
     summary = ingest.run(beam.Pipeline(argv=list(MODES[mode])), config,
                          sources.plan_source(config), work)

@@ -9,7 +9,7 @@ model that will train (sharding.py), before the first step.
 import dataclasses
 import re
 import zlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from tfx_parallel.components.common.config_util import ConfigError, from_dict, require
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
@@ -22,6 +22,23 @@ DEFAULT_HOME = "runs"
 METADATA_FILE = "metadata.sqlite"
 PIPELINE_ROOT_DIR = "pipelines"
 _PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def pipeline_name_for(source: str, label: Optional[str]) -> str:
+  """``tfx-parallel run``'s pipeline name when none is given: for a CSV, its file name
+  (without directory and extension) and the label, e.g. ``diamonds-price``, so runs on
+  different data are told apart in ML Metadata and ``tfx-parallel metrics``; else
+  DEFAULT_PIPELINE_NAME. Characters a pipeline name cannot hold become ``_``."""
+  if source in (SYNTHETIC, "taxi") or not source:
+    return DEFAULT_PIPELINE_NAME
+  parts = [p for p in re.split(r"[\\/]", source.rstrip("/")) if p]
+  plain = [p for p in parts if not re.search(r"[*?\[{]", p)]  # A glob: its directory.
+  stem = (parts[-1] if parts and parts[-1] in plain else plain[-1] if plain else "")
+  for ext in (".gz", ".bz2", ".csv", ".txt", ".tsv"):
+    stem = stem[:-len(ext)] if stem.lower().endswith(ext) else stem
+  name = "-".join(p for p in (stem, label or "") if p)
+  name = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")
+  return name or DEFAULT_PIPELINE_NAME
 
 
 def default_evaluator(source: str) -> EvaluatorConfig:
@@ -125,10 +142,9 @@ class PipelineConfig:
       # The files the ExampleGen driver will pick ({SPAN} / {VERSION} resolved).
       plan = sources.plan_source(eg, pattern=driver.resolve(eg).pattern)
     except sources.BadInputError as e:
-      message = str(e)
-      label_error = f"label column {eg.label_key!r}" in message
+      label_error = isinstance(e, sources.LabelError)
       raise ConfigError("example_gen.label" if label_error else source_key,
-                        message) from None
+                        str(e)) from None
     except (OSError, ValueError, zlib.error) as e:  # a directory, a corrupt .gz, ...
       raise ConfigError(source_key, f"cannot read the first file matching "
                         f"{eg.source!r}: {type(e).__name__}: {e}") from None

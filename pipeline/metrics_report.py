@@ -32,6 +32,7 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -70,7 +71,6 @@ REGRESSION_COLUMNS = (
 )
 CLASSIFICATION_COLUMNS = (
     ("state", P.CONVERGENCE_STATE, str),
-    ("task", P.TASK, str),
     ("accuracy", P.EVAL_ACCURACY, readable.sig),
     ("AUC", P.EVAL_AUC, readable.sig),
     ("log loss", P.EVAL_LOG_LOSS, readable.sig),
@@ -85,6 +85,37 @@ COMMON_COLUMNS = (
 )
 
 
+# What every column means, printed under the tables (issue 47: "steps to target -1" was
+# unexplained). The first block are the columns every table starts with.
+COLUMN_HELP = {
+    "pipeline": "the pipeline's name (run's default for a CSV: its file name and label)",
+    "run": "the pipeline run; '+N cached' counts later runs that reused its results",
+    "data": "the data the run trained on: the CSV file (or glob), 'synthetic' or 'taxi'",
+    "label": "the column predicted",
+    "task": "regression, binary or multiclass (inferred from the label unless set)",
+    "layout": "how training was laid out: single, mirrored xN, multi_worker, mesh BxM",
+    "replicas": "data-parallel copies of the model (each takes a share of every batch)",
+    "state": "the evaluator's convergence verdict (README 'Convergence states')",
+    "steps to target": "training step at which the training loss first reached the "
+                       "target (evaluator target_loss, else target_fraction x the "
+                       "trivial loss); -1: never reached",
+    "eval MSE": "mean squared error on the eval split",
+    "R2": "1 - eval MSE / label variance on the eval split (1 perfect, 0 = predicting "
+          "the mean)",
+    "accuracy": "share of eval examples whose predicted class is the label",
+    "AUC": "area under the ROC curve on the eval split (binary; -1 without both classes)",
+    "log loss": "mean cross-entropy on the eval split",
+    "trivial loss": "the eval loss of predicting without features (the label's mean, or "
+                    "the class shares): a model should beat it",
+    "examples/s": "training examples per second",
+    "params": "trainable parameters of the model",
+    "state B/device": "bytes of training state held per device",
+    "blessed": "1 if the evaluator blessed the model (fit to push), else 0",
+    "why not blessed": "the evaluator's reason when it did not bless",
+}
+RUN_COLUMNS = ("pipeline", "run", "data", "label", "task", "layout", "replicas")
+
+
 @dataclasses.dataclass
 class RunMetrics:
   """One pipeline run and the ConvergenceMetrics artifact it produced (or reused)."""
@@ -95,6 +126,8 @@ class RunMetrics:
   metrics_uri: str
   cached: bool
   properties: Dict[str, Any]
+  data: str = ""   # The Examples' source (the CSV glob, "synthetic", "taxi").
+  label: str = ""  # The Examples' label_key.
 
   def to_json(self) -> Dict[str, Any]:
     """Strict-JSON dict: non-finite floats become null."""
@@ -102,7 +135,8 @@ class RunMetrics:
              for k, v in sorted(self.properties.items())}
     return {"pipeline": self.pipeline, "run": self.run,
             "run_created": _iso(self.run_created_ms), "metrics_id": self.metrics_id,
-            "metrics_uri": self.metrics_uri, "cached": self.cached, "properties": props}
+            "metrics_uri": self.metrics_uri, "cached": self.cached, "data": self.data,
+            "label": self.label, "properties": props}
 
 
 def _iso(ms: int) -> str:
@@ -154,6 +188,24 @@ def _exact_properties(uri: str, properties: Dict[str, Any]) -> Dict[str, Any]:
   return dict(properties, **{k: P.decode_json(v) for k, v in exact.items()})
 
 
+def examples_of(store, artifact_id: int) -> Tuple[str, str]:
+  """(source, label_key) of the Examples the execution that wrote the artifact read;
+  ("", "") when there is none (a store from before ExampleGen recorded them)."""
+  outputs = (metadata_store_pb2.Event.OUTPUT, metadata_store_pb2.Event.DECLARED_OUTPUT)
+  executions = {e.execution_id for e in store.get_events_by_artifact_ids([artifact_id])
+                if e.type in outputs}
+  if not executions:
+    return "", ""
+  inputs = sorted({e.artifact_id for e in store.get_events_by_execution_ids(list(executions))
+                   if e.type in (metadata_store_pb2.Event.INPUT,
+                                 metadata_store_pb2.Event.DECLARED_INPUT)})
+  for artifact in store.get_artifacts_by_id(inputs) if inputs else []:
+    properties = P.read_properties(artifact.custom_properties)
+    if "source" in properties and "label_key" in properties:
+      return str(properties["source"]), str(properties["label_key"])
+  return "", ""
+
+
 def find_runs(store, pipeline_name: Optional[str] = None,
               last: Optional[int] = None) -> List[RunMetrics]:
   """Runs with ConvergenceMetrics, oldest first; optionally one pipeline's, the last N."""
@@ -177,13 +229,14 @@ def find_runs(store, pipeline_name: Optional[str] = None,
     runs = sorted((c for name in RUN_CONTEXTS for c in by_type.get(name, [])),
                   key=lambda c: (c.create_time_since_epoch, c.id))
     properties = _exact_properties(artifact.uri, P.read_properties(artifact.custom_properties))
+    data, label = examples_of(store, artifact.id)
     for index, run in enumerate(runs or [None]):
       rows.append(RunMetrics(
           pipeline=pipeline,
           run=run.name if run else f"artifact-{artifact.id}",
           run_created_ms=run.create_time_since_epoch if run else artifact.create_time_since_epoch,
           metrics_id=artifact.id, metrics_uri=artifact.uri, cached=index > 0,
-          properties=properties))
+          properties=properties, data=data, label=label))
   rows.sort(key=lambda r: (r.run_created_ms, r.metrics_id))
   return rows[-last:] if last else rows
 
@@ -221,12 +274,18 @@ def is_classification(row: RunMetrics) -> bool:
   return row.properties.get(P.TASK) in ("binary", "multiclass")
 
 
+def data_of(row: RunMetrics) -> str:
+  """The data as the table shows it: a file's name without its directory."""
+  return re.split(r"[\\/]", row.data.rstrip("/"))[-1] if row.data else "-"
+
+
 def _table(rows: Sequence[Tuple[RunMetrics, int]], columns) -> List[str]:
-  header = ["pipeline", "run", "layout", "replicas"] + [c[0] for c in columns]
+  header = list(RUN_COLUMNS) + [c[0] for c in columns]
   lines = []
   for row, reruns in rows:
     run = row.run + ("*" if row.cached else "") + (f" (+{reruns} cached)" if reruns else "")
-    lines.append([row.pipeline, run, layout_of(row),
+    lines.append([row.pipeline, run, data_of(row), row.label or "-",
+                  _cell(row.properties.get(P.TASK), str), layout_of(row),
                   _cell(row.properties.get(P.REPLICAS), str)] +
                  [_cell(row.properties.get(prop), fmt) for _, prop, fmt in columns])
   widths = [max(len(x) for x in column) for column in zip(header, *lines)]
@@ -252,7 +311,17 @@ def format_table(rows: Sequence[RunMetrics]) -> str:
     text += _table(group, columns)
   if any(row.cached for row, _ in unique):
     text.append("* reused the cached metrics of an earlier run")
+  if groups:
+    text += ["", "Columns:"] + legend(
+        list(RUN_COLUMNS) + [c[0] for _, _, columns in groups for c in columns])
   return "\n".join(text)
+
+
+def legend(headers: Sequence[str]) -> List[str]:
+  """One line per column header (each once, in order): what it means."""
+  shown = list(dict.fromkeys(headers))
+  width = max(len(h) for h in shown)
+  return [f"  {h.ljust(width)}  {COLUMN_HELP[h]}" for h in shown]
 
 
 def read_curves(row: RunMetrics) -> Optional[Dict[str, Any]]:

@@ -96,7 +96,7 @@ def _labels(history: run_history.RunHistory) -> str:
   parts = []
   counts = (history.label_counts or {}).get("train")
   if counts:
-    shown = ", ".join(f"{name} {n}" for name, n in list(counts.items())[:10])
+    shown = ", ".join(f"{readable.name(name)} {n}" for name, n in list(counts.items())[:10])
     more = ", ..." if len(counts) > 10 else ""
     parts.append(f"{len(counts)} classes in train ({shown}{more})")
   missing = history.missing_labels or {}
@@ -105,7 +105,8 @@ def _labels(history: run_history.RunHistory) -> str:
                  f"({100 * float(missing['share']):.1f}%) "
                  + ("skipped" if missing.get("policy") == "skip" else "found"))
   if history.label_classes_not_in_train:
-    parts.append("not in train: " + ", ".join(history.label_classes_not_in_train))
+    parts.append("not in train: " + ", ".join(readable.name(c) for c in
+                                              history.label_classes_not_in_train))
   return "; ".join(parts)
 
 

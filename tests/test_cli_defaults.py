@@ -80,6 +80,9 @@ def test_each_flag_changes_its_setting_and_nothing_else(dest):
   changed |= {k for k in before if not isinstance(before[k], dict) and before[k] != after[k]}
   if dest == "data":  # The source decides the trainer's and the evaluator's defaults.
     return
+  if dest == "label":  # A CSV's pipeline is named after its file and label (issue 47).
+    assert changed == {key, "pipeline_name"} and got.pipeline_name == f"x-{want}", changed
+    return
   assert changed == {key}, changed
 
 

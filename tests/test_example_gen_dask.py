@@ -63,7 +63,7 @@ def test_dask_ingest_matches_direct_runner_and_reports_bad_rows(tmp_path, dask_c
   dask = runners.dask_args(dask_cluster, npartitions=4)
   lines = ["a,s,y"] + [f"{i},s{i % 7},{i * 0.5}" for i in range(600)]
   path = helpers.write_csv(tmp_path / "data.csv", lines)
-  config = ExampleGenConfig(source=path, num_workers=2, shards_per_worker=2)
+  config = ExampleGenConfig(label="y", source=path, num_workers=2, shards_per_worker=2)
   direct = helpers.run_executor(tmp_path, config, name="direct")
   on_dask = helpers.run_executor(tmp_path, config, dask, name="dask")
   assert helpers.file_digests(on_dask) == helpers.file_digests(direct)
@@ -74,10 +74,10 @@ def test_dask_ingest_matches_direct_runner_and_reports_bad_rows(tmp_path, dask_c
   bad = helpers.write_csv(tmp_path / "bad.csv", lines)
   with pytest.raises(sources.BadInputError,
                      match=r"bad\.csv:451: column 'y': expected float, got 'not-a-number'"):
-    helpers.run_executor(tmp_path, ExampleGenConfig(source=bad), dask, name="fail")
+    helpers.run_executor(tmp_path, ExampleGenConfig(label="y", source=bad), dask, name="fail")
   assert os.listdir(tmp_path / "fail") == []
 
-  skip = ExampleGenConfig(source=bad, bad_row_policy="skip")
+  skip = ExampleGenConfig(label="y", source=bad, bad_row_policy="skip")
   skipped = helpers.props(helpers.run_executor(tmp_path, skip, dask, name="skip"))
   assert skipped[keys.SKIPPED_ROWS] == 1
   assert skipped == helpers.props(helpers.run_executor(tmp_path, skip, name="skip_direct"))

@@ -42,7 +42,7 @@ def test_split_glob(pattern, expected):
 def test_resolve_picks_the_latest_span_and_version(tmp_path):
   for span, version in ((1, 1), (2, 1), (2, 3), (10, 0)):
     _write(tmp_path / f"span-{span:02d}" / f"v{version}" / "data.csv", 5)
-  config = ExampleGenConfig(source=str(tmp_path / "span-{SPAN:2}" / "v{VERSION}" / "*.csv"))
+  config = ExampleGenConfig(label="y", source=str(tmp_path / "span-{SPAN:2}" / "v{VERSION}" / "*.csv"))
   resolved = driver.resolve(config)
   assert (resolved.span, resolved.version) == (10, 0)
   assert resolved.pattern == str(tmp_path / "span-10" / "v0" / "*.csv")
@@ -52,7 +52,7 @@ def test_resolve_picks_the_latest_span_and_version(tmp_path):
 def test_resolve_a_static_span_from_range_config(tmp_path):
   for span in (1, 2):
     _write(tmp_path / f"span-{span}" / "data.csv", 5)
-  config = ExampleGenConfig(source=str(tmp_path / "span-{SPAN}" / "*.csv"))
+  config = ExampleGenConfig(label="y", source=str(tmp_path / "span-{SPAN}" / "*.csv"))
   static = range_config_pb2.RangeConfig(static_range=range_config_pb2.StaticRange(
       start_span_number=1, end_span_number=1))
   resolved = driver.resolve(config, range_config_json=proto_utils.proto_to_json(static))
@@ -60,14 +60,14 @@ def test_resolve_a_static_span_from_range_config(tmp_path):
 
 
 def test_resolve_names_the_pattern_when_no_span_matches(tmp_path):
-  config = ExampleGenConfig(source=str(tmp_path / "span-{SPAN}" / "*.csv"))
+  config = ExampleGenConfig(label="y", source=str(tmp_path / "span-{SPAN}" / "*.csv"))
   with pytest.raises(sources.BadInputError, match=r"source: cannot resolve .*span-\{SPAN\}"):
     driver.resolve(config)
 
 
 def test_fingerprint_changes_when_a_file_grows(tmp_path):
   path = _write(tmp_path / "data.csv", 10)
-  config = ExampleGenConfig(source=path)
+  config = ExampleGenConfig(label="y", source=path)
   before = driver.resolve(config).fingerprint
   with open(path, "a", encoding="utf-8") as f:
     f.write("10,20\n")
@@ -118,7 +118,7 @@ def _rows(artifact):
 def test_appended_rows_or_a_new_encoding_are_a_new_execution_not_a_stale_cache_hit(
     tmp_path, monkeypatch):
   path = _write(tmp_path / "data" / "data.csv", 100)
-  config = ExampleGenConfig(source=path, shards_per_worker=1)
+  config = ExampleGenConfig(label="y", source=path, shards_per_worker=1)
   first = _run(tmp_path, PartitionedExampleGen(config))
   assert len(first) == 1 and _rows(first[0]) == 100
   assert first[0].custom_properties["input_fingerprint"].string_value
@@ -145,7 +145,7 @@ def test_span_pattern_through_the_driver_records_span_on_the_artifact(tmp_path):
   _write(tmp_path / "data" / "span-1" / "a.csv", 40)
   _write(tmp_path / "data" / "span-2" / "a.csv", 60, start=1000)
   component = PartitionedExampleGen(
-      input_base=str(tmp_path / "data"),
+      ExampleGenConfig(label="y"), input_base=str(tmp_path / "data"),
       input_config=example_gen_pb2.Input(splits=[
           example_gen_pb2.Input.Split(name="single_split", pattern="span-{SPAN}/*.csv")]))
   [examples] = _run(tmp_path, component)
@@ -162,5 +162,5 @@ def test_pipeline_input_check_reads_the_span_the_driver_picks(tmp_path):
     f.write("x,other\n1,2\n")  # The latest span has no label column.
   config = config_lib.PipelineConfig(example_gen=ExampleGenConfig(
       source=str(tmp_path / "span-{SPAN}" / "*.csv"), label="y"))
-  with pytest.raises(ConfigError, match=r"span-2/a\.csv:1: label column 'y' not in header"):
+  with pytest.raises(ConfigError, match=r"span-2/a\.csv:1: label column 'y' not in the header"):
     config.validate().check_inputs()

@@ -121,7 +121,7 @@ def test_same_config_twice_gives_identical_files(synthetic, tmp_path):
 def test_csv_with_missing_values_and_strings(tmp_path):
   path = write_csv(tmp_path / "data.csv",
                    ["a,city,y"] + [f"{i if i % 7 else ''},c{i % 3},{i * 0.5}" for i in range(60)])
-  examples = run_executor(tmp_path, ExampleGenConfig(source=path, shards_per_worker=1))
+  examples = run_executor(tmp_path, ExampleGenConfig(label="y", source=path, shards_per_worker=1))
   p = props(examples)
   # Every feature the trainer uses, in header order; the string ones also on their own.
   assert json.loads(p[keys.FEATURE_KEYS]) == ["a", "city"] and p[keys.SOURCE] == path
@@ -138,7 +138,8 @@ def test_csv_with_missing_values_and_strings(tmp_path):
 
 def _issue_csv(tmp_path):
   """The issue's CSV: 400 rows of x0,x1,y, one 'not-a-number' in x1 on line 59."""
-  lines = ["x0,x1,y"] + [f"{i},{i * 0.5},{i * 3 + 1}" for i in range(400)]
+  # x0 is not a row number (that would be left out as ID-like: column_choice.py).
+  lines = ["x0,x1,y"] + [f"{i % 37},{i * 0.5},{i * 3 + 1}" for i in range(400)]
   lines[58] = "57,not-a-number,172"
   return write_csv(tmp_path / "data.csv", lines)
 
@@ -147,7 +148,7 @@ def test_one_bad_cell_fails_naming_file_and_line(tmp_path):
   path = _issue_csv(tmp_path)
   with pytest.raises(sources.BadInputError,
                      match=r"data\.csv:59: column 'x1': expected float, got 'not-a-number'"):
-    run_executor(tmp_path, ExampleGenConfig(source=path))
+    run_executor(tmp_path, ExampleGenConfig(label="y", source=path))
   assert os.listdir(tmp_path / "examples") == []
 
 
@@ -155,7 +156,7 @@ def test_one_bad_cell_skipped_keeps_the_column_numeric_and_says_so(tmp_path, cap
   path = _issue_csv(tmp_path)
   # absl's own logger too: another test in the same worker may have left it above INFO.
   with caplog.at_level("INFO"), caplog.at_level("INFO", logger="absl"):
-    examples = run_executor(tmp_path, ExampleGenConfig(source=path, bad_row_policy="skip"))
+    examples = run_executor(tmp_path, ExampleGenConfig(label="y", source=path, bad_row_policy="skip"))
   p = props(examples)
   assert p[keys.SKIPPED_ROWS] == 1 and sum(json.loads(p[keys.ROW_COUNTS]).values()) == 399
   assert json.loads(p[keys.FEATURE_KEYS]) == ["x0", "x1"]
@@ -167,7 +168,7 @@ def test_one_bad_cell_skipped_keeps_the_column_numeric_and_says_so(tmp_path, cap
 def test_split_key_keeps_equal_keys_together(tmp_path):
   path = write_csv(tmp_path / "data.csv",
                    ["user,x,y"] + [f"u{i % 10},{i},{i}" for i in range(200)])
-  examples = run_executor(tmp_path, ExampleGenConfig(source=path, split_key="user"))
+  examples = run_executor(tmp_path, ExampleGenConfig(label="y", source=path, split_key="user"))
   users = {split: {value(e, "user") for e in read_split(examples, split)}
            for split in ("train", "eval")}
   assert users["train"] and users["eval"] and not users["train"] & users["eval"]
@@ -194,7 +195,7 @@ BAD_INPUT = {
     "non_numeric": (["a,b,y", "1,2,3", "4,5,6", "7,x,9"],
                     r"data\.csv:4: column 'b': expected float, got 'x'"),
     "only_header": (["a,b,y"], r"data\.csv: no data rows after the header"),
-    "missing_label": (["a,b,z", "1,2,3"], r"data\.csv:1: label column 'y' not in header"),
+    "missing_label": (["a,b,z", "1,2,3"], r"data\.csv:1: label column 'y' not in the header"),
 }
 
 
@@ -202,7 +203,7 @@ BAD_INPUT = {
 def test_bad_input_fails_from_do_naming_file_and_line(tmp_path, case):
   lines, message = BAD_INPUT[case]
   path = write_csv(tmp_path / "data.csv", lines)
-  config = ExampleGenConfig(source=path, column_types={"a": "float", "b": "float"})
+  config = ExampleGenConfig(label="y", source=path, column_types={"a": "float", "b": "float"})
   with pytest.raises(sources.BadInputError, match=message):
     run_executor(tmp_path, config)
   assert os.listdir(tmp_path / "examples") == []  # No partial artifact.
@@ -215,26 +216,26 @@ def test_bad_row_in_a_later_read_range_names_its_line(tmp_path, monkeypatch):
   path = write_csv(tmp_path / "data.csv", lines)
   with pytest.raises(sources.BadInputError,
                      match=r"data\.csv:251: column 'y': expected int, got 'oops'"):
-    run_executor(tmp_path, ExampleGenConfig(source=path, type_inference_rows=100))
+    run_executor(tmp_path, ExampleGenConfig(label="y", source=path, type_inference_rows=100))
 
 
 def test_no_files_fails_before_beam_naming_the_glob(tmp_path):
   with pytest.raises(sources.BadInputError, match=r"no files match .*missing-\*\.csv"):
-    run_executor(tmp_path, ExampleGenConfig(source=str(tmp_path / "missing-*.csv")))
+    run_executor(tmp_path, ExampleGenConfig(label="y", source=str(tmp_path / "missing-*.csv")))
 
 
 def test_bad_row_in_a_later_file_names_that_file(tmp_path):
   write_csv(tmp_path / "a.csv", ["x,y", "1,2", "3,4"])
   write_csv(tmp_path / "b.csv", ["x,y", "5,6", "7,8", "9"])
   with pytest.raises(sources.BadInputError, match=r"b\.csv:4: expected 2 columns, got 1"):
-    run_executor(tmp_path, ExampleGenConfig(source=str(tmp_path / "*.csv")))
+    run_executor(tmp_path, ExampleGenConfig(label="y", source=str(tmp_path / "*.csv")))
   assert os.listdir(tmp_path / "examples") == []
 
 
 def test_skip_policy_counts_skipped_rows(tmp_path):
   lines = ["a,y"] + [f"{i},{i}" for i in range(40)] + ["1,2,3", "x,1", "\"7,8", "5,5"]
   path = write_csv(tmp_path / "data.csv", lines)
-  config = ExampleGenConfig(source=path, bad_row_policy="skip", column_types={"a": "float"})
+  config = ExampleGenConfig(label="y", source=path, bad_row_policy="skip", column_types={"a": "float"})
   examples = run_executor(tmp_path, config)
   p = props(examples)
   assert p[keys.SKIPPED_ROWS] == 3
@@ -243,7 +244,7 @@ def test_skip_policy_counts_skipped_rows(tmp_path):
 
 def test_skip_policy_with_no_good_rows_fails(tmp_path):
   path = write_csv(tmp_path / "data.csv", ["a,y", "1,2,3", "x,1"])
-  config = ExampleGenConfig(source=path, bad_row_policy="skip", column_types={"a": "float"})
+  config = ExampleGenConfig(label="y", source=path, bad_row_policy="skip", column_types={"a": "float"})
   with pytest.raises(sources.BadInputError, match=r"no data rows \(2 bad rows skipped\)"):
     run_executor(tmp_path, config)
   assert os.listdir(tmp_path / "examples") == []
@@ -255,7 +256,7 @@ def test_skip_policy_with_no_good_rows_fails(tmp_path):
 @pytest.mark.slow
 def test_multi_processing_runner_matches_in_memory(tmp_path):
   path = write_csv(tmp_path / "data.csv", ["a,s,y"] + [f"{i},s{i},{i}" for i in range(500)])
-  config = ExampleGenConfig(source=path, num_workers=2, shards_per_worker=1)
+  config = ExampleGenConfig(label="y", source=path, num_workers=2, shards_per_worker=1)
   in_memory = run_executor(tmp_path, config, name="in_memory")
   multi = run_executor(tmp_path, config, MULTI_PROCESS_ARGS, name="multi")
   assert file_digests(in_memory) == file_digests(multi)
@@ -266,7 +267,7 @@ def test_multi_processing_runner_matches_in_memory(tmp_path):
 def test_multi_processing_runner_reports_bad_rows_with_file_and_line(tmp_path):
   path = write_csv(tmp_path / "data.csv", ["a,y", "1,2", "3,4,5"])
   with pytest.raises(sources.BadInputError, match=r"data\.csv:3: expected 2 columns, got 3"):
-    run_executor(tmp_path, ExampleGenConfig(source=path), MULTI_PROCESS_ARGS)
+    run_executor(tmp_path, ExampleGenConfig(label="y", source=path), MULTI_PROCESS_ARGS)
   assert os.listdir(tmp_path / "examples") == []
 
 

@@ -72,14 +72,25 @@ def test_describe_names_string_columns_and_odd_cells():
   reports = inference.infer_types(header, _sample(header, rows))
   info, warnings = inference.describe(reports, 400, "y")
   assert "x0=int, x1=float, city=string, y=int" in info and "first 400 data rows" in info
-  assert len(warnings) == 2
+  assert len(warnings) == 1
   assert warnings[0].startswith("column 'x1' is float (399 of 400 sampled cells are numbers")
   assert "data.csv:59 'not-a-number'" in warnings[0]
-  assert warnings[1].startswith("column 'city' is a string column (400 of 400 sampled cells "
-                                "are not numbers)")
-  assert "the trainer uses it as a categorical feature" in warnings[1]  # issue 31, case 2
-  # No advice that would make every row bad: 'city' holds no number (issue 38).
-  assert "NOT" not in warnings[1] and "'float'" not in warnings[1]
+  # An ordinary string column gets no WARNING of its own (issue 47): one line names them
+  # all as categorical features (issue 31, case 2), with no advice that would make every
+  # row bad ('city' holds no number, issue 38).
+  assert inference.categorical_line(reports, "y") == (
+      "string columns, used as categorical features (ids from their vocabulary): 'city'")
+
+
+def test_one_line_for_every_ordinary_string_column_none_for_label_dates_and_ids():
+  header = ("a", "b", "when", "name", "y")
+  rows = [(f"a{i % 3}", f"b{i % 4}", f"2020-01-{1 + i % 28:02d}", f"n{i}", f"k{i % 2}")
+          for i in range(60)]
+  reports = inference.infer_types(header, _sample(header, rows))
+  info, warnings = inference.describe(reports, 60, "y")
+  assert warnings == []  # The trainer names the date and the ID-like column, once.
+  assert inference.categorical_line(reports, "y") == (
+      "string columns, used as categorical features (ids from their vocabulary): 'a', 'b'")
 
 
 def test_a_numeric_type_is_suggested_only_where_most_sampled_cells_are_numbers():

@@ -29,7 +29,7 @@ def test_local_dag_runner_with_stock_statistics_gen_and_schema_gen(tmp_path):
     f.write("x0,n,city,y\n")
     f.writelines(f"{i * 0.1 if i % 9 else ''},{1000 + 7 * (i % 30)},c{i % 4},{i % 40}\n"
                  for i in range(300))
-  example_gen = PartitionedExampleGen(config=ExampleGenConfig(source=str(csv_path)))
+  example_gen = PartitionedExampleGen(config=ExampleGenConfig(label="y", source=str(csv_path)))
   statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs[keys.EXAMPLES_KEY])
   schema_gen = tfx.components.SchemaGen(statistics=statistics_gen.outputs["statistics"])
   trainer = DistributedTrainer(

@@ -10,6 +10,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from tfx_parallel.components.partitioned_example_gen import inference
+from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import sources
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 from tfx_parallel.components.partitioned_example_gen.sources import BadInputError
@@ -22,7 +23,7 @@ def _write(path, text):
 
 
 def _layout(path, **kwargs):
-  return sources.plan_source(ExampleGenConfig(source=str(path), **kwargs).validate())
+  return sources.plan_source(ExampleGenConfig(label="y", source=str(path), **kwargs).validate())
 
 
 def _parse(layout, path, first_line, lines):
@@ -106,7 +107,7 @@ def test_no_matching_files_fails_naming_the_glob(tmp_path):
 
 def test_missing_label_column_fails_naming_the_column_and_file(tmp_path):
   path = _write(tmp_path / "data.csv", "a,b\n1,2\n")
-  with pytest.raises(BadInputError, match=r"data\.csv:1: label column 'y' not in header"):
+  with pytest.raises(BadInputError, match=r"data\.csv:1: label column 'y' not in the header"):
     _layout(path)
 
 
@@ -189,7 +190,13 @@ def test_parse_rows_with_missing_values_quotes_crlf_and_blank_lines(tmp_path):
   np.testing.assert_array_equal(batch.numeric["a"], [1.5, np.nan, 4.0])
   np.testing.assert_array_equal(batch.numeric["y"], [2.0, 3.0, np.nan])
   assert batch.strings["name"] == [b"b, c", None, b"d"]
-  # Split keys: the rows' stock CsvExampleGen Examples (tests/test_example_gen_stock_key.py).
+  # Split keys by default: the rows' positions, (seeded file offset + line number).
+  np.testing.assert_array_equal(
+      batch.keys, partition.row_ids(layout.file_base(path), np.array([2, 4, 5])))
+  # With a stock output_config (row_split False): the rows' stock CsvExampleGen Examples
+  # (tests/test_example_gen_stock_key.py).
+  stock = sources.plan_source(ExampleGenConfig(label="y", source=path), row_split=False)
+  batch, _ = _parse(stock, path, 2, ["1.5,\"b, c\",2\r", "", ",,3", "4,d,"])
   assert batch.keys[1] == _stock_example({"a": ("float", None), "name": ("string", None),
                                           "y": ("int", 3)})
   assert batch.sort_key == (path, 2)

@@ -97,7 +97,9 @@ def _ours(root, name, config, output=None):
 ])
 def test_output_config_gives_stock_splits(csv_dir, name, splits, feature):
   output = _output(splits, feature)
-  config = ExampleGenConfig(source=str(csv_dir / "in" / "data.csv"), shards_per_worker=3)
+  # keep_columns: stock writes every column, so the stock key needs the id too.
+  config = ExampleGenConfig(label="y", source=str(csv_dir / "in" / "data.csv"),
+                            shards_per_worker=3, keep_columns=("id",))
   stock = _stock(csv_dir, f"stock_{name}", output)
   ours = _ours(csv_dir, f"ours_{name}", config, output)
   assert list(ours) == [s for s, _ in splits]  # Stock's split order, not sorted.
@@ -106,7 +108,10 @@ def test_output_config_gives_stock_splits(csv_dir, name, splits, feature):
 
 
 def test_ratio_shorthand_is_the_stock_output_config_with_sorted_splits(csv_dir):
-  config = ExampleGenConfig(source=str(csv_dir / "in" / "data.csv"),
-                            split_ratios={"train": 4, "eval": 1})
-  stock = _stock(csv_dir, "stock_shorthand", _output([("eval", 1), ("train", 4)]))
+  """With a split_key, the shorthand is stock's partition_feature_name, splits sorted.
+  (Without one it is the row split, which stock does not have: test_example_gen_row_split.)"""
+  config = ExampleGenConfig(label="y", source=str(csv_dir / "in" / "data.csv"),
+                            split_ratios={"train": 4, "eval": 1}, split_key="city",
+                            keep_columns=("id",))
+  stock = _stock(csv_dir, "stock_shorthand", _output([("eval", 1), ("train", 4)], "city"))
   assert _ours(csv_dir, "ours_shorthand", config) == stock

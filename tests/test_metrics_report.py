@@ -8,6 +8,7 @@ ml_metadata API.
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -33,8 +34,9 @@ def _store(home):
   return metadata_store.MetadataStore(config)
 
 
-def _add_run(store, pipeline, run, props, uri="/nowhere"):
-  """One run: contexts, an execution, its ConvergenceMetrics output; returns artifact id."""
+def _add_run(store, pipeline, run, props, uri="/nowhere", examples=None):
+  """One run: contexts, an execution, its ConvergenceMetrics output; returns artifact id.
+  ``examples``: (source, label_key) of an Examples input of the execution."""
   ctx_types = {name: store.put_context_type(metadata_store_pb2.ContextType(name=name))
                for name in ("pipeline", "pipeline_run")}
   art_type = store.put_artifact_type(metadata_store_pb2.ArtifactType(name="ConvergenceMetrics"))
@@ -53,8 +55,15 @@ def _add_run(store, pipeline, run, props, uri="/nowhere"):
       artifact.custom_properties[name].double_value = value
   execution = metadata_store_pb2.Execution(type_id=exe_type)
   event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT)
-  _, [artifact_id], _ = store.put_execution(
-      execution, [(artifact, event)], contexts, reuse_context_if_already_exist=True)
+  pairs = [(artifact, event)]
+  if examples is not None:
+    ex_type = store.put_artifact_type(metadata_store_pb2.ArtifactType(name="Examples"))
+    source = metadata_store_pb2.Artifact(type_id=ex_type, uri="/examples")
+    source.custom_properties["source"].string_value = examples[0]
+    source.custom_properties["label_key"].string_value = examples[1]
+    pairs.append((source, metadata_store_pb2.Event(type=metadata_store_pb2.Event.INPUT)))
+  _, [artifact_id, *_], _ = store.put_execution(
+      execution, pairs, contexts, reuse_context_if_already_exist=True)
   return artifact_id
 
 
@@ -63,7 +72,8 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
   base = {P.LAYOUT: "mesh", P.MESH_SHAPE: "2x2", P.REPLICAS: 2, P.STEPS_TO_TARGET: 120,
           P.EXAMPLES_PER_SEC: 12345.6, P.BLESSED: 1, P.CONVERGENCE_STATE: "converged",
           P.PARAM_COUNT: 16385, P.STATE_BYTES_PER_DEVICE: 131096}
-  _add_run(store, "alpha", "run-1", dict(base, **{P.FINAL_LOSS: 0.01, P.EVAL_MSE: 0.02}))
+  _add_run(store, "alpha", "run-1", dict(base, **{P.FINAL_LOSS: 0.01, P.EVAL_MSE: 0.02}),
+           examples=("/data/diamonds.csv", "price"))
   _add_run(store, "beta", "run-2", dict(base, **{P.LAYOUT: "single", P.MESH_SHAPE: "",
                                                  P.REPLICAS: 1,
                                                  P.FINAL_LOSS: "nan", P.EVAL_MSE: 3.0,
@@ -78,17 +88,30 @@ def test_find_runs_filter_last_table_and_json(tmp_path, capsys):
 
   table = metrics_report.format_table(rows)
   header, first, second = table.splitlines()[:3]
-  assert header.split() == ["pipeline", "run", "layout", "replicas", "state", "steps", "to",
+  assert header.split() == ["pipeline", "run", "data", "label", "task", "layout", "replicas",
+                            "state", "steps", "to",
                             "target", "eval", "MSE", "R2", "trivial", "loss", "examples/s",
                             "params", "state", "B/device", "blessed", "why", "not", "blessed"]
-  assert first.split() == ["alpha", "run-1", "mesh", "2x2", "2", "converged", "120",
+  # The data file (its name), the label and the task tell runs apart (issue 47).
+  assert first.split() == ["alpha", "run-1", "diamonds.csv", "price", "-", "mesh", "2x2",
+                           "2", "converged", "120",
                            "0.02", "-", "-", "12,346", "16,385", "131,096", "1", "-"]
-  assert second.split() == ["beta", "run-2", "single", "1", "converged", "-1", "3",
-                            "-", "-", "12,346", "16,385", "131,096", "0", "-"]
+  assert second.split() == ["beta", "run-2", "-", "-", "-", "single", "1", "converged", "-1",
+                            "3", "-", "-", "12,346", "16,385", "131,096", "0", "-"]
+  # Every column is explained under the table, "steps to target" -1 included.
+  legend = table.split("\nColumns:\n", 1)[1].splitlines()
+  assert [line.strip().split("  ")[0] for line in legend] == [
+      "pipeline", "run", "data", "label", "task", "layout", "replicas", "state",
+      "steps to target", "eval MSE", "R2", "trivial loss", "examples/s", "params",
+      "state B/device", "blessed", "why not blessed"]
+  assert "-1: never reached" in [l for l in legend if "steps to target" in l][0]
 
   assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "beta"]) == 0
   [run] = json.loads(capsys.readouterr().out)
   assert run["pipeline"] == "beta" and run["properties"][P.FINAL_LOSS] is None
+  assert metrics_report.main(["--home", str(tmp_path), "--json", "--pipeline-name", "alpha"]) == 0
+  assert {(r["data"], r["label"]) for r in json.loads(capsys.readouterr().out)} == {
+      ("/data/diamonds.csv", "price"), ("", "")}
 
 
 def test_one_row_per_run_with_the_layout_as_it_really_was(tmp_path):
@@ -111,12 +134,12 @@ def test_one_row_per_run_with_the_layout_as_it_really_was(tmp_path):
   rows = metrics_report.find_runs(store)
   assert [(r.run, r.cached) for r in rows] == [("run-1", False), ("run-2", False),
                                                ("run-3", False), ("run-4", True)]
-  table = metrics_report.format_table(rows).splitlines()
+  table = metrics_report.format_table(rows).split("\n\nColumns:")[0].splitlines()
   assert len(table) == 4, table  # header + three runs; run-4 trained nothing
-  assert [line.split()[1:5] for line in table[1:]] == [
-      ["run-1", "single", "1", "converged"],
-      ["run-2", "mirrored", "x2", "2"],
-      ["run-3", "(+1", "cached)", "mesh"]]
+  assert [re.split(r"\s{2,}", line)[1:7] for line in table[1:]] == [
+      ["run-1", "-", "-", "-", "single", "1"],
+      ["run-2", "-", "-", "-", "mirrored x2", "2"],
+      ["run-3 (+1 cached)", "-", "-", "-", "mesh 2x2", "2"]]
   assert "mesh 2x2" in table[3] and "1x1" not in "\n".join(table)
   assert "19.64 " in table[1] and "4,583 " in table[1]
   assert "19.643" not in "\n".join(table) and "4582" not in "\n".join(table)
@@ -139,13 +162,16 @@ def test_regression_and_classification_runs_each_show_their_tasks_columns(tmp_pa
   assert metrics_report.main(["--home", str(tmp_path)]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == "regression runs:" and lines[4] == "classification runs:", lines
-  assert lines[1].split()[4:9] == ["state", "steps", "to", "target", "eval"]
+  assert lines[1].split()[2:12] == ["data", "label", "task", "layout", "replicas", "state",
+                                    "steps", "to", "target", "eval"]
   assert "R2" in lines[1] and "accuracy" not in lines[1] and "log loss" not in lines[1]
-  assert lines[2].split()[4:9] == ["converged", "-1", "12.5", "0.87", "96.2"]
-  assert lines[5].split()[4:10] == ["state", "task", "accuracy", "AUC", "log", "loss"]
+  assert lines[2].split()[4:12] == ["regression", "single", "1", "converged", "-1", "12.5",
+                                    "0.87", "96.2"]
+  assert lines[5].split()[5:12] == ["layout", "replicas", "state", "accuracy", "AUC", "log",
+                                    "loss"]
   assert "MSE" not in lines[5] and "R2" not in lines[5]
-  assert lines[6].split()[2:4] == ["mesh", "1x2"]
-  assert lines[6].split()[5:11] == ["diverged", "binary", "0.739", "0.487", "818", "0.5606"]
+  assert lines[6].split()[4:7] == ["binary", "mesh", "1x2"]
+  assert lines[6].split()[8:12] == ["diverged", "0.739", "0.487", "818"]
   assert lines[6].split()[-3:] == ["0", "training", "diverged"]
 
 
@@ -204,8 +230,8 @@ def test_metrics_read_a_store_written_the_way_kfp_writes_it(tmp_path, capsys):
 
   assert metrics_report.main(["--home", str(tmp_path)]) == 0
   table = capsys.readouterr().out.splitlines()
-  assert table[1].split()[:9] == ["tfx-parallel", "9b1d-run-1", "(+1", "cached)", "mirrored",
-                                  "x2", "2", "converged", "0"], table
+  assert table[1].split()[:12] == ["tfx-parallel", "9b1d-run-1", "(+1", "cached)", "-", "-",
+                                   "regression", "mirrored", "x2", "2", "converged", "0"], table
   assert "12,346" in table[1] and " 1 " in table[1] and "1.0" not in table[1]
 
 
@@ -338,7 +364,8 @@ def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
   assert metrics_report.main(["--home", home, "--pipeline-name", "alpha", "--last", "1",
                               "--plot", plot]) == 0
   out = capsys.readouterr()
-  assert len(out.out.strip().splitlines()) == 3  # Header, one run, the cache footnote.
+  table = out.out.split("\n\nColumns:")[0]
+  assert len(table.strip().splitlines()) == 3  # Header, one run, the cache footnote.
   assert "1 run(s)" in out.err
   with open(plot, "rb") as f:
     assert f.read(4) == b"\x89PNG"

@@ -97,8 +97,11 @@ def test_case1_a_rule_that_matches_nothing_fails_before_training_in_one_line(mis
 
 @pytest.mark.slow
 def test_case2_string_columns_are_told_as_categorical_features(mistakes):
-  warning = [l for l in mistakes.stderr.splitlines() if "'payment_type' is a string column" in l]
-  assert len(warning) == 1 and "the trainer uses it as a categorical feature" in warning[0]
+  # One line for all string columns, and no absl WARNING per column (issue 47).
+  line = [l for l in _lines(mistakes) if "'payment_type'" in l and "categorical" in l]
+  assert line == ["[example_gen] string columns, used as categorical features (ids from "
+                  "their vocabulary): 'payment_type'"], line
+  assert "WARNING:absl:PartitionedExampleGen: column 'payment_type'" not in mistakes.stderr
   assert "NOT a numeric feature" not in mistakes.stderr
   assert "not in feature_keys" not in mistakes.stderr
 

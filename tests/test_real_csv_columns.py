@@ -27,9 +27,12 @@ LABEL = "response"
 
 
 def write_visits_csv(path, rows=ROWS, seed=0):
+  """The cells as text, written by pandas' df.to_csv() with its default row index (an
+  unnamed first column, issue 47)."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   start = datetime.date(2019, 1, 1)
-  lines = ["visit_id,visit_date,dose,weight,site,response"]
+  lines = []
   for i in range(rows):
     day = start + datetime.timedelta(days=int(rng.integers(0, 3 * 365)))
     dose, weight = rng.normal(5, 2), rng.normal(70, 10)
@@ -39,9 +42,10 @@ def write_visits_csv(path, rows=ROWS, seed=0):
     u = rng.random()
     dose_cell = "NA" if u < 0.08 else "" if u < 0.12 else f"{dose:.3f}"
     site_cell = "NA" if rng.random() < 0.05 else site
-    lines.append(f"row_{i:05d},{day.isoformat()},{dose_cell},{weight:.2f},{site_cell},"
-                 f"{y:.4f}")
-  path.write_text("\n".join(lines) + "\n")
+    lines.append((f"row_{i:05d}", day.isoformat(), dose_cell, f"{weight:.2f}", site_cell,
+                  f"{y:.4f}"))
+  pd.DataFrame(lines, columns=["visit_id", "visit_date", "dose", "weight", "site",
+                               LABEL]).to_csv(path)
   return str(path)
 
 
@@ -74,7 +78,7 @@ def _ridge_r2(csv, eval_ids):
   import pandas as pd  # pylint: disable=g-import-not-at-top
   from sklearn.linear_model import Ridge  # pylint: disable=g-import-not-at-top
   from sklearn.metrics import r2_score  # pylint: disable=g-import-not-at-top
-  df = pd.read_csv(csv)
+  df = pd.read_csv(csv, index_col=0)
   assert df["dose"].dtype == np.float64 and df["dose"].isna().mean() > 0.1
   dates = pd.to_datetime(df["visit_date"])
   is_eval = df["visit_id"].isin(eval_ids).to_numpy()
@@ -91,9 +95,22 @@ def test_na_id_and_date_columns_through_the_cli(visits):
   root, csv, proc = visits
   out = proc.stdout + proc.stderr
   assert proc.returncode == 0, out[-4000:]
-  # The ID column: one line naming it, why, and the key that keeps it.
+  # pandas' row index: left out by ExampleGen, one line (issue 47).
+  index = [l for l in out.splitlines() if "leaving out column ''" in l]
+  assert index == ["[example_gen] leaving out column '' (no name), row index: pandas' "
+                   "df.to_csv() writes the row index as a first column without a name "
+                   "(df.to_csv(index=False) leaves it out). To keep it, name it in the CSV "
+                   "header and set example_gen.keep_columns=['<name>']"], out[-4000:]
+  # The ID column: one line naming it, why, and the key that keeps it; said once.
   left = [l for l in out.splitlines() if "leaving out string feature 'visit_id'" in l]
   assert len(left) == 1, out[-4000:]
+  assert len([l for l in out.splitlines() if "'visit_id'" in l]) == 1, out[-4000:]
+  # No absl WARNING per string column; one line names the categorical ones.
+  assert "is a string column" not in out
+  assert ("[example_gen] string columns, used as categorical features (ids from their "
+          "vocabulary): 'site'") in out
+  # The duplicate share is printed (none here), and the eval split is representative.
+  assert re.search(r"\[example_gen\] 5000 rows, 5000 distinct: duplicate share 0\.0%", out)
   assert re.search(r"ID-like: (\d+) distinct of \1 non-missing train values \(ratio 1\.00",
                    left[0]), left[0]
   assert "trainer.keep_as_category=['visit_id']" in left[0]
@@ -122,6 +139,7 @@ def test_na_id_and_date_columns_through_the_cli(visits):
   with open(histories[0]) as f:
     record = json.load(f)["input_columns"]
   assert list(record["left_out"]) == ["visit_id"]
+  assert list(record["example_gen"]["left_out"]) == [""]  # ExampleGen's choice too.
   assert record["dates"]["visit_date"][:2] == ["visit_date_year", "visit_date_month"]
   assert "na_tokens" not in record  # PartitionedExampleGen wrote NA as missing already.
   # ... and its Examples record which tokens it read as missing, per column.
@@ -137,3 +155,16 @@ def test_na_id_and_date_columns_through_the_cli(visits):
   assert columns["dose"]["type"] == "float" and columns["dose"]["na_tokens"] == ["NA"]
   assert columns["site"]["na_tokens"] == ["NA"] and columns["visit_id"]["id_like"]
   assert columns["visit_date"]["date_parts"][:2] == ["year", "month"]
+  assert json.loads(examples.custom_properties["eval_split_warnings"].string_value) == []
+  assert examples.custom_properties["duplicate_share"].double_value == 0.0
+
+  # Runs are told apart: the pipeline is named after the file and label, and
+  # `tfx-parallel metrics` shows the data file, the label and the task.
+  assert "tfx-parallel run: pipeline visits-response, data " in out
+  from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
+  import contextlib, io  # pylint: disable=g-import-not-at-top,multiple-imports
+  text = io.StringIO()
+  with contextlib.redirect_stdout(text):
+    assert metrics_report.main(["--home", str(root / "home")]) == 0
+  row = text.getvalue().splitlines()[1].split()
+  assert row[0] == "visits-response" and row[2:5] == ["visits.csv", LABEL, "regression"], row

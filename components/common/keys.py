@@ -34,6 +34,14 @@ COLUMN_TYPES = "column_types"        # JSON {column: "float" | "int" | "string"}
 EVAL_SPLIT_WARNINGS = "eval_split_warnings"  # JSON list of sentences; "[]": representative.
 TYPE_INFERENCE = "type_inference"    # JSON {"sampled_rows", "numeric_share", "columns":
                                      # {column: {type, origin, sampled_cells, numeric_cells}}}.
+INPUT_COLUMNS = "input_columns"      # JSON {"left_out": {column: why}, "not_selected": [...],
+                                     # "kept": {column: setting}} (CSV: column_choice.py).
+# What the splits hold (PartitionedExampleGen's split_stats.py), every source:
+DUPLICATE_SHARE = "duplicate_share"  # float: share of rows that repeat an earlier row.
+DISTINCT_ROWS = "distinct_rows"      # JSON {"all": n, split: n}: distinct rows.
+EVAL_SPLIT_WARNINGS = "eval_split_warnings"  # JSON list of sentences, [] when the eval
+                                     # split represents the data (ConvergenceEvaluator
+                                     # then judges the model; otherwise it says so).
 # Stock ExampleGen's names (tfx.components.example_gen.utils), set by the driver for file
 # sources: the resolved span and version, and the matched files' fingerprint.
 SPAN = "span"                        # int; 0 without {SPAN} in the pattern.

@@ -75,3 +75,13 @@ def seconds(value) -> str:
   if whole < 3600:
     return f"{whole // 60} min {whole % 60:02d} s"
   return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def name(text: str) -> str:
+  """A class or column name as an item of a comma-separated list: quoted (repr) when it
+  holds a comma or quote, starts or ends with a space, or is empty, so the list reads
+  unambiguously; as it is otherwise."""
+  text = str(text)
+  if not text or "," in text or "'" in text or '"' in text or text != text.strip():
+    return repr(text)
+  return text

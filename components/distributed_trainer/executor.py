@@ -12,7 +12,8 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_parallel.components.common import config_util, keys, run_history, task_contract
+from tfx_parallel.components.common import config_util, keys, readable, run_history, task_contract
+from tfx_parallel.components.common import custom_properties
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.plan import devices, gpu_env, layout_choice
 from tfx_parallel.components.distributed_trainer.inputs import description, missing, stats
@@ -84,7 +85,17 @@ def job_from_artifacts(config: TrainerConfig, examples: types.Artifact, model_ur
              vocabularies={k: list(v) for k, v in described.vocabularies.items()},
              transform_graph_uri=transform_graph.uri if transform_graph is not None else None,
              required_features=list(described.required),
-             na_values=_na_values(config, described))
+             na_values=_na_values(config, described),
+             input_columns=_example_gen_columns(examples))
+
+
+def _example_gen_columns(examples: types.Artifact) -> Dict[str, Any]:
+  """PartitionedExampleGen's column choices (its ``input_columns``: columns left out,
+  not selected, kept by a setting) under "example_gen", for history.json's
+  ``input_columns``; {} when it recorded none (other Examples, or nothing decided)."""
+  recorded = custom_properties.value(examples, keys.INPUT_COLUMNS)
+  decided = json.loads(recorded) if isinstance(recorded, str) and recorded else {}
+  return {"example_gen": decided} if decided else {}
 
 
 def _na_values(config: TrainerConfig, described: description.InputDescription
@@ -146,7 +157,8 @@ def prepare(job: Job, config: TrainerConfig) -> Job:
                              missing_labels=prepared.missing_labels,
                              label_counts=prepared.label_counts,
                              label_classes_not_in_train=prepared.unseen_classes,
-                             input_columns=prepared.columns.record())
+                             input_columns=dict(job.input_columns,
+                                                **prepared.columns.record()))
 
 
 def label_summary(counts: Dict[str, Dict[str, int]], train_split: str,
@@ -155,7 +167,8 @@ def label_summary(counts: Dict[str, Dict[str, int]], train_split: str,
   train = counts.get(train_split) or {}
   total = sum(train.values()) or 1
   ranked = sorted(train.items(), key=lambda kv: (-kv[1], kv[0]))
-  shown = ", ".join(f"{name} {n} ({100 * n / total:.0f}%)" for name, n in ranked[:most])
+  shown = ", ".join(f"{readable.name(name)} {n} ({100 * n / total:.0f}%)"
+                    for name, n in ranked[:most])
   more = f", ... {len(ranked) - most} more" if len(ranked) > most else ""
   return f"label classes in {train_split!r}: {shown}{more}"
 

@@ -71,8 +71,10 @@ class PartitionedExampleGen(base_beam_component.BaseBeamComponent):
         hold them too).
       output_config: stock ``example_gen_pb2.Output``: ``split_config`` with
         ``hash_buckets`` per split and optionally ``partition_feature_name``. Splits
-        then match stock CsvExampleGen's on the same file. Without it,
-        ``config.split_ratios`` and ``config.split_key`` are the shorthand for it.
+        then match stock CsvExampleGen's on the same file (whole-example hash, or the
+        feature's). Without it, ``config.split_ratios`` and ``config.split_key`` are
+        the shorthand; with no split_key a CSV is split by row position, seeded
+        (partition.row_ids), which stock ExampleGen does not have.
       range_config: stock ``RangeConfig`` (a static span, or the latest span).
     """
     config = config if config is not None else ExampleGenConfig()

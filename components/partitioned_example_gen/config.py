@@ -18,25 +18,34 @@ class ExampleGenConfig:
   Attributes:
     source: "synthetic" (the seed problem, generated inside Beam), "taxi" (the Chicago
       taxi CSV shipped in the tfx wheel) or a CSV file glob (local, gs://, ...).
-    label: label column. Defaults: "y" for synthetic, "fare" for taxi.
+    label: label column. Defaults: "y" for synthetic, "fare" for taxi; a CSV has no
+      default: it must be named (sources.plan_source lists the header's columns).
     rows: synthetic rows to generate.
     num_features: synthetic feature count F (columns x0..x{F-1}).
     weights: synthetic true weights; default [1, 2] extended deterministically.
     bias: synthetic true bias.
     noise: standard deviation of the synthetic label noise.
-    seed: synthetic generator seed.
+    seed: synthetic generator seed, and the seed of a CSV's row split (split_key None).
     split_ratios: split name -> hash buckets (default train:eval = 4:1); the shorthand
       for stock output_config, splits in sorted name order (output_splits.py).
     split_key: shorthand for output_config's partition_feature_name: an int or string
-      column whose value decides the split; None hashes the whole row, as stock does.
+      column whose value decides the split (rows that share it stay together). None
+      (default): a CSV is split like a seeded random split over rows: each row's split
+      is a hash of (seed, its file, its line number), so every occurrence of a duplicate
+      row is placed on its own (partition.py ``row_ids``). A stock output_config without
+      partition_feature_name hashes the whole row, as stock ExampleGen does.
     num_workers: training workers the shards are sized for.
     shards_per_worker: files per worker per split (shards = workers * this).
     bad_row_policy: "fail" (default: error naming file and line) or "skip" (count them).
     column_types: optional CSV column -> "float" | "int" | "string"; others are inferred
       from the first ``type_inference_rows`` data rows (see inference.py: numeric when
       >= 99% of the sampled non-empty cells are numbers; the other cells are bad rows).
-    columns: optional CSV columns to keep (the label is always kept); None keeps every
-      column, except for "taxi", which keeps sources.TAXI_FEATURE_COLUMNS.
+    columns: optional CSV columns to keep (the label is always kept): exactly these are
+      written, whatever their name or values; None keeps every column but pandas' row
+      index and ID-like numeric columns (sources.py ``exclusions``), except for "taxi",
+      which keeps sources.TAXI_FEATURE_COLUMNS.
+    keep_columns: columns that the row-index and ID-like rules would leave out, kept
+      as features.
     verify_output: re-read every written record (both CRCs, parse as tf.train.Example,
       row counts per split) before the artifact is published; off by default, its cost
       is in benchmarks/RESULTS.md.
@@ -63,6 +72,7 @@ class ExampleGenConfig:
   bad_row_policy: str = "fail"
   column_types: Optional[Dict[str, str]] = None
   columns: Optional[Tuple[str, ...]] = None
+  keep_columns: Tuple[str, ...] = ()
   verify_output: bool = False
   type_inference_rows: int = 10_000
   na_values: Optional[Tuple[str, ...]] = None
@@ -73,9 +83,11 @@ class ExampleGenConfig:
 
   @property
   def label_key(self) -> str:
+    """The label column; "" for a CSV without one (plan_source then fails, listing the
+    columns)."""
     if self.label:
       return self.label
-    return "fare" if self.source == TAXI else "y"
+    return {SYNTHETIC: "y", TAXI: "fare"}.get(self.source, "")
 
   @property
   def num_shards(self) -> int:
@@ -143,4 +155,7 @@ class ExampleGenConfig:
               "columns", f"must be a non-empty list of column names. Received: {self.columns!r}")
       require(len(set(self.columns)) == len(self.columns), "columns",
               f"has duplicates. Received: {self.columns!r}")
+    require(isinstance(self.keep_columns, (list, tuple))
+            and all(isinstance(c, str) and c for c in self.keep_columns), "keep_columns",
+            f"must be a list of column names. Received: {self.keep_columns!r}")
     return self

@@ -18,6 +18,7 @@ from tfx_parallel.components.partitioned_example_gen import ingest
 from tfx_parallel.components.partitioned_example_gen import output_splits
 from tfx_parallel.components.partitioned_example_gen import properties
 from tfx_parallel.components.partitioned_example_gen import sources
+from tfx_parallel.components.partitioned_example_gen import split_stats
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
 
 
@@ -42,14 +43,18 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     resolved = driver.resolved_from_properties(exec_properties)  # None for synthetic.
     splits = output_splits.resolve(config, exec_properties.get(specs.OUTPUT_CONFIG_KEY))
     plan = sources.plan_source(config, pattern=resolved.pattern if resolved else None,
-                               partition_feature=splits.partition_feature)
+                               partition_feature=splits.partition_feature,
+                               row_split=splits.by_row)
     logging.info("PartitionedExampleGen: ingesting %r into %s", plan.source, examples.uri)
     synthetic = isinstance(plan, sources.SyntheticSpec)
     if not synthetic:
       logging.info("PartitionedExampleGen: span %s, version %s, files %s (fingerprint %s)",
                    resolved.span, resolved.version, list(plan.files), resolved.fingerprint)
       _log_column_types(plan)
+      for line in plan.choice.lines():
+        print(f"[example_gen] {line}", flush=True)
     summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri, splits)
+    warnings = _announce_splits(summary, splits.names)
     reports = {} if synthetic else {r.name: r for r in plan.reports}
     example_gen_driver.update_output_artifact(
         {utils.VERSION_PROPERTY_NAME: None, **exec_properties}, examples.mlmd_artifact)
@@ -65,13 +70,31 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         column_types=None if synthetic else inference.to_property(reports),
         type_inference=(None if synthetic else
                         inference.inference_property(reports, plan.sampled_rows,
-                                                                   plan.na_values)))
+                                                     plan.na_values)),
+        input_columns=None if synthetic else plan.choice.record(),
+        eval_split_warnings=warnings)
+
+
+def _announce_splits(summary, split_names) -> list:
+  """Prints the duplicate share; warns (one line each) and returns the eval split's
+  warnings (split_stats.assess; none unless both 'train' and 'eval' are written)."""
+  print(f"[example_gen] {split_stats.summary_line(summary.split_stats)}", flush=True)
+  if not {"train", "eval"} <= set(split_names):
+    return []
+  warnings = split_stats.assess(summary.split_stats)
+  for warning in warnings:
+    logging.warning("PartitionedExampleGen: unrepresentative eval split: %s", warning)
+  return warnings
 
 
 def _log_column_types(plan: sources.CsvLayout) -> None:
-  """Every column's type at INFO; string columns and odd sampled cells at WARNING."""
+  """Every column's type at INFO; odd sampled cells at WARNING; the string columns in
+  one console line."""
   info, warnings = inference.describe({r.name: r for r in plan.reports}, plan.sampled_rows,
                                       plan.label_key)
   logging.info("%s", info)
   for warning in warnings:
     logging.warning("PartitionedExampleGen: %s", warning)
+  line = inference.categorical_line({r.name: r for r in plan.reports}, plan.label_key)
+  if line:
+    print(f"[example_gen] {line}", flush=True)

@@ -15,8 +15,7 @@ common/na_values.py, is a missing value and says nothing about the type):
   into a string column.
 * **string** otherwise, including a column with no non-empty sampled cell. String columns
   are written as ``bytes_list`` features and are not numeric features (not in
-  ``feature_keys``); ``describe`` names every one of them, with a sample of its cells, at
-  WARNING level, so it is never dropped in silence.
+  ``feature_keys``); ``categorical_line`` names them in one console line.
 
 A cell that does not fit a column's type after the sample is a bad row too: the type is
 fixed before Beam starts and every row is checked against it, so a sample can make a run
@@ -173,10 +172,11 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
              label_key: str) -> Tuple[str, List[str]]:
   """(one INFO line with every column's type, WARNING lines for what needs a look).
 
-  Warnings: every string column but the label (the trainer takes it as categorical: say
-  so, in case it was meant to be numeric; a string label holds class names), and every
-  numeric column
-  whose sample has cells that are not numbers (those rows are bad rows).
+  Warnings: a string column whose sampled cells are mostly numbers (it may be meant to
+  be numeric: the fix), and every numeric column whose sample has cells that are not
+  numbers (those rows are bad rows). Ordinary string columns get no line each
+  (``categorical_line`` names them together); date and ID-like string columns are named
+  by the trainer, which decides on the train split.
   """
   types = ", ".join(f"{r.name}={r.type}" + ("" if r.origin == INFERRED else " (explicit)")
                     for r in reports.values())
@@ -194,30 +194,18 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
     if r.type == "string" and r.name == label_key:
       continue  # A string label holds class names (sources.check_label); info says so.
     if r.type == "string" and (r.date_parts or r.id_like):
-      if r.date_parts:
-        what = (f"its sampled values are dates, so the trainer derives the numeric "
-                f"features {', '.join(r.name + '_' + p for p in r.date_parts)} from it")
-      else:
-        what = (f"it looks ID-like ({r.distinct} distinct of {r.non_empty} sampled "
-                f"values), so the trainer leaves it out unless "
-                f"trainer.keep_as_category names it")
-      warnings.append(f"column {r.name!r} is a string column written as a bytes_list "
-                      f"feature; {what} (rules: common/column_rules.py, decided on the "
-                      f"train split).")
-    elif r.type == "string":
-      why = ("no sampled cell has a value" if r.non_empty == 0 else
-             f"{r.non_empty - r.numeric} of {r.non_empty} sampled cells are not numbers")
-      if r.origin == EXPLICIT:
-        why = "column_types says so"
+      continue  # The trainer decides on the train split and says so, once (columns.py).
+    if r.type == "string":
       # Suggest a numeric type only where most sampled cells are numbers: for a column
-      # of words it would make every row a bad row (issue 38).
-      fix = (f" If it is numeric, set example_gen.column_types.{r.name}='float' and its "
-             f"{r.non_empty - r.numeric} sampled non-numbers become bad rows."
-             if r.origin != EXPLICIT and r.numeric >= r.non_empty / 2 > 0 else "")
-      warnings.append(
-          f"column {r.name!r} is a string column ({why}): it is written as a bytes_list "
-          f"feature, and the trainer uses it as a categorical feature (ids from its "
-          f"vocabulary).{fix}")
+      # of words it would make every row a bad row (issue 38). Other string columns
+      # are named once, together, by categorical_line (issue 47: no line per column).
+      if r.origin != EXPLICIT and r.numeric >= r.non_empty / 2 > 0:
+        warnings.append(
+            f"column {r.name!r} is a string column ({r.non_empty - r.numeric} of "
+            f"{r.non_empty} sampled cells are not numbers): it is written as a bytes_list "
+            f"feature, and the trainer uses it as a categorical feature (ids from its "
+            f"vocabulary). If it is numeric, set example_gen.column_types.{r.name}='float' "
+            f"and its {r.non_empty - r.numeric} sampled non-numbers become bad rows.")
     elif r.odd_cells:
       warnings.append(
           f"column {r.name!r} is {r.type} ({r.numeric} of {r.non_empty} sampled cells "
@@ -225,6 +213,19 @@ def describe(reports: Mapping[str, ColumnReport], sampled_rows: int,
           f"cells are not: {_where(r.odd_cells)}. Those rows are bad rows: the run fails "
           f"on them (bad_row_policy='fail') or skips and counts them ('skip').")
   return info, warnings
+
+
+def categorical_line(reports: Mapping[str, ColumnReport], label_key: str) -> Optional[str]:
+  """One console line naming the ordinary string columns (not the label, not dates nor
+  ID-like ones, which the trainer names, nor the mostly numeric ones ``describe`` warns
+  about), or None when there are none."""
+  names = [r.name for r in reports.values()
+           if r.type == "string" and r.name != label_key and not r.date_parts
+           and not r.id_like and not (r.origin != EXPLICIT and r.numeric >= r.non_empty / 2 > 0)]
+  if not names:
+    return None
+  return (f"string columns, used as categorical features (ids from their vocabulary): "
+          f"{', '.join(repr(n) for n in names)}")
 
 
 def to_property(reports: Mapping[str, ColumnReport]) -> str:

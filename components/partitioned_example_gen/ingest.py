@@ -3,6 +3,7 @@
 Independent of TFX: ``run`` takes any ``beam.Pipeline`` (the executor's, with the user's
 Beam args, or a test's) and an output directory.
 """
+import dataclasses
 import re
 from typing import Optional
 
@@ -13,6 +14,7 @@ from apache_beam.runners.runner import PipelineState
 
 from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import sources
+from tfx_parallel.components.partitioned_example_gen import split_stats
 from tfx_parallel.components.partitioned_example_gen import verify
 from tfx_parallel.components.partitioned_example_gen import write
 from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig
@@ -21,7 +23,8 @@ from tfx_parallel.components.partitioned_example_gen.rows import ExampleEncoder
 
 def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourcePlan,
           root: str, splits: partition.OutputSplits) -> None:
-  """Adds the whole ingest to ``pipeline``, writing Split-* and summary.json under root."""
+  """Adds the whole ingest to ``pipeline``, writing Split-*, summary.json and
+  split_stats.json under root."""
   rows, skipped = sources.read_rows(pipeline, plan, config.bad_row_policy)
   encoder = ExampleEncoder(plan.numeric_keys, plan.string_keys, plan.int_keys)
   written = (rows
@@ -32,6 +35,9 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
                  part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None,
                  options=pipeline.options))
   _ = written | "Summary" >> write.WriteSummary(skipped, root, pipeline.options)
+  _ = rows | "SplitStats" >> split_stats.WriteSplitStats(
+      root, splits.pairs, config.num_shards, plan.numeric_keys, plan.string_keys,
+      plan.label_key, pipeline.options)
 
 
 def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
@@ -77,6 +83,7 @@ def run(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.SourceP
     log_metrics(result)
     write.check_staged(staging, splits.names, config.num_shards)
     summary = write.read_summary(staging, splits.names)
+    summary = dataclasses.replace(summary, split_stats=split_stats.read(staging))
     if summary.total_rows == 0:
       raise sources.BadInputError(
           f"source {plan.source!r} has no data rows ({summary.skipped_rows} bad rows "

@@ -9,7 +9,9 @@ in stock CsvExampleGen.
 
 ``ExampleGenConfig.split_ratios`` / ``split_key`` are a shorthand: ``{"train": 4,
 "eval": 1}`` is ``split_config`` with the splits in sorted name order (``eval`` 1 bucket,
-``train`` 4) and ``split_key`` is ``partition_feature_name``.
+``train`` 4) and ``split_key`` is ``partition_feature_name``. Without a split_key the
+shorthand splits a CSV by row position (partition.row_ids: each copy of a duplicate row
+on its own), not by stock's whole-example hash; a stock output_config keeps stock's.
 """
 from typing import Optional
 
@@ -28,7 +30,8 @@ _DEFAULT_RATIOS = config_lib.ExampleGenConfig().split_ratios
 
 
 def shorthand_output(config: config_lib.ExampleGenConfig) -> example_gen_pb2.Output:
-  """The stock Output the ratio shorthand stands for (see the module docstring)."""
+  """The stock Output of the ratio shorthand's buckets and split_key (see the module
+  docstring: without a split_key the shorthand's row split has no stock equivalent)."""
   split_config = example_gen_pb2.SplitConfig(splits=[
       example_gen_pb2.SplitConfig.Split(name=name, hash_buckets=config.split_ratios[name])
       for name in sorted(config.split_ratios)])

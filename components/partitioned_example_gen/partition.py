@@ -1,23 +1,26 @@
 """Deterministic split and shard assignment of rows.
 
-Each row has a partition key: its synthetic row id, or for CSV the stock ExampleGen key
-(stock_key.py: the serialized stock Example of the row, or of its partition feature).
+Each row has a partition key: its synthetic row id; for CSV by default its position,
+``row_ids`` (file offset from the seed and the file's name, plus the line number: a
+seeded random split over rows, as scikit-learn's ``train_test_split``); with a
+partition feature (split_key) or a stock output_config, the stock ExampleGen key
+(stock_key.py: the serialized stock Example of the partition feature, or of the row).
 The key is hashed to an integer ``h``:
 
 * bytes keys: ``int(sha256(key).hexdigest(), 16)``, all 256 bits, exactly as stock
   ExampleGen's ``_PartitionFn``;
-* integer row ids: splitmix64(id), 64 bits, vectorized in numpy (10M ids hash in well
+* integer row ids and CSV row positions: splitmix64(id), 64 bits, vectorized in numpy (10M ids hash in well
   under a second, where sha256 per row would take about ten).
 
 Then ``bucket = h % total_buckets`` picks the split by bisecting the cumulative buckets
 over the splits in their configured order (``bisect.bisect``, as stock), and
 ``(h // total_buckets) % num_shards`` picks the shard. Both depend only on the key and
 the config, so the same input lands in the same split and shard on every run and every
-runner, and in the same split as in stock ExampleGen.
+runner; with the stock keys, in the same split as in stock ExampleGen.
 """
 import dataclasses
 import hashlib
-from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import apache_beam as beam
 import numpy as np
@@ -32,6 +35,30 @@ _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 def hash_keys(keys: np.ndarray) -> np.ndarray:
   """uint64 hash of each integer row id (splitmix64)."""
   return splitmix64(np.asarray(keys))
+
+
+def file_bases(files: Sequence[str], seed: int) -> Dict[str, int]:
+  """The row split's per-file offset: 64 bits of sha256(seed, the file's path relative
+  to the matched files' deepest common directory). One file's offset depends only on
+  the seed and its name, so moving the directory keeps the split."""
+  parts = [f.split("/") for f in files]
+  common = 0
+  if parts:
+    dirs = [p[:-1] for p in parts]
+    while all(len(d) > common and d[common] == dirs[0][common] for d in dirs):
+      common += 1
+  return {f: int.from_bytes(hashlib.sha256(
+      f"{seed}\0{'/'.join(p[common:])}".encode("utf-8")).digest()[:8], "big")
+          for f, p in zip(files, parts)}
+
+
+def row_ids(base: int, lines: np.ndarray) -> np.ndarray:
+  """The row split's key of each row: (file offset + line number) mod 2**64, uint64.
+  Partitioner hashes it with splitmix64, as it does synthetic row ids: a row's split
+  depends on the seed, its file and its line only, not on its content (each occurrence
+  of a duplicate row is placed on its own) nor on how Beam divides the file."""
+  with np.errstate(over="ignore"):
+    return np.uint64(base) + np.asarray(lines, dtype=np.uint64)
 
 
 def sha256_int(key: bytes) -> int:
@@ -58,6 +85,10 @@ class OutputSplits:
   names: Tuple[str, ...]
   buckets: Tuple[int, ...]
   partition_feature: Optional[str] = None
+  # Without a partition feature: True splits CSV rows by position (the shorthand's
+  # default, file_bases / row_ids), False hashes each row's stock Example (stock
+  # output_config, as stock ExampleGen).
+  by_row: bool = False
 
   @property
   def pairs(self) -> Tuple[Tuple[str, int], ...]:
@@ -68,7 +99,8 @@ def shorthand_splits(split_ratios: Mapping[str, int],
                      split_key: Optional[str] = None) -> OutputSplits:
   """The ratio shorthand: splits in sorted name order, split_key as partition feature."""
   names = tuple(sorted(split_ratios))
-  return OutputSplits(names, tuple(int(split_ratios[n]) for n in names), split_key or None)
+  return OutputSplits(names, tuple(int(split_ratios[n]) for n in names), split_key or None,
+                      by_row=not split_key)
 
 
 SplitBuckets = Union[Mapping[str, int], Sequence[Tuple[str, int]]]

@@ -9,6 +9,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from tfx_parallel.components.common import keys
+from tfx_parallel.components.partitioned_example_gen import split_stats
 from tfx_parallel.components.partitioned_example_gen.write import IngestSummary
 
 FILE_FORMAT = "tfrecords_gzip"
@@ -30,11 +31,14 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
                   true_bias: Optional[float] = None,
                   string_feature_keys: Sequence[str] = (),
                   column_types: Optional[str] = None,
-                  type_inference: Optional[str] = None) -> None:
+                  type_inference: Optional[str] = None,
+                  input_columns: Optional[dict] = None,
+                  eval_split_warnings: Sequence[str] = ()) -> None:
   """Sets split_names, payload and file format, and the custom properties of keys.py.
 
   ``column_types`` and ``type_inference`` are the JSON of inference.to_property and
-  inference.inference_property (CSV sources only).
+  inference.inference_property (CSV sources only); ``input_columns``:
+  column_choice.Choice.record(); ``eval_split_warnings``: split_stats.assess.
   """
   examples.split_names = artifact_utils.encode_split_names(list(split_names))
   examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
@@ -62,6 +66,16 @@ def record_output(examples: types.Artifact, *, split_names: Sequence[str], num_s
     examples.set_string_custom_property(keys.COLUMN_TYPES, column_types)
   if type_inference is not None:
     examples.set_string_custom_property(keys.TYPE_INFERENCE, type_inference)
+  if input_columns is not None:
+    examples.set_string_custom_property(keys.INPUT_COLUMNS,
+                                        json.dumps(input_columns, sort_keys=True))
+  stats = summary.split_stats or {}
+  examples.set_float_custom_property(keys.DUPLICATE_SHARE, split_stats.duplicate_share(stats))
+  examples.set_string_custom_property(keys.DISTINCT_ROWS, json.dumps(
+      {"all": stats.get("distinct_rows", 0),
+       **{n: s["distinct_rows"] for n, s in sorted(stats.get("splits", {}).items())}}))
+  examples.set_string_custom_property(keys.EVAL_SPLIT_WARNINGS,
+                                      json.dumps(list(eval_split_warnings)))
   logging.info("PartitionedExampleGen: wrote %d rows %s (%d bad rows skipped), %d shards "
                "per split, to %s", summary.total_rows, summary.row_counts,
                summary.skipped_rows, num_shards, examples.uri)

@@ -21,11 +21,13 @@ cell, a cell that is one of the ``na_values`` tokens (pandas' set by default: ``
 ``N/A``, ``NULL``, ``NaN``, ...; common/na_values.py), and in a float column the text
 ``nan`` are missing values, in every column type: the feature is absent from that
 Example.
-Each row's split key is stock CsvExampleGen's (stock_key.py). Files are read by
+Each row's split key is its position (partition.row_ids, seeded), or with a split key or
+a stock output_config, stock CsvExampleGen's (stock_key.py). Files are read by
 line-aligned byte ranges (file_ranges), so one big file is read in parallel.
 """
 import csv
 import dataclasses
+import difflib
 import os
 from typing import Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -35,8 +37,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from tfx_parallel.components.common import na_values as na_lib
+from tfx_parallel.components.partitioned_example_gen import column_choice
 from tfx_parallel.components.partitioned_example_gen import config as config_lib
 from tfx_parallel.components.partitioned_example_gen import inference
+from tfx_parallel.components.partitioned_example_gen import partition
 from tfx_parallel.components.partitioned_example_gen import stock_key
 from tfx_parallel.components.partitioned_example_gen.rows import MAX_EXACT_INT
 from tfx_parallel.components.partitioned_example_gen.rows import RowBatch
@@ -63,6 +67,10 @@ TAXI_FEATURE_COLUMNS = (
 
 class BadInputError(ValueError):
   """The input data is unusable; the message names the file and line (or the glob)."""
+
+
+class LabelError(BadInputError):
+  """The label is not given, or not a column of the header (or not usable as typed)."""
 
 
 def taxi_csv_path() -> str:
@@ -120,6 +128,9 @@ class CsvLayout:
     reports: how each kept column's type was decided (inference.ColumnReport).
     sampled_rows: data rows the types were inferred from.
     na_values: the cell texts read as missing (config na_values, plus "").
+    choice: which columns are written and why the others are not (column_choice).
+    row_split_seed: the seed of the row split (partition.row_ids): each row's key is
+      its position, (file, line). None: the stock key (split_key, or the stock Example).
   """
   source: str
   files: Tuple[str, ...]
@@ -130,6 +141,8 @@ class CsvLayout:
   reports: Tuple[inference.ColumnReport, ...] = ()
   sampled_rows: int = 0
   na_values: FrozenSet[str] = na_lib.token_set()
+  choice: Optional[column_choice.Choice] = None
+  row_split_seed: Optional[int] = None
 
   @property
   def numeric_keys(self) -> Tuple[str, ...]:
@@ -148,6 +161,14 @@ class CsvLayout:
   def feature_keys(self) -> Tuple[str, ...]:
     return tuple(c for c in self.numeric_keys if c != self.label_key)
 
+  def file_base(self, path: str) -> int:
+    """The row split's offset of one of ``files`` (partition.file_bases)."""
+    bases = self.__dict__.get("_bases")
+    if bases is None:
+      bases = partition.file_bases(self.files, self.row_split_seed or 0)
+      object.__setattr__(self, "_bases", bases)
+    return bases[path]
+
 
 SourcePlan = Union[SyntheticSpec, CsvLayout]
 
@@ -156,7 +177,8 @@ SourcePlan = Union[SyntheticSpec, CsvLayout]
 
 
 def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = None,
-                partition_feature: Optional[str] = None) -> SourcePlan:
+                partition_feature: Optional[str] = None,
+                row_split: bool = True) -> SourcePlan:
   """Checks the source and fixes its layout; raises BadInputError before any Beam work.
 
   Args:
@@ -164,6 +186,8 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
     pattern: the CSV glob with span and version resolved (driver.ResolvedInput.pattern);
       default: the config's source.
     partition_feature: output_config's partition_feature_name; default config.split_key.
+    row_split: without a partition feature, split by row position (seeded: the
+      default); False hashes each row's stock Example, as a stock output_config does.
   """
   partition_feature = partition_feature or config.split_key
   if config.is_synthetic:
@@ -184,24 +208,28 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
   first = files[0]
   header, sample = read_header_and_sample(files, config.type_inference_rows)
   label = config.label_key
-  if label not in header:
-    raise BadInputError(f"{first}:1: label column {label!r} not in header {list(header)}")
+  check_label_named(label, header, first)
   for key, names in (("columns", columns or ()), ("column_types", column_types),
+                     ("keep_columns", config.keep_columns),
                      ("partition_feature_name (split_key)",
                       [partition_feature] if partition_feature else [])):
     for name in names:
       if name not in header:
         raise BadInputError(f"{first}:1: {key} names column {name!r}, which is not in "
-                            f"the header {list(header)}")
+                            f"the header {list(header)}{did_you_mean(name, header)}")
   if not sample:
     where = first if len(files) == 1 else f"{pattern!r} ({len(files)} files)"
     raise BadInputError(f"{where}: no data rows after the header")
-  kept = set(columns or header) | {label}
-  if partition_feature:
-    kept.add(partition_feature)
+  required = [label] + ([partition_feature] if partition_feature else [])
   na = na_lib.token_set(config.na_values)
-  reports = inference.infer_types(header, sample, explicit=column_types,
-                                  keep=[c for c in header if c in kept], na=na)
+  named = [c for c in header if c]  # pandas' unnamed index column is never a feature.
+  all_reports = inference.infer_types(header, sample, explicit=column_types, keep=named,
+                                      na=na)
+  choice = column_choice.choose(
+      header, [row.cells for row in sample],
+      numeric=[c for c, r in all_reports.items() if r.type in NUMERIC_TYPES],
+      required=required, columns=columns, keep=config.keep_columns, na=na)
+  reports = {c: r for c, r in all_reports.items() if c in set(choice.kept)}
   types = {c: r.type for c, r in reports.items()}
   check_label(reports[label], first, len(sample))
   if partition_feature and types[partition_feature] not in ("int", "string"):
@@ -211,7 +239,31 @@ def plan_source(config: config_lib.ExampleGenConfig, pattern: Optional[str] = No
         f"string features. Set column_types.{partition_feature}='string' to hash its text")
   return CsvLayout(source=config.source, files=files, header=header, types=types,
                    label_key=label, split_key=partition_feature,
-                   reports=tuple(reports.values()), sampled_rows=len(sample), na_values=na)
+                   reports=tuple(reports.values()), sampled_rows=len(sample), na_values=na,
+                   choice=choice, row_split_seed=(config.seed if row_split and
+                                                  not partition_feature else None))
+
+
+def did_you_mean(name: str, header: Sequence[str]) -> str:
+  """" Did you mean 'price'?" for the header's names close to ``name``, else ""."""
+  folded = {c.lower(): c for c in header if c}
+  close = difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.6)
+  if not close:
+    return ""
+  return " Did you mean " + " or ".join(repr(folded[c]) for c in close) + "?"
+
+
+def check_label_named(label: str, header: Sequence[str], where: str) -> None:
+  """Raises BadInputError unless ``label`` is a column of ``header``: a CSV has no
+  default label (a run that guessed one trained on the wrong column, issue 47)."""
+  columns = ", ".join(repr(c) for c in header if c)
+  if not label:
+    raise LabelError(
+        f"{where}: no label column given. Name the column to predict with set "
+        f"label=COLUMN; the columns are: {columns}")
+  if label not in header:
+    raise LabelError(f"{where}:1: label column {label!r} not in the header."
+                        f"{did_you_mean(label, header)} The columns are: {columns}")
 
 
 # A label column inferred "string" whose sampled non-empty cells are at least this share
@@ -233,12 +285,12 @@ def check_label(report: inference.ColumnReport, where: str, sampled_rows: int) -
   if report.type in NUMERIC_TYPES or report.origin == inference.EXPLICIT:
     return
   if report.non_empty == 0:
-    raise BadInputError(
+    raise LabelError(
         f"{where}: label column {report.name!r} has no value in the first "
         f"{sampled_rows} data rows; is it the right column?")
   if report.numeric >= MOSTLY_NUMERIC_LABEL * report.non_empty:
     text = report.non_empty - report.numeric
-    raise BadInputError(
+    raise LabelError(
         f"{where}: label column {report.name!r} is ambiguous: {report.numeric} of "
         f"{report.non_empty} non-empty cells in the first {sampled_rows} data rows are "
         f"numbers and {text} are not (at least {inference.NUMERIC_SHARE:.0%} numbers make a "
@@ -264,8 +316,10 @@ def parse_header(line: str, path: str) -> Tuple[str, ...]:
     header = tuple(next(csv.reader([line], strict=True), []))
   except csv.Error as e:
     raise BadInputError(f"{path}:1: malformed header ({e})") from e
-  if not header or not all(header):
-    raise BadInputError(f"{path}:1: header has an empty column name: {list(header)}")
+  if not header or not all(header[1:]):
+    raise BadInputError(f"{path}:1: header has an empty column name: {list(header)}. "
+                        f"Only the first column may be unnamed (pandas' row index, left "
+                        f"out); name the others in the header")
   if len(set(header)) != len(header):
     raise BadInputError(f"{path}:1: header has duplicate column names: {list(header)}")
   return header
@@ -590,7 +644,10 @@ def parse_csv_lines(layout: CsvLayout, line_batch: LineBatch,
     batch = batch.take(np.flatnonzero(ok))
   encoder = key_encoder or stock_key.StockKeyEncoder(layout.types)
   n = int(np.count_nonzero(ok))
-  if layout.split_key is None:
+  if layout.row_split_seed is not None and layout.split_key is None:
+    lines = first_line + np.asarray(good, dtype=np.int64)[ok]
+    keys = partition.row_ids(layout.file_base(path), lines)
+  elif layout.split_key is None:
     keys = encoder.example_keys(batch.numeric, batch.strings, n)
   else:
     keys = encoder.feature_keys(layout.split_key, batch.numeric, batch.strings, n)
@@ -681,6 +738,14 @@ def _exact_int(cell: str) -> int:
   return value
 
 
+def bad_row_message(bad: Sequence[Tuple[int, str]]) -> str:
+  """The error of bad_row_policy "fail": the first bad row, how many more this batch
+  has, and the setting that skips them (a truncated file's last row is one)."""
+  more = f" (and {len(bad) - 1} more bad rows in this batch)" if len(bad) > 1 else ""
+  return (f"{bad[0][1]}{more}. A truncated or hand-edited file has such rows (to skip "
+          f"them and count them: set bad_row_policy=skip)")
+
+
 class Skipped(NamedTuple):
   """How many bad rows one LineBatch had (bad_row_policy "skip")."""
   rows: int
@@ -707,8 +772,7 @@ class _ParseLines(beam.DoFn):
     batch, bad = parse_csv_lines(self._layout, line_batch, self._keys)
     if bad:
       if self._policy == "fail":
-        raise BadInputError(bad[0][1] + (f" (and {len(bad) - 1} more bad rows in this "
-                                          f"batch)" if len(bad) > 1 else ""))
+        raise BadInputError(bad_row_message(bad))
       self._skipped.inc(len(bad))
       yield Skipped(len(bad))
     self._parsed.inc(batch.num_rows)

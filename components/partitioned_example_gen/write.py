@@ -25,7 +25,7 @@ import json
 import posixpath
 import struct
 import uuid
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -149,9 +149,11 @@ def to_gzip_chunk(encoded: EncodedBatch) -> GzipChunk:
 
 @dataclasses.dataclass(frozen=True)
 class IngestSummary:
-  """What the pipeline wrote: rows per split (all splits present) and skipped rows."""
+  """What the pipeline wrote: rows per split (all splits present), skipped rows, and
+  split_stats.json's content (split_stats.merge; None before it is read)."""
   row_counts: Dict[str, int]
   skipped_rows: int = 0
+  split_stats: Optional[Dict[str, Any]] = None
 
   @property
   def total_rows(self) -> int:
