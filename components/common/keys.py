@@ -30,8 +30,6 @@ TRUE_BIAS = "true_bias"              # str: the float, exact (synthetic only).
 COLUMN_TYPES = "column_types"        # JSON {column: "float" | "int" | "string"}, header
                                      # order, label included; "string" columns are
                                      # bytes_list features, never in FEATURE_KEYS.
-# Written by the ingest (#47); read by ConvergenceEvaluator, absent on stock ExampleGen's.
-EVAL_SPLIT_WARNINGS = "eval_split_warnings"  # JSON list of sentences; "[]": representative.
 TYPE_INFERENCE = "type_inference"    # JSON {"sampled_rows", "numeric_share", "columns":
                                      # {column: {type, origin, sampled_cells, numeric_cells}}}.
 INPUT_COLUMNS = "input_columns"      # JSON {"left_out": {column: why}, "not_selected": [...],
