@@ -330,7 +330,8 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   if numeric_label and dtype == tf.string:
     raise ValueError(f"label {label_key!r} in {files[0]} holds strings (bytes_list); a "
                      f"regression label must be a number. Is the model a classifier "
-                     f"without its 'task' property?")
+                     f"without its 'task' property? Then set evaluator.task=binary (or "
+                     f"multiclass), as the trainer's --task")
   label_spec = {label_key: tf.io.FixedLenFeature([], dtype)}
 
   def labelled(serialized):  # A batch at a time: a per-example filter costs ~25 us each.
