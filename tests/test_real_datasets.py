@@ -172,6 +172,8 @@ def test_a_real_data_set_as_pandas_writes_it_trains_as_well_as_its_peer(runs, na
   peer, eval_rows = _peer(home, label, task, left_out)
   assert props[P.EVAL_EXAMPLES] == eval_rows
   ours = props[P.EVAL_R2] if task == "regression" else props[P.EVAL_ACCURACY]
+  print(f"{name}: ours {ours:.3f}, peer {peer:.3f} on {eval_rows} eval rows, "
+        f"{props[P.CONVERGENCE_STATE]}, blessed {props[P.BLESSED]}")
   assert ours >= peer - MARGIN, (name, ours, peer, props[P.CONVERGENCE_REASON])
   if name == "cancer_sorted":  # The row number, a perfect label leak here, stays out.
     assert ours <= peer + MARGIN, (ours, peer)
