@@ -25,6 +25,7 @@ import os
 import numpy as np
 import pytest
 
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 from test_pipeline_console import _cli
 
 pd = pytest.importorskip("pandas")
@@ -175,5 +176,10 @@ def test_a_real_data_set_as_pandas_writes_it_trains_as_well_as_its_peer(runs, na
   print(f"{name}: ours {ours:.3f}, peer {peer:.3f} on {eval_rows} eval rows, "
         f"{props[P.CONVERGENCE_STATE]}, blessed {props[P.BLESSED]}")
   assert ours >= peer - MARGIN, (name, ours, peer, props[P.CONVERGENCE_REASON])
+  if props[P.CONVERGENCE_STATE] == P.UNREPRESENTATIVE:  # Said, and not blessed.
+    assert props[P.BLESSED] == 0 and props[P.CONVERGENCE_REASON] in out
+  elif eval_rows < EvaluatorConfig().min_eval_examples:  # #47: never blessed in silence.
+    assert props[P.BLESSED] == 0
+    assert f"add --set evaluator.min_eval_examples={eval_rows}" in out, out[-3000:]
   if name == "cancer_sorted":  # The row number, a perfect label leak here, stays out.
     assert ours <= peer + MARGIN, (ours, peer)
