@@ -54,7 +54,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
       for line in plan.choice.lines():
         print(f"[example_gen] {line}", flush=True)
     summary = ingest.run(self._make_beam_pipeline(), config, plan, examples.uri, splits)
-    warnings = _announce_splits(summary, splits.names)
+    warnings = _announce_splits(summary, splits.names, print_share=not synthetic)
     reports = {} if synthetic else {r.name: r for r in plan.reports}
     example_gen_driver.update_output_artifact(
         {utils.VERSION_PROPERTY_NAME: None, **exec_properties}, examples.mlmd_artifact)
@@ -75,10 +75,12 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         eval_split_warnings=warnings)
 
 
-def _announce_splits(summary, split_names) -> list:
-  """Prints the duplicate share; warns (one line each) and returns the eval split's
-  warnings (split_stats.assess; none unless both 'train' and 'eval' are written)."""
-  print(f"[example_gen] {split_stats.summary_line(summary.split_stats)}", flush=True)
+def _announce_splits(summary, split_names, print_share: bool) -> list:
+  """Prints the duplicate share (``print_share``: CSV sources; generated rows have none
+  to speak of); warns (one line each) and returns the eval split's warnings
+  (split_stats.assess; none unless both 'train' and 'eval' are written)."""
+  if print_share:
+    print(f"[example_gen] {split_stats.summary_line(summary.split_stats)}", flush=True)
   if not {"train", "eval"} <= set(split_names):
     return []
   warnings = split_stats.assess(summary.split_stats)

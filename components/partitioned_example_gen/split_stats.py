@@ -45,28 +45,29 @@ _MISSING = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _string_hashes(values: Sequence[Optional[bytes]]) -> np.ndarray:
-  known: Dict[Optional[bytes], int] = {None: int(_MISSING)}
-  out = np.empty(len(values), dtype=np.uint64)
-  for i, v in enumerate(values):
-    h = known.get(v)
-    if h is None:
-      h = known[v] = int.from_bytes(hashlib.blake2b(v, digest_size=8).digest(), "big")
-    out[i] = h
-  return out
+  """blake2b-64 of each value (None: a constant), hashed once per distinct value."""
+  known = {v: int.from_bytes(hashlib.blake2b(v, digest_size=8).digest(), "big")
+           for v in set(values) if v is not None}
+  known[None] = int(_MISSING)
+  return np.fromiter(map(known.__getitem__, values), dtype=np.uint64, count=len(values))
 
 
 def row_hashes(batch: RowBatch, numeric_keys: Sequence[str],
                string_keys: Sequence[str]) -> np.ndarray:
   """uint64 per row from the values of its columns (missing values included), the same
   on every worker and run (no salted hash): equal rows, equal hashes."""
-  h = np.full(batch.num_rows, 0x243F6A8885A308D3, dtype=np.uint64)
+  columns = []
   for k in numeric_keys:
     values = np.asarray(batch.numeric[k], dtype=np.float64) + 0.0  # -0.0 is 0.0
     values[np.isnan(values)] = np.nan  # One NaN.
-    h = partition.splitmix64(h ^ values.view(np.uint64))
-  for k in string_keys:
-    h = partition.splitmix64(h ^ _string_hashes(batch.strings[k]))
-  return h
+    columns.append(values.view(np.uint64))
+  columns.extend(_string_hashes(batch.strings[k]) for k in string_keys)
+  if not columns:
+    return np.zeros(batch.num_rows, dtype=np.uint64)
+  bits = np.stack(columns, axis=1)  # [rows, columns]
+  with np.errstate(over="ignore"):  # Each column salted by its position, then mixed.
+    salted = bits + np.arange(1, bits.shape[1] + 1, dtype=np.uint64) * _MISSING
+    return partition.splitmix64(partition.splitmix64(salted).sum(axis=1, dtype=np.uint64))
 
 
 def _label_counts(batch: RowBatch, label: str, where: np.ndarray) -> Dict[str, Any]:
@@ -84,7 +85,9 @@ def _label_counts(batch: RowBatch, label: str, where: np.ndarray) -> Dict[str, A
   v = np.asarray(batch.numeric[label], dtype=np.float64)[where]
   v = v[~np.isnan(v)]
   values, n = np.unique(v, return_counts=True)
-  labels = (None if values.size > MAX_LABEL_VALUES else
+  # Counted by value only while they may be classes (_class_like: at most MAX_CLASSES
+  # whole numbers); a continuous label is judged by its mean (_mean_warning).
+  labels = (None if values.size > MAX_CLASSES or not np.all(np.mod(values, 1) == 0) else
             {f"{x:.17g}": int(c) for x, c in zip(values.tolist(), n.tolist())})
   return {"labels": labels, "label_n": int(v.size), "label_sum": float(v.sum()),
           "label_sumsq": float((v * v).sum())}
