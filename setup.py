@@ -56,7 +56,8 @@ setup(
     ],
     extras_require={
         # moto's server mode: a real S3 API on this machine (tests/test_kubeflow_s3.py).
-        "test": ["pytest", "pytest-timeout", "pytest-xdist", "moto[server]"],
+        # vega_datasets: real data sets shipped in the package (tests/test_real_datasets.py).
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "moto[server]", "vega_datasets"],
         # The ingest on a Dask cluster: Beam's DaskRunner (see README, "Ingest on Dask").
         "dask": ["dask[distributed]>=2024.4.2"],
         # The docs site (docs/, mkdocs.yml): `make docs`, and `mkdocs build --strict` in CI.

@@ -16,8 +16,8 @@ def test_each_rule_names_itself():
   assert divergence.reason([0.7, -3.0], non_negative=False) == ""
   assert "exploded" in divergence.reason([0.7, 71.0])
   assert divergence.reason([0.7, 69.0]) == ""
-  assert "rose" in divergence.reason([0.7], [0.5, 0.8])
-  assert divergence.reason([0.7], [0.5, 0.74]) == ""
+  assert "rose" in divergence.reason([0.7], [0.5, 0.8], eval_train_losses=[0.4, 0.9])
+  assert divergence.reason([0.7], [0.5, 0.74], eval_train_losses=[0.4, 0.9]) == ""
 
 
 def test_a_first_loss_of_0_is_not_the_starting_point():
@@ -45,14 +45,46 @@ def test_loss_classes_that_cannot_be_negative():
 def test_a_rise_within_the_eval_sets_noise_is_not_divergence():
   # 69 eval rows (the issue's 406-row file): +63 % in one interval, standard errors 5 and
   # 8.1 (3 x their combined 9.5 = 28.6 > the rise of 12.6): noise, not divergence.
-  assert divergence.reason([30.0, 25.0], [20.0, 32.6], eval_errors=[5.0, 8.1]) == ""
+  rising = [25.0, 60.0]  # The training loss at the two evaluations, rising with them.
+  assert divergence.reason([30.0, 25.0], [20.0, 32.6], eval_errors=[5.0, 8.1],
+                           eval_train_losses=rising) == ""
   # Without standard errors (a history of an older trainer): rise_tolerance alone.
-  assert "rose 63 %" in divergence.reason([30.0, 25.0], [20.0, 32.6])
+  assert "rose 63 %" in divergence.reason([30.0, 25.0], [20.0, 32.6],
+                                          eval_train_losses=rising)
   # A rise of 5x stands out of the same noise.
-  why = divergence.reason([30.0, 25.0], [20.0, 100.0], eval_errors=[5.0, 25.0])
+  why = divergence.reason([30.0, 25.0], [20.0, 100.0], eval_errors=[5.0, 25.0],
+                          eval_train_losses=rising)
   assert "rose 400 %" in why and "3 standard errors" in why
   # A large eval set: tiny standard errors, so rise_tolerance decides as before.
-  assert "rose 58 %" in divergence.reason([0.7], [0.6, 0.95], eval_errors=[0.004, 0.006])
+  assert "rose 58 %" in divergence.reason([0.7], [0.6, 0.95], eval_errors=[0.004, 0.006],
+                                          eval_train_losses=[0.5, 0.9])
+
+
+def test_an_eval_loss_rising_while_the_training_loss_falls_is_overfitting_not_divergence():
+  """#47: a 1,316-row file's eval loss rose 160 % in epoch 2 while the training loss fell,
+  and the run was called "diverged". Divergence needs the training loss to blow up; an
+  eval loss rising alone is overfitting."""
+  evals, falling = [0.5, 1.3], [0.6, 0.3]
+  assert divergence.reason([0.7, 0.3], evals, eval_train_losses=falling) == ""
+  assert divergence.reason([0.7, 0.3], evals) == ""  # Training loss unknown: not judged.
+  assert "training loss with it" in divergence.reason([0.7, 0.9], evals,
+                                                      eval_train_losses=[0.6, 1.2])
+  why = divergence.overfitting(evals, falling)
+  assert "rose 160.0 % from its best 0.5 (evaluation 1)" in why
+  assert "training loss fell 50.0 %" in why
+  # The best is any earlier evaluation, not the one before the last.
+  assert "evaluation 2" in divergence.overfitting([0.9, 0.4, 0.45, 0.6], [1.0, 0.5, 0.4, 0.3])
+  # Not overfitting: the training loss rose too, the rise is within the noise or the
+  # tolerance, or the last evaluation is the best.
+  assert divergence.overfitting(evals, [0.6, 0.7]) == ""
+  assert divergence.overfitting(evals, falling, eval_errors=[0.2, 0.2]) == ""
+  assert divergence.overfitting([0.5, 0.505], falling) == ""
+  assert divergence.overfitting([0.5, 0.4], falling) == ""
+  # The trainer's monitor: the same eval rise with a falling training loss goes on.
+  monitor = divergence.Monitor()
+  monitor.add_train(0.7)
+  assert monitor.add_eval(0.5, None, 0.6) == "" and monitor.add_eval(1.3, None, 0.3) == ""
+  assert "rose" in monitor.add_eval(3.0, None, 0.9)
 
 
 def test_standard_error_of_a_mean():

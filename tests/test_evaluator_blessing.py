@@ -11,7 +11,7 @@ from tfx_parallel.components.convergence_evaluator.quality import Quality
 
 
 def _quality(mse=0.1, r2=0.9):
-  return Quality(examples=10, mse=mse, rmse=math.sqrt(abs(mse)), mae=0.1, r2=r2,
+  return Quality(examples=1000, mse=mse, rmse=math.sqrt(abs(mse)), mae=0.1, r2=r2,
                  label_is_binary=False, accuracy=-1.0, auc=-1.0)
 
 
@@ -77,7 +77,7 @@ def test_binary_not_applicable_precision_fails_a_set_bound_only():
 
 
 def test_multiclass_min_class_accuracy_names_the_class_and_skips_absent_ones():
-  quality = MulticlassQuality(examples=30, accuracy=0.7, log_loss=0.8,
+  quality = MulticlassQuality(examples=300, accuracy=0.7, log_loss=0.8,
                               class_accuracy=(0.9, 0.4, -1.0), class_examples=(20, 10, 0))
   config = EvaluatorConfig(multiclass=config_lib.MulticlassThresholds(
       min_accuracy=0.6, max_log_loss=1.0, min_class_accuracy=0.5))

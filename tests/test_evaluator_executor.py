@@ -241,3 +241,67 @@ def test_task_from_config_and_conflicts_fail_before_evaluation(tmp_path, classif
     _run(tmp_path / "conflict", (examples, classification["binary"]), _converged(),
          task="multiclass", num_classes=3)
   assert not os.path.exists(tmp_path / "conflict" / "metrics")  # Nothing written.
+
+
+def _converged_history():
+  losses = 20.0 * np.exp(-1.0 * np.arange(1, 31)) + 0.01
+  return testing.linear_history(losses, kernel=LEARNED_W, bias=LEARNED_B, steps_per_epoch=100)
+
+
+def _examples_with(inputs, tmp_path, **properties):
+  """The fixture's Examples (same files) as a new artifact with extra string properties."""
+  examples = standard_artifacts.Examples()
+  examples.uri = inputs[0].uri
+  examples.split_names = inputs[0].split_names
+  for name in inputs[0].mlmd_artifact.custom_properties:
+    examples.mlmd_artifact.custom_properties[name].CopyFrom(
+        inputs[0].mlmd_artifact.custom_properties[name])
+  for name, value in properties.items():
+    examples.set_string_custom_property(name, value)
+  return (examples,) + tuple(inputs[1:])
+
+
+def test_eval_split_warnings_of_the_examples_replace_the_verdict(tmp_path, inputs):
+  """#47: a split whose eval holds 2 distinct rows was judged "diverged". The ingest
+  records eval_split_warnings on the Examples; the evaluator then says so instead of
+  judging the model, and does not bless. "[]" and no property (stock ExampleGen) judge."""
+  warnings = ["eval holds 2 distinct rows of 131", "class 'b' is missing from train"]
+  assert keys.EVAL_SPLIT_WARNINGS == "eval_split_warnings"
+  warned = _examples_with(inputs, tmp_path, eval_split_warnings=json.dumps(warnings))
+  _, blessing, props = _run(tmp_path / "warned", warned, _converged_history())
+  assert props[P.CONVERGENCE_STATE] == P.UNREPRESENTATIVE == "unrepresentative eval split"
+  assert props[P.CONVERGENCE_REASON] == "; ".join(warnings)
+  assert json.loads(props[P.EVAL_SPLIT_WARNINGS]) == warnings
+  assert props[P.BLESSED] == 0 and os.listdir(blessing.uri) == ["NOT_BLESSED"]
+  assert props[P.BLESSING_MESSAGE] == (
+      "unrepresentative eval split: eval holds 2 distinct rows of 131; class 'b' is "
+      "missing from train; the model was not judged")
+  assert props[P.EVAL_EXAMPLES] == 100  # The metrics are still measured and recorded.
+  fine = _examples_with(inputs, tmp_path, eval_split_warnings="[]")
+  _, _, props = _run(tmp_path / "fine", fine, _converged_history())
+  assert props[P.CONVERGENCE_STATE] == P.CONVERGED and props[P.BLESSED] == 1
+  assert props[P.EVAL_SPLIT_WARNINGS] == "[]"
+  assert not inputs[0].has_custom_property(keys.EVAL_SPLIT_WARNINGS)  # Stock: judged (above).
+  broken = _examples_with(inputs, tmp_path, eval_split_warnings="eval is odd")
+  with pytest.raises(ValueError, match=r"'eval_split_warnings' property that is not JSON"):
+    _run(tmp_path / "broken", broken, _converged_history())
+
+
+def test_too_few_eval_rows_are_not_blessed_and_the_log_names_the_setting(tmp_path, inputs,
+                                                                          caplog):
+  """#47: an 83-row file was blessed on 13 eval rows without a word."""
+  config = EvaluatorConfig(min_eval_examples=101)
+  with caplog.at_level("WARNING"):
+    _, blessing, props = _run(tmp_path, inputs, _converged_history(), config)
+  assert props[P.CONVERGENCE_STATE] == P.CONVERGED and props[P.BLESSED] == 0
+  assert os.listdir(blessing.uri) == ["NOT_BLESSED"]
+  assert props[P.BLESSING_MESSAGE].startswith(
+      "only 100 eval example(s), fewer than min_eval_examples 101")
+  assert "set evaluator.min_eval_examples=100" in props[P.BLESSING_MESSAGE]
+  assert "set evaluator.min_eval_examples=100" in caplog.text
+  # At the minimum: blessed; the default is 100.
+  assert EvaluatorConfig().min_eval_examples == 100
+  _, _, props = _run(tmp_path / "at", inputs, _converged_history())
+  assert props[P.BLESSED] == 1 and props[P.EVAL_UNLABELLED] == 0
+  with pytest.raises(config_util.ConfigError, match="min_eval_examples"):
+    EvaluatorConfig(min_eval_examples=-1).validate()

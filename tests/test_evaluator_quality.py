@@ -282,7 +282,7 @@ def test_a_missing_or_mistyped_label_later_in_the_split_is_an_error(model_dir, t
     examples = testing.write_examples(str(tmp_path / name), {"eval": good + bad}, FEATURES,
                                       "label")
     with pytest.raises(ValueError, match=r"reading label 'label' \(one float32 per example, "
-                                         r"as in the first example of .*Split-eval.*" + reason):
+                                         r"as in the first labelled example\) from .*Split-eval.*" + reason):
       quality.evaluate(model_dir, examples.uri, "eval", "label", 2)
 
 
@@ -302,6 +302,7 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
                              skip_missing_labels=True)
   predictions = x[:30].astype(np.float64) @ np.array([1.0, -2.0, 0.5]) + 0.25
   assert skipped.examples == 30
+  assert skipped.unlabelled == 10
   assert skipped.mse == pytest.approx(_reference(y[:30].astype(np.float64), predictions)["mse"],
                                       rel=1e-5)
   with pytest.raises(ValueError, match=r"is required but could not be found\. To skip the "
@@ -322,3 +323,33 @@ def test_examples_without_a_label_are_skipped_as_the_trainer_skips_them(model_di
   assert decide(EvaluatorConfig(skip_missing_labels=True), RunHistory()) is True
   from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
   assert TrainerConfig().skip_missing_labels is task_contract.SKIP_MISSING_LABELS
+
+
+@pytest.mark.parametrize("int_label", [False, True])
+def test_an_unlabelled_first_row_in_every_eval_shard_is_skipped_and_counted(
+    model_dir, tmp_path, int_label):
+  """#47: a 406-row file with 8 empty labels crashed the evaluator because the first row
+  of an eval shard had no label and the label's presence and type were judged from that
+  one record. Every shard here starts with an unlabelled row; the label's type comes from
+  the first example that has it, and the unlabelled rows are skipped and counted."""
+  x, y = testing.synthetic_data(24, [1.0, -2.0, 0.5], 0.25, noise=0.5, seed=7)
+  y = np.round(y) if int_label else y
+  labelled = testing.serialize_examples(x[:20], y[:20], FEATURES, "label",
+                                        int_label=int_label)
+  unlabelled = testing.serialize_examples(x[20:], y[20:], FEATURES, "other")
+  # write_examples deals records[shard::shards]: the first two (unlabelled) open shard 0
+  # and shard 1, and two more sit inside them.
+  records = unlabelled[:2] + labelled[:10] + unlabelled[2:] + labelled[10:]
+  examples = testing.write_examples(str(tmp_path), {"eval": records}, FEATURES, "label",
+                                    shards=2)
+  result = quality.evaluate(model_dir, examples.uri, "eval", "label", 4,
+                            skip_missing_labels=True)
+  predictions = x[:20].astype(np.float64) @ np.array([1.0, -2.0, 0.5]) + 0.25
+  assert (result.examples, result.unlabelled) == (20, 4)
+  assert result.mse == pytest.approx(_reference(y[:20].astype(np.float64), predictions)["mse"],
+                                     rel=1e-5)
+  with pytest.raises(ValueError, match=r"is required but could not be found"):
+    quality.evaluate(model_dir, examples.uri, "eval", "label", 4)
+  with pytest.raises(ValueError, match=r"label 'nope' is not a feature of any example in "
+                                       r".*Split-eval; features present: .*--label"):
+    quality.evaluate(model_dir, examples.uri, "eval", "nope", 4, skip_missing_labels=True)

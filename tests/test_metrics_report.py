@@ -325,7 +325,7 @@ def test_local_dag_runner_runs_are_reported(tmp_path, capsys):
   from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
   import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
   features = ["x0", "x1"]
-  x, y = testing.synthetic_data(64, [1.0, 2.0], 0.5, noise=0.1)
+  x, y = testing.synthetic_data(128, [1.0, 2.0], 0.5, noise=0.1)  # >= min_eval_examples.
   examples = testing.write_examples(
       str(tmp_path / "data"), {"eval": testing.serialize_examples(x, y, features, "y")},
       features, "y", [1.0, 2.0], 0.5)

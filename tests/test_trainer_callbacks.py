@@ -3,6 +3,7 @@ divergence stops, and a user's callbacks(spec) driven alike on every layout."""
 import io
 import math
 
+import numpy as np
 import pytest
 
 from tfx_parallel.components.distributed_trainer.engines import callbacks as cb
@@ -126,9 +127,14 @@ def test_a_record_is_the_mean_of_the_exact_losses_since_the_previous_record(exec
 
 
 def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_run():
+  # The eval loss and the training loss both rise by more than half: diverged.
   state = _state(total=150)
-  steps = _run(_recorder(state, [0.6, 0.95, 0.5], [0.7] * 150))
+  steps = _run(_recorder(state, [0.6, 0.95, 0.5], [0.7] * 50 + [1.2] * 100))
   assert steps == 100 and state.diverged and "rose 58 %" in state.diverged_reason
+  # #47: the same eval rise while the training loss falls is overfitting: the run goes on.
+  state = _state(total=150)
+  steps = _run(_recorder(state, [0.6, 0.95, 0.5], [0.7] * 50 + [0.4] * 100))
+  assert steps == 150 and not state.diverged, state.diverged_reason
   state = _state(total=150)  # lr 0: the same eval loss every epoch.
   steps = _run(_recorder(state, [0.6931] * 3, [0.7] * 150))
   assert steps == 150 and not state.diverged
@@ -304,7 +310,8 @@ def test_a_small_eval_sets_noisy_rise_does_not_stop_training_a_real_one_does():
   assert [e["eval_loss_se"] for e in state.epochs] == [5.0, 8.1, 4.5, 4.4]
   # The same set, a loss 5x the last: beyond rise_tolerance and 3 standard errors.
   state = _state(total=200)
-  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)], [0.7] * 200))
+  steps = _run(_recorder(state, [(20.0, 5.0), (100.0, 25.0), (18.0, 4.5)],
+                         [0.7] * 50 + [5.0] * 150))  # The training loss blows up with it.
   assert steps == 100 and state.diverged and "standard errors" in state.diverged_reason
 
 
@@ -329,3 +336,29 @@ def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_
   assert early.best_weights() == ["weights at 150"]
   assert early.record() == {"patience": 3, "stopped": True, "best_epoch": 3, "best_step": 150,
                             "best_eval_loss": 2.0, "restored_best": True}
+
+
+def test_a_run_of_set_length_that_overfits_exports_its_best_evaluations_weights(capsys):
+  """#47: an eval loss that rises while the training loss falls is overfitting; the best
+  weights are exported, also when the user set the length (patience 0: no early stop)."""
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
+  def run(evals, losses):
+    state = _state(total=200)
+    recorder = _recorder(state, list(evals), losses)
+    early = cb.EarlyStop(state, patience=0, snapshot=lambda: [f"weights at {state.step}"])
+    early.model = recorder.model
+    for batch in range(200):
+      recorder.steps.ran = batch + 1
+      recorder.on_train_batch_end(batch, {"loss": 0.7})
+      early.on_train_batch_end(batch)
+    assert not recorder.model.stop_training or state.step == 200
+    return train.best_weights(early, state, patience=0), state
+  falling = list(np.geomspace(1.0, 0.1, 200))
+  best, state = run([0.9, 0.5, 0.8, 1.3], falling)
+  assert state.step == 200 and not state.diverged and not state.early_stopped
+  assert best == ["weights at 100"]
+  assert "[trainer] overfitting: the eval loss rose 160.0 % from its best 0.5" in (
+      capsys.readouterr().out)
+  # Still improving at the end, or a rise within tolerance: the last weights.
+  assert run([0.9, 0.5, 0.4, 0.3], falling)[0] is None
+  assert run([0.9, 0.5, 0.505, 0.505], falling)[0] is None

@@ -69,8 +69,10 @@ def test_the_host_figure_counts_an_early_stops_snapshot(mlp):
   assert (layout_search.run_bytes(one, 1, 1, 2, snapshot=True)
           - layout_search.run_bytes(one, 1, 1, 2)) == whole
   # The automatic length (neither steps nor epochs) stops early with a patience.
-  assert layout_choice.stops_early(TrainerConfig(patience=5).validate())
-  assert not layout_choice.stops_early(TrainerConfig(patience=5, steps=10).validate())
+  # Every run keeps its best evaluation's weights (an early stop, or an overfitting run of
+  # a set length exports them), so every plan counts the snapshot.
+  assert layout_choice.keeps_best_weights(TrainerConfig(patience=5).validate())
+  assert layout_choice.keeps_best_weights(TrainerConfig(patience=5, steps=10).validate())
 
 
 def test_the_planner_allocates_no_model_and_no_slots(tmp_path):

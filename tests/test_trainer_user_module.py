@@ -196,3 +196,48 @@ def test_the_example_module_follows_the_contract(task):
   assert module.layout_rules(spec) == {r".*_embedding/embeddings": (None, "model"),
                                        r".*hidden_1/kernel": (None, "model"),
                                        r".*hidden_2/kernel": ("model", None)}
+
+
+def _example_module():
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "taxi_model.py")
+  return user_module.load(module_file=path)
+
+
+def _string(name, values):
+  return ms.FeatureSpec(name, "string", vocabulary=tuple(f"v{i}" for i in range(values)),
+                        num_ids=values + 1)
+
+
+# CSV shapes: numeric only; a 2-value string column (#47: width 5 on a model axis of 2);
+# string columns only, of 3, 50 and 5,000 values.
+CSV_SHAPES = {
+    "numeric only": (ms.FeatureSpec("a", "float32"), ms.FeatureSpec("b", "float32")),
+    "2-value string": (ms.FeatureSpec("x", "float32"), _string("sex", 2)),
+    "strings only": (_string("s3", 3), _string("s50", 50), _string("s5000", 5000)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(CSV_SHAPES))
+@pytest.mark.parametrize("model_axis", [2, 4, 8])
+def test_the_example_module_fits_any_csv_shape_on_a_mesh(shape, model_axis):
+  """#47: examples/taxi_model.py gave a 2-value string column an embedding of width 5,
+  which the default mesh's model axis of 2 cannot divide; a CSV without strings had a
+  rule that matched nothing. Checked as the trainer checks it before training."""
+  module = _example_module()
+  spec = ms.ModelSpec(features=CSV_SHAPES[shape], label_key="y", task="binary")
+  model = user_module.check(module, spec, model_axis=model_axis)
+  widths = [v.shape[1] for v in model.trainable_variables if "_embedding" in v.name]
+  assert all(w % model_axis == 0 and w in (8, 16) for w in widths), widths
+  assert len(widths) == sum(f.is_string for f in spec.features)
+
+
+def test_an_embedding_width_the_model_axis_does_not_divide_names_the_fix():
+  module = _example_module()
+  spec = ms.ModelSpec(features=CSV_SHAPES["2-value string"], label_key="y", task="binary",
+                      hparams={"embedding_dim": 5})
+  with pytest.raises(ConfigError, match=(
+      r"trainer.module_file: .*dimension 1 of sex_embedding/embeddings \[3, 5\] has size 5, "
+      r".*e.g. 6, .*--hparams '\{\"embedding_dim\": 6\}'.*trainer.hparams.*--mesh BxM; "
+      r"the setting trainer.mesh")):
+    user_module.check(module, spec, model_axis=2)

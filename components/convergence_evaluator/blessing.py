@@ -6,6 +6,7 @@ Only the thresholds of the evaluated task are checked (config.py: ``regression``
 import math
 from typing import List, Optional, Tuple
 
+from tfx_parallel.components.common import config_util
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
@@ -15,17 +16,23 @@ def decide(quality: quality_lib.AnyQuality, state: str,
            config: EvaluatorConfig, reason: str = "") -> Tuple[bool, str]:
   """(blessed, message). ``message`` lists every failed check, "" when blessed.
 
-  Checks: a diverged run is never blessed; with ``require_converged`` the state must be
+  Checks: a run on an unrepresentative eval split (``reason``: the warnings) is not
+  judged, and not blessed; fewer eval examples than ``min_eval_examples`` are not
+  blessed (the message names the setting); a diverged run is never blessed; with ``require_converged`` the state must be
   "converged" (not checked when the state is ``P.NO_HISTORY``: no TrainingHistory); then the task's thresholds (a regression model's eval MSE must also be
   finite, a classifier's log loss likewise). ``reason`` (convergence.py's) is quoted
   with a failed state check.
   """
+  if state == P.UNREPRESENTATIVE:
+    return False, f"{P.UNREPRESENTATIVE}: {reason}; the model was not judged"
   failures = []
+  if quality.examples < config.min_eval_examples:
+    failures.append(too_few_examples(quality.examples, config.min_eval_examples))
   if state == P.DIVERGED:
     failures.append("training diverged" + (f" ({reason})" if reason else ""))
   elif state == P.NO_HISTORY:
     pass  # No TrainingHistory: nothing to say about convergence; the thresholds decide.
-  elif config.require_converged and state != P.CONVERGED:
+  elif config.require_converged and state not in (P.CONVERGED, P.OVERFITTING):
     failures.append(f"convergence_state is {state!r}, require_converged needs "
                     f"{P.CONVERGED!r}" + (f" ({reason})" if reason else ""))
   if isinstance(quality, quality_lib.BinaryQuality):
@@ -35,6 +42,13 @@ def decide(quality: quality_lib.AnyQuality, state: str,
   else:
     failures += _regression(quality, config)
   return not failures, "; ".join(failures)
+
+
+def too_few_examples(examples: int, minimum: int) -> str:
+  """Why a run on ``examples`` eval rows is not blessed, and the setting that changes it."""
+  return (f"only {examples} eval example(s), fewer than min_eval_examples {minimum}: too "
+          f"few to tell a good model from a lucky one. Use more data or a larger eval "
+          f"split, or accept it: {config_util.suggest('evaluator.min_eval_examples', examples)}")
 
 
 def _at_least(name: str, value: float, key: str, bound: Optional[float],

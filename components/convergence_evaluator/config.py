@@ -86,8 +86,9 @@ class EvaluatorConfig:
   """What counts as converged and as good enough to bless.
 
   The states and their exact rules are in convergence.py; in short (defaults): a run is
-  ``converged`` when its eval loss stopped improving (the last epoch beat the best
-  earlier one by at most ``plateau_tolerance``) and the model's eval loss is at least
+  ``converged`` when its eval loss stopped improving (the fitted trend of its last
+  ``plateau_window`` values falls by at most ``plateau_tolerance`` or within two
+  standard errors) and the model's eval loss is at least
   ``min_gain`` below the trivial predictor's (the label variance for regression, the
   class priors' log loss for classification).
 
@@ -96,13 +97,17 @@ class EvaluatorConfig:
       training loss to reach it. None: the target is ``target_fraction`` x the trivial
       predictor's loss, reported as ``steps_to_target`` only.
     target_fraction: see ``target_loss``.
-    plateau_window: history records at the end of training (the "tail") whose fitted
-      change decides "still falling" when there are fewer than two eval losses.
-    plateau_tolerance: the last eval loss must beat the best earlier one by more than
-      this fraction for the run to be "improving"; otherwise it stopped falling.
+    plateau_window: the last eval losses whose fitted trend decides "still falling"
+      (convergence.eval_trend); with fewer than two eval losses, the history records at
+      the end of training (the "tail") whose fitted change decides instead.
+    plateau_tolerance: the eval loss trend must fall by more than this fraction (and by
+      more than two standard errors) for the run to be "improving"; otherwise it stopped
+      falling. Also how far the last eval loss must be above its best, while the
+      training loss fell, for "overfitting".
     rise_tolerance: an eval loss that rose by more than this fraction from one epoch to
-      the next makes the run "diverged" (components/common/divergence.py; the trainer
-      stops on the same rule with the default).
+      the next, with the training loss rising by as much, makes the run "diverged"
+      (components/common/divergence.py; the trainer stops on the same rule with the
+      default). An eval loss that rises alone is "overfitting".
     explode_factor: a loss more than this many times the run's starting loss makes the
       run "diverged" (divergence.py; the trainer uses the default).
     stall_tolerance: eval losses that all stay within this fraction of the first one,
@@ -132,6 +137,11 @@ class EvaluatorConfig:
     prediction_key: the serving signature's output to read when the model does not
       return the contract outputs (a stock Trainer's model); None: the single float
       output (signature.py).
+    min_eval_examples: a run evaluated on fewer eval examples than this is not blessed
+      (0: no minimum). Default 100: the 95 % interval of an accuracy near 0.5 measured
+      on n rows is +-1.96 x 0.5 / sqrt(n), +-0.10 at 100 rows and +-0.27 at the 13 rows
+      an 83-row CSV gets; an eval MSE on fewer rows is as noisy. Below it, the metrics
+      cannot tell a good model from a lucky one.
     skip_missing_labels: evaluate without the examples that lack a label (or have more
       than one value) instead of failing on the first one. None (default): what the
       trainer did (its TrainingHistory's ``missing_labels`` policy, the trainer's
@@ -158,6 +168,7 @@ class EvaluatorConfig:
   label_key: Optional[str] = None
   prediction_key: Optional[str] = None
   skip_missing_labels: Optional[bool] = None
+  min_eval_examples: int = 100
 
   def validate(self) -> "EvaluatorConfig":
     require(self.target_loss is None or self.target_loss > 0, "target_loss",
@@ -193,6 +204,9 @@ class EvaluatorConfig:
               f"Received: {group!r}")
       group.validate(name + ".")
     require(self.batch_size >= 1, "batch_size", f"must be >= 1. Received: {self.batch_size}")
+    require(isinstance(self.min_eval_examples, int) and self.min_eval_examples >= 0,
+            "min_eval_examples",
+            f"must be an integer >= 0 (0: no minimum). Received: {self.min_eval_examples!r}")
     require(self.skip_missing_labels in (None, True, False), "skip_missing_labels",
             f"must be true, false or null. Received: {self.skip_missing_labels!r}")
     for key in ("label_key", "prediction_key"):

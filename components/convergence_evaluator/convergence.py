@@ -19,23 +19,33 @@ Quantities:
   records: the fitted relative change of the training loss across the tail.
 * ``eval_loss_change`` = (last eval loss - best earlier eval loss) / best earlier one,
   over the epochs with a finite eval loss (NaN with fewer than two): how much the last
-  epoch improved on everything before it (negative = better), as Keras
-  ``EarlyStopping`` compares ``val_loss`` with its best so far.
+  epoch improved on everything before it (negative = better). Reported, not judged on:
+  one noisy last value decides it.
+* ``eval_loss_trend`` = the fitted relative change of the eval loss over its last
+  ``plateau_window`` values (least squares against the evaluation index), and
+  ``eval_loss_trend_se`` its standard error (:func:`eval_trend`): what decides
+  "still falling".
 
 The state (:func:`classify`), checked in this order; ``reason`` says which rule fired:
 
 1. ``diverged``: components/common/divergence.py (a NaN/inf loss; a negative loss of a
    loss that cannot be negative; a loss over ``explode_factor`` x the starting loss; an
    eval loss that rose by more than ``rise_tolerance`` in one epoch and by more than its
-   noise, ``rise_noise_z`` standard errors), or the trainer stopped the run for one of
-   those, or (no two eval losses) the training tail rose by more than ``rise_tolerance``.
+   noise, ``rise_noise_z`` standard errors, with the training loss rising by more than
+   ``rise_tolerance`` too), or the trainer stopped the run for one of those, or (no two
+   eval losses) the training tail rose by more than ``rise_tolerance``.
+1b. ``overfitting``: the last eval loss is above the best earlier one by more than
+   ``plateau_tolerance`` and ``rise_noise_z`` standard errors while the training loss
+   fell (divergence.overfitting); the trainer exported the best evaluation's weights,
+   and those beat the trivial predictor by ``min_gain`` (else ``plateaued``). Blessed
+   as ``converged`` is: the exported model is the best one seen.
 2. ``stalled``: the eval loss did not move (every epoch within ``stall_tolerance`` of
    the first, relative) and the model is no better than the trivial predictor: nothing
    was learned, e.g. a learning rate of 0. Not a divergence.
-3. ``improving``: the loss is still falling: the last eval loss beat the best earlier
-   one by more than ``plateau_tolerance`` (``eval_loss_change < -plateau_tolerance``;
-   without two eval losses, ``tail_change < -plateau_tolerance``) and the model is not
-   yet at its floor (below); or the run meets 4 from fewer than ``min_records``
+3. ``improving``: the loss is still falling: the fitted trend of the last
+   ``plateau_window`` eval losses fell by more than ``plateau_tolerance`` and by more
+   than :data:`TREND_Z` (2) of its standard errors (without two eval losses,
+   ``tail_change < -plateau_tolerance``) and the model is not yet at its floor (below); or the run meets 4 from fewer than ``min_records``
    training records: too short to judge. More epochs would help.
 4. ``converged``: the loss stopped falling, or it sits at the floor: the last two eval
    losses (without two, the training tail's first and last) are at most
@@ -76,6 +86,12 @@ class Curves:
     return [e["eval_loss"] for e in self.epochs if e["eval_loss"] is not None]
 
   @property
+  def eval_train_losses(self) -> List[Optional[float]]:
+    """The training loss at each of :attr:`eval_losses` (None: not recorded)."""
+    return [e["train_loss"] if math.isfinite(e["train_loss"]) else None
+            for e in self.epochs if e["eval_loss"] is not None]
+
+  @property
   def eval_errors(self) -> List[float]:
     """The standard error of each of :attr:`eval_losses` (NaN: not recorded)."""
     return [e.get("eval_loss_se", math.nan) for e in self.epochs
@@ -114,6 +130,8 @@ class Convergence:
   convergence_rate: float
   tail_change: float
   eval_loss_change: float
+  eval_loss_trend: float
+  eval_loss_trend_se: float
   state: str
   reason: str
   trivial_loss: float
@@ -197,19 +215,55 @@ def eval_loss_change(curves: Curves) -> float:
   return (losses[-1] - best) / abs(best) if best else math.nan
 
 
+TREND_Z = 2.0  # A trend "falls" when it is below 0 by more than this many standard errors.
+
+
+def eval_trend(curves: Curves, window: int) -> Tuple[float, float]:
+  """(fitted relative change of the eval loss over its last ``window`` finite values,
+  its standard error); (NaN, NaN) with fewer than two.
+
+  Least squares of the eval loss against its evaluation index; the change is slope x
+  span / the fitted first value. Its standard error is the larger of the fit's (the
+  residuals' spread, from three values) and the one the recorded per-evaluation
+  standard errors (``eval_loss_se``) give the slope: a small eval set's noise counts
+  even when a few values happen to line up."""
+  pairs = [(v, e) for v, e in zip(curves.eval_losses, curves.eval_errors)
+           if math.isfinite(v)][-window:]
+  n = len(pairs)
+  if n < 2:
+    return math.nan, math.nan
+  y = np.array([v for v, _ in pairs])
+  se = np.array([e if math.isfinite(e) else 0.0 for _, e in pairs])
+  xc = np.arange(n, dtype=np.float64) - (n - 1) / 2.0
+  sxx = float(np.dot(xc, xc))
+  slope = float(np.dot(xc, y - y.mean()) / sxx)
+  first = float(y.mean() - slope * (n - 1) / 2.0)
+  measured = math.sqrt(float(np.dot(xc * xc, se * se))) / sxx
+  fitted = 0.0
+  if n >= 3:
+    residuals = y - (y.mean() + slope * xc)
+    fitted = math.sqrt(float(np.dot(residuals, residuals)) / (n - 2) / sxx)
+  if first <= 0:
+    return math.nan, math.nan
+  span = (n - 1) / first
+  return slope * span, max(measured, fitted) * span
+
+
 def _pct(value: float) -> str:
   return f"{100 * value:+.2f} %"
 
 
 def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
-             eval_change: float, target: float, flagged_diverged: bool = False,
+             trend: Tuple[float, float], target: float, flagged_diverged: bool = False,
              flagged_reason: str = "", non_negative: bool = True) -> Tuple[str, str]:
-  """(state, reason): the module docstring's rules 1-5, in order."""
+  """(state, reason): the module docstring's rules 1-6, in order. ``trend``: (the eval
+  loss's fitted relative change over the last ``plateau_window`` evaluations, its
+  standard error), :func:`eval_trend`."""
   loss = curves.loss
   evals = curves.eval_losses
   why = divergence.reason(loss, evals, non_negative, rules.explode_factor,
                           rules.rise_tolerance, curves.eval_errors, rules.rise_noise_z,
-                          curves.initial_eval_loss)
+                          curves.initial_eval_loss, curves.eval_train_losses)
   if why:
     return P.DIVERGED, why
   if flagged_diverged:
@@ -223,6 +277,14 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
   beats = math.isfinite(gain) and gain >= rules.min_gain
   gain_text = (f"{100 * gain:.1f} % below the trivial predictor's loss"
                if math.isfinite(gain) else "the trivial predictor's loss is unknown")
+  overfit = divergence.overfitting(evals, curves.eval_train_losses, curves.eval_errors,
+                                   rules.plateau_tolerance, rules.rise_noise_z)
+  if overfit and beats:
+    return P.OVERFITTING, (f"{overfit}; the trainer exported the best evaluation's "
+                           f"weights, which these metrics measure: {gain_text}")
+  if overfit:
+    return P.PLATEAUED, (f"{overfit}, and the model is {gain_text}; converged needs at "
+                         f"least min_gain {100 * rules.min_gain:g} %")
   if len(finite_evals) >= 2 and not beats:
     first = finite_evals[0]
     moved = max(abs(v - first) for v in finite_evals)
@@ -230,18 +292,28 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
       return P.STALLED, (f"the eval loss did not move over {len(finite_evals)} epochs "
                          f"(within {rules.stall_tolerance:g} of {first:.6g}) and the model "
                          f"is {gain_text}: nothing was learned (a learning rate of 0?)")
-  if len(finite_evals) >= 2:
-    change, what = eval_change, "the last eval loss vs the best earlier one"
+  trend_change, trend_se = trend
+  if len(finite_evals) >= 2 and math.isfinite(trend_change):
+    n = min(len(finite_evals), rules.plateau_window)
+    change = trend_change
+    what = (f"the fitted trend of the last {n} eval losses {_pct(trend_change)} "
+            f"(+-{100 * trend_se:.2f} % standard error)")
+    falling = (trend_change < -rules.plateau_tolerance
+               and trend_change + TREND_Z * trend_se < 0)
   else:
-    change, what = tail, f"the training loss over the last {rules.plateau_window} records"
-  if change < -rules.plateau_tolerance:
+    change = tail
+    what = f"the training loss over the last {rules.plateau_window} records {_pct(tail)}"
+    falling = change < -rules.plateau_tolerance
+  if falling:
     floor = _at_floor(loss, finite_evals, loss_vs_trivial, rules)
     if not floor:
-      return P.IMPROVING, (f"still falling: {what} {_pct(change)}, beyond plateau_tolerance "
-                           f"{rules.plateau_tolerance:g}")
-    stopped = f"at its floor ({floor}), though {what} {_pct(change)}"
+      return P.IMPROVING, (f"still falling: {what}, beyond plateau_tolerance "
+                           f"{rules.plateau_tolerance:g}" + (
+                               f" and {TREND_Z:g} standard errors"
+                               if what.startswith("the fitted") else ""))
+    stopped = f"at its floor ({floor}), though {what}"
   else:
-    stopped = f"stopped falling ({what} {_pct(change)})"
+    stopped = f"stopped falling ({what})"
   if not beats:
     return P.PLATEAUED, (f"{stopped}, but the model is {gain_text}; converged needs at "
                          f"least min_gain {100 * rules.min_gain:g} %")
@@ -303,7 +375,8 @@ def analyze(curves: Curves, rules: Rules = Rules(), trivial_loss: float = math.n
   tail = tail_change(curves.step, loss, rules.plateau_window)
   eval_change = eval_loss_change(curves)
   ratio = model_loss / trivial_loss if trivial_loss > 0 else math.nan  # NaN stays NaN.
-  state, reason = classify(curves, rules, ratio, tail, eval_change, target,
+  trend = eval_trend(curves, rules.plateau_window)
+  state, reason = classify(curves, rules, ratio, tail, trend, target,
                            flagged_diverged, flagged_reason, non_negative)
   return Convergence(
       initial_loss=initial,
@@ -315,6 +388,7 @@ def analyze(curves: Curves, rules: Rules = Rules(), trivial_loss: float = math.n
       convergence_rate=log_slope(curves.step, loss),
       tail_change=tail,
       eval_loss_change=eval_change,
+      eval_loss_trend=trend[0], eval_loss_trend_se=trend[1],
       state=state, reason=reason,
       trivial_loss=trivial_loss, loss_vs_trivial=ratio)
 

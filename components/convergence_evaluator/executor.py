@@ -63,6 +63,10 @@ class Executor(base_executor.BaseExecutor):
                                    config.batch_size, info, files=files,
                                    output_map=output_map,
                                    skip_missing_labels=skip_missing_labels(config, history))
+    if quality.unlabelled:
+      logging.info("ConvergenceEvaluator: %d example(s) of split %r have no label %r and "
+                   "were left out, as the trainer left them out.", quality.unlabelled,
+                   config.split, label_key)
     if isinstance(quality, quality_lib.MulticlassQuality):
       info = info.with_num_classes(len(quality.class_examples))
     weight_error, bias_error = convergence.parameter_error(
@@ -84,8 +88,18 @@ class Executor(base_executor.BaseExecutor):
       state = P.NO_HISTORY
       convergence_part = {P.CONVERGENCE_STATE: state, P.TRIVIAL_LOSS: trivial_loss,
                           P.LOSS_VS_TRIVIAL: reference.ratio(model_loss, trivial_loss)}
-    blessed, message = blessing_lib.decide(quality, state, config,
-                                           summary.reason if summary is not None else "")
+    reason = summary.reason if summary is not None else ""
+    warnings = read_eval_split_warnings(examples)
+    if warnings:  # The eval split cannot judge the model: say so instead.
+      state, reason = P.UNREPRESENTATIVE, "; ".join(warnings)
+      convergence_part.update({P.CONVERGENCE_STATE: state, P.CONVERGENCE_REASON: reason})
+      logging.warning("ConvergenceEvaluator: the model is not judged, as the eval split "
+                      "does not represent the data: %s", reason)
+    blessed, message = blessing_lib.decide(quality, state, config, reason)
+    if quality.examples < config.min_eval_examples and state != P.UNREPRESENTATIVE:
+      logging.warning("ConvergenceEvaluator: not blessed: %s",
+                      blessing_lib.too_few_examples(quality.examples,
+                                                    config.min_eval_examples))
 
     scalars = {
         **convergence_part,
@@ -95,6 +109,7 @@ class Executor(base_executor.BaseExecutor):
         P.WEIGHT_ERROR: weight_error,
         P.BIAS_ERROR: bias_error,
         P.METRICS_FILE: P.METRICS_FILE_NAME,
+        P.EVAL_SPLIT_WARNINGS: json.dumps(warnings),
         P.BLESSED: int(blessed),
         P.BLESSING_MESSAGE: message,
     }
@@ -152,6 +167,27 @@ def read_label_key(examples: types.Artifact, config: EvaluatorConfig,
       f"{keys.LABEL_KEY!r} property) nor a TrainingHistory names the label. Received: None")
 
 
+def read_eval_split_warnings(examples: types.Artifact) -> List[str]:
+  """The Examples' ``eval_split_warnings`` (keys.EVAL_SPLIT_WARNINGS: a JSON list of
+  sentences, written by the ingest); [] without the property (stock ExampleGen)."""
+  if not examples.has_custom_property(keys.EVAL_SPLIT_WARNINGS):
+    return []
+  raw = custom_properties.value(examples, keys.EVAL_SPLIT_WARNINGS)
+  if isinstance(raw, (list, tuple)):  # Set as a JSON value rather than a string.
+    return [str(w) for w in raw]
+  text = str(raw or "[]")
+  try:
+    warnings = json.loads(text)
+  except ValueError:
+    raise ValueError(f"the Examples artifact at {examples.uri} has a "
+                     f"{keys.EVAL_SPLIT_WARNINGS!r} property that is not JSON. "
+                     f"Received: {text!r}") from None
+  if not isinstance(warnings, list):
+    raise ValueError(f"the Examples artifact at {examples.uri}: {keys.EVAL_SPLIT_WARNINGS!r} "
+                     f"must be a JSON list of sentences. Received: {text!r}")
+  return [str(w) for w in warnings]
+
+
 def skip_missing_labels(config: EvaluatorConfig, history: run_history.RunHistory) -> bool:
   """Config ``skip_missing_labels``, else what the trainer did (its ``missing_labels``
   record names its policy; an older record: it skipped examples without a label only
@@ -203,6 +239,8 @@ def convergence_properties(curves: convergence.Curves, summary: convergence.Conv
       P.CONVERGENCE_RATE: summary.convergence_rate,
       P.TAIL_CHANGE: summary.tail_change,
       P.EVAL_LOSS_CHANGE: summary.eval_loss_change,
+      P.EVAL_LOSS_TREND: summary.eval_loss_trend,
+      P.EVAL_LOSS_TREND_SE: summary.eval_loss_trend_se,
       P.NUM_RECORDS: int(curves.step.size),
       P.LAST_STEP: int(curves.step[-1]),
       P.TOTAL_STEPS: int(curves.step[-1] if history.total_steps is None else history.total_steps),
@@ -226,6 +264,7 @@ def task_properties(info: task_lib.TaskInfo) -> Dict[str, P.Scalar]:
 def quality_properties(quality: quality_lib.AnyQuality, split: str) -> Dict[str, P.Scalar]:
   """The task's quality properties (names and which task has which: properties.py)."""
   out = {P.EVAL_SPLIT: split, P.EVAL_EXAMPLES: quality.examples,
+         P.EVAL_UNLABELLED: quality.unlabelled,
          P.EVAL_ACCURACY: quality.accuracy, P.EVAL_SECONDS: quality.seconds}
   if isinstance(quality, quality_lib.BinaryQuality):
     out.update({P.EVAL_AUC: quality.auc, P.EVAL_LOG_LOSS: quality.log_loss,

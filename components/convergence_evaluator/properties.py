@@ -27,13 +27,15 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `target_loss` | float | all | loss target: `target_loss` config, else `target_fraction` x `trivial_loss` |
 | `steps_to_target` | int | all | step of the first record with loss <= `target_loss`; -1 if never reached |
 | `seconds_to_target` | float | all | `wall_time` (seconds since training start) of that record; -1 if never |
-| `convergence_state` | str | all | `converged` (eval loss stopped falling and beats the trivial predictor by `min_gain`), `improving` (eval loss still falling), `plateaued` (stopped falling without converging), `stalled` (did not move, no better than trivial: nothing learned), `diverged` (non-finite, impossible or exploding loss, or a rising eval loss); rules in `convergence.py`; `unknown (no TrainingHistory)` without a `history` input (no other convergence property then) |
+| `convergence_state` | str | all | `converged` (eval loss stopped falling and beats the trivial predictor by `min_gain`), `improving` (eval loss still falling), `plateaued` (stopped falling without converging), `stalled` (did not move, no better than trivial: nothing learned), `overfitting` (eval loss rose from its best while the training loss fell), `diverged` (non-finite, impossible or exploding loss, or eval and training loss rising together), `unrepresentative eval split` (the Examples' `eval_split_warnings`); rules in `convergence.py`; `unknown (no TrainingHistory)` without a `history` input (no other convergence property then) |
 | `convergence_reason` | str | all | which rule decided the state, with the numbers |
 | `trivial_loss` | float | all | loss of the trivial predictor on the eval split: label variance (regression), log loss of the class priors (classification) (`reference.py`) |
 | `loss_vs_trivial` | float | all | `eval_mse` / `trivial_loss` (= 1 - R^2) or `eval_log_loss` / `trivial_loss`: 1 = nothing learned, 0 = perfect |
 | `convergence_rate` | float | all | least-squares slope of ln(loss) vs step over records with finite loss > 0 (negative = decreasing; the loss falls by a factor e every -1/rate steps) |
 | `tail_change` | float | all | fitted relative change of the loss over the last `plateau_window` records (-0.1 = fell 10 %) |
 | `eval_loss_change` | float | all | last eval loss vs the best earlier one, relative (-0.39 = 39 % better); NaN with fewer than 2 epochs |
+| `eval_loss_trend` | float | all | fitted relative change of the eval loss over its last `plateau_window` values (decides "still falling"); NaN with fewer than 2 |
+| `eval_loss_trend_se` | float | all | standard error of `eval_loss_trend` |
 | `num_records` | int | all | history records (one per `log_every` steps) |
 | `last_step` | int | all | step of the last record (< `total_steps` if stopped early) |
 | `total_steps` | int | all | steps the trainer planned |
@@ -48,6 +50,8 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `label_vocabulary` | str | binary, multiclass | JSON list, class id -> label; only when the model has one (string labels) |
 | `eval_split` | str | all | split evaluated |
 | `eval_examples` | int | all | examples evaluated |
+| `eval_unlabelled` | int | all | eval examples left out because they have no label (as the trainer skips them) |
+| `eval_split_warnings` | str | all | JSON list: the Examples' warnings that the eval split is unrepresentative (`[]`: none; then `convergence_state` is `unrepresentative eval split`) |
 | `eval_mse` | float | regression | mean squared error of `predictions` vs the label |
 | `eval_rmse` | float | regression | sqrt(`eval_mse`) |
 | `eval_mae` | float | regression | mean absolute error |
@@ -102,6 +106,8 @@ CONVERGENCE_STATE = "convergence_state"
 CONVERGENCE_RATE = "convergence_rate"
 TAIL_CHANGE = "tail_change"
 EVAL_LOSS_CHANGE = "eval_loss_change"
+EVAL_LOSS_TREND = "eval_loss_trend"
+EVAL_LOSS_TREND_SE = "eval_loss_trend_se"
 NUM_RECORDS = "num_records"
 LAST_STEP = "last_step"
 TOTAL_STEPS = "total_steps"
@@ -122,6 +128,8 @@ LABEL_VOCABULARY = keys.LABEL_VOCABULARY
 
 EVAL_SPLIT = "eval_split"
 EVAL_EXAMPLES = "eval_examples"
+EVAL_UNLABELLED = "eval_unlabelled"
+EVAL_SPLIT_WARNINGS = keys.EVAL_SPLIT_WARNINGS
 EVAL_MSE = "eval_mse"
 EVAL_RMSE = "eval_rmse"
 EVAL_MAE = "eval_mae"
@@ -182,10 +190,15 @@ IMPROVING = "improving"
 PLATEAUED = "plateaued"
 DIVERGED = "diverged"
 STALLED = "stalled"
+OVERFITTING = "overfitting"
+# The Examples' eval_split_warnings (keys.EVAL_SPLIT_WARNINGS) are not empty: the eval
+# split cannot judge the model; the state says so and the run is not blessed.
+UNREPRESENTATIVE = "unrepresentative eval split"
 # convergence_state without a TrainingHistory input (e.g. a model from the stock Trainer):
 # the convergence part is left out, and the blessing rests on the quality thresholds.
 NO_HISTORY = "unknown (no TrainingHistory)"
-STATES = (CONVERGED, IMPROVING, PLATEAUED, STALLED, DIVERGED, NO_HISTORY)
+STATES = (CONVERGED, IMPROVING, PLATEAUED, STALLED, OVERFITTING, DIVERGED, UNREPRESENTATIVE,
+          NO_HISTORY)
 
 # Files at the ConvergenceMetrics artifact URI.
 CURVES_FILE_NAME = "curves.json"

@@ -4,8 +4,10 @@
 label, and feeds the *serialized* batch to the model's ``serving_default`` signature
 (the same entry point TFMA and TF Serving use). Features are therefore parsed by the
 model's own signature: a feature missing from an example gets whatever default the
-trainer's parse spec gives it. The label is required in every example, one value
-(float_list, int64_list, or for a classifier with a label vocabulary bytes_list).
+trainer's parse spec gives it. The label is one value (float_list, int64_list, or for a
+classifier with a label vocabulary bytes_list), its type that of the first example that
+has it; an example without it is skipped and counted (``unlabelled``) as the trainer
+skips it (skip_missing_labels), else an error.
 
 What is measured depends on the task (task.py; outputs: components/common/keys.py):
 
@@ -57,6 +59,7 @@ class Quality:
   auc: float
   seconds: float = 0.0
   label_variance: float = math.nan  # Population variance of the label on the split.
+  unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -149,6 +152,7 @@ class BinaryQuality:
   recall: float
   positives: int  # examples whose label is class 1.
   seconds: float = 0.0
+  unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +165,7 @@ class MulticlassQuality:
   class_accuracy: Tuple[float, ...]
   class_examples: Tuple[int, ...]
   seconds: float = 0.0
+  unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
 
 
 AnyQuality = Union[Quality, BinaryQuality, MulticlassQuality]
@@ -272,15 +277,23 @@ def _column(value: np.ndarray, name: str, n: int) -> np.ndarray:
 
 
 def _label_dtype(files: List[str], label_key: str) -> tf.DType:
-  """float32, int64 or string, from the first example's label feature."""
-  for record in tf.data.TFRecordDataset(files[:1], compression_type="GZIP").take(1):
+  """float32, int64 or string: the kind of the first example that holds the label, in
+  file order. An example without the label says nothing about its type (the trainer
+  skips it), so it is read past; only a split where no example has the label is an
+  error."""
+  first_features = None
+  for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
     feature = tf.train.Example.FromString(record.numpy()).features.feature
-    if label_key not in feature:
-      raise ValueError(f"label {label_key!r} is not a feature of the examples in "
-                       f"{files[0]}; features present: {sorted(feature)}")
-    kind = feature[label_key].WhichOneof("kind")
-    return {"int64_list": tf.int64, "bytes_list": tf.string}.get(kind, tf.float32)
-  raise ValueError(f"{files[0]} holds no examples")
+    if first_features is None:
+      first_features = sorted(feature)
+    if label_key in feature and feature[label_key].WhichOneof("kind"):
+      kind = feature[label_key].WhichOneof("kind")
+      return {"int64_list": tf.int64, "bytes_list": tf.string}.get(kind, tf.float32)
+  if first_features is None:
+    raise ValueError(f"{files[0]} holds no examples")
+  raise ValueError(f"label {label_key!r} is not a feature of any example in "
+                   f"{os.path.dirname(files[0])}; features present: {first_features}. Set "
+                   f"the label with --label COL (evaluator.label_key)")
 
 
 def _outputs_of(info: task_lib.TaskInfo) -> Tuple[str, ...]:
@@ -291,14 +304,16 @@ def _outputs_of(info: task_lib.TaskInfo) -> Tuple[str, ...]:
 
 def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size: int,
                     outputs: Sequence[str] = (PREDICTION_KEY,), numeric_label: bool = True,
-                    task: str = task_lib.REGRESSION, skip_missing_labels: bool = False
+                    task: str = task_lib.REGRESSION, skip_missing_labels: bool = False,
+                    unlabelled: Optional[tf.Variable] = None
                     ) -> Iterator[Tuple[np.ndarray, Dict[str, np.ndarray]]]:
   """Yields (labels [B], {output: [B, ...]}) for every batch of the files, in any order.
 
   Labels are float32 when ``numeric_label``, else as stored (float32, int64 or bytes).
   ``task`` only names the task in errors. ``skip_missing_labels``: leave out the examples
-  without exactly one label value (the trainer's rule, preprocess.has_label), else the
-  first one is an error naming the label and the directory.
+  without exactly one label value (the trainer's rule, preprocess.has_label), counted
+  in ``unlabelled`` (an int64 variable) when given; else the first one is an error
+  naming the label and the directory.
   """
   loaded = tf.saved_model.load(model_dir)  # Must outlive the signature (owns variables).
   if keys.SERVING_SIGNATURE not in loaded.signatures:
@@ -315,13 +330,17 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
   if numeric_label and dtype == tf.string:
     raise ValueError(f"label {label_key!r} in {files[0]} holds strings (bytes_list); a "
                      f"regression label must be a number. Is the model a classifier "
-                     f"without its 'task' property?")
+                     f"without its 'task' property? Then set evaluator.task=binary (or "
+                     f"multiclass), as the trainer's --task")
   label_spec = {label_key: tf.io.FixedLenFeature([], dtype)}
 
   def labelled(serialized):  # A batch at a time: a per-example filter costs ~25 us each.
     values = tf.io.parse_example(
         serialized, {label_key: tf.io.RaggedFeature(dtype)})[label_key]
-    return tf.boolean_mask(serialized, tf.equal(values.row_lengths(), 1))
+    keep = tf.equal(values.row_lengths(), 1)
+    if unlabelled is not None:
+      unlabelled.assign_add(tf.reduce_sum(tf.cast(tf.logical_not(keep), tf.int64)))
+    return tf.boolean_mask(serialized, keep)
 
   def predict(serialized):
     label = tf.io.parse_example(serialized, label_spec)[label_key]
@@ -350,7 +369,7 @@ def predict_batches(model_dir: str, files: List[str], label_key: str, batch_size
             "(as the trainer's skip_missing_labels)"
             if "could not be found" in reason and not skip_missing_labels else "")
     raise ValueError(f"reading label {label_key!r} (one {dtype.name} per example, as in "
-                     f"the first example of {files[0]}) from {os.path.dirname(files[0])}: "
+                     f"the first labelled example) from {os.path.dirname(files[0])}: "
                      f"{reason}{hint}") from None
 
 
@@ -368,9 +387,11 @@ def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
   start = time.perf_counter()
   files = list(files) if files else split_files(examples_uri, split)
   names = output_map.names if output_map is not None else _outputs_of(info)
+  unlabelled = tf.Variable(0, dtype=tf.int64, trainable=False)
   batches = predict_batches(model_dir, files, label_key, batch_size, names,
                             numeric_label=not info.is_classification, task=info.task,
-                            skip_missing_labels=skip_missing_labels)
+                            skip_missing_labels=skip_missing_labels,
+                            unlabelled=unlabelled)
   if output_map is not None:
     batches = ((labels, output_map.values(out, info.task)) for labels, out in batches)
   if info.task == task_lib.REGRESSION:
@@ -384,4 +405,5 @@ def evaluate(model_dir: str, examples_uri: str, split: str, label_key: str,
     for labels, outputs in batches:
       accumulator.update(task_lib.class_ids(labels, info, label_key, where),
                          outputs[keys.PROBABILITIES_OUTPUT], outputs[keys.LOGITS_OUTPUT])
-  return accumulator.result(seconds=time.perf_counter() - start)
+  return dataclasses.replace(accumulator.result(seconds=time.perf_counter() - start),
+                             unlabelled=int(unlabelled.numpy()))

@@ -94,8 +94,9 @@ def _single(outputs: Mapping[str, OutputSpec], prediction_key: Optional[str],
   if len(floats) != 1:
     raise ValueError(f"prediction_key: the {keys.SERVING_SIGNATURE!r} signature of "
                      f"{model_dir} returns {sorted(outputs)}, not the contract outputs and "
-                     f"not exactly one float output; set evaluator config prediction_key. "
-                     f"Received: None")
+                     f"not exactly one float output; name the one that holds the "
+                     f"prediction (set evaluator.prediction_key="
+                     f"{(floats or sorted(outputs) or ['NAME'])[0]}). Received: None")
   return floats[0]
 
 

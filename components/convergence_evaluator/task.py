@@ -102,7 +102,9 @@ def resolve(model: Dict[str, Any], history: Dict[str, Any],
                        f"Received: {task!r}")
   if len({task for _, task in given}) > 1:
     raise ValueError("the task sources disagree: " +
-                     ", ".join(f"{where} says {task!r}" for where, task in given))
+                     ", ".join(f"{where} says {task!r}" for where, task in given) +
+                     "; make evaluator.task agree with the model's, or unset it "
+                     "(set evaluator.task=null)")
   task, source = (given[0][1], given[0][0]) if given else (REGRESSION, "default")
   # num_classes and the vocabulary come with the task: from the Model unless only the
   # history names a task.

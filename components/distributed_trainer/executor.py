@@ -122,7 +122,9 @@ def prepare(job: Job, config: TrainerConfig, module=None) -> Job:
       na_values=job.na_values, id_like_ratio=config.id_like_ratio,
       keep_as_category=config.keep_as_category)
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
-  inferred = "" if config.task else " (inferred from the label; set trainer task to override)"
+  inferred = "" if config.task else (
+      f" (inferred from the label; to override: --task "
+      f"{'|'.join(t for t in keys.TASKS if t != spec.task)}, or --set trainer.task=...)")
   logging.info("DistributedTrainer: %s%s", spec.describe(), inferred)
   print(f"[trainer] task {spec.task}{inferred}", flush=True)
   for line in prepared.columns.messages:

@@ -231,6 +231,7 @@ def resolve(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,
     if dim is not None:
       raise ShardingError(module_name, rule, v.path,
                           f"{undivided_message(v.path, v.shape, dim, model_axis)}. "
+                          f"{undivided_fix(v.shape[dim], dim, model_axis)} "
                           f"Received: {sharding!r}")
     if v.kind == EMBEDDING and sharding and sharding[0] is not None:
       raise ShardingError(module_name, rule, v.path,
@@ -270,6 +271,17 @@ def _matching(compiled, path: str, module_name: str) -> Optional[Tuple[str, Shar
                         f"variable must match at most one rule (anchor them, e.g. "
                         f"'^{re.escape(path)}$')")
   return found[0] if found else None
+
+
+def undivided_fix(size: int, dim: int, model_axis: int) -> str:
+  """The fixes of a rule that splits a dimension of ``size`` the model axis does not
+  divide, each with what the user types."""
+  multiple = model_axis * -(-size // model_axis)
+  return (f"To fix it: give the dimension a size the axis divides, e.g. {multiple}, with "
+          f"the module's hparam that sets it (--hparams '{{\"embedding_dim\": {multiple}}}'"
+          f" for examples/taxi_model.py's tables; the setting trainer.hparams); or leave "
+          f"dimension {dim} whole (None) in this rule of layout_rules(spec); or use a mesh "
+          f"whose model axis divides {size} (--mesh BxM; the setting trainer.mesh).")
 
 
 def validate_rules(rules: Rules, variables: Sequence[VariableInfo], model_axis: int,

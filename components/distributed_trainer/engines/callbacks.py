@@ -48,7 +48,8 @@ class Recorder(tf_keras.callbacks.Callback):
   stops training when the run diverges (``stop_on_divergence``) by the rule the
   evaluator labels runs with (components/common/divergence.py: a NaN/inf, negative
   (``non_negative`` losses) or exploding loss, or an eval loss rising by half and by
-  more than its noise). ``eval_loss()`` returns (eval loss, its standard error).
+  more than its noise together with the training loss; an eval loss that rises alone is
+  overfitting, not divergence). ``eval_loss()`` returns (eval loss, its standard error).
 
   ``step_losses(n)`` returns the exact losses of the last ``n`` steps (the engine's
   ``step_losses``: each step's mean over its global batch, as the step computed it); a
@@ -82,7 +83,8 @@ class Recorder(tf_keras.callbacks.Callback):
       self.monitor.add_train(record["loss"])
     for epoch in state.epochs:
       if epoch.get("eval_loss") is not None:
-        self.monitor.add_eval(epoch["eval_loss"], epoch.get("eval_loss_se"))
+        self.monitor.add_eval(epoch["eval_loss"], epoch.get("eval_loss_se"),
+                              epoch.get("train_loss"))
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
@@ -115,7 +117,7 @@ class Recorder(tf_keras.callbacks.Callback):
       train_loss = st.records[-1]["loss"] if st.records else execution_loss
       st.epochs.append({"epoch": len(st.epochs) + 1, "step": step,
                         "train_loss": train_loss, "eval_loss": ev, "eval_loss_se": ev_se})
-      why = self.monitor.add_eval(ev, ev_se)
+      why = self.monitor.add_eval(ev, ev_se, train_loss)
       if why:
         self._diverged(why)
         return
@@ -177,7 +179,7 @@ class EarlyStop(tf_keras.callbacks.Callback):
     if len(st.epochs) == self._seen or st.diverged:
       return
     self._take()
-    if self.wait >= self.patience and st.step < st.total:
+    if self.patience and self.wait >= self.patience and st.step < st.total:
       st.early_stopped = True
       self.model.stop_training = True
 

@@ -33,7 +33,6 @@ from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.inputs import memory_cache
 from tfx_parallel.components.distributed_trainer.plan import devices as devices_lib
 from tfx_parallel.components.distributed_trainer.plan import layout_search
-from tfx_parallel.components.distributed_trainer.plan import length as length_lib
 from tfx_parallel.components.distributed_trainer import sharding
 
 def trainable_infos(model) -> List[sharding.VariableInfo]:
@@ -99,11 +98,14 @@ def slot_count(module, spec, config, model) -> int:
       user_module.make_optimizer(module, spec, config.optimizer, config.learning_rate), model)
 
 
-def stops_early(config) -> bool:
-  """Whether the run keeps an early stop's best weights (plan/length.py: ``patience``
-  applies when neither ``steps`` nor ``epochs`` sets the length)."""
-  return bool(length_lib.choose(config.steps, config.epochs, config.min_steps,
-                                config.patience, 1, config.batch_size).patience)
+def keeps_best_weights(config) -> bool:
+  """Whether the run holds a snapshot of its best evaluation's weights beside the live
+  ones: always, since the trainer exports them after an early stop (``patience`` with an
+  automatic length, plan/length.py) and also when a run of a set length overfits
+  (run/train.py ``best_weights``). Kept as a function so that the plan says where the
+  figure comes from."""
+  del config
+  return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +184,7 @@ def choose(config, variables, budget: Budget, slots: int):
                       "'512MiB'; CLI --device-memory). Received: None")
   plan = layout_search.plan(variables, budget.num_devices, budget.memory_per_device,
                       config.batch_size, slots, shared_host_memory=budget.host_memory,
-                      snapshot=stops_early(config))
+                      snapshot=keeps_best_weights(config))
   reason = plan.reason
   if budget.host_memory is not None:  # Say what memory it planned with (no device_memory).
     reason += (f"; planned with {layout_search.human_bytes(budget.memory_per_device)} per device: "

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from tfx_parallel.components.common import config_util, keys, run_history
+from tfx_parallel.components.common import config_util, divergence, keys, run_history
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.engines import factory
 from tfx_parallel.components.distributed_trainer import model_spec as ms
@@ -55,6 +55,26 @@ def setup_devices(config: TrainerConfig, gpu_names: Optional[List[str]] = None):
   elif config.layout == "mesh":
     config = dataclasses.replace(config, mesh=tuple(plan.mesh))
   return config, plan
+
+
+def best_weights(early, state, patience: int) -> Optional[list]:
+  """The weights to export in place of the last ones: the best evaluation's, after an
+  automatic length (``patience`` > 0, Keras ``restore_best_weights``), or when the run
+  overfits (divergence.overfitting: the eval loss rose from its best while the training
+  loss fell); else None."""
+  best = early.best_weights()
+  if best is None or patience:
+    return best
+  evals = [e for e in state.epochs if e.get("eval_loss") is not None]
+  why = divergence.overfitting([e["eval_loss"] for e in evals],
+                               [e.get("train_loss") for e in evals],
+                               [e.get("eval_loss_se") for e in evals])
+  if not why:
+    return None
+  print(f"[trainer] overfitting: {why}; exporting the weights of step {early.best_step} "
+        f"(the best eval loss) instead of the last (trainer.patience > 0 also stops early)",
+        flush=True)
+  return best
 
 
 def builtin_hparams(config: TrainerConfig) -> Dict[str, Any]:
@@ -261,9 +281,10 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
                                                    module.source_digest), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
   ]
-  early = cb.EarlyStop(state, length.patience, engine.snapshot) if length.patience else None
-  if early is not None:
-    callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
+  # Keeps the best evaluation's weights: exported after an early stop, or when the run
+  # overfits (patience 0: a length the user set is trained in full).
+  early = cb.EarlyStop(state, length.patience, engine.snapshot)
+  callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
   callbacks += user_callbacks
   t_start = time.perf_counter()
   engine.train(train_ds, start_step, total, callbacks)
@@ -297,14 +318,13 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   history["label_counts"] = job.label_counts
   history["label_classes_not_in_train"] = job.label_classes_not_in_train or None
   history.update(job.layout_choice)  # layout: auto: the planner's choice.
-  best = early.best_weights() if early is not None else None
-  if early is not None:
-    history["early_stopping"] = early.record()
-    if state.early_stopped:
-      print(f"[trainer] early stop at step {state.step}: the eval loss has not improved "
-            f"for {length.patience} evaluations since step {early.best_step} "
-            f"({early.best:.6g})" + ("; keeping that step's weights" if best is not None
-                                      else ""), flush=True)
+  best = best_weights(early, state, length.patience)
+  history["early_stopping"] = early.record()
+  if state.early_stopped:
+    print(f"[trainer] early stop at step {state.step}: the eval loss has not improved "
+          f"for {length.patience} evaluations since step {early.best_step} "
+          f"({early.best:.6g})" + ("; keeping that step's weights" if best is not None
+                                    else ""), flush=True)
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
