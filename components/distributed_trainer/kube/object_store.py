@@ -411,6 +411,12 @@ def run_and_exit(main: Callable[[], Optional[int]]) -> None:
     traceback.print_exc()
     status = failures.exit_code(e) if isinstance(e, Exception) else 1
   finally:
+    if not isinstance(status, int) or not 0 <= status <= 255:
+      # An exit status is 8 bits: sys.exit(256) would end as 0 (success) and 384 as a
+      # retryable 128. Out of range is a code error: permanent.
+      print(f"[trainer] ERROR: exit status {status!r} is not 0-255; exiting "
+            f"{failures.NOT_RESUMABLE_EXIT_CODE}", file=sys.stderr)
+      status = failures.NOT_RESUMABLE_EXIT_CODE
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # pylint: disable=protected-access
