@@ -301,8 +301,9 @@ def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str
   """The durable directory, keyed by run and task, for this step's checkpoints; None
   when there is none (no remote output, or a store TensorFlow cannot write and no
   volume). The task root is ``dirname(dirname(output URI))``: ``<root>/<pipeline>/
-  <run>/<task>`` from backend 2.5.0, ``<root>/<pipeline>/<run>`` on 2.3-2.4 (no salt;
-  those backends do not retry)."""
+  <run>/<task>`` from backend 2.4.0 (the output URI is ``<task>/<salt>/<key>``:
+  ``driver/driver.go`` 2.4.0:1588), ``<root>/<pipeline>/<run>`` on 2.3 (no salt,
+  ``driver.go`` 2.3.0:1242; 2.3 does not retry)."""
   uris = sorted(artifacts["artifacts"][0].get("uri", "") for key, artifacts in
                 executor_input.get("outputs", {}).get("artifacts", {}).items()
                 if key not in backend_outputs(executor_input) and artifacts.get("artifacts"))
