@@ -179,14 +179,19 @@ def kfp_minio_endpoint(environ: Mapping[str, str],
   """KFP's default endpoint for its ``minio://`` root as a URL (HTTP, as its
   ``disableSSL`` true), for a step without the launcher's session (no input artifact,
   e.g. the ingest): ``$MINIO_SERVICE_SERVICE_HOST:PORT`` when the Service is in this
-  namespace, else SeaweedFS's ``seaweedfs.kubeflow:9000`` when that name resolves (the
-  launcher's default from 2.16, kubeflow/pipelines backend/src/v2/objectstore/config.go
-  2.16.0:29 and 2.17.0:29; 2.16 ships no ``minio-service``), else
-  ``minio-service.kubeflow:9000`` (up to 2.15, config.go 2.15.0:29)."""
+  namespace; else ``minio-service.kubeflow:9000`` when that name resolves (the launcher's
+  default up to 2.15, config.go 2.15.0:29; on Kubeflow 1.11 it fronts SeaweedFS, whose
+  own ``seaweedfs`` Service there has no port 9000: kubeflow/manifests v1.11.0
+  ``.../third-party/seaweedfs/base/seaweedfs/seaweedfs-service.yaml``); else
+  ``seaweedfs.kubeflow:9000`` when that name resolves (the default from 2.16,
+  kubeflow/pipelines backend/src/v2/objectstore/config.go 2.16.0:29, 2.17.0:29; 2.16
+  ships no ``minio-service``); else ``minio-service.kubeflow:9000``."""
   host, port = environ.get("MINIO_SERVICE_SERVICE_HOST"), environ.get("MINIO_SERVICE_SERVICE_PORT")
   if host and port:
     return f"http://{host}:{port}"
-  if (resolves or _resolves)(KFP_SEAWEEDFS_SERVICE.split(":")[0]):
+  resolves = resolves or _resolves
+  if (not resolves(KFP_MINIO_SERVICE.split(":")[0])
+      and resolves(KFP_SEAWEEDFS_SERVICE.split(":")[0])):
     return "http://" + KFP_SEAWEEDFS_SERVICE
   return "http://" + KFP_MINIO_SERVICE
 
