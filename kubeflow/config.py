@@ -146,7 +146,9 @@ class ComponentPlacement:
     tolerations: taints the pod tolerates (e.g. nvidia.com/gpu:NoSchedule).
     beam_pipeline_args: Beam args for a Beam component (PartitionedExampleGen), e.g.
       ``--runner=DataflowRunner``, ``--runner=FlinkRunner``; appended to the
-      pipeline's own Beam args, so they win.
+      pipeline's own Beam args, so they win. With a runner whose workers run outside
+      the pod, the entry point adds Beam's ``--s3_*`` options at run time from KFP's
+      store and secret, so no credential goes in the config (docs/kubeflow.md).
     env: extra environment variables (TF_USE_LEGACY_KERAS=1 is always set).
     pvc_mounts: existing PersistentVolumeClaim name -> absolute path in the container,
       e.g. ``{cuda-jit-cache: /var/cache/cuda}``: the image's CUDA_CACHE_PATH, so the
@@ -155,9 +157,10 @@ class ComponentPlacement:
       turns retries off.
     checkpoint_volume: DistributedTrainer only: an absolute path at or below one of its
       ``pvc_mounts``, where its checkpoints live, keyed by run and task, so that a
-      retried pod resumes them. Unset: under a gs:// pipeline root, next to the task's
-      artifacts (TensorFlow writes gs:// itself); under minio:// or s3:// in the pod,
-      and a retry restarts from step 0 (`tfx-parallel compile` says so).
+      retried pod resumes them. Unset: under a gs://, s3:// or minio:// pipeline root,
+      under the task's root (TensorFlow writes gs://, tensorflow-io s3://; minio:// is
+      opened as s3:// with the endpoint of KFP's store session); under any other scheme
+      in the pod, and a retry restarts from step 0 (`tfx-parallel compile` says so).
   """
   image: str = ""
   cpu_request: Optional[str] = None

@@ -301,8 +301,9 @@ def checkpoint_root(executor_input: Mapping[str, Any], environ: Mapping[str, str
   """The durable directory, keyed by run and task, for this step's checkpoints; None
   when there is none (no remote output, or a store TensorFlow cannot write and no
   volume). The task root is ``dirname(dirname(output URI))``: ``<root>/<pipeline>/
-  <run>/<task>`` from backend 2.5.0, ``<root>/<pipeline>/<run>`` on 2.3-2.4 (no salt;
-  those backends do not retry)."""
+  <run>/<task>`` from backend 2.4.0 (the output URI is ``<task>/<salt>/<key>``:
+  ``driver/driver.go`` 2.4.0:1588), ``<root>/<pipeline>/<run>`` on 2.3 (no salt,
+  ``driver.go`` 2.3.0:1242; 2.3 does not retry)."""
   uris = sorted(artifacts["artifacts"][0].get("uri", "") for key, artifacts in
                 executor_input.get("outputs", {}).get("artifacts", {}).items()
                 if key not in backend_outputs(executor_input) and artifacts.get("artifacts"))
@@ -378,24 +379,37 @@ def beam_s3_args(executor_input: Mapping[str, Any], beam_args: Sequence[str],
                  environ: Mapping[str, str], api_client=None) -> List[str]:
   """Beam's S3 options for a step whose runner's workers run outside the pod and write
   its ``minio://``/``s3://`` outputs themselves, made at run time: the endpoint from the
-  input artifacts' store session (the KFP launcher's own for the bucket: SeaweedFS's
-  ``seaweedfs.kubeflow:9000`` from 2.16, ``minio-service.kubeflow:9000`` before) unless
-  ``TFX_PARALLEL_S3_*`` says otherwise, the keys read now from KFP's secret (the one the
-  launcher in this pod reads). Nothing of it is in the compiled package. [] when the step
-  names any ``--s3_*`` option itself, or writes no s3 output, or (after one warning line
+  input artifacts' store session (the KFP launcher's own for the bucket) unless
+  ``TFX_PARALLEL_S3_*`` says otherwise; a step without inputs (the ingest) has none, and
+  a ``minio://`` root gets KFP's store (object_store.kfp_minio_endpoint: SeaweedFS's
+  ``seaweedfs.kubeflow:9000`` from 2.16, ``minio-service.kubeflow:9000`` before); the
+  keys read now from KFP's secret (the one the launcher in this pod reads). Nothing of it
+  is in the compiled package. [] when the step names any ``--s3_*`` option itself, or
+  writes no s3 output, or has an ``s3://`` root that no session or setting places
+  elsewhere (AWS S3, ambient credentials, as KFP's launcher), or (after one warning line
   naming the secret or setting) when the store's settings cannot be read: Beam's S3
   filesystem then uses its own defaults (the AWS SDK's ambient credentials, e.g. IRSA)."""
   if any(a.split("=", 1)[0] in _BEAM_S3_FLAGS for a in beam_args):
     return []
-  outputs = {f"outputs.{key}": beam_uri(artifacts["artifacts"][0].get("uri", ""))
-             for key, artifacts in executor_input.get("outputs", {}).get("artifacts", {}).items()
-             if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
-  outputs = {k: u for k, u in outputs.items() if u.startswith("s3://")}
+  raw = {f"outputs.{key}": artifacts["artifacts"][0].get("uri", "")
+         for key, artifacts in executor_input.get("outputs", {}).get("artifacts", {}).items()
+         if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
+  outputs = {k: beam_uri(u) for k, u in raw.items() if beam_uri(u).startswith("s3://")}
   if not outputs:
     return []
   settings = dict(environ)
   for setting, value in object_store.session_settings(session_info(executor_input)).items():
     settings.setdefault(object_store.ENV_PREFIX + setting, value)
+  if (not any(u.startswith("minio://") for u in raw.values())
+      and object_store.ENV_PREFIX + "ENDPOINT" not in settings):
+    # An s3:// root that no session or setting places elsewhere is AWS S3 with the
+    # ambient credentials, as for the KFP launcher (its s3 session without a providers
+    # config is fromEnv: backend/src/v2/config/s3.go 2.16.0:87-96): not KFP's MinIO.
+    print(f"[entrypoint] Beam's S3 options are left to Beam's defaults (the AWS SDK's "
+          f"endpoint and ambient credentials) for {sorted(set(outputs.values()))[0]}: no "
+          f"store session and no {object_store.ENV_PREFIX}ENDPOINT name another store.",
+          file=sys.stderr, flush=True)
+    return []
   try:
     store = object_store.from_uris(outputs, settings)
     access_key, secret_key = object_store.read_credentials(

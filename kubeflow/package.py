@@ -107,8 +107,8 @@ def _checkpoint_notes(config: KubeflowConfig, nodes: Mapping[str, Any]) -> List[
       raise ConfigError(f"components.{node_id}.checkpoint_volume",
                         f"the TFJob's replicas ({_TFJOB_IMAGE_ENV} is set) do not mount "
                         f"{node_id}'s volumes and write the checkpoints themselves: use a "
-                        f"gs:// pipeline_root (they keep them beside the run's artifacts). "
-                        f"Received: {placement.checkpoint_volume!r}")
+                        f"gs://, s3:// or minio:// pipeline_root (they keep them beside "
+                        f"the run's artifacts). Received: {placement.checkpoint_volume!r}")
     if (placement.retry.max_retry_count and placement.checkpoint_volume is None
         and not config.pipeline_root.startswith(DURABLE_ROOTS)):
       notes.append(

@@ -239,6 +239,40 @@ def test_an_out_of_pod_ingest_gets_the_sessions_endpoint_and_the_secrets_keys_at
       capsys.readouterr().err
 
 
+def test_an_ingest_without_inputs_gets_the_releases_store_and_an_s3_root_beams_defaults(
+    monkeypatch, capsys):
+  """The ingest (PartitionedExampleGen, no input artifact) has no store session: a
+  minio:// root gets KFP's store of the release: minio-service.kubeflow:9000 where it
+  resolves (up to 2.15, Kubeflow 1.11 included), else seaweedfs.kubeflow:9000 (2.16+:
+  backend/src/v2/objectstore/config.go 2.16.0:29; no minio-service there); an s3:// root that
+  nothing places elsewhere is left to Beam's AWS defaults, as KFP's launcher's fromEnv
+  session (backend/src/v2/config/s3.go 2.16.0:87-96)."""
+  ingest = {"outputs": {"artifacts": {"examples": {"artifacts": [
+      {"uri": "minio://mlpipeline/v2/artifacts/p/run-1/Gen/salt/examples"}]}}}}
+  services = set()
+  monkeypatch.setattr(object_store, "_resolves", lambda host: host in services)
+  with FakeCluster() as cluster:
+    cluster.secrets[("ns", "mlpipeline-minio-artifact")] = dict(SECRET)
+    environ = {"TFX_PARALLEL_TFJOB_NAMESPACE": "ns"}
+    for names, endpoint in [
+        ({"seaweedfs.kubeflow"}, "seaweedfs.kubeflow:9000"),  # KFP 2.16+ (Kubeflow 26.03).
+        # Kubeflow 1.11 (KFP 2.15): both names; its seaweedfs Service has no port 9000.
+        ({"seaweedfs.kubeflow", "minio-service.kubeflow"}, "minio-service.kubeflow:9000"),
+        ({"minio-service.kubeflow"}, "minio-service.kubeflow:9000"),  # KFP <= 2.15, MinIO.
+        (set(), "minio-service.kubeflow:9000")]:
+      services.clear()
+      services.update(names)
+      args = entrypoint.beam_s3_args(ingest, ["--runner=FlinkRunner"], environ,
+                                     cluster.api_client())
+      assert args[0] == f"--s3_endpoint_url=http://{endpoint}", names
+    aws = json.loads(json.dumps(ingest).replace("minio://mlpipeline", "s3://my-bucket"))
+    assert entrypoint.beam_s3_args(aws, [], environ, cluster.api_client()) == []
+    assert "left to Beam's defaults" in capsys.readouterr().err
+    environ["TFX_PARALLEL_S3_ENDPOINT"] = "http://minio.other:9000"  # Named: used.
+    assert entrypoint.beam_s3_args(aws, [], environ, cluster.api_client())[0] == \
+        "--s3_endpoint_url=http://minio.other:9000"
+
+
 def test_credentials_the_store_refuses_fail_the_check_before_the_job_file_and_any_pod(moto):
   """The executor's check with the secret the replicas would mount (its secret key
   wrong): the probe through TensorFlow's S3 filesystem is refused, and the step fails

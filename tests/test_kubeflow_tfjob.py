@@ -586,6 +586,24 @@ def test_a_store_outage_is_not_a_killed_executor():
   assert "has not written its heartbeat for 600 s" in watch.check()
 
 
+def test_a_heartbeat_the_store_says_is_gone_is_no_beat_not_an_outage():
+  """NotFound is the store's answer (the heartbeat was deleted with the run's files):
+  the window runs on and the replica stops, unlike an unreachable store."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  t, said, errors = [0.0], [], [FileNotFoundError("gone"),
+                                tf.errors.NotFoundError(None, None, "gone")]
+  for error in errors:
+    def read(error=error):
+      raise error
+    t[0] = 0.0
+    watch = kube_replica.Watchdog(read, stale_seconds=600, clock=lambda: t[0],
+                                  say=said.append)
+    assert watch.check() is None
+    t[0] = 600.0
+    assert "has not written its heartbeat for 600 s" in watch.check()
+  assert said == []  # Never called an outage.
+
+
 @pytest.mark.parametrize("value", ["60", "120", "209"])
 def test_an_orphan_limit_below_three_heartbeats_is_refused(value):
   """Heartbeats are up to HEARTBEAT_SECONDS + the executor's poll apart: a limit below 3x

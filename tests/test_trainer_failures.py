@@ -3,8 +3,9 @@ trainer/failures.py): one line on the console, no traceback, and the launcher's 
 does not say "rerun to resume". Here the error is a layout rule that matches nothing,
 met in the training process itself (a job handed to the launcher directly, so no
 pre-flight check ran). The table: every error class, resumable or not."""
+import subprocess
+import sys
 import textwrap
-
 import types
 
 import pytest
@@ -250,3 +251,22 @@ def test_a_layout_error_in_the_training_process_exits_2_in_one_line(monkeypatch,
   assert "Traceback" not in err
   assert err.strip().splitlines()[-1].startswith(
       "[trainer] ERROR: ConfigError: trainer.layout_rules: DTensor cannot run a layout")
+
+
+@pytest.mark.parametrize("main,code", [
+    ("raise SystemExit(256)", failures.NOT_RESUMABLE_EXIT_CODE),  # Would end as 0.
+    ("raise SystemExit(384)", failures.NOT_RESUMABLE_EXIT_CODE),  # Would end as 128.
+    ("raise SystemExit(-1)", failures.NOT_RESUMABLE_EXIT_CODE),
+    ("raise ConnectionResetError('reset')", failures.STORE_EXIT_CODE),
+    ("return 0", 0),
+])
+def test_a_replicas_exit_status_is_its_class_and_never_wraps_around(main, code):
+  """object_store.run_and_exit, the replica's exit path: an exit status is 8 bits, so a
+  status outside 0-255 (a module's sys.exit(256)) would read as success or as a
+  retryable >= 128; it exits NOT_RESUMABLE_EXIT_CODE instead."""
+  source = ("from tfx_parallel.components.distributed_trainer.kube import object_store\n"
+            f"def main():\n  {main}\n"
+            "object_store.run_and_exit(main)\n")
+  proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == code, proc.stderr[-2000:]

@@ -25,12 +25,14 @@ back in the input artifacts' metadata (``store_session_info``: :func:`session_se
 the entry point passes it); then KFP's defaults for its ``minio://`` root (kubeflow/pipelines
 ``backend/src/v2/config/env.go`` ``getDefaultMinioSessionInfo``: region ``minio``,
 ``disableSSL`` true, secret ``mlpipeline-minio-artifact`` with keys ``accesskey`` and
-``secretkey``; ``backend/src/v2/objectstore/object_store.go`` ``MinioDefaultEndpoint``:
+``secretkey``; ``backend/src/v2/objectstore/object_store.go`` 2.0.5:294 ``MinioDefaultEndpoint``:
 ``$MINIO_SERVICE_SERVICE_HOST:$MINIO_SERVICE_SERVICE_PORT`` when the pod has them, else
-``minio-service.kubeflow:9000``). Kubeflow 1.11's SeaweedFS takes over the same
-``minio-service`` Service and secret (kubeflow/pipelines
-``manifests/kustomize/third-party/seaweedfs``), so an ``s3://`` root on it has the same
-defaults. Other stores (AWS S3, a MinIO elsewhere) are named by ``TFX_PARALLEL_S3_*``
+``minio-service.kubeflow:9000``; from 2.16 ``seaweedfs.kubeflow:9000``,
+``objectstore/config.go`` 2.16.0:29: :func:`kfp_minio_endpoint`). Kubeflow 1.11 (KFP
+2.15) puts SeaweedFS behind the same ``minio-service`` Service and secret (kubeflow/
+manifests v1.11.0 ``applications/pipeline/upstream/third-party/seaweedfs/base/seaweedfs/
+minio-service.yaml``); KFP 2.16 (Kubeflow 26.03) has only the ``seaweedfs`` Service.
+Other stores (AWS S3, a MinIO elsewhere) are named by ``TFX_PARALLEL_S3_*``
 (:data:`SETTINGS`), all checked before any pod is created.
 
 The executor reads the secret through the Kubernetes API, in its own namespace for itself
@@ -44,6 +46,7 @@ import dataclasses
 import difflib
 import json
 import os
+import socket
 import sys
 import traceback
 import uuid
@@ -55,8 +58,10 @@ from tfx_parallel.components.distributed_trainer.kube.settings import default_ap
 ENV_PREFIX = "TFX_PARALLEL_S3_"
 # Setting suffix -> what it means; the one list of known names.
 SETTINGS = {
-    "ENDPOINT": "the S3 API's URL, http://host:port or https://host[:port] (default: KFP's "
-                "MinIO service, http://minio-service.kubeflow:9000)",
+    "ENDPOINT": "the S3 API's URL, http://host:port or https://host[:port] (default: the "
+                "KFP launcher's session for the bucket, else KFP's store: "
+                "http://seaweedfs.kubeflow:9000 from 2.16, http://minio-service.kubeflow:9000 "
+                "before)",
     "REGION": "the region the client signs for (default: minio, as KFP's launcher)",
     "SECRET": "the Kubernetes secret with the credentials, in the job's namespace "
               "(default: mlpipeline-minio-artifact)",
@@ -64,7 +69,12 @@ SETTINGS = {
     "SECRET_KEY_KEY": "the secret's key holding the secret access key (default: secretkey)",
     "VERIFY_SSL": "1 or 0: check the endpoint's TLS certificate (default 1; HTTPS only)",
 }
-KFP_MINIO_SERVICE = "minio-service.kubeflow:9000"
+KFP_MINIO_SERVICE = "minio-service.kubeflow:9000"  # Up to KFP 2.15 (Kubeflow 1.11).
+# From KFP 2.16 (Kubeflow 26.03): the seaweedfs Service's S3 port 9000 (-> 8333), the
+# launcher's default (kubeflow/pipelines backend/src/v2/objectstore/config.go 2.16.0:29;
+# manifests/kustomize/third-party/seaweedfs/base/seaweedfs/seaweedfs-service.yaml
+# 2.16.0:14-21 keeps 8333 and 9000).
+KFP_SEAWEEDFS_SERVICE = "seaweedfs.kubeflow:9000"
 KFP_MINIO_SECRET = "mlpipeline-minio-artifact"
 KFP_MINIO_REGION = "minio"
 # The variables tensorflow-io's S3 client and the AWS SDK read (see the module docstring).
@@ -155,11 +165,35 @@ def _settings(environ: Mapping[str, str]) -> Dict[str, str]:
   return {s: environ[ENV_PREFIX + s] for s in SETTINGS if ENV_PREFIX + s in environ}
 
 
-def kfp_minio_endpoint(environ: Mapping[str, str]) -> str:
-  """KFP's default MinIO endpoint as a URL (``MinioDefaultEndpoint``; HTTP, as its
-  ``disableSSL`` true)."""
+def _resolves(host: str) -> bool:
+  """Whether `host` has an address in this pod's DNS (a Service's short name resolves
+  through the pod's search path)."""
+  try:
+    return bool(socket.getaddrinfo(host, None))
+  except (OSError, UnicodeError):
+    return False
+
+
+def kfp_minio_endpoint(environ: Mapping[str, str],
+                       resolves: Optional[Callable[[str], bool]] = None) -> str:
+  """KFP's default endpoint for its ``minio://`` root as a URL (HTTP, as its
+  ``disableSSL`` true), for a step without the launcher's session (no input artifact,
+  e.g. the ingest): ``$MINIO_SERVICE_SERVICE_HOST:PORT`` when the Service is in this
+  namespace; else ``minio-service.kubeflow:9000`` when that name resolves (the launcher's
+  default up to 2.15, config.go 2.15.0:29; on Kubeflow 1.11 it fronts SeaweedFS, whose
+  own ``seaweedfs`` Service there has no port 9000: kubeflow/manifests v1.11.0
+  ``.../third-party/seaweedfs/base/seaweedfs/seaweedfs-service.yaml``); else
+  ``seaweedfs.kubeflow:9000`` when that name resolves (the default from 2.16,
+  kubeflow/pipelines backend/src/v2/objectstore/config.go 2.16.0:29, 2.17.0:29; 2.16
+  ships no ``minio-service``); else ``minio-service.kubeflow:9000``."""
   host, port = environ.get("MINIO_SERVICE_SERVICE_HOST"), environ.get("MINIO_SERVICE_SERVICE_PORT")
-  return "http://" + (f"{host}:{port}" if host and port else KFP_MINIO_SERVICE)
+  if host and port:
+    return f"http://{host}:{port}"
+  resolves = resolves or _resolves
+  if (not resolves(KFP_MINIO_SERVICE.split(":")[0])
+      and resolves(KFP_SEAWEEDFS_SERVICE.split(":")[0])):
+    return "http://" + KFP_SEAWEEDFS_SERVICE
+  return "http://" + KFP_MINIO_SERVICE
 
 
 def from_uris(uris: Mapping[str, str], environ: Mapping[str, str]) -> ObjectStore:
@@ -320,8 +354,9 @@ def session_settings(session_info: str) -> Dict[str, str]:
   ``backend/src/v2/metadata/client.go`` ``RecordArtifact``; ``objectstore.SessionInfo``
   ``{"Provider", "Params": {"endpoint", "region", "disableSSL", "fromEnv", "secretName",
   "accessKeyKey", "secretKeyKey"}}``, from the ``kfp-launcher`` ConfigMap's providers or
-  the MinIO defaults: ``minio-service.kubeflow:9000`` up to 2.14, ``seaweedfs.kubeflow:9000``
-  later). {} for another provider (gs) or unreadable info."""
+  the MinIO defaults: ``minio-service.kubeflow:9000`` up to 2.15, ``seaweedfs.kubeflow:9000``
+  from 2.16: ``backend/src/v2/objectstore/config.go`` 2.15.0:29, 2.16.0:29). {} for
+  another provider (gs) or unreadable info."""
   try:
     session = json.loads(session_info)
     params = session.get("Params") or {}
@@ -381,6 +416,12 @@ def run_and_exit(main: Callable[[], Optional[int]]) -> None:
     traceback.print_exc()
     status = failures.exit_code(e) if isinstance(e, Exception) else 1
   finally:
+    if not isinstance(status, int) or not 0 <= status <= 255:
+      # An exit status is 8 bits: sys.exit(256) would end as 0 (success) and 384 as a
+      # retryable 128. Out of range is a code error: permanent.
+      print(f"[trainer] ERROR: exit status {status!r} is not 0-255; exiting "
+            f"{failures.NOT_RESUMABLE_EXIT_CODE}", file=sys.stderr)
+      status = failures.NOT_RESUMABLE_EXIT_CODE
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # pylint: disable=protected-access

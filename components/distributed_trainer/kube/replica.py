@@ -29,8 +29,9 @@ class Watchdog:
   `stale_seconds` of readable store, timed on this replica's own clock (no clock skew
   across nodes).
 
-  A store outage is not a killed executor: while the heartbeat cannot be read, the
-  watchdog never stops the replica (it says once that the store is out, and once that it
+  A store outage is not a killed executor: while the heartbeat cannot be read (any
+  error but the store's "not found", which counts as no beat), the watchdog never stops
+  the replica (it says once that the store is out, and once that it
   is back); the executor's own writes failed as well, so after the outage the window
   starts again from the first read. A job whose store stays out is bounded by its
   deadline (TFX_PARALLEL_TFJOB_TIMEOUT_SECONDS), not by this."""
@@ -50,14 +51,18 @@ class Watchdog:
     now = self._clock()
     try:
       value = self._read()
-    except Exception as e:  # pylint: disable=broad-except  # Any store error: an outage.
-      if self._outage_since is None:
-        self._outage_since = now
-        self._say(f"[trainer] WARNING: cannot read the executor's heartbeat "
-                  f"({type(e).__name__}: {str(e)[:300]}): the store is unreachable. Training "
-                  f"goes on; the orphan limit ({ENV_ORPHAN}={self.stale_seconds:g}) counts "
-                  f"again from when the store answers.")
-      return None
+    except Exception as e:  # pylint: disable=broad-except  # Any other store error: an outage.
+      if not _not_found(e):
+        if self._outage_since is None:
+          self._outage_since = now
+          self._say(f"[trainer] WARNING: cannot read the executor's heartbeat "
+                    f"({type(e).__name__}: {str(e)[:300]}): the store is unreachable. "
+                    f"Training goes on; the orphan limit ({ENV_ORPHAN}="
+                    f"{self.stale_seconds:g}) counts again from when the store answers.")
+        return None
+      # The store answered that the heartbeat is not there (deleted with the run's
+      # files, or never written): no beat, so the window runs on.
+      value = self._value
     if self._outage_since is not None:
       self._say(f"[trainer] The store answers again after {now - self._outage_since:g} s; "
                 f"the executor's heartbeat is watched again.")
@@ -73,6 +78,14 @@ class Watchdog:
               f"than {ENV_ORPHAN}={self.stale_seconds:g}): it was killed (OOM, node loss) "
               f"without deleting the job. Stopping this replica so that its GPUs are freed.")
     return None
+
+
+def _not_found(error: BaseException) -> bool:
+  """Whether `error` is the store's answer that the file does not exist (TensorFlow's
+  NotFoundError, FileNotFoundError), not a failure to reach the store."""
+  return isinstance(error, FileNotFoundError) or any(
+      cls.__name__ == "NotFoundError" and cls.__module__.startswith("tensorflow")
+      for cls in type(error).__mro__)
 
 
 def start_watchdog(environ: Mapping[str, str], read: Callable[[str], str],
