@@ -273,6 +273,8 @@ class KfpMetadata:
     config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
     self.path = path
     self.store = metadata_store.MetadataStore(config)
+    self._server = None
+    self._port = 0
 
   def _type_id(self, put, message_cls, name: str) -> int:
     return put(message_cls(name=name))  # Schemaless types (client.go:100-115).
@@ -320,20 +322,16 @@ class KfpMetadata:
       artifact.custom_properties["store_session_info"].string_value = MINIO_SESSION_INFO
     return self.store.put_artifacts([artifact])[0]
 
-  def publish_execution(self, task_name: str, contexts: Sequence[int],
-                        outputs: Mapping[str, int], cached: bool = False,
-                        inputs: Optional[Mapping[str, Sequence[int]]] = None) -> int:
-    """``CreateExecution`` + ``PublishExecution`` (client.go 2.17.0:638-752 and
-    558-610): a ``system.ContainerExecution`` with an INPUT event (path: the input key)
-    per input artifact (``config.InputArtifactIDs``, client.go 2.17.0:740-751) and an
-    OUTPUT event (path: the output key) per output artifact, put with the pipeline's
-    contexts (ML Metadata then attributes the artifacts to them). A cache hit is
-    published CACHED with the earlier outputs (``driver/container.go``:234 at master)."""
+  def create_execution(self, task_name: str, contexts: Sequence[int],
+                       inputs: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    """The driver's ``CreateExecution`` (client.go 2.17.0:638-752): a RUNNING
+    ``system.ContainerExecution`` with an INPUT event (path: the input key) per input
+    artifact (``config.InputArtifactIDs``, client.go 2.17.0:740-751), put with the
+    pipeline's contexts."""
     type_id = self._type_id(self.store.put_execution_type, metadata_store_pb2.ExecutionType,
                             self.CONTAINER_EXECUTION)
-    state = (metadata_store_pb2.Execution.CACHED if cached
-             else metadata_store_pb2.Execution.COMPLETE)
-    execution = metadata_store_pb2.Execution(type_id=type_id, last_known_state=state)
+    execution = metadata_store_pb2.Execution(
+        type_id=type_id, last_known_state=metadata_store_pb2.Execution.RUNNING)
     execution.custom_properties["task_name"].string_value = task_name
     pairs = []
     for name, ids in sorted((inputs or {}).items()):
@@ -342,6 +340,29 @@ class KfpMetadata:
                                          artifact_id=artifact_id)
         event.path.steps.add().key = name
         pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    contexts_ = self.store.get_contexts_by_id(list(contexts))
+    execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
+                                                  reuse_context_if_already_exist=True)
+    return execution_id
+
+  def pre_publish(self, execution_id: int, pod_name: str) -> None:
+    """The launcher's ``prePublish`` before the command runs (launcher_v2.go
+    2.17.0:355-371, 2.5.0:300-316; ``PrePublishExecution``, client.go 2.17.0:778-795):
+    the pod's name on the execution."""
+    [execution] = self.store.get_executions_by_id([execution_id])
+    execution.custom_properties["pod_name"].string_value = pod_name
+    self.store.put_executions([execution])
+
+  def publish_execution(self, execution_id: int, contexts: Sequence[int],
+                        outputs: Mapping[str, int], cached: bool = False) -> int:
+    """``PublishExecution`` (client.go 2.17.0:558-610): an OUTPUT event (path: the output
+    key) per output artifact, put with the pipeline's contexts (ML Metadata then
+    attributes the artifacts to them), the state COMPLETE. A cache hit is published
+    CACHED with the earlier outputs (``driver/container.go``:234 at master)."""
+    [execution] = self.store.get_executions_by_id([execution_id])
+    execution.last_known_state = (metadata_store_pb2.Execution.CACHED if cached
+                                  else metadata_store_pb2.Execution.COMPLETE)
+    pairs = []
     for name, artifact_id in sorted(outputs.items()):
       event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT,
                                        artifact_id=artifact_id)
@@ -351,6 +372,40 @@ class KfpMetadata:
     execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
                                                   reuse_context_if_already_exist=True)
     return execution_id
+
+  def serve(self) -> int:
+    """Serves this store over ML Metadata's gRPC API on localhost, as the cluster's
+    ``metadata-grpc-service`` serves its own (the pods reach it through
+    ``METADATA_GRPC_SERVICE_HOST``/``_PORT``); returns the port. Every RPC is the
+    store's own call, one at a time (SQLite)."""
+    if self._server is None:
+      import grpc  # pylint: disable=g-import-not-at-top
+      from concurrent import futures  # pylint: disable=g-import-not-at-top
+      from ml_metadata.proto import metadata_store_service_pb2  # pylint: disable=g-import-not-at-top
+      service = metadata_store_service_pb2.DESCRIPTOR.services_by_name["MetadataStoreService"]
+
+      def handler(method):
+        request_cls = getattr(metadata_store_service_pb2, method.input_type.name)
+        response_cls = getattr(metadata_store_service_pb2, method.output_type.name)
+
+        def call(request, context):  # pylint: disable=unused-argument
+          response = response_cls()
+          self.store._call(method.name, request, response)  # pylint: disable=protected-access
+          return response
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=request_cls.FromString,
+            response_serializer=response_cls.SerializeToString)
+      self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+      self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+          service.full_name, {m.name: handler(m) for m in service.methods})])
+      self._port = self._server.add_insecure_port("127.0.0.1:0")
+      self._server.start()
+    return self._port
+
+  def close(self) -> None:
+    if self._server is not None:
+      self._server.stop(None)
+      self._server = None
 
   def runtime_artifact(self, artifact_id: int) -> Dict[str, Any]:
     """``toRuntimeArtifact`` (converter.go:181-221): name = the id, uri, and every
@@ -645,11 +700,13 @@ class Launcher:
     caching = bool(task.get("cachingOptions", {}).get("enableCache"))
     contexts = self.metadata.pipeline(self.spec["pipelineInfo"]["name"], self.run_id,
                                       self.pipeline_root)
+    execution_id = self.metadata.create_execution(task_name, contexts,
+                                                  _input_ids(executor_input))
     if caching and key_of_task in self.cache:  # A hit reuses the recorded outputs.
       self.mlmd[task_name] = copy.deepcopy(self.cache[key_of_task])
       self.metadata.publish_execution(
-          task_name, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
-          cached=True, inputs=_input_ids(executor_input))
+          execution_id, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
+          cached=True)
       self.cached_tasks.append(task_name)
       return {}
     max_retries = (int(task.get("retryPolicy", {}).get("maxRetryCount", 0))
@@ -657,7 +714,8 @@ class Launcher:
     self.attempts[task_name] = []
     for attempt in range(max_retries + 1):
       pod, returncode, log_text = self._attempt(task_name, component["executorLabel"],
-                                                container, executor_input, attempt)
+                                                container, executor_input, attempt,
+                                                execution_id)
       self.attempts[task_name].append(returncode)
       if returncode == 0:
         break
@@ -688,15 +746,14 @@ class Launcher:
       self.mlmd[task_name][key] = {
           "id": artifact_id, "uri": artifact["uri"], "type": artifact["type"],
           "custom_properties": self.metadata.runtime_artifact(artifact_id)["metadata"]}
-    self.metadata.publish_execution(task_name, contexts,
-                                    {k: a["id"] for k, a in self.mlmd[task_name].items()},
-                                    inputs=_input_ids(executor_input))
+    self.metadata.publish_execution(execution_id, contexts,
+                                    {k: a["id"] for k, a in self.mlmd[task_name].items()})
     if caching:  # launcher_v2.go: a cache entry only for a task with a fingerprint.
       self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output
 
   def _attempt(self, task_name: str, label: str, container: Mapping[str, Any],
-               executor_input: Dict[str, Any], attempt: int):
+               executor_input: Dict[str, Any], attempt: int, execution_id: int):
     """One executor pod: downloads, runs the command, returns (pod, exit status, log)."""
     executor_input = copy.deepcopy(executor_input)
     if self.publish_logs:  # launcher_v2.go:538-597, the retry index.
@@ -737,8 +794,15 @@ class Launcher:
     if command[0] != "python":
       raise LauncherError(f"{task_name}: the image's python is expected, got {command[0]!r}")
     command[0] = sys.executable  # This venv stands for the image's python.
+    pod_name = f"{self.run_id}-{task_name}-{attempt}".lower()
+    self.metadata.pre_publish(execution_id, pod_name)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
-           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod}
+           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod,
+           # metadata-grpc-configmap (argocompiler/container.go 2.17.0:566) and the
+           # downward API's pod name (common.go 2.17.0:42-48), this store served on localhost.
+           "METADATA_GRPC_SERVICE_HOST": "127.0.0.1",
+           "METADATA_GRPC_SERVICE_PORT": str(self.metadata.serve()),
+           "KFP_POD_NAME": pod_name}
     env.update({e["name"]: e["value"] for e in container.get("env", [])})
     log_path = os.path.join(self.workdir, f"{task_name}{suffix}.log")
     with open(log_path, "w") as log:

@@ -14,7 +14,6 @@ import logging
 import os
 
 import pytest
-from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from kubeflow_util import REPO, compile_mapping
@@ -220,10 +219,10 @@ def _kfp_records(path):
   """A real ML Metadata store holding what KFP records for the ExampleGen execution (its
   outputs `examples` and the reference `examples_ref`) and the trainer's execution as the
   driver creates it and the launcher pre-publishes it (INPUT event on the reference,
-  `pod_name`), before the trainer's command runs. Returns (store, ids)."""
-  config = mlmd.ConnectionConfig()
-  config.sqlite.filename_uri = str(path)
-  store = metadata_store.MetadataStore(config)
+  `pod_name`), before the trainer's command runs. Returns (KfpMetadata, ids)."""
+  from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
+  records = KfpMetadata(str(path))
+  store = records.store
   types = {name: store.put_artifact_type(mlmd.ArtifactType(name=name))
            for name in ("tfx.Examples", "tfx_parallel.ExamplesRef")}
   execution_type = store.put_execution_type(mlmd.ExecutionType(name="system.ContainerExecution"))
@@ -249,8 +248,8 @@ def _kfp_records(path):
                     event(ref_id, gen_id, mlmd.Event.OUTPUT, "examples_ref"),
                     event(ref_id, other_id, mlmd.Event.INPUT, "examples"),
                     event(ref_id, trainer_id, mlmd.Event.INPUT, "examples")])
-  return store, {"examples": examples_id, "ref": ref_id, "trainer": trainer_id,
-                 "other": other_id}
+  return records, {"examples": examples_id, "ref": ref_id, "trainer": trainer_id,
+                   "other": other_id}
 
 
 def _inputs_of(store, execution_id):
@@ -259,7 +258,8 @@ def _inputs_of(store, execution_id):
 
 
 def test_the_consumer_resolves_the_reference_in_ml_metadata_and_links_the_examples(tmp_path):
-  store, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  records, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  store = records.store
   assert split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod") == \
       ids["examples"]
   [ref] = store.get_artifacts_by_id([ids["ref"]])
@@ -269,22 +269,25 @@ def test_the_consumer_resolves_the_reference_in_ml_metadata_and_links_the_exampl
   # A retried pod (same execution) adds no second edge.
   split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod")
   assert _inputs_of(store, ids["trainer"]) == sorted([ids["ref"], ids["examples"]])
-  # Through the entry point, with the store it connects to (KFP's metadata-grpc-service).
+  # Through the entry point, over ML Metadata's gRPC API (the stand-in serves the store
+  # as metadata-grpc-service serves the cluster's).
   executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
       {"name": str(ids["ref"]), "uri": ref.uri,
        "metadata": {split_outputs.REF_URI: "minio://b/r/ExampleGen/examples"}}]}}}}
-  environ = {entrypoint.MLMD_HOST_ENV: "metadata-grpc-service.kubeflow",
-             entrypoint.MLMD_PORT_ENV: "8080", entrypoint.POD_NAME_ENV: "run-trainer-pod"}
-  seen = []
-  assert entrypoint.link_references(
-      executor_input, environ, lambda h, p: seen.append((h, p)) or store) == {
-          "examples": ids["examples"]}
-  assert seen == [("metadata-grpc-service.kubeflow", 8080)]
+  try:
+    environ = {entrypoint.MLMD_HOST_ENV: "127.0.0.1",
+               entrypoint.MLMD_PORT_ENV: str(records.serve()),
+               entrypoint.POD_NAME_ENV: "run-trainer-pod"}
+    assert entrypoint.link_references(executor_input, environ) == {
+        "examples": ids["examples"]}
+  finally:
+    records.close()
 
 
 def test_a_store_that_cannot_resolve_the_reference_is_said_and_the_step_goes_on(
     tmp_path, caplog):
-  store, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  records, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  store = records.store
   [ref] = store.get_artifacts_by_id([ids["ref"]])
   ref.custom_properties[split_outputs.REF_URI].string_value = "minio://b/nowhere"
   store.put_artifacts([ref])
