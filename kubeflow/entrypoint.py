@@ -115,6 +115,11 @@ _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 # kubeflow/resources.py (CHECKPOINT_VOLUME_ENV).
 CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
 CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
+# Every KFP executor container has these (envFrom metadata-grpc-configmap and the downward
+# API: argocompiler/container.go 2.5.0:437-438, 2.17.0:566-567; common.go 2.17.0:42-48).
+MLMD_HOST_ENV = "METADATA_GRPC_SERVICE_HOST"
+MLMD_PORT_ENV = "METADATA_GRPC_SERVICE_PORT"
+POD_NAME_ENV = "KFP_POD_NAME"
 # Roots under whose task directory the trainer keeps its checkpoints: gs:// (TensorFlow's
 # own filesystem), s3:// and minio:// (as s3://: tensorflow-io's filesystem, this process
 # set up from KFP's secret as for a multi-node step, kube/object_store.py).
@@ -186,12 +191,14 @@ def step_uri(uri: str, mount_root: Optional[str] = "/", outside: bool = False) -
 
 def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any]],
           mount_root: Optional[str] = "/", outside: bool = False,
-          made_here: Sequence[str] = ()
+          made_here: Sequence[str] = (), target_ids: Optional[Mapping[str, int]] = None
           ) -> Tuple[Dict[str, Any], Dict[str, List[str]]]:
   """The ExecutorInput TFX's entry point can run, and {output key: original URIs}.
 
   Outputs typed ``system.*`` (:func:`backend_outputs`) and the outputs this entry point
-  makes itself (`made_here`: kubeflow/split_outputs.py) are left out of both.
+  makes itself (`made_here`: kubeflow/split_outputs.py) are left out of both. A reference
+  input becomes the artifact it names, with its id from `target_ids` ({input key: ML
+  Metadata id}, :func:`link_references`) where there is one.
   """
   adapted = copy.deepcopy(executor_input)
   for key in backend_outputs(adapted):
@@ -204,7 +211,8 @@ def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any
   for key, artifacts in adapted.get("inputs", {}).get("artifacts", {}).items():
     for artifact in artifacts.get("artifacts", []):
       _typed(key, artifact, declared.get(key, {}).get("artifactType"))
-      split_outputs.dereference(artifact, key, mount_root is None or outside)
+      split_outputs.dereference(artifact, key, mount_root is None or outside,
+                                (target_ids or {}).get(key))
       artifact["uri"] = step_uri(artifact.get("uri", ""), mount_root, outside)
   remote = {}
   for key, artifacts in adapted.get("outputs", {}).get("artifacts", {}).items():
@@ -214,6 +222,49 @@ def adapt(executor_input: Dict[str, Any], inputs_spec: Optional[Mapping[str, Any
         raise EntrypointError(f"output artifact {key!r} has no type in the ExecutorInput")
       artifact["uri"] = step_uri(artifact.get("uri", ""), mount_root, outside)
   return adapted, remote
+
+
+def link_references(executor_input: Mapping[str, Any], environ: Mapping[str, str],
+                    connect=None) -> Dict[str, int]:
+  """{input key: the ML Metadata id of the artifact a reference input names}, resolved and
+  recorded with :func:`split_outputs.link_target` in KFP's ML Metadata
+  (``METADATA_GRPC_SERVICE_HOST``/``_PORT``); empty where no input is a reference. A
+  store that cannot be reached is said in one line and the step goes on: the reference
+  still names the files by URI. `connect`: (host, port) -> MetadataStore.
+  """
+  refs = {key: a["name"] for key, artifacts in
+          executor_input.get("inputs", {}).get("artifacts", {}).items()
+          for a in artifacts.get("artifacts", [])
+          if (a.get("metadata") or {}).get(split_outputs.REF_URI)
+          and str(a.get("name", "")).isdigit()}
+  if not refs:
+    return {}
+  host, port = environ.get(MLMD_HOST_ENV), environ.get(MLMD_PORT_ENV, "8080")
+  if not host:
+    logging.warning("%s is not set: the reference inputs %s are not resolved to their "
+                    "artifacts' ML Metadata ids (lineage stops at the reference)",
+                    MLMD_HOST_ENV, sorted(refs))
+    return {}
+  result = {}
+  try:
+    store = (connect or _grpc_store)(host, int(port))
+    for key, ref_id in sorted(refs.items()):
+      target = split_outputs.link_target(store, int(ref_id), key,
+                                         environ.get(POD_NAME_ENV, ""))
+      if target is not None:
+        result[key] = target
+  except Exception as e:  # pylint: disable=broad-except  # Lineage only; the data is named.
+    logging.warning("ML Metadata at %s:%s could not resolve the reference inputs %s "
+                    "(%s: %s); lineage stops at the reference, the step reads the files "
+                    "it names", host, port, sorted(refs), type(e).__name__, e)
+  return result
+
+
+def _grpc_store(host: str, port: int):
+  from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  return metadata_store.MetadataStore(metadata_store_pb2.MetadataStoreClientConfig(
+      host=host, port=port, client_timeout_sec=60))
 
 
 def local_to_remote(executor_input: Mapping[str, Any],
@@ -503,7 +554,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
                  runners.runner_name(beam_args))
   if outside and paths == "local":  # The workers' S3 settings, at run time (not compiled).
     beam_args = list(beam_args) + beam_s3_args(executor_input, beam_args, environ)
-  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here)
+  adapted, remote = adapt(executor_input, inputs_spec, mount_root, outside, made_here,
+                          link_references(executor_input, environ))
   args.json_serialized_invocation_args = json.dumps(adapted)
   store = None
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
@@ -530,7 +582,9 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
              if key not in backend_outputs(executor_input) and artifacts.get("artifacts")}
   step_paths = {key: step_uri(uri, mount_root, outside) for key, uri in outputs.items()}
   split_outputs.make_all(splits, executor_output, step_paths, outputs)
-  split_outputs.make_refs(refs, executor_output, step_paths, outputs)
+  split_outputs.make_refs(refs, executor_output, step_paths, outputs, {
+      key: artifacts["artifacts"][0].get("type") for key, artifacts in
+      executor_input["outputs"]["artifacts"].items() if artifacts.get("artifacts")})
   remote.update({key: [outputs[key]] for key in made_here if key in outputs})
   # What the step wrote at remote URIs, without "directory" objects (#13476).
   # A multi-node step's S3 is the store set up above (boto3 does not read S3_ENDPOINT).

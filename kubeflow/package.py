@@ -214,6 +214,10 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
               "container"].get("env", [])}) == "remote"}
   for note in split_outputs.rewire_refs(spec, remote_steps):
     logging.info("%s", note)
+  for task_id in remote_steps:  # Their inputs spec argument declares the reference type.
+    component = spec["components"][spec["root"]["dag"]["tasks"][task_id]["componentRef"]["name"]]
+    _inputs_spec_arg(executors[component["executorLabel"]]["container"],
+                     component.get("inputDefinitions", {}))
   uncached = cache.uncached(pipeline.components) if pipeline.enable_cache else {}
   cache.switch_off(spec, uncached)
   notes = _checkpoint_notes(config, nodes)

@@ -25,24 +25,47 @@ make; the entry point keeps KEY out of what TFX sees (TFX's executor does not de
 **A trainer whose replicas read the Examples themselves** (the trainer's container runs
 with remote artifact paths (``TFX_PARALLEL_TFJOB_IMAGE`` set): a TFJob or TrainJob whose pods read the
 remote URIs) needs none of the files in its own pod, yet the launcher would download them
-all. Its ``examples`` input is then ``examples_ref`` (flag ``--ref_output KEY=SOURCE``): an
-Examples artifact of the same ExampleGen execution, with the same custom properties plus
-``tfx_parallel_files_at`` (:data:`REF_URI`), the Examples' remote URI, and one small file
-``FILES_AT`` naming it. The launcher downloads that file; the trainer's entry point hands
-TFX's executor an Examples artifact at the remote URI (:func:`dereference`), which the
-replicas read. ML Metadata shows the reference as the trainer's input and as an output
-of the ExampleGen execution beside ``examples``, and its property names the files.
+all (every input artifact of a known scheme: ``launcher_v2.go`` 2.17.0:942-1000; the one
+skip, 2.17's ``_kfp_workspace`` flag, is a metadata field the driver sets only for
+workspace artifacts, 2.17.0:950-955). No wiring the real driver resolves avoids that:
+an input artifact is downloaded, a parameter cannot carry another task's artifact. So its
+``examples`` input is ``examples_ref`` (flag ``--ref_output KEY=SOURCE``), an artifact of
+its own type :data:`REF_TYPE` (``tfx_parallel.ExamplesRef``: not ``tfx.Examples``, so no
+stock consumer takes it for data and a run has one Examples artifact per set of files),
+output by the same ExampleGen execution. It holds one small file ``FILES_AT`` and
+records the Examples' URI (:data:`REF_URI`), the Examples' type (:data:`REF_TARGET_TYPE`)
+and their custom properties. The consumer's input is declared with the same type
+(KFP's driver checks no types, ``driver/resolve.go`` 2.17.0:543-566, but a package whose
+wiring and declarations disagree is refused by kubeflow/validate_package.py).
+
+The Examples' ML Metadata id cannot be known in the ExampleGen pod: the launcher records
+output artifacts only after the command ends (``launcher_v2.go`` 2.17.0:178-260
+``Execute``). The consumer's entry point resolves it (:func:`link_target`): it reads
+the reference's producing execution from ML Metadata (``METADATA_GRPC_SERVICE_HOST`` /
+``_PORT``, which every executor container has from ``metadata-grpc-configmap``:
+``argocompiler/container.go`` 2.5.0:437, 2.17.0:566), takes the output of that execution
+at the recorded URI, records its id on the reference (:data:`REF_TARGET_ID`), and adds an
+INPUT event from its own execution to the Examples (found by ``KFP_POD_NAME``, which the
+launcher writes on it as ``pod_name`` before the command runs: ``launcher_v2.go``
+2.5.0:300-316, 2.17.0:355-371). The trainer's lineage then reaches the Examples
+themselves, and TFX's executor gets the Examples' id, URI and type (:func:`dereference`).
 """
 import json
 import logging
 import os
 import shutil
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 FLAG = "--split_output"
 REF_FLAG = "--ref_output"
 REF_URI = "tfx_parallel_files_at"  # The referenced artifact's URI (custom property).
 REF_FILE = "FILES_AT"  # The one file of a reference artifact: the same URI.
+REF_TARGET_TYPE = "tfx_parallel_target_type"  # The referenced artifact's type (JSON).
+REF_TARGET_ID = "tfx_parallel_target_id"  # Its ML Metadata id, once a consumer resolved it.
+REF_TITLE = "tfx_parallel.ExamplesRef"
+# As TFX writes its types (an instanceSchema with a title): KFP's launcher names the ML
+# Metadata type by that title (metadata/client.go 2.17.0:1199-1211 SchemaToArtifactType).
+REF_TYPE = {"instanceSchema": f"title: {REF_TITLE}\ntype: object\n"}
 SPLIT_NAMES = "split_names"  # tfx/types/standard_artifacts.py Examples.PROPERTIES.
 
 
@@ -64,10 +87,12 @@ def _add_flag(container: Dict[str, Any], flag: str, value: str) -> None:
 
 
 def _wire_to_new_output(spec: Dict[str, Any], consumer: str, input_key: str, key_of,
-                        flag: str, value_of) -> Tuple[str, str, str]:
+                        flag: str, value_of, artifact_type: Optional[Mapping[str, Any]] = None
+                        ) -> Tuple[str, str, str]:
   """Gives the producer of `consumer`'s input `input_key` an output ``key_of(source
-  key)`` of the same type (once, with ``flag value_of(key, source key)`` on its args) and
-  wires the input to it. Returns (producer, source key, new key)."""
+  key)`` of the same type or `artifact_type` (once, with ``flag value_of(key, source
+  key)`` on its args) and wires the input to it, declared with that type. Returns
+  (producer, source key, new key)."""
   tasks = spec["root"]["dag"]["tasks"]
   if consumer not in tasks:
     raise SplitOutputError(f"the pipeline has no task {consumer!r}")
@@ -82,9 +107,15 @@ def _wire_to_new_output(spec: Dict[str, Any], consumer: str, input_key: str, key
   key = key_of(source_key)
   if key not in outputs:
     outputs[key] = json.loads(json.dumps(outputs[source_key]))
+    if artifact_type is not None:
+      outputs[key]["artifactType"] = dict(artifact_type)
     container = spec["deploymentSpec"]["executors"][component["executorLabel"]]["container"]
     _add_flag(container, flag, value_of(key, source_key))
   upstream["outputArtifactKey"] = key
+  declared = spec["components"][tasks[consumer]["componentRef"]["name"]].get(
+      "inputDefinitions", {}).get("artifacts", {}).get(input_key)
+  if declared is not None:
+    declared["artifactType"] = json.loads(json.dumps(outputs[key]["artifactType"]))
   return producer, source_key, key
 
 
@@ -117,7 +148,7 @@ def rewire_refs(spec: Dict[str, Any], consumers: Mapping[str, str]) -> List[str]
   for consumer, input_key in sorted(consumers.items()):
     producer, _, key = _wire_to_new_output(
         spec, consumer, input_key, lambda src: f"{src}_ref", REF_FLAG,
-        lambda k, src: f"{k}={src}")
+        lambda k, src: f"{k}={src}", REF_TYPE)
     notes.append(f"{consumer}.{input_key} reads {producer}.{key}, a reference: its "
                  f"replicas read the files at their remote URI, the pod downloads none")
   return notes
@@ -135,11 +166,14 @@ def parse_refs(values: Sequence[str]) -> Dict[str, str]:
 
 
 def make_refs(refs: Mapping[str, str], executor_output: Dict[str, Any],
-              step_paths: Mapping[str, str], uris: Mapping[str, str]) -> None:
+              step_paths: Mapping[str, str], uris: Mapping[str, str],
+              types: Mapping[str, Any]) -> None:
   """Adds every reference output to `executor_output` (in place): the source's
-  metadata plus :data:`REF_URI`, and the file :data:`REF_FILE` at its step path.
+  metadata plus :data:`REF_URI` and :data:`REF_TARGET_TYPE`, and the file
+  :data:`REF_FILE` at its step path.
 
-  `uris`: {output key: the recorded (remote) URI}, the source's included.
+  `uris`: {output key: the recorded (remote) URI}, the source's included; `types`:
+  {output key: its ArtifactTypeSchema in the ExecutorInput}.
   """
   for key, source in sorted(refs.items()):
     if key not in uris or source not in uris:
@@ -151,6 +185,10 @@ def make_refs(refs: Mapping[str, str], executor_output: Dict[str, Any],
       raise SplitOutputError(f"{REF_FLAG} {key}: the executor wrote no output {source!r}")
     metadata = json.loads(json.dumps(produced[0].get("metadata") or {}))
     metadata[REF_URI] = uris[source]
+    if not types.get(source):
+      raise SplitOutputError(f"{REF_FLAG} {key}: output {source!r} has no type in the "
+                             "ExecutorInput")
+    metadata[REF_TARGET_TYPE] = json.dumps(types[source], sort_keys=True)
     path = step_paths[key]
     if "://" in path:
       from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
@@ -164,10 +202,13 @@ def make_refs(refs: Mapping[str, str], executor_output: Dict[str, Any],
         "artifacts": [{"uri": uris[key], "metadata": metadata}]}
 
 
-def dereference(artifact: Dict[str, Any], key: str, remote_paths: bool) -> None:
-  """Points an input artifact that is a reference at the files it names (in place);
+def dereference(artifact: Dict[str, Any], key: str, remote_paths: bool,
+                target_id: Optional[int] = None) -> None:
+  """Points an input artifact that is a reference at the files it names, with their
+  type and (where a consumer resolved it, `target_id`) their ML Metadata id, in place;
   `remote_paths`: the step reads remote URIs (else it has only what was downloaded)."""
-  target = (artifact.get("metadata") or {}).get(REF_URI)
+  metadata = artifact.get("metadata") or {}
+  target = metadata.get(REF_URI)
   if not target:
     return
   if not remote_paths:
@@ -178,7 +219,65 @@ def dereference(artifact: Dict[str, Any], key: str, remote_paths: bool) -> None:
   logging.info("Input %s: the files at %s (the pod downloaded only the reference)", key,
                target)
   artifact["uri"] = target
-  del artifact["metadata"][REF_URI]
+  if metadata.get(REF_TARGET_TYPE):  # Packages before the type have none: kept as declared.
+    artifact["type"] = json.loads(metadata[REF_TARGET_TYPE])
+  if target_id is not None:
+    artifact["name"] = str(target_id)
+  for name in (REF_URI, REF_TARGET_TYPE, REF_TARGET_ID):
+    metadata.pop(name, None)
+
+
+def _events(store, artifact_id: int, kind) -> List[Any]:
+  return [e for e in store.get_events_by_artifact_ids([artifact_id]) if e.type == kind]
+
+
+def link_target(store, ref_id: int, input_key: str, pod_name: str) -> Optional[int]:
+  """Resolves reference artifact `ref_id` to the ML Metadata id of the artifact it names
+  and records that: :data:`REF_TARGET_ID` on the reference, and an INPUT event (path
+  `input_key`, as KFP names input events) from the execution that runs in `pod_name` to
+  the target. Returns the target's id; None where the reference names no URI or its
+  producer has no output at that URI (both logged).
+
+  `store`: an ``ml_metadata`` MetadataStore (KFP's metadata-grpc-service in a pod).
+  """
+  from ml_metadata.proto import metadata_store_pb2 as mlmd  # pylint: disable=g-import-not-at-top
+  [ref] = store.get_artifacts_by_id([ref_id])
+  target_uri = ref.custom_properties[REF_URI].string_value if (
+      REF_URI in ref.custom_properties) else ""
+  made = _events(store, ref_id, mlmd.Event.OUTPUT)
+  if not target_uri or not made:
+    logging.warning("Artifact %d names no referenced URI or has no producer in ML Metadata; "
+                    "its consumer's lineage stops at the reference", ref_id)
+    return None
+  outputs = [e.artifact_id for e in store.get_events_by_execution_ids([made[0].execution_id])
+             if e.type == mlmd.Event.OUTPUT and e.artifact_id != ref_id]
+  targets = [a for a in store.get_artifacts_by_id(outputs) if a.uri == target_uri]
+  if not targets:
+    logging.warning("Execution %d has no output at %s (artifact %d's reference); its "
+                    "consumer's lineage stops at the reference", made[0].execution_id,
+                    target_uri, ref_id)
+    return None
+  target_id = targets[0].id
+  recorded = ref.custom_properties.get(REF_TARGET_ID)
+  if recorded is None or recorded.int_value != target_id:
+    ref.custom_properties[REF_TARGET_ID].int_value = target_id
+    store.put_artifacts([ref])
+  consumers = [e.execution_id for e in _events(store, ref_id, mlmd.Event.INPUT)]
+  mine = [x for x in store.get_executions_by_id(consumers)
+          if x.custom_properties["pod_name"].string_value == pod_name] if pod_name else []
+  if not mine:
+    logging.warning("No execution reading artifact %d runs in pod %r; the reference "
+                    "records Examples %d, the lineage edge is not added", ref_id, pod_name,
+                    target_id)
+    return target_id
+  event = mlmd.Event(artifact_id=target_id, execution_id=mine[0].id, type=mlmd.Event.INPUT)
+  event.path.steps.add().key = input_key
+  if not any(e.execution_id == mine[0].id
+             for e in _events(store, target_id, mlmd.Event.INPUT)):  # A retry adds none.
+    store.put_events([event])
+  logging.info("Input %s: reference %d resolves to Examples %d (ML Metadata); lineage "
+               "from execution %d", input_key, ref_id, target_id, mine[0].id)
+  return target_id
 
 
 def parse_flags(values: Sequence[str]) -> Dict[str, Tuple[str, str]]:

@@ -18,6 +18,13 @@ imports nothing from tfx_parallel. Checks:
    kfp-kubernetes' ``KubernetesExecutorConfig``, likewise strictly;
 2. every platform executor exists in the PipelineSpec;
 3. ``kfp.components.load_component_from_file`` loads the package;
+3b. every task input wired to another task's output artifact is declared with that
+   output's type (schema title), and each executor's ``--json_serialized_inputs_spec_args``
+   declares its component's input types: the KFP SDK refuses a pipeline that wires
+   types apart (``kfp/dsl/types/type_utils.py`` ``verify_type_compatibility``), while
+   KFP's driver never checks (``driver/resolve.go`` 2.17.0:543-566) and the step would
+   get an artifact of a type its executor does not expect (the ``tfx_parallel.ExamplesRef``
+   reference and ``tfx.Examples``, kubeflow/split_outputs.py);
 4. with --compare-with-kfp: for each executor, compiles a one-task KFP pipeline with
    the same resources, env, PVC mounts, node selector and tolerations through the KFP
    SDK and kfp-kubernetes, and requires identical ``resources``, ``env`` and executor
@@ -34,9 +41,10 @@ import tempfile
 
 import yaml
 from google.protobuf import json_format
-from kfp import compiler, components, dsl, kubernetes
-from kfp.kubernetes import kubernetes_executor_config_pb2
+from kfp import compiler, components, dsl
 from kfp.pipeline_spec import pipeline_spec_pb2
+# kfp-kubernetes is imported where it is used: the wiring check (wiring_types) also runs
+# with the kfp that TFX's venv has.
 
 
 def _strict(data, message):
@@ -45,6 +53,7 @@ def _strict(data, message):
 
 def _kfp_reference(container, k8s_config):
   """(resources, env, executor config) the KFP SDK emits for the same settings."""
+  from kfp import kubernetes  # pylint: disable=g-import-not-at-top
   res = container.get("resources", {})
   env = container.get("env", [])
   selector = k8s_config.get("nodeSelector", {}).get("labels", {})
@@ -148,7 +157,53 @@ def upload_rules(docs):
   return pipeline_specs[0]
 
 
+def type_title(artifact_type):
+  """The schema title of an ArtifactTypeSchema (JSON): schemaTitle or instanceSchema's."""
+  if artifact_type.get("schemaTitle"):
+    return artifact_type["schemaTitle"]
+  schema = yaml.safe_load(artifact_type.get("instanceSchema") or "") or {}
+  return schema.get("title", "") if isinstance(schema, dict) else ""
+
+
+_INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+
+
+def wiring_types(spec):
+  """Raises ValueError naming the task, input and both types where a task's input artifact
+  is declared with another type than the output wired to it, or where an executor's
+  inputs spec argument declares other types than its component."""
+  components_ = spec["components"]
+  for name, task in spec["root"]["dag"]["tasks"].items():
+    component = components_[task["componentRef"]["name"]]
+    declared = component.get("inputDefinitions", {}).get("artifacts", {})
+    for key, source in task.get("inputs", {}).get("artifacts", {}).items():
+      upstream = source.get("taskOutputArtifact")
+      if upstream is None:
+        continue
+      producer = spec["root"]["dag"]["tasks"][upstream["producerTask"]]
+      output = components_[producer["componentRef"]["name"]]["outputDefinitions"][
+          "artifacts"][upstream["outputArtifactKey"]]
+      theirs = type_title(output["artifactType"])
+      ours = type_title(declared.get(key, {}).get("artifactType", {}))
+      if ours != theirs:
+        raise ValueError(f"task {name!r} input {key!r} is declared {ours!r} but wired to "
+                         f"{upstream['producerTask']}.{upstream['outputArtifactKey']} of "
+                         f"type {theirs!r}")
+    args = spec["deploymentSpec"]["executors"][component["executorLabel"]].get(
+        "container", {}).get("args", [])
+    if _INPUTS_SPEC_FLAG in args:
+      argued = json.loads(args[args.index(_INPUTS_SPEC_FLAG) + 1]).get("artifacts", {})
+      for key, definition in declared.items():
+        ours = type_title(definition.get("artifactType", {}))
+        theirs = type_title(argued.get(key, {}).get("artifactType", {}))
+        if ours != theirs:
+          raise ValueError(f"executor {component['executorLabel']!r}: {_INPUTS_SPEC_FLAG} "
+                           f"declares input {key!r} as {theirs!r}, its component as "
+                           f"{ours!r}")
+
+
 def validate(path, compare_with_kfp):
+  from kfp.kubernetes import kubernetes_executor_config_pb2  # pylint: disable=g-import-not-at-top
   with open(path) as f:
     docs = list(yaml.safe_load_all(f))
   upload_rules(docs)
@@ -169,9 +224,11 @@ def validate(path, compare_with_kfp):
                          f"(executors: {sorted(executors)})")
       _strict(config, kubernetes_executor_config_pb2.KubernetesExecutorConfig())
       platform_executors[label] = config
+  wiring_types(docs[0])
   component = components.load_component_from_file(path)
   summary = {"pipeline": spec.pipeline_info.name, "schema_version": spec.schema_version,
-             "upload_rules": "passed", "executors": sorted(executors),
+             "upload_rules": "passed", "wiring_types": "passed",
+             "executors": sorted(executors),
              "platform_executors": sorted(platform_executors),
              "loaded_component": type(component).__name__, "compared_with_kfp": []}
   if compare_with_kfp:

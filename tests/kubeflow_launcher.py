@@ -75,7 +75,15 @@ part of the fingerprint only from 2.15.0 (``pvc_cache_key``; commit 1b3decdc81).
   node would.
 * ``pvcMount`` of the PlatformSpec: the claim's directory (``<workdir>/pvc/<claim>``,
   kept across pods and retries) appears at ``mountPath`` in every pod of the executor
-  (``driver/k8s.go`` ``makeVolumeMountPatch``).
+  (``driver/k8s.go`` ``makeVolumeMountPatch``). A new claim's root is root:root 0755, as
+  a fresh volume's is (KFP sets no ``fsGroup``).
+* ``run_as`` (a uid; tests running as root): the step runs as that user, as an image
+  with a non-root user does; what the launcher made in the pod (downloads, output
+  folders, ``HOME``) is that user's (it runs in the same container: from 2.1/2.2 it
+  creates ``/minio`` etc. as the image's user), the claims stay root's. The venv's
+  interpreter is under /root (0700) here, so the step runs this venv's packages under a
+  world-readable copy of the interpreter and standard library (:func:`step_python`);
+  the venv is not changed. The workdir must be searchable by others.
 
 * ``download_prefix`` (:data:`DOWNLOAD_PREFIXES`): "under" for 2.17.0 and later, "raw"
   for 2.16.0 and before, in both stores below.
@@ -106,7 +114,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
@@ -129,6 +137,72 @@ MINIO_SESSION_INFO = json.dumps({"Provider": "minio", "Params": {
     "accessKeyKey": "accesskey", "disableSSL": "true", "endpoint": "seaweedfs.kubeflow:9000",
     "fromEnv": "false", "maxRetries": "5", "region": "minio", "secretKeyKey": "secretkey",
     "secretName": "mlpipeline-minio-artifact"}}, separators=(",", ":"), sort_keys=True)
+
+
+def _ancestors(path: str) -> List[str]:
+  parts, path = [], os.path.abspath(path)
+  while path != os.path.dirname(path):
+    parts.append(path)
+    path = os.path.dirname(path)
+  return parts[::-1]
+
+
+def _chown_tree(path: str, uid: int) -> None:
+  os.chown(path, uid, uid, follow_symlinks=False)
+  for parent, dirs, files in os.walk(path):
+    for name in dirs + files:
+      os.chown(os.path.join(parent, name), uid, uid, follow_symlinks=False)
+
+
+def step_python() -> Tuple[str, str]:
+  """(python, its library directory) for a step run as another user: this venv's
+  packages under a copy of its interpreter and standard library that every user can
+  read (the venv's own interpreter lives under /root, 0700, here), made once per
+  machine in the temp directory. The venv itself is not changed."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  base = os.path.realpath(os.path.join(sys.base_prefix))
+  version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+  tag = hashlib.sha256(f"{base}|{sys.prefix}".encode()).hexdigest()[:12]
+  top = os.path.join(tempfile.gettempdir(), f"tfx-parallel-step-python-{tag}")
+  python = os.path.join(top, "venv", "bin", "python")
+  library = os.path.join(top, "interp", "lib")
+  if os.path.exists(os.path.join(top, ".complete")):
+    return python, library
+  building = f"{top}.building-{os.getpid()}"
+  shutil.rmtree(building, ignore_errors=True)
+  interp = os.path.join(building, "interp")
+  os.makedirs(os.path.join(interp, "bin"))
+  os.makedirs(os.path.join(interp, "lib"))
+  shutil.copy2(os.path.join(base, "bin", version), os.path.join(interp, "bin", version))
+  lib = os.path.join(base, "lib")
+  for name in os.listdir(lib):
+    if name.startswith("libpython"):  # Its RUNPATH names the original: LD_LIBRARY_PATH.
+      shutil.copy2(os.path.join(lib, name), os.path.join(interp, "lib", name),
+                   follow_symlinks=False)
+  shutil.copytree(os.path.join(lib, version), os.path.join(interp, "lib", version),
+                  symlinks=True, ignore=shutil.ignore_patterns(
+                      "site-packages", "test", "__pycache__"))
+  venv = os.path.join(building, "venv")
+  os.makedirs(os.path.join(venv, "bin"))
+  os.makedirs(os.path.join(venv, "lib", version))
+  os.symlink(os.path.join(sys.prefix, "lib", version, "site-packages"),
+             os.path.join(venv, "lib", version, "site-packages"))
+  os.symlink(os.path.join(top, "interp", "bin", version), os.path.join(venv, "bin", "python"))
+  with open(os.path.join(venv, "pyvenv.cfg"), "w") as f:
+    f.write(f"home = {os.path.join(top, 'interp', 'bin')}\n"
+            "include-system-site-packages = false\n")
+  for parent, _, files in os.walk(building):
+    os.chmod(parent, 0o755)
+    for name in files:
+      path = os.path.join(parent, name)
+      if not os.path.islink(path):
+        os.chmod(path, os.stat(path).st_mode | 0o444)
+  open(os.path.join(building, ".complete"), "w").close()
+  try:
+    os.rename(building, top)
+  except OSError:  # Another process made it first.
+    shutil.rmtree(building, ignore_errors=True)
+  return python, library
 
 
 class LauncherError(RuntimeError):
@@ -273,6 +347,8 @@ class KfpMetadata:
     config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
     self.path = path
     self.store = metadata_store.MetadataStore(config)
+    self._server = None
+    self._port = 0
 
   def _type_id(self, put, message_cls, name: str) -> int:
     return put(message_cls(name=name))  # Schemaless types (client.go:100-115).
@@ -320,20 +396,16 @@ class KfpMetadata:
       artifact.custom_properties["store_session_info"].string_value = MINIO_SESSION_INFO
     return self.store.put_artifacts([artifact])[0]
 
-  def publish_execution(self, task_name: str, contexts: Sequence[int],
-                        outputs: Mapping[str, int], cached: bool = False,
-                        inputs: Optional[Mapping[str, Sequence[int]]] = None) -> int:
-    """``CreateExecution`` + ``PublishExecution`` (client.go 2.17.0:638-752 and
-    558-610): a ``system.ContainerExecution`` with an INPUT event (path: the input key)
-    per input artifact (``config.InputArtifactIDs``, client.go 2.17.0:740-751) and an
-    OUTPUT event (path: the output key) per output artifact, put with the pipeline's
-    contexts (ML Metadata then attributes the artifacts to them). A cache hit is
-    published CACHED with the earlier outputs (``driver/container.go``:234 at master)."""
+  def create_execution(self, task_name: str, contexts: Sequence[int],
+                       inputs: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    """The driver's ``CreateExecution`` (client.go 2.17.0:638-752): a RUNNING
+    ``system.ContainerExecution`` with an INPUT event (path: the input key) per input
+    artifact (``config.InputArtifactIDs``, client.go 2.17.0:740-751), put with the
+    pipeline's contexts."""
     type_id = self._type_id(self.store.put_execution_type, metadata_store_pb2.ExecutionType,
                             self.CONTAINER_EXECUTION)
-    state = (metadata_store_pb2.Execution.CACHED if cached
-             else metadata_store_pb2.Execution.COMPLETE)
-    execution = metadata_store_pb2.Execution(type_id=type_id, last_known_state=state)
+    execution = metadata_store_pb2.Execution(
+        type_id=type_id, last_known_state=metadata_store_pb2.Execution.RUNNING)
     execution.custom_properties["task_name"].string_value = task_name
     pairs = []
     for name, ids in sorted((inputs or {}).items()):
@@ -342,6 +414,29 @@ class KfpMetadata:
                                          artifact_id=artifact_id)
         event.path.steps.add().key = name
         pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    contexts_ = self.store.get_contexts_by_id(list(contexts))
+    execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
+                                                  reuse_context_if_already_exist=True)
+    return execution_id
+
+  def pre_publish(self, execution_id: int, pod_name: str) -> None:
+    """The launcher's ``prePublish`` before the command runs (launcher_v2.go
+    2.17.0:355-371, 2.5.0:300-316; ``PrePublishExecution``, client.go 2.17.0:778-795):
+    the pod's name on the execution."""
+    [execution] = self.store.get_executions_by_id([execution_id])
+    execution.custom_properties["pod_name"].string_value = pod_name
+    self.store.put_executions([execution])
+
+  def publish_execution(self, execution_id: int, contexts: Sequence[int],
+                        outputs: Mapping[str, int], cached: bool = False) -> int:
+    """``PublishExecution`` (client.go 2.17.0:558-610): an OUTPUT event (path: the output
+    key) per output artifact, put with the pipeline's contexts (ML Metadata then
+    attributes the artifacts to them), the state COMPLETE. A cache hit is published
+    CACHED with the earlier outputs (``driver/container.go``:234 at master)."""
+    [execution] = self.store.get_executions_by_id([execution_id])
+    execution.last_known_state = (metadata_store_pb2.Execution.CACHED if cached
+                                  else metadata_store_pb2.Execution.COMPLETE)
+    pairs = []
     for name, artifact_id in sorted(outputs.items()):
       event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT,
                                        artifact_id=artifact_id)
@@ -351,6 +446,40 @@ class KfpMetadata:
     execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
                                                   reuse_context_if_already_exist=True)
     return execution_id
+
+  def serve(self) -> int:
+    """Serves this store over ML Metadata's gRPC API on localhost, as the cluster's
+    ``metadata-grpc-service`` serves its own (the pods reach it through
+    ``METADATA_GRPC_SERVICE_HOST``/``_PORT``); returns the port. Every RPC is the
+    store's own call, one at a time (SQLite)."""
+    if self._server is None:
+      import grpc  # pylint: disable=g-import-not-at-top
+      from concurrent import futures  # pylint: disable=g-import-not-at-top
+      from ml_metadata.proto import metadata_store_service_pb2  # pylint: disable=g-import-not-at-top
+      service = metadata_store_service_pb2.DESCRIPTOR.services_by_name["MetadataStoreService"]
+
+      def handler(method):
+        request_cls = getattr(metadata_store_service_pb2, method.input_type.name)
+        response_cls = getattr(metadata_store_service_pb2, method.output_type.name)
+
+        def call(request, context):  # pylint: disable=unused-argument
+          response = response_cls()
+          self.store._call(method.name, request, response)  # pylint: disable=protected-access
+          return response
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=request_cls.FromString,
+            response_serializer=response_cls.SerializeToString)
+      self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+      self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+          service.full_name, {m.name: handler(m) for m in service.methods})])
+      self._port = self._server.add_insecure_port("127.0.0.1:0")
+      self._server.start()
+    return self._port
+
+  def close(self) -> None:
+    if self._server is not None:
+      self._server.stop(None)
+      self._server = None
 
   def runtime_artifact(self, artifact_id: int) -> Dict[str, Any]:
     """``toRuntimeArtifact`` (converter.go:181-221): name = the id, uri, and every
@@ -438,13 +567,17 @@ class Launcher:
                platform_spec: Optional[Mapping[str, Any]] = None,
                pvc_cache_key: bool = True, retries: bool = True,
                interrupt: Optional[Callable[[str, int, str], bool]] = None, s3=None,
-               download_prefix: str = "under"):
+               download_prefix: str = "under", run_as: Optional[int] = None):
     if output_file not in OUTPUT_FILES:
       raise ValueError(f"output_file must be one of {OUTPUT_FILES}. Received: {output_file!r}")
     if download_prefix not in DOWNLOAD_PREFIXES:
       raise ValueError(f"download_prefix must be one of {DOWNLOAD_PREFIXES}. Received: "
                        f"{download_prefix!r}")
     self.download_prefix = download_prefix
+    if run_as is not None and os.getuid() != 0:
+      raise ValueError("run_as needs the tests to run as root (to own the claims and to "
+                       "drop to the step's user)")
+    self.run_as = run_as
     self.publish_logs = publish_logs
     self.output_file = output_file
     self.pvc_cache_key = pvc_cache_key  # 2.15.0 and later (commit 1b3decdc81).
@@ -645,11 +778,13 @@ class Launcher:
     caching = bool(task.get("cachingOptions", {}).get("enableCache"))
     contexts = self.metadata.pipeline(self.spec["pipelineInfo"]["name"], self.run_id,
                                       self.pipeline_root)
+    execution_id = self.metadata.create_execution(task_name, contexts,
+                                                  _input_ids(executor_input))
     if caching and key_of_task in self.cache:  # A hit reuses the recorded outputs.
       self.mlmd[task_name] = copy.deepcopy(self.cache[key_of_task])
       self.metadata.publish_execution(
-          task_name, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
-          cached=True, inputs=_input_ids(executor_input))
+          execution_id, contexts, {k: a["id"] for k, a in self.mlmd[task_name].items()},
+          cached=True)
       self.cached_tasks.append(task_name)
       return {}
     max_retries = (int(task.get("retryPolicy", {}).get("maxRetryCount", 0))
@@ -657,7 +792,8 @@ class Launcher:
     self.attempts[task_name] = []
     for attempt in range(max_retries + 1):
       pod, returncode, log_text = self._attempt(task_name, component["executorLabel"],
-                                                container, executor_input, attempt)
+                                                container, executor_input, attempt,
+                                                execution_id)
       self.attempts[task_name].append(returncode)
       if returncode == 0:
         break
@@ -688,15 +824,14 @@ class Launcher:
       self.mlmd[task_name][key] = {
           "id": artifact_id, "uri": artifact["uri"], "type": artifact["type"],
           "custom_properties": self.metadata.runtime_artifact(artifact_id)["metadata"]}
-    self.metadata.publish_execution(task_name, contexts,
-                                    {k: a["id"] for k, a in self.mlmd[task_name].items()},
-                                    inputs=_input_ids(executor_input))
+    self.metadata.publish_execution(execution_id, contexts,
+                                    {k: a["id"] for k, a in self.mlmd[task_name].items()})
     if caching:  # launcher_v2.go: a cache entry only for a task with a fingerprint.
       self.cache[key_of_task] = copy.deepcopy(self.mlmd[task_name])
     return executor_output
 
   def _attempt(self, task_name: str, label: str, container: Mapping[str, Any],
-               executor_input: Dict[str, Any], attempt: int):
+               executor_input: Dict[str, Any], attempt: int, execution_id: int):
     """One executor pod: downloads, runs the command, returns (pod, exit status, log)."""
     executor_input = copy.deepcopy(executor_input)
     if self.publish_logs:  # launcher_v2.go:538-597, the retry index.
@@ -713,7 +848,9 @@ class Launcher:
       name = (mount.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")
               or mount["constant"])
       claim = os.path.join(self.workdir, "pvc", name)
-      os.makedirs(claim, exist_ok=True)
+      if not os.path.isdir(claim):  # A fresh claim's root: root:root 0755 (no fsGroup).
+        os.makedirs(claim)
+        os.chmod(claim, 0o755)
       target = os.path.join(pod, mount["mountPath"].lstrip("/"))
       os.makedirs(os.path.dirname(target), exist_ok=True)
       os.symlink(claim, target)
@@ -737,15 +874,37 @@ class Launcher:
     if command[0] != "python":
       raise LauncherError(f"{task_name}: the image's python is expected, got {command[0]!r}")
     command[0] = sys.executable  # This venv stands for the image's python.
+    extra_env = {}
+    if self.run_as is not None:  # The image's user: what the launcher made is its own.
+      closed = [d for d in _ancestors(pod) if not os.stat(d).st_mode & 0o001]
+      if closed:
+        raise LauncherError(f"{task_name}: uid {self.run_as} cannot reach the pod's files: "
+                            f"{closed[0]} is not searchable by others (use a workdir "
+                            "under a directory with mode 0755)")
+      command[0], library = step_python()
+      extra_env["LD_LIBRARY_PATH"] = library
+      for name in os.listdir(pod):
+        if not os.path.islink(os.path.join(pod, name)):  # Claims stay root's.
+          _chown_tree(os.path.join(pod, name), self.run_as)
+    pod_name = f"{self.run_id}-{task_name}-{attempt}".lower()
+    self.metadata.pre_publish(execution_id, pod_name)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
-           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod}
+           "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod,
+           # metadata-grpc-configmap (argocompiler/container.go 2.17.0:566) and the
+           # downward API's pod name (common.go 2.17.0:42-48), this store served on localhost.
+           "METADATA_GRPC_SERVICE_HOST": "127.0.0.1",
+           "METADATA_GRPC_SERVICE_PORT": str(self.metadata.serve()),
+           "KFP_POD_NAME": pod_name, **extra_env}
     env.update({e["name"]: e["value"] for e in container.get("env", [])})
     log_path = os.path.join(self.workdir, f"{task_name}{suffix}.log")
     with open(log_path, "w") as log:
       # Its own session: the pod's processes (the step and its training children) are
       # killed together, as when the node goes.
+      as_user = ({} if self.run_as is None else
+                 {"user": self.run_as, "group": self.run_as, "extra_groups": []})
       proc = subprocess.Popen(command + args, env=env, cwd=os.path.join(pod, "home"),
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              **as_user)
       deadline = time.monotonic() + self.timeout
       try:
         while proc.poll() is None:

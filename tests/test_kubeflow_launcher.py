@@ -9,6 +9,7 @@ driver's rules that the package must satisfy (constant parameters only, no resol
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -705,6 +706,48 @@ def test_a_checkpoint_volume_the_step_cannot_write_fails_before_training_naming_
     assert check() == "OK"
   finally:
     shutil.rmtree(pod)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to own the claim and drop to uid 1000")
+def test_the_stand_in_runs_the_step_as_the_images_user_on_a_root_owned_claim():
+  """Issue #48 item 8: the launcher stand-in's claims are root:root 0755, as a new
+  volume's root is, and its step runs as the image's user (uid 1000), so a step that
+  writes the claim fails as it would on the cluster. The trainer step alone (its input
+  artifacts left out: it stops at the volume check, before TFX) fails once, naming the
+  fix; after `chmod 1777` (what an fsGroup or a StorageClass gives), it gets past it."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from kubeflow_launcher import Launcher, LauncherError  # pylint: disable=g-import-not-at-top
+  package = compile_mapping(_preemptible_config())
+  spec = copy.deepcopy(package.pipeline_spec)
+  task = spec["root"]["dag"]["tasks"]["DistributedTrainer"]
+  task.get("inputs", {}).pop("artifacts", None)
+  task.pop("dependentTasks", None)
+  spec["root"]["dag"]["tasks"] = {"DistributedTrainer": task}
+  spec["components"][task["componentRef"]["name"]]["inputDefinitions"].pop("artifacts", None)
+  workdir = tempfile.mkdtemp(prefix="tfx-parallel-launcher-")  # pytest's tmp is 0700.
+  try:
+    os.chmod(workdir, 0o755)
+    launcher = Launcher(spec, workdir, PIPELINE_ROOT, platform_spec=package.platform_spec,
+                        retries=False, run_as=1000)
+
+    def attempt():
+      with pytest.raises(LauncherError) as failed:  # No Examples: TFX fails after the check.
+        launcher.run_task("DistributedTrainer")
+      return str(failed.value)
+    said = attempt()
+    assert "checkpoint_volume /mnt/checkpoints (" in said and "uid 1000" in said, said[-3000:]
+    assert "owned by uid 0 gid 0, mode 755) is not writable" in said, said[-3000:]
+    [claim] = os.listdir(os.path.join(workdir, "pvc"))
+    os.chmod(os.path.join(workdir, "pvc", claim), 0o1777)  # The fix.
+    attempt()
+    with open(os.path.join(workdir, "DistributedTrainer.log")) as f:
+      said = f.read()
+    assert "is not writable" not in said, said[-3000:]
+    assert re.search(r"Checkpoints: \S+/mnt/checkpoints/minio/mlpipeline/", said), said[-3000:]
+    made = os.path.join(workdir, "pvc", claim, "minio")  # By the step, as uid 1000.
+    assert os.stat(made).st_uid == 1000
+  finally:
+    shutil.rmtree(workdir)
 
 
 @pytest.mark.slow

@@ -607,6 +607,22 @@ def test_the_trainer_step_trains_on_s3_through_the_reference_and_downloads_only_
   env = {e["name"]: e for e in posted[0]["spec"]["trainer"]["env"]}
   assert env["S3_ENDPOINT"]["value"] == endpoint
   assert secret["secretkey"] not in json.dumps(posted)
+  # ML Metadata: one Examples artifact per set of files (the reference has its own type);
+  # the trainer resolved the reference over the gRPC API (METADATA_GRPC_SERVICE_*), recorded
+  # the Examples' id on it and reads the Examples themselves in its lineage.
+  from tfx_parallel.kubeflow import split_outputs  # pylint: disable=g-import-not-at-top
+  store = launcher.metadata.store
+  ids = {k: a["id"] for k, a in launcher.mlmd["PartitionedExampleGen"].items()}
+  assert store.get_artifact_types_by_id([store.get_artifacts_by_id([ids["examples_ref"]])[
+      0].type_id])[0].name == "tfx_parallel.ExamplesRef"
+  assert sorted(a.uri for a in store.get_artifacts_by_type("tfx.Examples")) == sorted(
+      [examples, launcher.mlmd["PartitionedExampleGen"]["eval_examples"]["uri"]])
+  [ref] = store.get_artifacts_by_id([ids["examples_ref"]])
+  assert ref.custom_properties[split_outputs.REF_TARGET_ID].int_value == ids["examples"]
+  [trainer] = [x for x in store.get_executions() if
+               x.custom_properties["task_name"].string_value == "DistributedTrainer"]
+  assert sorted(e.artifact_id for e in store.get_events_by_execution_ids([trainer.id])
+                if e.type == e.INPUT) == sorted([ids["examples"], ids["examples_ref"]])
   model = output["artifacts"]["model"]["artifacts"][0]["uri"]
   assert model.startswith(f"minio://{BUCKET}/v2/artifacts/")  # As KFP records it.
   prefix = model.split(f"{BUCKET}/", 1)[1]

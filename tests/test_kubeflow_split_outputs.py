@@ -8,17 +8,32 @@ launcher stand-in is in test_kubeflow_launcher.py; byte counts in
 benchmarks/bench_launcher_io.py.
 """
 import copy
+import importlib.util
 import json
+import logging
 import os
 
 import pytest
+from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from kubeflow_util import compile_mapping
+from kubeflow_util import REPO, compile_mapping
 from test_kubeflow_launcher import PIPELINE_ROOT, _small_config
 from tfx_parallel.kubeflow import entrypoint, split_outputs
 
 EXAMPLES_METADATA = {"split_names": json.dumps(["train", "eval"]), "label_key": "label",
                      "true_bias": "0.5"}
+
+
+EXAMPLES_TYPE = {"instanceSchema": "title: tfx.Examples\ntype: object\n"}
+
+
+def _validator():
+  """kubeflow/validate_package.py (standalone; its wiring check needs only kfp's protos)."""
+  spec = importlib.util.spec_from_file_location(
+      "validate_package", os.path.join(REPO, "kubeflow", "validate_package.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def _tasks(spec):
@@ -77,6 +92,50 @@ def test_a_trainer_with_remote_paths_reads_a_reference(remote_trainer_package):
   assert container["args"][at:at + 5] == ["--split_output", "eval_examples=examples:eval",
                                           "--ref_output", "examples_ref=examples",
                                           "--placement"]
+  # Its own type, declared on both sides (and in the trainer's inputs spec argument);
+  # the Examples keep theirs.
+  validator = _validator()
+  outputs = component["outputDefinitions"]["artifacts"]
+  assert validator.type_title(outputs["examples_ref"]["artifactType"]) == \
+      "tfx_parallel.ExamplesRef"
+  assert validator.type_title(outputs["examples"]["artifactType"]) == "tfx.Examples"
+  trainer_component = spec["components"][_tasks(spec)["DistributedTrainer"]["componentRef"][
+      "name"]]
+  assert validator.type_title(trainer_component["inputDefinitions"]["artifacts"]["examples"][
+      "artifactType"]) == "tfx_parallel.ExamplesRef"
+  args = spec["deploymentSpec"]["executors"][trainer_component["executorLabel"]][
+      "container"]["args"]
+  argued = json.loads(args[args.index("--json_serialized_inputs_spec_args") + 1])
+  assert validator.type_title(argued["artifacts"]["examples"]["artifactType"]) == \
+      "tfx_parallel.ExamplesRef"
+  validator.wiring_types(spec)
+
+
+def test_the_validator_refuses_a_reference_typed_apart_from_its_consumer(
+    remote_trainer_package):
+  """The rule the reference relies on: KFP's driver checks no types, the validator does."""
+  validator = _validator()
+  for where, retype in (
+      ("output", lambda s: _producer(s)[0]["outputDefinitions"]["artifacts"]["examples_ref"]),
+      ("input", lambda s: s["components"][_tasks(s)["DistributedTrainer"]["componentRef"][
+          "name"]]["inputDefinitions"]["artifacts"]["examples"])):
+    spec = copy.deepcopy(remote_trainer_package)
+    retype(spec)["artifactType"] = dict(EXAMPLES_TYPE)  # As before: a tfx.Examples pointer.
+    with pytest.raises(ValueError, match=r"task 'DistributedTrainer' input 'examples' is "
+                                         r"declared '(tfx\.Examples|tfx_parallel\.ExamplesRef)'"
+                                         r" but wired to PartitionedExampleGen\.examples_ref"):
+      validator.wiring_types(spec)
+  spec = copy.deepcopy(remote_trainer_package)
+  trainer = spec["components"][_tasks(spec)["DistributedTrainer"]["componentRef"]["name"]]
+  args = spec["deploymentSpec"]["executors"][trainer["executorLabel"]]["container"]["args"]
+  at = args.index("--json_serialized_inputs_spec_args") + 1
+  argued = json.loads(args[at])
+  argued["artifacts"]["examples"]["artifactType"] = dict(EXAMPLES_TYPE)
+  args[at] = json.dumps(argued)
+  with pytest.raises(ValueError, match=r"--json_serialized_inputs_spec_args declares input "
+                                       r"'examples' as 'tfx.Examples', its component as "
+                                       r"'tfx_parallel.ExamplesRef'"):
+    validator.wiring_types(spec)
 
 
 def test_flags_are_parsed_or_named():
@@ -127,24 +186,125 @@ def test_a_reference_names_the_files_and_the_step_gets_them_only_with_remote_pat
                           {"examples": str(tmp_path / "examples"),
                            "examples_ref": str(tmp_path / "ref")},
                           {"examples": "gs://b/run/ExampleGen/examples",
-                           "examples_ref": "gs://b/run/ExampleGen/examples_ref"})
+                           "examples_ref": "gs://b/run/ExampleGen/examples_ref"},
+                          {"examples": EXAMPLES_TYPE, "examples_ref": split_outputs.REF_TYPE})
   [entry] = output["artifacts"]["examples_ref"]["artifacts"]
   assert entry["metadata"][split_outputs.REF_URI] == "gs://b/run/ExampleGen/examples"
+  assert json.loads(entry["metadata"][split_outputs.REF_TARGET_TYPE]) == EXAMPLES_TYPE
   assert entry["metadata"]["split_names"] == EXAMPLES_METADATA["split_names"]
   assert os.listdir(tmp_path / "ref") == [split_outputs.REF_FILE]  # What the pod downloads.
 
+  # As the driver hands it over: no type (toRuntimeArtifact), the declared one is the
+  # reference's; TFX's executor gets the Examples' URI, type and (resolved) id.
   executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
-      {"name": "7", "uri": entry["uri"], "metadata": entry["metadata"],
-       "type": {"schemaTitle": "tfx.Examples"}}]}}},
+      {"name": "7", "uri": entry["uri"], "metadata": entry["metadata"]}]}}},
                     "outputs": {"artifacts": {}, "outputFile": "/tmp/out.json"}}
-  adapted, _ = entrypoint.adapt(executor_input, None, mount_root=None)  # Remote paths.
+  inputs_spec = {"artifacts": {"examples": {"artifactType": split_outputs.REF_TYPE}}}
+  adapted, _ = entrypoint.adapt(executor_input, inputs_spec, mount_root=None,  # Remote.
+                                target_ids={"examples": 5})
   [artifact] = adapted["inputs"]["artifacts"]["examples"]["artifacts"]
   assert artifact["uri"] == "gs://b/run/ExampleGen/examples"
-  assert split_outputs.REF_URI not in artifact["metadata"]
+  assert artifact["type"] == EXAMPLES_TYPE
+  assert artifact["name"] == "5"
+  assert not {split_outputs.REF_URI, split_outputs.REF_TARGET_TYPE} & set(artifact["metadata"])
+  adapted, _ = entrypoint.adapt(executor_input, inputs_spec, mount_root=None)  # Unresolved.
+  assert adapted["inputs"]["artifacts"]["examples"]["artifacts"][0]["name"] == "7"
   with pytest.raises(split_outputs.SplitOutputError,
                      match=r"input artifact 'examples' is a reference to gs://b/run/ExampleGen/"
                            r"examples: only a step with remote artifact paths"):
-    entrypoint.adapt(executor_input, None, mount_root=str(tmp_path))  # Local paths.
+    entrypoint.adapt(executor_input, inputs_spec, mount_root=str(tmp_path))  # Local paths.
+
+
+def _kfp_records(path):
+  """A real ML Metadata store holding what KFP records for the ExampleGen execution (its
+  outputs `examples` and the reference `examples_ref`) and the trainer's execution as the
+  driver creates it and the launcher pre-publishes it (INPUT event on the reference,
+  `pod_name`), before the trainer's command runs. Returns (KfpMetadata, ids)."""
+  from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
+  records = KfpMetadata(str(path))
+  store = records.store
+  types = {name: store.put_artifact_type(mlmd.ArtifactType(name=name))
+           for name in ("tfx.Examples", "tfx_parallel.ExamplesRef")}
+  execution_type = store.put_execution_type(mlmd.ExecutionType(name="system.ContainerExecution"))
+  examples = mlmd.Artifact(type_id=types["tfx.Examples"], uri="minio://b/r/ExampleGen/examples")
+  # The same URI under another execution (a cached or earlier run) must not be taken.
+  elsewhere = mlmd.Artifact(type_id=types["tfx.Examples"], uri=examples.uri)
+  ref = mlmd.Artifact(type_id=types["tfx_parallel.ExamplesRef"],
+                      uri="minio://b/r/ExampleGen/examples_ref")
+  ref.custom_properties[split_outputs.REF_URI].string_value = examples.uri
+  elsewhere_id, examples_id, ref_id = store.put_artifacts([elsewhere, examples, ref])
+  gen, other, trainer = (mlmd.Execution(type_id=execution_type) for _ in range(3))
+  trainer.custom_properties["pod_name"].string_value = "run-trainer-pod"
+  other.custom_properties["pod_name"].string_value = "another-pod"
+  gen_id, other_id, trainer_id = store.put_executions([gen, other, trainer])
+  older = store.put_executions([mlmd.Execution(type_id=execution_type)])[0]
+
+  def event(artifact_id, execution_id, kind, key):
+    e = mlmd.Event(artifact_id=artifact_id, execution_id=execution_id, type=kind)
+    e.path.steps.add().key = key
+    return e
+  store.put_events([event(elsewhere_id, older, mlmd.Event.OUTPUT, "examples"),
+                    event(examples_id, gen_id, mlmd.Event.OUTPUT, "examples"),
+                    event(ref_id, gen_id, mlmd.Event.OUTPUT, "examples_ref"),
+                    event(ref_id, other_id, mlmd.Event.INPUT, "examples"),
+                    event(ref_id, trainer_id, mlmd.Event.INPUT, "examples")])
+  return records, {"examples": examples_id, "ref": ref_id, "trainer": trainer_id,
+                   "other": other_id}
+
+
+def _inputs_of(store, execution_id):
+  return sorted(e.artifact_id for e in store.get_events_by_execution_ids([execution_id])
+                if e.type == mlmd.Event.INPUT)
+
+
+def test_the_consumer_resolves_the_reference_in_ml_metadata_and_links_the_examples(tmp_path):
+  records, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  store = records.store
+  assert split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod") == \
+      ids["examples"]
+  [ref] = store.get_artifacts_by_id([ids["ref"]])
+  assert ref.custom_properties[split_outputs.REF_TARGET_ID].int_value == ids["examples"]
+  assert _inputs_of(store, ids["trainer"]) == sorted([ids["ref"], ids["examples"]])
+  assert _inputs_of(store, ids["other"]) == [ids["ref"]]  # Only the pod's own execution.
+  # A retried pod (same execution) adds no second edge.
+  split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod")
+  assert _inputs_of(store, ids["trainer"]) == sorted([ids["ref"], ids["examples"]])
+  # Through the entry point, over ML Metadata's gRPC API (the stand-in serves the store
+  # as metadata-grpc-service serves the cluster's).
+  executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+      {"name": str(ids["ref"]), "uri": ref.uri,
+       "metadata": {split_outputs.REF_URI: "minio://b/r/ExampleGen/examples"}}]}}}}
+  try:
+    environ = {entrypoint.MLMD_HOST_ENV: "127.0.0.1",
+               entrypoint.MLMD_PORT_ENV: str(records.serve()),
+               entrypoint.POD_NAME_ENV: "run-trainer-pod"}
+    assert entrypoint.link_references(executor_input, environ) == {
+        "examples": ids["examples"]}
+  finally:
+    records.close()
+
+
+def test_a_store_that_cannot_resolve_the_reference_is_said_and_the_step_goes_on(
+    tmp_path, caplog):
+  records, ids = _kfp_records(tmp_path / "mlmd.sqlite")
+  store = records.store
+  [ref] = store.get_artifacts_by_id([ids["ref"]])
+  ref.custom_properties[split_outputs.REF_URI].string_value = "minio://b/nowhere"
+  store.put_artifacts([ref])
+  with caplog.at_level(logging.WARNING):
+    assert split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod") is None
+  assert "has no output at minio://b/nowhere" in caplog.text
+  executor_input = {"inputs": {"artifacts": {"examples": {"artifacts": [
+      {"name": str(ids["ref"]), "metadata": {split_outputs.REF_URI: "minio://b/x"}}]}}}}
+
+  def unreachable(host, port):
+    raise ConnectionError(f"{host}:{port} refused")
+  environ = {entrypoint.MLMD_HOST_ENV: "metadata-grpc-service"}
+  with caplog.at_level(logging.WARNING):
+    assert entrypoint.link_references(executor_input, environ, unreachable) == {}
+  assert "ML Metadata at metadata-grpc-service:8080 could not resolve" in caplog.text
+  assert entrypoint.link_references(executor_input, {}, unreachable) == {}
+  assert "METADATA_GRPC_SERVICE_HOST is not set" in caplog.text
 
 
 def test_outputs_the_entry_point_makes_are_hidden_from_tfx():

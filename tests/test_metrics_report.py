@@ -205,9 +205,11 @@ def _kfp_store(path):
   metrics.uri = f"{root}/tfx-parallel/9b1d-run-1/ConvergenceEvaluator/s/metrics"
   P.set_properties(metrics, KFP_SCALARS)
   metrics_id = record_through_kfp(store, "metrics", metrics, metrics.uri, KFP_TITLE)
-  store.publish_execution("ConvergenceEvaluator", contexts, {"metrics": metrics_id})
+  store.publish_execution(store.create_execution("ConvergenceEvaluator", contexts),
+                          contexts, {"metrics": metrics_id})
   cached = store.pipeline("tfx-parallel", "9b1d-run-2", root)
-  store.publish_execution("ConvergenceEvaluator", cached, {"metrics": metrics_id}, cached=True)
+  store.publish_execution(store.create_execution("ConvergenceEvaluator", cached),
+                          cached, {"metrics": metrics_id}, cached=True)
   return store
 
 
