@@ -238,6 +238,7 @@ def _class_warnings(tr: Dict[str, int], ev: Dict[str, int], train: str, eval_spl
   classes = sorted(set(tr) | set(ev))
   shift = 0.5 * sum(abs(tr.get(c, 0) / n_tr - ev.get(c, 0) / n_ev) for c in classes)
   if shift >= MAX_CLASS_SHIFT and len(classes) > 1:
+    # Start-up: scipy.stats only where a class shift needs its test.
     from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
     expected = [max(tr.get(c, 0) / n_tr, 0.5 / n_tr) * n_ev for c in classes]
     scale = n_ev / sum(expected)
