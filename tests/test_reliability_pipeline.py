@@ -151,7 +151,7 @@ def _bad_inputs(tmp):
   _csv(data / "parts" / "p1.csv", header="a,c,y")
   return {
       "missing_label_column": (_pipeline(no_label, "y"), "example_gen.label",
-                               r"nolabel\.csv:1: label column 'y' not in header"),
+                               r"nolabel\.csv:1: label column 'y' not in the header"),
       "nonexistent_csv_glob": (_pipeline(str(data / "missing-*.csv"), "y"),
                                "example_gen.source", r"no files match .*missing-\*\.csv"),
       "nonexistent_csv_file": (_pipeline(str(data / "nope.csv"), "y"),

@@ -116,10 +116,11 @@ def test_every_resumable_code_restarts_and_no_other_does():
   resumable = {failures.PREEMPTED_EXIT_CODE, failures.OOM_EXIT_CODE, failures.STORE_EXIT_CODE,
                failures.DATA_LOSS_EXIT_CODE, failures.RESUMABLE_EXIT_CODE,
                failures.PEER_LOST_EXIT_CODE}
-  permanent = {failures.NOT_RESUMABLE_EXIT_CODE, failures.ORPHANED_EXIT_CODE}
+  permanent = {failures.NOT_RESUMABLE_EXIT_CODE, failures.ORPHANED_EXIT_CODE,
+               failures.CONFIG_ERROR_EXIT_CODE}
   assert all(128 <= c <= 255 and c not in trainjob.PERMANENT_EXIT_CODES for c in resumable)
   assert all(c in trainjob.PERMANENT_EXIT_CODES for c in permanent)
-  assert len(resumable | permanent) == 8 == len(failures.EXIT_CODE_MEANINGS)
+  assert len(resumable | permanent) == 9 == len(failures.EXIT_CODE_MEANINGS)
   assert failures.PREEMPTED_EXIT_CODE == 128 + signal.SIGTERM
   # No other resumable code is a signal's 128+n (a kill reads as itself).
   assert all(c - 128 > 64 for c in resumable - {failures.PREEMPTED_EXIT_CODE})

@@ -73,16 +73,16 @@ def planner_variables(model, rules_fn: Optional[Callable[[int], Mapping]] = None
 
 def slots_per_param(optimizer, model) -> int:
   """Optimizer slot variables per parameter of ``optimizer`` on ``model``'s trainable
-  variables (a lazy probe's will do), measured by building it on stand-ins of the same
+  variables (a lazy probe's will do), measured by building it on small probes of the same
   ranks, each dimension 2 (stock tf_keras SGD keeps a momentum slot even at 0): nothing
   the size of the model is allocated. A slot whose size is not the variable's (e.g.
-  factored rows and columns) counts high on stand-ins this small, never low."""
+  factored rows and columns) counts high on probes this small, never low."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.device("/CPU:0"):
-    stand_ins = [tf.Variable(tf.zeros([2] * v.shape.rank, v.dtype), name=f"stand_in_{i}")
-                 for i, v in enumerate(model.trainable_variables)]
-  params = sum(int(math.prod(v.shape.as_list())) for v in stand_ins)
-  optimizer.build(stand_ins)
+    probes = [tf.Variable(tf.zeros([2] * v.shape.rank, v.dtype), name=f"slot_probe_{i}")
+              for i, v in enumerate(model.trainable_variables)]
+  params = sum(int(math.prod(v.shape.as_list())) for v in probes)
+  optimizer.build(probes)
   slots = sum(int(math.prod(v.shape.as_list())) for v in optimizer.variables
               if v.shape.rank)  # The scalar step counter is not a slot.
   return int(math.ceil(slots / params)) if params else 0
@@ -90,7 +90,7 @@ def slots_per_param(optimizer, model) -> int:
 
 def slot_count(module, spec, config, model) -> int:
   """Slots per parameter of the run's optimizer: config ``optimizer``'s from the table
-  (optimizers.SLOTS_PER_PARAM), or the module's ``optimizer(spec)`` built on stand-ins
+  (optimizers.SLOTS_PER_PARAM), or the module's ``optimizer(spec)`` built on small probes
   (:func:`slots_per_param`)."""
   if not module.optimizer:
     return optimizers.SLOTS_PER_PARAM[config.optimizer]
