@@ -3,6 +3,7 @@
     .venv/bin/python docs/figures.py            # all of them
     .venv/bin/python docs/figures.py verdicts   # one
     .venv/bin/python docs/figures.py runs DIR   # rerun the verdict runs (minutes), redraw
+    .venv/bin/python docs/figures.py runs DIR overfitting   # rerun one (or a few), redraw
 
 * ``pipeline.png``: the three components, their artifacts and the stock components beside.
 * ``mesh.png``: the seed problem's ``Y = sum_i X_i W_i`` on a 2x2 batch x model mesh.
@@ -14,10 +15,14 @@
   ConvergenceEvaluator recorded; the state printed on a panel is what
   ``components/convergence_evaluator/convergence.analyze`` says of that run now, with
   the evaluator's default rules: the script fails if it is not the one the panel shows.
+  ``unrepresentative eval split`` is the evaluator's verdict on any curve when the
+  Examples carry eval split warnings (executor.py): the run keeps the warnings it read.
 
 The benchmark plots are the benchmarks' own (``benchmarks/plots/``); docs/hooks.py puts
 them in the site.
 """
+import dataclasses
+import json
 import math
 import os
 import sys
@@ -141,7 +146,8 @@ def default_split_buckets():
 
 
 def splits(path):
-  """Rows -> sha256 bucket -> split -> shard, with the defaults: split_ratios
+  """Rows -> bucket (a CSV row's position hashed with the seed; stock's sha256 with a
+  split_key) -> split -> shard, with the defaults: split_ratios
   {"train": 4, "eval": 1} taken in sorted name order (eval: bucket 0, train: buckets 1-4)
   and 1 worker x 2 shards_per_worker."""
   split_buckets = default_split_buckets()
@@ -159,8 +165,8 @@ def splits(path):
                                    edgecolor="black", linewidth=0.6))
     ax.text(1.2, y, f"row {r}", ha="center", va="center", fontsize=7.5)
     ax.text(2.6, y, f"bucket {buckets[r]}", ha="left", va="center", fontsize=7.5)
-  ax.text(1.8, 0.05, "bucket = sha256(row as stock\nCsvExampleGen encodes it) mod "
-          f"{len(eval_buckets) + len(train_buckets)}",
+  ax.text(1.8, 0.05, "bucket = hash(seed, file, line) mod "
+          f"{len(eval_buckets) + len(train_buckets)}\n(split_key: stock's sha256 of the key)",
           ha="center", fontsize=9)
   _box(ax, 4.4, 1.9, 2.2, 1.1, f"train: {len(train_buckets)} buckets\n"
        f"(buckets {train_buckets[0]}-{train_buckets[-1]})", BLUE)
@@ -199,12 +205,25 @@ VERDICT_RUNS = {
                 "--rows 2000 --epochs 6 --optimizer sgd --learning-rate 1e-9"),
     "diverged": ("SGD, lr 1.05: the loss explodes",
                  "--rows 2000 --epochs 6 --optimizer sgd --learning-rate 1.05"),
+    "overfitting": ("450 features, ~480 train rows: fits noise",
+                    "--data wide.csv --label y --model linear --epochs 40 --optimizer sgd "
+                    "--learning-rate 0.05"),
+    "unrepresentative eval split": ("20 distinct rows, 60 copies each",
+                                    "--data repeated.csv --label y --epochs 12"),
 }
+# The CSVs the runs read, written into the runs' directory (write_*_csv below).
+VERDICT_CSVS = {"nonlinear.csv": "write_nonlinear_csv", "wide.csv": "write_wide_csv",
+                "repeated.csv": "write_repeated_csv"}
 HISTORY_KEYS = ("records", "epochs", "initial_eval_loss", "diverged", "diverged_reason", "loss")
 
 
+def pipeline_name(state):
+  return state.replace(" ", "-")
+
+
 def verdict_command(state):
-  return f"tfx-parallel run --pipeline-name {state} {VERDICT_COMMON} {VERDICT_RUNS[state][1]}"
+  return (f"tfx-parallel run --pipeline-name {pipeline_name(state)} {VERDICT_COMMON} "
+          f"{VERDICT_RUNS[state][1]}")
 
 
 def write_nonlinear_csv(path, rows=2000):
@@ -218,6 +237,32 @@ def write_nonlinear_csv(path, rows=2000):
       f.write(f"{a:.6f},{b:.6f},{c:.6f}\n")
 
 
+def write_wide_csv(path, rows=600, features=450):
+  """The overfitting run's data: y = 2 x0 + N(0, 1) noise, with 449 more features of pure
+  noise: with about 480 train rows a linear model first learns x0, then fits the noise
+  of the train split, and its eval loss rises from its best."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(rows, features))
+  y = 2 * x[:, 0] + rng.normal(size=rows)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(",".join(f"x{i}" for i in range(features)) + ",y\n")
+    for r, t in zip(x, y):
+      f.write(",".join(f"{v:.5f}" for v in r) + f",{t:.5f}\n")
+
+
+def write_repeated_csv(path, distinct=20, copies=60):
+  """The unrepresentative run's data: the seed problem's 20 distinct rows, 60 copies
+  each: the eval split holds fewer than 30 distinct rows."""
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(distinct, 2))
+  y = x @ np.array([1.0, 2.0]) + 3
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("x0,x1,y\n")
+    for _ in range(copies):
+      for (a, b), c in zip(x, y):
+        f.write(f"{a:.6f},{b:.6f},{c:.6f}\n")
+
+
 def _one(pattern):
   import glob  # pylint: disable=g-import-not-at-top
   found = sorted(glob.glob(pattern))
@@ -228,8 +273,7 @@ def _one(pattern):
 
 def collect_run(home, state, command, date):
   """What the evaluator read for one run: its history.json and metrics.json."""
-  import json  # pylint: disable=g-import-not-at-top
-  root = os.path.join(home, "pipelines", state)
+  root = os.path.join(home, "pipelines", pipeline_name(state))
   with open(_one(os.path.join(root, "DistributedTrainer", "history", "*", "history.json"))) as f:
     history = json.load(f)
   with open(_one(os.path.join(root, "ConvergenceEvaluator", "metrics", "*",
@@ -239,23 +283,25 @@ def collect_run(home, state, command, date):
           "history": {k: history.get(k) for k in HISTORY_KEYS},
           "trivial_loss": metrics["trivial_loss"], "model_loss": metrics["eval_mse"],
           "recorded_state": metrics["convergence_state"],
-          "recorded_reason": metrics["convergence_reason"]}
+          "recorded_reason": metrics["convergence_reason"],
+          "eval_split_warnings": json.loads(metrics.get("eval_split_warnings") or "[]")}
 
 
-def record_runs(directory):
-  """Runs the five commands in ``directory`` (one --home each) and writes VERDICT_DATA."""
+def record_runs(directory, states=()):
+  """Runs the commands of ``states`` (default: every one) in ``directory`` (one --home
+  each) and writes them into VERDICT_DATA, keeping the other states' recorded runs."""
   import datetime  # pylint: disable=g-import-not-at-top
-  import json  # pylint: disable=g-import-not-at-top
   import shlex  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   directory = os.path.abspath(directory)  # The runs' cwd: a relative --home would nest.
   os.makedirs(directory, exist_ok=True)
-  write_nonlinear_csv(os.path.join(directory, "nonlinear.csv"))
+  for name, writer in VERDICT_CSVS.items():
+    globals()[writer](os.path.join(directory, name))
   cli = os.path.join(os.path.dirname(sys.executable), "tfx-parallel")
-  runs = {}
-  for state in VERDICT_RUNS:
+  runs = recorded_runs() if states and os.path.exists(VERDICT_DATA) else {}
+  for state in states or VERDICT_RUNS:
     command = verdict_command(state)
-    home = os.path.join(directory, "h_" + state)
+    home = os.path.join(directory, "h_" + pipeline_name(state))
     argv = [cli] + shlex.split(command)[1:] + ["--home", home]
     subprocess.run(argv, cwd=directory, check=True)
     runs[state] = collect_run(home, state, command,
@@ -266,7 +312,6 @@ def record_runs(directory):
 
 
 def recorded_runs():
-  import json  # pylint: disable=g-import-not-at-top
   with open(VERDICT_DATA, encoding="utf-8") as f:
     return json.load(f)
 
@@ -276,20 +321,25 @@ def judge(state):
   convergence.analyze as the evaluator calls it (executor.py), default rules."""
   from tfx_parallel.components.common import divergence  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.convergence_evaluator import convergence  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import properties as P  # pylint: disable=g-import-not-at-top
   run = recorded_runs()[state]
   history = run["history"]
   loss = history.get("loss") or {}
   curves = convergence.curves_from_history(history)
-  return run, convergence.analyze(
+  result = convergence.analyze(
       curves, convergence.Rules(), run["trivial_loss"], run["model_loss"],
       flagged_diverged=bool(history.get("diverged")),
       flagged_reason=str(history.get("diverged_reason") or ""),
       non_negative=(divergence.is_non_negative(str(loss["class"])) if loss.get("class")
                     else True))
+  warnings = run.get("eval_split_warnings") or []
+  if warnings:  # As the evaluator's executor: the eval split cannot judge the model.
+    result = dataclasses.replace(result, state=P.UNREPRESENTATIVE, reason="; ".join(warnings))
+  return run, result
 
 
 def verdicts(path):
-  fig, grid = plt.subplots(2, 3, figsize=(12, 7.2))
+  fig, grid = plt.subplots(2, 4, figsize=(16, 7.2))
   axes = grid.ravel()
   for ax, state in zip(axes, VERDICT_RUNS):
     run, result = judge(state)
@@ -327,7 +377,7 @@ FIGURES = {"pipeline": pipeline, "mesh": mesh, "splits": splits, "verdicts": ver
 def main(argv):
   os.makedirs(OUT, exist_ok=True)
   if argv[:1] == ["runs"]:  # python docs/figures.py runs DIR: rerun the verdict runs.
-    record_runs(argv[1])
+    record_runs(argv[1], tuple(argv[2:]))
     argv = ["verdicts"]
   for name in argv or FIGURES:
     FIGURES[name](os.path.join(OUT, name + ".png"))

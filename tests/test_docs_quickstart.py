@@ -111,9 +111,15 @@ def test_the_readme_tour_model_passes_the_trainers_check(tmp_path):
     assert model.output_shape[-1] == spec.output_units
 
 
-def test_the_pandas_index_message_in_the_data_page_is_the_codes():
-  """docs/data.md quotes what a CSV written with pandas' default index stops with."""
+def test_the_pandas_index_line_in_the_data_page_is_the_codes():
+  """docs/data.md quotes the line a CSV written with pandas' default index gets: its
+  unnamed first column is read (the header parses) and left out, naming how to keep it."""
+  from tfx_parallel.components.partitioned_example_gen import column_choice  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.partitioned_example_gen import sources  # pylint: disable=g-import-not-at-top
-  with pytest.raises(sources.BadInputError) as raised:
-    sources.parse_header(",a,b,y\n", "f.csv")
-  assert f"`{raised.value}`" in _read("docs/data.md"), str(raised.value)
+  header = sources.parse_header(",a,b,y\n", "f.csv")
+  rows = [[str(i), "0.5", "x", "1"] for i in range(30)]
+  choice = column_choice.choose(header, rows, numeric=("", "a", "y"), required=("y",),
+                                columns=None, keep=(), na=set())
+  assert list(choice.left_out) == [""], choice
+  (line,) = choice.lines()
+  assert f"`{line}`" in _read("docs/data.md"), line
