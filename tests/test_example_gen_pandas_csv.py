@@ -72,6 +72,39 @@ def test_unnamed_0_index_and_numeric_ids_left_out_features_with_many_values_stay
   assert kept.choice.record()["kept"]["row"].startswith("example_gen.keep_columns")
 
 
+def test_a_time_column_that_counts_up_with_the_rows_is_a_feature_not_a_row_number(tmp_path):
+  # statsmodels' sunspots (YEAR 1700..2008, one row a year, df.to_csv()): YEAR is the
+  # only feature; the row-number rule left it out and the model had no input at all.
+  years = np.arange(1700, 1700 + 120)
+  frame = pd.DataFrame({"YEAR": years.astype(float), "month_no": np.arange(120) + 1,
+                        "SUNACTIVITY": np.abs(np.sin(years / 11.0)) * 100})
+  path = tmp_path / "sunspots.csv"
+  frame.to_csv(path)
+  plan = _plan(path, label="SUNACTIVITY")
+  assert list(plan.choice.left_out) == [""]  # Only pandas' index.
+  assert set(plan.feature_keys) == {"YEAR", "month_no"}
+
+
+@pytest.mark.parametrize("name", ["PassengerId", "customerID", "userId", "Patient ID",
+                                  "patient-id", "ID"])
+def test_an_id_by_a_camel_case_or_spaced_name_is_left_out(tmp_path, name):
+  frame = _frame()
+  frame.insert(0, name, np.random.default_rng(3).permutation(len(frame)) + 500)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  plan = _plan(path, label="price")
+  assert plan.choice.left_out[name].startswith("ID-like: an ID by its name")
+
+
+@pytest.mark.parametrize("name", ["Paid", "COVID", "valid", "Acid", "void"])
+def test_words_ending_in_id_are_not_ids(tmp_path, name):
+  frame = _frame()
+  frame.insert(0, name, np.random.default_rng(3).permutation(len(frame)) + 500)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  assert name in _plan(path, label="price").feature_keys
+
+
 def test_columns_selects_exactly_even_an_index_and_ignores_an_unnamed_column(tmp_path):
   path = tmp_path / "diamonds.csv"
   frame = _frame()
