@@ -105,6 +105,43 @@ def test_words_ending_in_id_are_not_ids(tmp_path, name):
   assert name in _plan(path, label="price").feature_keys
 
 
+def _iris_sorted_by_species():
+  """150 rows sorted by the label, as scikit-learn ships iris: the row number is the
+  label (0-49, 50-99, 100-149)."""
+  rng = np.random.default_rng(4)
+  species = np.repeat(["setosa", "versicolor", "virginica"], 50)
+  return pd.DataFrame({"petal": np.repeat([1.5, 4.3, 5.6], 50) + rng.normal(0, 0.3, 150),
+                       "sepal": rng.normal(5.8, 0.8, 150).round(1), "species": species})
+
+
+def test_a_shuffled_index_under_any_name_is_left_out_not_a_label_leak(tmp_path):
+  # df.sample(frac=1) then a named index (rename_axis) or reset_index(): the old row
+  # numbers, a perfect label leak on a file that was sorted by the label, were a
+  # feature (neither increasing nor named id).
+  shuffled = _iris_sorted_by_species().sample(frac=1, random_state=0)
+  named = tmp_path / "named.csv"
+  shuffled.rename_axis("sample").to_csv(named)
+  plan = _plan(named, label="species")
+  assert plan.choice.left_out["sample"].startswith("row index"), plan.choice.left_out
+  assert set(plan.feature_keys) == {"petal", "sepal"}
+  reset = tmp_path / "reset.csv"
+  shuffled.reset_index().to_csv(reset, index=False)  # An 'index' column.
+  assert list(_plan(reset, label="species").choice.left_out) == ["index"]
+  one_based = tmp_path / "one_based.csv"
+  frame = shuffled.copy()
+  frame.index = frame.index + 1
+  frame.rename_axis("n").to_csv(one_based)
+  assert list(_plan(one_based, label="species").choice.left_out) == ["n"]
+
+
+def test_a_first_column_of_distinct_counts_that_are_not_row_numbers_stays(tmp_path):
+  frame = _iris_sorted_by_species().sample(frac=1, random_state=0)
+  frame.insert(0, "visits", np.random.default_rng(5).permutation(150) * 3 + 1000)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  assert "visits" in _plan(path, label="species").feature_keys
+
+
 def test_columns_selects_exactly_even_an_index_and_ignores_an_unnamed_column(tmp_path):
   path = tmp_path / "diamonds.csv"
   frame = _frame()

@@ -11,7 +11,10 @@ Beam starts, so a left-out column is never parsed or written:
 * **ID-like numeric column** (column_rules.ID_MIN_VALUES or more sampled values, all
   distinct): a row number (integers increasing with the row order, unless the name says
   the column counts time: ``YEAR``, ``month_no``), or an ID by name (``id``, ``*_id``,
-  ``* ID``, camelCase ``PassengerId``, ``Unnamed: N``). A numeric feature that merely has many distinct
+  ``* ID``, camelCase ``PassengerId``, ``Unnamed: N``, reset_index()'s ``index``).
+* **Shuffled row index**: a first column (where pandas writes its index, named or not)
+  holding exactly the row numbers 0..n-1 (or 1..n) of the n sampled rows in another
+  order: df.sample(frac=1) then df.to_csv(). A numeric feature that merely has many distinct
   values (a price, a count) is neither and stays.
 * ``columns`` given: exactly those columns (plus the label and the split key) are
   written, and no rule above applies to them.
@@ -47,8 +50,22 @@ def is_index_name(name: str, position: int) -> bool:
 
 
 def is_id_name(name: str) -> bool:
-  return (_ID_NAME_RE.fullmatch(name) is not None
+  return (_ID_NAME_RE.fullmatch(name) is not None or name in ("index", "level_0")
           or _UNNAMED_RE.fullmatch(name) is not None)
+
+
+def is_shuffled_index(values: Sequence[str], missing: int) -> bool:
+  """The first column's sampled values are the row numbers 0..n-1 (or 1..n) of the n
+  sampled rows in another order: pandas' index written by df.to_csv() after
+  df.sample(frac=1), under a name (rename_axis) or none. A count or a measurement is
+  not exactly every number from 0 to n-1."""
+  numbers = _numbers(values)
+  if missing or numbers is None or len(numbers) < column_rules.ID_MIN_VALUES:
+    return False
+  if not all(v.is_integer() for v in numbers):
+    return False
+  start = min(numbers)
+  return start in (0.0, 1.0) and sorted(numbers) == [start + i for i in range(len(numbers))]
 
 
 def is_time_name(name: str) -> bool:
@@ -151,7 +168,12 @@ def choose(header: Sequence[str], sample_cells: Sequence[Sequence[str]],
     elif name in numeric:
       cells = [row[j] for row in sample_cells]
       values = [c for c in cells if c not in na]
-      why = id_like_reason(name, values, len(cells) - len(values))
+      if j == 0 and is_shuffled_index(values, len(cells) - len(values)):
+        why = (f"{ROW_INDEX}: the row numbers 0..{len(values) - 1} in another order, "
+               f"pandas' index written by df.to_csv() after df.sample(frac=1) (on a file "
+               f"sorted by the label, a label leak)")
+      else:
+        why = id_like_reason(name, values, len(cells) - len(values))
     if why is None:
       continue
     if name in keep:
