@@ -313,7 +313,8 @@ def test_assess_is_quiet_on_a_representative_split():
 def test_assess_names_a_class_missing_from_a_split_quoted():
   warnings = split_stats.assess(_stats(["a"] * 400 + ["b,c"] * 400, ["a"] * 200))
   assert warnings[0] == ("label class 'b,c' has no rows in the 'eval' split (about 80 "
-                         "expected from its share of the data)")
+                         "expected from its share of the data); "
+                         f"{split_stats.RESPLIT}")
   assert any("label distribution of the 'eval' split is far from the 'train' split's" in w
              for w in warnings)
 
@@ -325,6 +326,10 @@ def test_assess_names_a_shifted_label_mean_and_few_distinct_rows():
   [few] = split_stats.assess(_stats(list(range(800)), list(range(0, 800, 4)),
                                     eval_distinct=2, numeric=True))
   assert few.startswith("the 'eval' split holds 2 distinct rows in its 200 rows")
+  # #47 review: each warning names what the user can do (the verdict repeats it).
+  assert shift.endswith("set example_gen.seed=N with another N for another split")
+  assert few.endswith("drop the copies in pandas (df.drop_duplicates()) if they are not "
+                      "real repeats, or bring more distinct rows")
 
 
 def test_rows_hash_equal_when_equal_and_not_salted():
