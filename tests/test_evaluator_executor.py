@@ -281,7 +281,14 @@ def test_eval_split_warnings_of_the_examples_replace_the_verdict(tmp_path, input
   _, _, props = _run(tmp_path / "fine", fine, _converged_history())
   assert props[P.CONVERGENCE_STATE] == P.CONVERGED and props[P.BLESSED] == 1
   assert props[P.EVAL_SPLIT_WARNINGS] == "[]"
-  assert not inputs[0].has_custom_property(keys.EVAL_SPLIT_WARNINGS)  # Stock: judged (above).
+  # Stock ExampleGen records no such property: judged. (The fixture's Examples carry
+  # "[]", as record_output writes it, so the property is removed here.)
+  stock = _examples_with(inputs, tmp_path)
+  del stock[0].mlmd_artifact.custom_properties[keys.EVAL_SPLIT_WARNINGS]
+  assert not stock[0].has_custom_property(keys.EVAL_SPLIT_WARNINGS)
+  _, _, props = _run(tmp_path / "stock", stock, _converged_history())
+  assert props[P.CONVERGENCE_STATE] == P.CONVERGED and props[P.BLESSED] == 1
+  assert props[P.EVAL_SPLIT_WARNINGS] == "[]"
   broken = _examples_with(inputs, tmp_path, eval_split_warnings="eval is odd")
   with pytest.raises(ValueError, match=r"'eval_split_warnings' property that is not JSON"):
     _run(tmp_path / "broken", broken, _converged_history())
