@@ -310,7 +310,8 @@ def _run_and_summarize(config: config_lib.PipelineConfig, home: str, console) ->
     return 1
   finally:
     root.removeHandler(progress)
-  summary.print_summary(metadata_path, config.pipeline_name, log_path, _relative)
+  summary.print_summary(metadata_path, config.pipeline_name, log_path, _relative,
+                        suggest=RUN_FORM.message)
   return 0
 
 

@@ -126,7 +126,7 @@ def run_pipeline(pipeline, verbose: bool = False) -> str:
     finally:
       root.removeHandler(progress)
     summary.print_summary(metadata_path, name, console.log_path, _relative,
-                          only_with_metrics=True)
+                          only_with_metrics=True, suggest=settings.PYTHON.message)
   return metadata_path
 
 

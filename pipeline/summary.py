@@ -115,11 +115,14 @@ def _rounded(values) -> str:
 
 
 def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] = None,
-                   relative: Callable[[str], str] = str) -> str:
+                   relative: Callable[[str], str] = str,
+                   suggest: Callable[[str], str] = str) -> str:
   """The end-of-run summary: one line per fact, numbers to 4-5 significant digits
   (full precision: the metrics file, or `tfx-parallel metrics --json`). The run's id
   and its Examples are in `tfx-parallel metrics` and the ExampleGen's end line.
-  ``relative`` shortens the paths printed."""
+  ``relative`` shortens the paths printed; ``suggest`` rewrites the settings that the
+  blessing's reason names in the form the command's user types (settings.Form.message:
+  ``add --set evaluator.min_eval_examples=95`` on ``run``), as the console's log lines."""
   m = found.get("ConvergenceMetrics", {})
   ex = found.get("Examples", {})
   hist = found.get("TrainingHistory", {})
@@ -155,6 +158,7 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
   blessing = found.get("ModelBlessing", {})
   blessed = bool(blessing.get("blessed", 0))
   reason = m.get("blessing_message")
+  reason = suggest(str(reason)) if reason else reason
   lines.append(f"blessed    {blessed}" + (f" ({reason})" if reason and not blessed else ""))
   lines.append(f"model      {relative(str(model.get('uri')))}")
   lines.append(f"metrics    {relative(str(m.get('uri')))}  (metrics.json, curves.json, loss.png)")
@@ -164,13 +168,15 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
 
 
 def print_summary(metadata_path: str, pipeline_name: str, log_path: Optional[str] = None,
-                  relative: Callable[[str], str] = str, only_with_metrics: bool = False):
+                  relative: Callable[[str], str] = str, only_with_metrics: bool = False,
+                  suggest: Callable[[str], str] = str):
   """Prints the summary of the newest run of ``pipeline_name`` (format_summary) under its
   header; with ``only_with_metrics``, nothing for a run without ConvergenceMetrics (a
-  pipeline without our evaluator)."""
+  pipeline without our evaluator); ``suggest``: format_summary's."""
   found = latest_run(open_store(metadata_path), pipeline_name)
   if only_with_metrics and not (found or {}).get("ConvergenceMetrics"):
     return
   print(f"=== tfx-parallel summary (read from ML Metadata: {relative(metadata_path)}) ===")
-  print(format_summary(found, relative(log_path) if log_path else None, relative) if found
+  print(format_summary(found, relative(log_path) if log_path else None, relative, suggest)
+        if found
         else "no run found in ML Metadata", flush=True)

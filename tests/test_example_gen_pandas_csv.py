@@ -72,6 +72,76 @@ def test_unnamed_0_index_and_numeric_ids_left_out_features_with_many_values_stay
   assert kept.choice.record()["kept"]["row"].startswith("example_gen.keep_columns")
 
 
+def test_a_time_column_that_counts_up_with_the_rows_is_a_feature_not_a_row_number(tmp_path):
+  # statsmodels' sunspots (YEAR 1700..2008, one row a year, df.to_csv()): YEAR is the
+  # only feature; the row-number rule left it out and the model had no input at all.
+  years = np.arange(1700, 1700 + 120)
+  frame = pd.DataFrame({"YEAR": years.astype(float), "month_no": np.arange(120) + 1,
+                        "SUNACTIVITY": np.abs(np.sin(years / 11.0)) * 100})
+  path = tmp_path / "sunspots.csv"
+  frame.to_csv(path)
+  plan = _plan(path, label="SUNACTIVITY")
+  assert list(plan.choice.left_out) == [""]  # Only pandas' index.
+  assert set(plan.feature_keys) == {"YEAR", "month_no"}
+
+
+@pytest.mark.parametrize("name", ["PassengerId", "customerID", "userId", "Patient ID",
+                                  "patient-id", "ID"])
+def test_an_id_by_a_camel_case_or_spaced_name_is_left_out(tmp_path, name):
+  frame = _frame()
+  frame.insert(0, name, np.random.default_rng(3).permutation(len(frame)) + 500)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  plan = _plan(path, label="price")
+  assert plan.choice.left_out[name].startswith("ID-like: an ID by its name")
+
+
+@pytest.mark.parametrize("name", ["Paid", "COVID", "valid", "Acid", "void"])
+def test_words_ending_in_id_are_not_ids(tmp_path, name):
+  frame = _frame()
+  frame.insert(0, name, np.random.default_rng(3).permutation(len(frame)) + 500)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  assert name in _plan(path, label="price").feature_keys
+
+
+def _iris_sorted_by_species():
+  """150 rows sorted by the label, as scikit-learn ships iris: the row number is the
+  label (0-49, 50-99, 100-149)."""
+  rng = np.random.default_rng(4)
+  species = np.repeat(["setosa", "versicolor", "virginica"], 50)
+  return pd.DataFrame({"petal": np.repeat([1.5, 4.3, 5.6], 50) + rng.normal(0, 0.3, 150),
+                       "sepal": rng.normal(5.8, 0.8, 150).round(1), "species": species})
+
+
+def test_a_shuffled_index_under_any_name_is_left_out_not_a_label_leak(tmp_path):
+  # df.sample(frac=1) then a named index (rename_axis) or reset_index(): the old row
+  # numbers, a perfect label leak on a file that was sorted by the label, were a
+  # feature (neither increasing nor named id).
+  shuffled = _iris_sorted_by_species().sample(frac=1, random_state=0)
+  named = tmp_path / "named.csv"
+  shuffled.rename_axis("sample").to_csv(named)
+  plan = _plan(named, label="species")
+  assert plan.choice.left_out["sample"].startswith("row index"), plan.choice.left_out
+  assert set(plan.feature_keys) == {"petal", "sepal"}
+  reset = tmp_path / "reset.csv"
+  shuffled.reset_index().to_csv(reset, index=False)  # An 'index' column.
+  assert list(_plan(reset, label="species").choice.left_out) == ["index"]
+  one_based = tmp_path / "one_based.csv"
+  frame = shuffled.copy()
+  frame.index = frame.index + 1
+  frame.rename_axis("n").to_csv(one_based)
+  assert list(_plan(one_based, label="species").choice.left_out) == ["n"]
+
+
+def test_a_first_column_of_distinct_counts_that_are_not_row_numbers_stays(tmp_path):
+  frame = _iris_sorted_by_species().sample(frac=1, random_state=0)
+  frame.insert(0, "visits", np.random.default_rng(5).permutation(150) * 3 + 1000)
+  path = tmp_path / "data.csv"
+  frame.to_csv(path, index=False)
+  assert "visits" in _plan(path, label="species").feature_keys
+
+
 def test_columns_selects_exactly_even_an_index_and_ignores_an_unnamed_column(tmp_path):
   path = tmp_path / "diamonds.csv"
   frame = _frame()
@@ -243,7 +313,8 @@ def test_assess_is_quiet_on_a_representative_split():
 def test_assess_names_a_class_missing_from_a_split_quoted():
   warnings = split_stats.assess(_stats(["a"] * 400 + ["b,c"] * 400, ["a"] * 200))
   assert warnings[0] == ("label class 'b,c' has no rows in the 'eval' split (about 80 "
-                         "expected from its share of the data)")
+                         "expected from its share of the data); "
+                         f"{split_stats.RESPLIT}")
   assert any("label distribution of the 'eval' split is far from the 'train' split's" in w
              for w in warnings)
 
@@ -255,6 +326,10 @@ def test_assess_names_a_shifted_label_mean_and_few_distinct_rows():
   [few] = split_stats.assess(_stats(list(range(800)), list(range(0, 800, 4)),
                                     eval_distinct=2, numeric=True))
   assert few.startswith("the 'eval' split holds 2 distinct rows in its 200 rows")
+  # #47 review: each warning names what the user can do (the verdict repeats it).
+  assert shift.endswith("set example_gen.seed=N with another N for another split")
+  assert few.endswith("drop the copies in pandas (df.drop_duplicates()) if they are not "
+                      "real repeats, or bring more distinct rows")
 
 
 def test_rows_hash_equal_when_equal_and_not_salted():

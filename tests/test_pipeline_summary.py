@@ -69,3 +69,19 @@ def test_not_blessed_says_why_and_a_classifier_shows_accuracy(tmp_path):
   assert "blessed    False (eval_accuracy 0.61 < binary.min_accuracy 0.8)" in lines
   assert "eval       accuracy 0.6123, AUC 0.7, log loss 0.6543 on 2,005 eval rows" in lines
   assert not any(line.startswith("log ") for line in lines)
+
+
+def test_not_blessed_names_the_setting_as_the_command_takes_it(tmp_path):
+  # #47 review: the console's warning said "add --set evaluator.min_eval_examples=95",
+  # the summary below it "set evaluator.min_eval_examples=95", which run does not take.
+  from tfx_parallel.pipeline import cli, settings  # pylint: disable=g-import-not-at-top
+  reason = ("only 95 eval example(s), fewer than min_eval_examples 100: too few to tell "
+            "a good model from a lucky one. Use more data or a larger eval split, or "
+            "accept it: set evaluator.min_eval_examples=95")
+  found = _found(tmp_path, blessing_message=reason)
+  lines = summary.format_summary(found, suggest=cli.RUN_FORM.message).splitlines()
+  [line] = [l for l in lines if l.startswith("blessed")]
+  assert line.endswith("accept it: add --set evaluator.min_eval_examples=95)"), line
+  python = summary.format_summary(found, suggest=settings.PYTHON.message)
+  assert "EvaluatorConfig(min_eval_examples=95)" in python, python
+  assert f"blessed    False ({reason})" in summary.format_summary(found).splitlines()

@@ -9,8 +9,12 @@ Beam starts, so a left-out column is never parsed or written:
   rows: a feature that says where a row sits in the file, a label leak on a sorted file
   (issue 47: acc 0.942 with it, 0.814 without, blessed).
 * **ID-like numeric column** (column_rules.ID_MIN_VALUES or more sampled values, all
-  distinct): a row number (integers increasing with the row order), or an ID by name
-  (``id``, ``*_id``, ``Unnamed: N``). A numeric feature that merely has many distinct
+  distinct): a row number (integers increasing with the row order, unless the name says
+  the column counts time: ``YEAR``, ``month_no``), or an ID by name (``id``, ``*_id``,
+  ``* ID``, camelCase ``PassengerId``, ``Unnamed: N``, reset_index()'s ``index``).
+* **Shuffled row index**: a first column (where pandas writes its index, named or not)
+  holding exactly the row numbers 0..n-1 (or 1..n) of the n sampled rows in another
+  order: df.sample(frac=1) then df.to_csv(). A numeric feature that merely has many distinct
   values (a price, a count) is neither and stays.
 * ``columns`` given: exactly those columns (plus the label and the split key) are
   written, and no rule above applies to them.
@@ -26,6 +30,16 @@ from tfx_parallel.components.common import column_rules
 
 KEEP_KEY = "example_gen.keep_columns"
 _UNNAMED_RE = re.compile(r"Unnamed: \d+")
+# An ID by its name: "id", or "id" ending a name after a separator ("store_id",
+# "Patient ID", "patient-id") or a lowercase letter in camelCase ("PassengerId",
+# "customerID"), not a word that ends in the letters ("Paid", "COVID", "valid").
+_ID_NAME_RE = re.compile(r"(?:.*[ _.\-])?(?:id|ID|Id)|.*[a-z](?:Id|ID)")
+# A column that counts time (a year, a month number, a period) rises with the row order
+# in a file sorted by time, one row per step, as a row number does: it is a feature
+# (statsmodels' sunspots: YEAR 1700..2008 is the only feature), never left out as one.
+_TIME_WORDS = frozenset(("year", "yr", "month", "week", "day", "date", "time", "quarter",
+                         "period", "season", "epoch", "t"))
+_WORD_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 ROW_INDEX = "row index"
 ID_LIKE = "ID-like"
 
@@ -36,8 +50,28 @@ def is_index_name(name: str, position: int) -> bool:
 
 
 def is_id_name(name: str) -> bool:
-  low = name.lower()
-  return low == "id" or low.endswith("_id") or _UNNAMED_RE.fullmatch(name) is not None
+  return (_ID_NAME_RE.fullmatch(name) is not None or name in ("index", "level_0")
+          or _UNNAMED_RE.fullmatch(name) is not None)
+
+
+def is_shuffled_index(values: Sequence[str], missing: int) -> bool:
+  """The first column's sampled values are the row numbers 0..n-1 (or 1..n) of the n
+  sampled rows in another order: pandas' index written by df.to_csv() after
+  df.sample(frac=1), under a name (rename_axis) or none. A count or a measurement is
+  not exactly every number from 0 to n-1."""
+  numbers = _numbers(values)
+  if missing or numbers is None or len(numbers) < column_rules.ID_MIN_VALUES:
+    return False
+  if not all(v.is_integer() for v in numbers):
+    return False
+  start = min(numbers)
+  return start in (0.0, 1.0) and sorted(numbers) == [start + i for i in range(len(numbers))]
+
+
+def is_time_name(name: str) -> bool:
+  """A name that says the column counts time: a word of it is one of _TIME_WORDS
+  ("YEAR", "year_built", "monthNo", "t")."""
+  return any(w.lower() in _TIME_WORDS for w in _WORD_RE.findall(name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +128,7 @@ def id_like_reason(name: str, values: Sequence[str], missing: int) -> Optional[s
     return None
   whole = all(float(v).is_integer() for v in numbers)
   increasing = all(a < b for a, b in zip(numbers, numbers[1:]))
-  if whole and increasing and not missing:
+  if whole and increasing and not missing and not is_time_name(name):
     return (f"{ID_LIKE}: a row number ({len(numbers)} distinct integers, increasing with "
             f"the row order, in the sampled rows)")
   if is_id_name(name):
@@ -134,7 +168,12 @@ def choose(header: Sequence[str], sample_cells: Sequence[Sequence[str]],
     elif name in numeric:
       cells = [row[j] for row in sample_cells]
       values = [c for c in cells if c not in na]
-      why = id_like_reason(name, values, len(cells) - len(values))
+      if j == 0 and is_shuffled_index(values, len(cells) - len(values)):
+        why = (f"{ROW_INDEX}: the row numbers 0..{len(values) - 1} in another order, "
+               f"pandas' index written by df.to_csv() after df.sample(frac=1) (on a file "
+               f"sorted by the label, a label leak)")
+      else:
+        why = id_like_reason(name, values, len(cells) - len(values))
     if why is None:
       continue
     if name in keep:

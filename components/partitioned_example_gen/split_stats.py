@@ -42,6 +42,11 @@ P_VALUE = 1e-3
 MAX_MEAN_SHIFT = 0.25
 MEAN_Z = 4.0
 _MISSING = np.uint64(0x9E3779B97F4A7C15)
+# What a user can do, ending each warning (the evaluator's verdict repeats the warnings):
+# the row split is seeded (partition.file_bases), so another seed gives another split.
+RESPLIT = "set example_gen.seed=N with another N for another split"
+DEDUPLICATE = ("drop the copies in pandas (df.drop_duplicates()) if they are not real "
+               "repeats, or bring more distinct rows")
 
 
 def _string_hashes(values: Sequence[Optional[bytes]]) -> np.ndarray:
@@ -214,7 +219,7 @@ def assess(stats: Optional[Dict[str, Any]], train: str = "train", eval_split: st
     warnings.append(
         f"the {eval_split!r} split holds {ev['distinct_rows']} distinct rows in its "
         f"{ev['rows']} rows (duplicates make up the rest): its metrics rest on "
-        f"{ev['distinct_rows']} examples")
+        f"{ev['distinct_rows']} examples: {DEDUPLICATE}")
   if _class_like(splits):
     warnings.extend(_class_warnings(tr["labels"], ev["labels"], train, eval_split))
   elif tr.get("label_n", 0) > 1 and ev.get("label_n", 0) > 0:
@@ -234,7 +239,8 @@ def _class_warnings(tr: Dict[str, int], ev: Dict[str, int], train: str, eval_spl
     for split, counts, n in ((train, tr, n_tr), (eval_split, ev, n_ev)):
       if not counts.get(name) and share * n >= MIN_EXPECTED_CLASS_ROWS:
         out.append(f"label class {_shown(name)} has no rows in the {split!r} split "
-                   f"(about {share * n:.0f} expected from its share of the data)")
+                   f"(about {share * n:.0f} expected from its share of the data); "
+                 f"{RESPLIT}")
   classes = sorted(set(tr) | set(ev))
   shift = 0.5 * sum(abs(tr.get(c, 0) / n_tr - ev.get(c, 0) / n_ev) for c in classes)
   if shift >= MAX_CLASS_SHIFT and len(classes) > 1:
@@ -250,7 +256,7 @@ def _class_warnings(tr: Dict[str, int], ev: Dict[str, int], train: str, eval_spl
         return ", ".join(f"{_shown(c)} {100 * k / n:.0f}%" for c, k in ranked)
       out.append(f"the label distribution of the {eval_split!r} split is far from the "
                  f"{train!r} split's (total variation {shift:.2f}, chi-square p {p:.1g}): "
-                 f"{eval_split} {top(ev, n_ev)}; {train} {top(tr, n_tr)}")
+                 f"{eval_split} {top(ev, n_ev)}; {train} {top(tr, n_tr)}; {RESPLIT}")
   return out
 
 
@@ -267,7 +273,7 @@ def _mean_warning(tr: Dict[str, Any], ev: Dict[str, Any], train: str, eval_split
   if shift >= MAX_MEAN_SHIFT and z >= MEAN_Z:
     return [f"the label's mean in the {eval_split!r} split, {mean_ev:.4g}, is {shift:.2f} "
             f"standard deviations from the {train!r} split's {mean_tr:.4g} ({z:.1f} "
-            f"standard errors)"]
+            f"standard errors); {RESPLIT}"]
   return []
 
 
