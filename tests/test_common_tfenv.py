@@ -206,3 +206,57 @@ def test_each_entry_point_prepares_the_environment(tmp_path):
   assert got["at_tensorflow_import"] == prepared, got
   for entry in ("replica.main", "train.main", "cli", "kubeflow.entrypoint.main"):
     assert got[entry] == prepared, (entry, got)
+
+
+# The child: the training process's entry point (train.main, its run replaced by work on
+# 4 logical CPU devices, as a mesh 1x4 runs) and glibc's arena count after it (malloc_info).
+_ARENAS_CHILD = """
+import ctypes, json, re, sys, tempfile
+from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.distributed_trainer.run import train
+
+def work(job):
+  tfenv.split_cpu(4)
+  import tensorflow as tf
+  @tf.function
+  def step(xs):
+    out = []
+    for i, x in enumerate(xs):
+      with tf.device(f"/CPU:{i}"):
+        out.append(tf.reduce_sum(tf.matmul(x, x)))
+    return tf.add_n(out)
+  xs = []
+  for i in range(4):
+    with tf.device(f"/CPU:{i}"):
+      xs.append(tf.random.normal([256, 256]))
+  for _ in range(20):
+    step(xs)
+
+train.run = work
+assert train.main(["--job", sys.argv[1]]) == 0
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+path = tempfile.mktemp()
+stream = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(stream))
+libc.fclose(ctypes.c_void_p(stream))
+print(json.dumps({"arenas": len(re.findall(r"<heap nr=", open(path).read()))}))
+"""
+
+
+def test_the_training_process_bounds_malloc_arenas(tmp_path):
+  """train.main limits glibc's malloc arenas before TensorFlow starts its device threads
+  (tfenv.bound_malloc_arenas; without it this child held 7 arenas), and a
+  MALLOC_ARENA_MAX the user set is kept (glibc applied it; we do not call mallopt)."""
+  job = {"config": {}, "examples_uri": "", "feature_keys": [], "label_key": "y",
+         "train_rows": 0, "model_dir": "", "model_run_dir": "", "history_dir": "",
+         "checkpoint_dir": ""}
+  path = tmp_path / "job.json"
+  path.write_text(json.dumps(job))
+  env = {k: v for k, v in _clean_env().items() if k != "MALLOC_ARENA_MAX"}
+  proc = subprocess.run([sys.executable, "-c", _ARENAS_CHILD, str(path)], env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert got["arenas"] <= tfenv.TRAINING_MALLOC_ARENAS, got
+  assert tfenv.bound_malloc_arenas(environ={"MALLOC_ARENA_MAX": "8"}) is False
