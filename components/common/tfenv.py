@@ -65,35 +65,6 @@ def prepare(stream=None):
   cuda_cache.prepare(stream=stream)
 
 
-# glibc's mallopt parameter number for the arena limit (malloc/malloc.h: M_ARENA_MAX -8).
-_M_ARENA_MAX = -8
-# Malloc arenas of a training process (see bound_malloc_arenas).
-TRAINING_MALLOC_ARENAS = 2
-
-
-def bound_malloc_arenas(limit: int = TRAINING_MALLOC_ARENAS, environ=None) -> bool:
-  """Limits glibc's malloc arenas to ``limit`` in this process; True if it applied.
-
-  Call at a training process's start, before TensorFlow starts threads. glibc gives each
-  thread that allocates while the others hold their arenas a new arena, up to 8 per core,
-  and memory freed into an arena stays with it. A mesh of N logical devices runs N
-  device threads: what they freed during training stayed in their arenas, and the
-  export's main thread took fresh pages for the host model (mesh 1x4 export +461 MB
-  above the end of training against +13 MB on single; benchmarks/RESULTS.md, peak memory
-  of a mesh run). With two arenas the memory is reused: measured in RESULTS.md with the
-  speed cost. A ``MALLOC_ARENA_MAX`` the user set wins (glibc read it at the first
-  malloc); a C library without mallopt (musl) is left as it is.
-  """
-  environ = os.environ if environ is None else environ
-  if "MALLOC_ARENA_MAX" in environ or not sys.platform.startswith("linux"):
-    return False
-  import ctypes  # pylint: disable=g-import-not-at-top
-  libc = ctypes.CDLL(None)
-  if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
-    return False
-  return bool(libc.mallopt(_M_ARENA_MAX, int(limit)))
-
-
 def defaulted():
   """Names of the environment variables :func:`prepare` set (the user had not)."""
   return frozenset(_defaulted)

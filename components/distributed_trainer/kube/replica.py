@@ -96,7 +96,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
   args = parser.parse_args(argv)
   tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
-  tfenv.bound_malloc_arenas()  # A training process: before TensorFlow's threads.
   from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top  (the one door up into run/, after tfenv.prepare())
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
   object_store.register_uri(args.job)  # s3:// needs tensorflow-io, before the first read.

@@ -172,7 +172,6 @@ def main(argv: List[str]) -> int:
   # Start-up: the waiting process loads nothing it may not need before the command comes.
   from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
   tfenv.prepare()
-  tfenv.bound_malloc_arenas()  # The training process's, before the imports start threads.
   for module in PRELOAD:  # The seconds this process is started early for.
     importlib.import_module(module)
   with os.fdopen(int(argv[0]), "w") as report:

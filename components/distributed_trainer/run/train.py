@@ -364,7 +364,6 @@ def plot_loss(path: str, history: dict):
 
 def main(argv=None) -> int:
   tfenv.prepare()  # The training process's entry point: before TensorFlow is imported.
-  tfenv.bound_malloc_arenas()  # Before TensorFlow's threads (tfenv.bound_malloc_arenas).
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--job", required=True, help="job JSON written by the executor")
   args = parser.parse_args(argv)
