@@ -133,7 +133,8 @@ def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axi
   rss hook, 2048-wide mlp against 64-wide): the train phase's resident memory at its end
   is its peak on every layout; the export then rose 0.2 MiB more on single (its host
   model in the step's freed memory) but 29 MiB on mesh 1x2 and 60 MiB on mesh 1x4, the
-  host figure's 48; and on benchmarks/bench_mesh_memory.py's model the mesh 1x4 export
+  host figure's 48 (one run each); the mesh boundaries then measure 0.83-0.95 of this
+  figure (1.38-1.44 of parameters and slots alone); and on benchmarks/bench_mesh_memory.py's model the mesh 1x4 export
   rose +454-461 MB above the end of training (the host figure: 453 MB) against +13 MB on
   single (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
   if model_axis > 1:
