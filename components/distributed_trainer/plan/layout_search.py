@@ -30,8 +30,8 @@ parameters; a mesh keeps them as the devices' blocks, never a whole split variab
 writes the live variables, a mesh's sharded (mesh_engine.MeshEngine.checkpointed). On logical
 CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
 the step on every device and a boundary (``boundary_bytes``: every device's parameters
-and slots, on a mesh the step's whole figure, plus the host figure): ``run_bytes``; the planner checks that against the host
-memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
+and slots, on a mesh the step's whole figure, plus the host figure): ``run_bytes``; the
+planner checks that against the host memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
 step and the boundary with the resident memory a real run holds in its train phase and
 at its evaluations, checkpoints and export (measured: the transit is 1.0-1.6 blocks of
 the largest variable, Adam).
@@ -134,9 +134,10 @@ def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axi
   is its peak on every layout; the export then rose 0.2 MiB more on single (its host
   model in the step's freed memory) but 29 MiB on mesh 1x2 and 60 MiB on mesh 1x4, the
   host figure's 48 (one run each); the mesh boundaries then measure 0.83-0.95 of this
-  figure (1.38-1.44 of parameters and slots alone); and on benchmarks/bench_mesh_memory.py's model the mesh 1x4 export
-  rose +454-461 MB above the end of training (the host figure: 453 MB) against +13 MB on
-  single (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
+  figure (1.38-1.44 of parameters and slots alone, three runs). On
+  benchmarks/bench_mesh_memory.py's model the mesh 1x4 export rose +454-461 MB above the
+  end of training (the host figure: 453 MB) against +13 MB on single
+  (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
   if model_axis > 1:
     step = state_bytes_per_device(variables, model_axis, slots_per_param)
     return batch_axis * model_axis * step + host_bytes(variables, snapshot)
