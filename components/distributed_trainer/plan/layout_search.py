@@ -30,8 +30,8 @@ parameters; a mesh keeps them as the devices' blocks, never a whole split variab
 writes the live variables, a mesh's sharded (mesh_engine.MeshEngine.checkpointed). On logical
 CPU devices the devices' memory IS the host's, so the run's peak there is the larger of
 the step on every device and a boundary (``boundary_bytes``: every device's parameters
-and slots plus the host figure): ``run_bytes``; the planner checks that against the host
-memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
+and slots, on a mesh the step's whole figure, plus the host figure): ``run_bytes``; the
+planner checks that against the host memory when it plans with it. tests/test_trainer_planned_vs_measured.py compares the
 step and the boundary with the resident memory a real run holds in its train phase and
 at its evaluations, checkpoints and export (measured: the transit is 1.0-1.6 blocks of
 the largest variable, Adam).
@@ -120,9 +120,27 @@ def host_bytes(variables: Sequence[VariableInfo], snapshot: bool = False) -> int
 
 def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
                    slots_per_param: int, snapshot: bool = False) -> int:
-  """A boundary (export, restore) when the devices share the host's memory: every
-  device's parameters and slots (no gradients) plus the host's figure, whose whole
-  variables in transit are the boundary's."""
+  """A boundary (export, restore) when the devices share the host's memory: what the
+  devices hold plus the host's figure, whose whole variables in transit are the
+  boundary's.
+
+  What the devices hold there: on one device or a data-parallel copy of it (model axis
+  1), their parameters and slots; the step's gradients and transit blocks are freed and
+  the export's host model takes their place. On a mesh (model axis > 1) the step's
+  whole figure, gradients and transit blocks included (``state_bytes_per_device`` on
+  every device): the memory the device threads freed is not reused by the export's host
+  model, which lands on fresh pages. Measured (tests/test_trainer_planned_vs_measured.py,
+  rss hook, 2048-wide mlp against 64-wide): the train phase's resident memory at its end
+  is its peak on every layout; the export then rose 0.2 MiB more on single (its host
+  model in the step's freed memory) but 29 MiB on mesh 1x2 and 60 MiB on mesh 1x4, the
+  host figure's 48 (one run each); the mesh boundaries then measure 0.83-0.95 of this
+  figure (1.38-1.44 of parameters and slots alone, three runs). On
+  benchmarks/bench_mesh_memory.py's model the mesh 1x4 export rose +454-461 MB above the
+  end of training (the host figure: 453 MB) against +13 MB on single
+  (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
+  if model_axis > 1:
+    step = state_bytes_per_device(variables, model_axis, slots_per_param)
+    return batch_axis * model_axis * step + host_bytes(variables, snapshot)
   kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
   return batch_axis * model_axis * kept + host_bytes(variables, snapshot)
 
