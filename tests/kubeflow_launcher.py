@@ -897,11 +897,13 @@ class Launcher:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
            "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod,
            # metadata-grpc-configmap (argocompiler/container.go 2.17.0:566, an optional
-           # envFrom, common.go 2.17.0:32-39) and the downward API's pod name and uid
-           # (common.go 2.17.0:42-55), this store served on localhost.
+           # envFrom, common.go 2.17.0:32-39) and the downward API's pod name (common.go
+           # 2.17.0:42-48), this store served on localhost. Not KFP_POD_UID: with it a
+           # multi-node step owns its job by this pod, which tests/fake_kube.py would need
+           # to know (its garbage collector deletes jobs whose owner pod is absent).
            "METADATA_GRPC_SERVICE_HOST": "127.0.0.1",
            "METADATA_GRPC_SERVICE_PORT": str(self.metadata.serve()),
-           "KFP_POD_NAME": pod_name, "KFP_POD_UID": pod_uid, **extra_env}
+           "KFP_POD_NAME": pod_name, **extra_env}
     env.update({e["name"]: e["value"] for e in container.get("env", [])})
     log_path = os.path.join(self.workdir, f"{task_name}{suffix}.log")
     with open(log_path, "w") as log:
