@@ -115,8 +115,10 @@ _LOCAL_PREFIXES = (("gs://", "gcs"), ("minio://", "minio"), ("s3://", "s3"))
 # kubeflow/resources.py (CHECKPOINT_VOLUME_ENV).
 CHECKPOINT_ROOT_ENV = "TFX_PARALLEL_CHECKPOINT_ROOT"
 CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
-# Every KFP executor container has these (envFrom metadata-grpc-configmap and the downward
-# API: argocompiler/container.go 2.5.0:437-438, 2.17.0:566-567; common.go 2.17.0:42-48).
+# KFP executor containers have these: the host and port from metadata-grpc-configmap (an
+# optional envFrom: absent where the namespace has no such ConfigMap), the pod name from the
+# downward API (argocompiler/container.go 2.5.0:437-438, 2.17.0:566-567; common.go
+# 2.17.0:32-48).
 MLMD_HOST_ENV = "METADATA_GRPC_SERVICE_HOST"
 MLMD_PORT_ENV = "METADATA_GRPC_SERVICE_PORT"
 POD_NAME_ENV = "KFP_POD_NAME"

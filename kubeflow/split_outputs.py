@@ -42,8 +42,8 @@ The Examples' ML Metadata id cannot be known in the ExampleGen pod: the launcher
 output artifacts only after the command ends (``launcher_v2.go`` 2.17.0:178-260
 ``Execute``). The consumer's entry point resolves it (:func:`link_target`): it reads
 the reference's producing execution from ML Metadata (``METADATA_GRPC_SERVICE_HOST`` /
-``_PORT``, which every executor container has from ``metadata-grpc-configmap``:
-``argocompiler/container.go`` 2.5.0:437, 2.17.0:566), takes the output of that execution
+``_PORT``, which executor containers take from ``metadata-grpc-configmap``, an optional
+``envFrom``: ``argocompiler/container.go`` 2.5.0:437, 2.17.0:566), takes the output of that execution
 at the recorded URI, records its id on the reference (:data:`REF_TARGET_ID`), and adds an
 INPUT event from its own execution to the Examples (found by ``KFP_POD_NAME``, which the
 launcher writes on it as ``pod_name`` before the command runs: ``launcher_v2.go``

@@ -419,12 +419,17 @@ class KfpMetadata:
                                                   reuse_context_if_already_exist=True)
     return execution_id
 
-  def pre_publish(self, execution_id: int, pod_name: str) -> None:
+  def pre_publish(self, execution_id: int, pod_name: str, pod_uid: str = "",
+                  namespace: str = "kubeflow") -> None:
     """The launcher's ``prePublish`` before the command runs (launcher_v2.go
-    2.17.0:355-371, 2.5.0:300-316; ``PrePublishExecution``, client.go 2.17.0:778-795):
-    the pod's name on the execution."""
+    2.17.0:355-371, 2.5.0:300-316; ``PrePublishExecution``, client.go 2.17.0:779-796,
+    2.5.0:673-690): the pod's name (``$(KFP_POD_NAME)``, the downward API's
+    metadata.name), uid and namespace on the execution, RUNNING."""
     [execution] = self.store.get_executions_by_id([execution_id])
     execution.custom_properties["pod_name"].string_value = pod_name
+    execution.custom_properties["pod_uid"].string_value = pod_uid
+    execution.custom_properties["namespace"].string_value = namespace
+    execution.last_known_state = metadata_store_pb2.Execution.RUNNING
     self.store.put_executions([execution])
 
   def publish_execution(self, execution_id: int, contexts: Sequence[int],
@@ -887,11 +892,15 @@ class Launcher:
         if not os.path.islink(os.path.join(pod, name)):  # Claims stay root's.
           _chown_tree(os.path.join(pod, name), self.run_as)
     pod_name = f"{self.run_id}-{task_name}-{attempt}".lower()
-    self.metadata.pre_publish(execution_id, pod_name)
+    pod_uid = hashlib.sha256(pod_name.encode()).hexdigest()[:32]
+    self.metadata.pre_publish(execution_id, pod_name, pod_uid)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(pod, "home"),
            "LANG": "C.UTF-8", MOUNT_ROOT_ENV: pod,
-           # metadata-grpc-configmap (argocompiler/container.go 2.17.0:566) and the
-           # downward API's pod name (common.go 2.17.0:42-48), this store served on localhost.
+           # metadata-grpc-configmap (argocompiler/container.go 2.17.0:566, an optional
+           # envFrom, common.go 2.17.0:32-39) and the downward API's pod name (common.go
+           # 2.17.0:42-48), this store served on localhost. Not KFP_POD_UID: with it a
+           # multi-node step owns its job by this pod, which tests/fake_kube.py would need
+           # to know (its garbage collector deletes jobs whose owner pod is absent).
            "METADATA_GRPC_SERVICE_HOST": "127.0.0.1",
            "METADATA_GRPC_SERVICE_PORT": str(self.metadata.serve()),
            "KFP_POD_NAME": pod_name, **extra_env}

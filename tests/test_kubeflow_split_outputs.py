@@ -215,39 +215,34 @@ def test_a_reference_names_the_files_and_the_step_gets_them_only_with_remote_pat
     entrypoint.adapt(executor_input, inputs_spec, mount_root=str(tmp_path))  # Local paths.
 
 
-def _kfp_records(path):
-  """A real ML Metadata store holding what KFP records for the ExampleGen execution (its
-  outputs `examples` and the reference `examples_ref`) and the trainer's execution as the
-  driver creates it and the launcher pre-publishes it (INPUT event on the reference,
-  `pod_name`), before the trainer's command runs. Returns (KfpMetadata, ids)."""
+def _kfp_records(path, pre_publish=True):
+  """A real ML Metadata store holding what KFP records, written by the launcher
+  stand-in's driver and launcher calls: the ExampleGen execution with its outputs
+  `examples` and the reference `examples_ref` (types named by schema title,
+  SchemaToArtifactType), another run's Examples at the same URI, and two consumers of
+  the reference as the driver creates them (CreateExecution: INPUT event on the
+  reference) and the launcher pre-publishes them (`pod_name`), before the trainer's
+  command runs. Returns (KfpMetadata, ids)."""
   from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
   records = KfpMetadata(str(path))
-  store = records.store
-  types = {name: store.put_artifact_type(mlmd.ArtifactType(name=name))
-           for name in ("tfx.Examples", "tfx_parallel.ExamplesRef")}
-  execution_type = store.put_execution_type(mlmd.ExecutionType(name="system.ContainerExecution"))
-  examples = mlmd.Artifact(type_id=types["tfx.Examples"], uri="minio://b/r/ExampleGen/examples")
+  uri = "minio://b/r/ExampleGen/examples"
+  older_run = records.pipeline("p", "older-run", "minio://b")
   # The same URI under another execution (a cached or earlier run) must not be taken.
-  elsewhere = mlmd.Artifact(type_id=types["tfx.Examples"], uri=examples.uri)
-  ref = mlmd.Artifact(type_id=types["tfx_parallel.ExamplesRef"],
-                      uri="minio://b/r/ExampleGen/examples_ref")
-  ref.custom_properties[split_outputs.REF_URI].string_value = examples.uri
-  elsewhere_id, examples_id, ref_id = store.put_artifacts([elsewhere, examples, ref])
-  gen, other, trainer = (mlmd.Execution(type_id=execution_type) for _ in range(3))
-  trainer.custom_properties["pod_name"].string_value = "run-trainer-pod"
-  other.custom_properties["pod_name"].string_value = "another-pod"
-  gen_id, other_id, trainer_id = store.put_executions([gen, other, trainer])
-  older = store.put_executions([mlmd.Execution(type_id=execution_type)])[0]
-
-  def event(artifact_id, execution_id, kind, key):
-    e = mlmd.Event(artifact_id=artifact_id, execution_id=execution_id, type=kind)
-    e.path.steps.add().key = key
-    return e
-  store.put_events([event(elsewhere_id, older, mlmd.Event.OUTPUT, "examples"),
-                    event(examples_id, gen_id, mlmd.Event.OUTPUT, "examples"),
-                    event(ref_id, gen_id, mlmd.Event.OUTPUT, "examples_ref"),
-                    event(ref_id, other_id, mlmd.Event.INPUT, "examples"),
-                    event(ref_id, trainer_id, mlmd.Event.INPUT, "examples")])
+  elsewhere_id = records.record_artifact("examples", EXAMPLES_TYPE, uri, {})
+  records.publish_execution(records.create_execution("ExampleGen", older_run), older_run,
+                            {"examples": elsewhere_id})
+  run = records.pipeline("p", "run", "minio://b")
+  examples_id = records.record_artifact("examples", EXAMPLES_TYPE, uri, {})
+  ref_id = records.record_artifact("examples_ref", split_outputs.REF_TYPE,
+                                   "minio://b/r/ExampleGen/examples_ref",
+                                   {split_outputs.REF_URI: uri})
+  records.publish_execution(records.create_execution("ExampleGen", run), run,
+                            {"examples": examples_id, "examples_ref": ref_id})
+  other_id = records.create_execution("Other", run, {"examples": [ref_id]})
+  trainer_id = records.create_execution("DistributedTrainer", run, {"examples": [ref_id]})
+  if pre_publish:
+    records.pre_publish(other_id, "another-pod")
+    records.pre_publish(trainer_id, "run-trainer-pod")
   return records, {"examples": examples_id, "ref": ref_id, "trainer": trainer_id,
                    "other": other_id}
 
@@ -266,6 +261,7 @@ def test_the_consumer_resolves_the_reference_in_ml_metadata_and_links_the_exampl
   assert ref.custom_properties[split_outputs.REF_TARGET_ID].int_value == ids["examples"]
   assert _inputs_of(store, ids["trainer"]) == sorted([ids["ref"], ids["examples"]])
   assert _inputs_of(store, ids["other"]) == [ids["ref"]]  # Only the pod's own execution.
+  assert store.get_artifact_types_by_id([ref.type_id])[0].name == "tfx_parallel.ExamplesRef"
   # A retried pod (same execution) adds no second edge.
   split_outputs.link_target(store, ids["ref"], "examples", "run-trainer-pod")
   assert _inputs_of(store, ids["trainer"]) == sorted([ids["ref"], ids["examples"]])
@@ -282,6 +278,18 @@ def test_the_consumer_resolves_the_reference_in_ml_metadata_and_links_the_exampl
         "examples": ids["examples"]}
   finally:
     records.close()
+
+
+def test_without_the_launchers_pod_name_the_reference_resolves_but_adds_no_edge(
+    tmp_path, caplog):
+  """The pod's own execution is the one the launcher marked with `pod_name` before the
+  command (prePublish); without it no execution is taken for this pod's."""
+  records, ids = _kfp_records(tmp_path / "mlmd.sqlite", pre_publish=False)
+  with caplog.at_level(logging.WARNING):
+    assert split_outputs.link_target(records.store, ids["ref"], "examples",
+                                     "run-trainer-pod") == ids["examples"]
+  assert "No execution reading artifact" in caplog.text
+  assert _inputs_of(records.store, ids["trainer"]) == [ids["ref"]]
 
 
 def test_a_store_that_cannot_resolve_the_reference_is_said_and_the_step_goes_on(
@@ -305,6 +313,12 @@ def test_a_store_that_cannot_resolve_the_reference_is_said_and_the_step_goes_on(
   assert "ML Metadata at metadata-grpc-service:8080 could not resolve" in caplog.text
   assert entrypoint.link_references(executor_input, {}, unreachable) == {}
   assert "METADATA_GRPC_SERVICE_HOST is not set" in caplog.text
+  caplog.clear()  # A real gRPC client on a port nobody serves: one line, no exception.
+  with caplog.at_level(logging.WARNING):
+    assert entrypoint.link_references(executor_input, {
+        entrypoint.MLMD_HOST_ENV: "127.0.0.1", entrypoint.MLMD_PORT_ENV: "1"}) == {}
+  [said] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert "ML Metadata at 127.0.0.1:1 could not resolve" in said and "\n" not in said
 
 
 def test_outputs_the_entry_point_makes_are_hidden_from_tfx():
