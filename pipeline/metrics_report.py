@@ -95,7 +95,7 @@ COLUMN_HELP = {
     "task": "regression, binary or multiclass (inferred from the label unless set)",
     "layout": "how training was laid out: single, mirrored xN, multi_worker, mesh BxM",
     "replicas": "data-parallel copies of the model (each takes a share of every batch)",
-    "state": "the evaluator's convergence verdict (README 'Convergence states')",
+    "state": "the evaluator's convergence verdict (docs/verdicts.md, 'Convergence states')",
     "steps to target": "training step at which the training loss first reached the "
                        "target (evaluator target_loss, else target_fraction x the "
                        "trivial loss); -1: never reached",

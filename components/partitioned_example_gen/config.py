@@ -42,7 +42,7 @@ class ExampleGenConfig:
       >= 99% of the sampled non-empty cells are numbers; the other cells are bad rows).
     columns: optional CSV columns to keep (the label is always kept): exactly these are
       written, whatever their name or values; None keeps every column but pandas' row
-      index and ID-like numeric columns (sources.py ``exclusions``), except for "taxi",
+      index and ID-like numeric columns (column_choice.py ``choose``), except for "taxi",
       which keeps sources.TAXI_FEATURE_COLUMNS.
     keep_columns: columns that the row-index and ID-like rules would leave out, kept
       as features.
