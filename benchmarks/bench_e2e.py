@@ -663,7 +663,8 @@ def run(smoke: bool) -> List[dict]:
   return rows
 
 
-def plot(res: Dict[str, List[dict]], path: str):
+def plot(res: Dict[str, List[dict]], path: str,
+         title: str = "End-to-end wall time per component"):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -680,11 +681,27 @@ def plot(res: Dict[str, List[dict]], path: str):
   ax.barh(names, np.maximum(other, 0), left=left, color="lightgray",
           label="imports, compile, MLMD")
   ax.set_xlabel("seconds (median)")
-  ax.set_title("End-to-end wall time per component")
-  ax.legend(fontsize=8, loc="lower right")
+  ax.set_title(title)
+  # Beside the bars, not over them (a legend inside covered the stock bar).
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
+
+
+def render_plot_from_results(results_json: str, path: str) -> None:
+  """Redraws plots/e2e.png from the per-run figures RESULTS.json keeps (its e2e rows:
+  each component's MLMD execution time and the process wall, per run)."""
+  with open(results_json) as f:
+    rows = {r["case"]: r for r in json.load(f)["bench_e2e"]["rows"]}
+  res = {}
+  for name, side in (("ours", "ours"), ("stock", "base")):
+    total = rows["total (process wall)"][side]
+    res[name] = [{"process_seconds": total[i],
+                  "components": {stage: rows[f"{stage} (MLMD execution time)"][side][i]
+                                 for stage in COMPONENT_ORDER}}
+                 for i in range(len(total))]
+  plot(res, path)
 
 
 def main() -> int:
@@ -701,6 +718,8 @@ def main() -> int:
   p.add_argument("--startup", action="store_true",
                  help="rounds of ours and stock with the timeline of each run, and a run "
                       "of ours under -X importtime; writes benchmarks/results/e2e_startup.md")
+  p.add_argument("--render-plot", action="store_true",
+                 help="redraw plots/e2e.png from benchmarks/RESULTS.json, run nothing")
   p.add_argument("--render-startup", action="store_true",
                  help="rewrite the --startup section from benchmarks/e2e_startup.json")
   p.add_argument("--render-overhead", action="store_true",
@@ -713,10 +732,13 @@ def main() -> int:
     return 0
   studies = (  # (measure, re-render, saved JSON, measurement, plot name, section, its text)
       (a.startup, a.render_startup, STARTUP_JSON, startup, "e2e_startup", STARTUP_SECTION,
-       startup_section),
+       startup_section, "Start-up study (--startup): wall time per component"),
       (a.overhead, a.render_overhead, OVERHEAD_JSON, overhead, "e2e_overhead",
-       OVERHEAD_SECTION, overhead_section))
-  for measure, render, saved, measurement, name, section, section_text in studies:
+       OVERHEAD_SECTION, overhead_section, "Overhead study (--overhead): wall time per component"))
+  if a.render_plot:
+    render_plot_from_results(os.path.join(bu.BENCH_DIR, "RESULTS.json"), bu.plot_path("e2e", False))
+    return 0
+  for measure, render, saved, measurement, name, section, section_text, title in studies:
     if not (measure or render):
       continue
     if render:
@@ -724,7 +746,7 @@ def main() -> int:
         data = json.load(f)
     else:
       data = measurement(a.rows, a.steps or sizes(False)["steps"], a.rounds)
-    plot(data["runs"], bu.plot_path(name, False))
+    plot(data["runs"], bu.plot_path(name, False), title)
     text = section_text(data)
     os.makedirs(os.path.dirname(section), exist_ok=True)
     with open(section, "w") as f:
