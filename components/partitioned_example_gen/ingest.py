@@ -34,10 +34,15 @@ def build(pipeline: beam.Pipeline, config: ExampleGenConfig, plan: sources.Sourc
                  root, splits.names, config.num_shards,
                  part_buffer_bytes=0 if drops_finish_bundle_outputs(pipeline) else None,
                  options=pipeline.options))
-  _ = written | "Summary" >> write.WriteSummary(skipped, root, pipeline.options)
-  _ = rows | "SplitStats" >> split_stats.WriteSplitStats(
+  summary = written | "Summary" >> write.WriteSummary(skipped, root, pipeline.options)
+  stats = rows | "SplitStats" >> split_stats.WriteSplitStats(
       root, splits.pairs, config.num_shards, plan.numeric_keys, plan.string_keys,
       plan.label_key, pipeline.options)
+  # One sink: Beam's DaskRunner computes only the last transform it visits and what it
+  # depends on (apache_beam/runners/dask/dask_runner.py, run_pipeline, Beam 2.74.0:
+  # "we can get away with computing just the last value"). With two sinks the shards
+  # and summary.json were never written there (MissingOutputError).
+  _ = (summary, stats) | "AllWritten" >> beam.Flatten()
 
 
 def drops_finish_bundle_outputs(pipeline: beam.Pipeline) -> bool:
