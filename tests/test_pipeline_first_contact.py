@@ -87,8 +87,9 @@ def test_case1_a_rule_that_matches_nothing_fails_before_training_in_one_line(mis
   errors = [l for l in mistakes.stderr.splitlines() if l.startswith("tfx-parallel: ")]
   assert len(errors) == 1 and re.fullmatch(
       r"tfx-parallel: invalid config: trainer\.module_file: module '.*bad_rules\.py': layout "
-      r"rule '\.\*_deep_embedding/embeddings': matches no variable \(rules match the whole "
-      r"path\)\. Variables: \['embedding/embeddings', 'hidden_1/kernel', .*\]", errors[0]), errors
+      r"rule '\.\*_deep_embedding/embeddings': matches no variable \(rules are searched in "
+      r"the path, re\.search\)\. Variables: \['embedding/embeddings', 'hidden_1/kernel', .*\]",
+      errors[0]), errors
   console = mistakes.stdout + mistakes.stderr
   for absent in ("Rerun to resume", "rerun to resume", "Traceback", "Execution 2 failed",
                  "[trainer] model "):  # No training process was started (it prints its model first).

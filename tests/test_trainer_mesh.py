@@ -214,3 +214,21 @@ def test_many_mesh_engines_train_one_after_another_in_one_process():
       np.testing.assert_allclose(other, losses[0], rtol=1e-5, err_msg=hook)
   loops = [name for r in runs for name in r["loop_ops"]]
   assert len(loops) >= 8 and len(set(loops)) == len(loops), loops
+
+
+@pytest.mark.slow
+def test_a_mesh_step_whose_loop_function_names_are_taken_runs_once_under_new_names():
+  """The collision _unique_scope cannot prevent (CI: "Cannot add function
+  'mesh_steps_1_/while_body' because a different function with the same name already
+  exists", test_trainer_linear_mesh 1x1), made certain: tests/name_collision_case.py
+  registers another function under the name the next trace's loop body gets. The step
+  is traced again under a new number and runs once: its losses are plain fit's. Without
+  the retry (MeshTrainer.run_packed) the case returns that error."""
+  proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(_CASES),
+                                                      "name_collision_case.py")],
+                        capture_output=True, text=True, timeout=600, check=False,
+                        cwd=os.path.dirname(_CASES))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  r = json.loads(proc.stdout.split("RESULT", 1)[1])
+  assert "error" not in r, r["error"]
+  np.testing.assert_allclose(r["losses"], r["reference"], rtol=1e-5)
