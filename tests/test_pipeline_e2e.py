@@ -170,11 +170,22 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "tfx_parallel.pipeline.cli", "metrics", "--home", str(tmp_path)],
       capture_output=True, text=True, timeout=300)
-  table = proc.stdout.splitlines()
+  # The table, then a blank line and the "Columns:" legend (#47 item 8).
+  table, legend = proc.stdout.split("\n\nColumns:\n", 1)
+  table = table.splitlines()
   assert len(table) == 5, proc.stdout  # a header and one row per run
-  assert [line.split()[2:4] for line in table[1:]] == [
-      ["single", "1"], ["mirrored", f"x{mirrored.devices}"], ["mesh", mesh_text],
-      ["mesh", "1x1"]], proc.stdout
+  assert table[0].split()[:7] == ["pipeline", "run", "data", "label", "task", "layout",
+                                  "replicas"], proc.stdout
+  # Cut each row at the header's column starts ("mirrored x2" is one cell of two words).
+  starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", table[0])]
+  cells = [[line[a:b].strip() for a, b in zip(starts[2:7], starts[3:8])] for line in table[1:]]
+  assert cells == [
+      ["synthetic", "y", "regression", "single", "1"],
+      ["synthetic", "y", "regression", f"mirrored x{mirrored.devices}",
+       str(mirrored.devices)],
+      ["synthetic", "y", "regression", f"mesh {mesh_text}", str(mesh.mesh[0])],
+      ["synthetic", "y", "regression", "mesh 1x1", "1"]], proc.stdout
+  assert re.search(r"^  data +the data the run trained on", legend, re.M), legend
 
 
 @pytest.mark.slow

@@ -91,7 +91,8 @@ def test_real_runs_write_every_field_and_nothing_else(tmp_path):
       written[job["config"]["layout"]] = json.load(f)
   every_run = FIELDS - set(run_history.conditional_fields())
   linear = _when(run_history.WHEN_LINEAR)
-  assert set(written["single"]) == every_run | linear, set(written["single"]) ^ every_run
+  assert set(written["single"]) == every_run | linear, (
+      set(written["single"]) ^ (every_run | linear))
   assert set(written["mesh"]) == (every_run | linear | _when(run_history.WHEN_MESH)
                                   | _when(run_history.WHEN_EXECUTOR)
                                   | _when(run_history.WHEN_AUTO))

@@ -143,21 +143,34 @@ def test_the_default_trains_a_406_row_file_to_what_ridge_reaches(tmp_path):
                                 float(np.var(ey)), math.nan)  # Stopped before an eval.
   assert verdict.state == "diverged" and "exploded" in verdict.reason, verdict.reason
   # The separable classifier: its log loss falls toward 0. Judged as if the run had ended
-  # at each evaluation: where it is below 1 % of the prior's yet still falls by more than
-  # plateau_tolerance (measured: steps 400-500, -4.7 % per evaluation at 0.5-0.7 % of
-  # the prior's), it is converged at its floor, not "improving" for ever.
+  # at each evaluation, it is never "improving" for ever once below 0.5 % of the prior's.
+  # Since the trend is judged against the recorded per-evaluation standard errors (#47),
+  # that noise (measured: +-30 % of the loss on these 60 rows, a trend of -10 to -15 % +-
+  # 50 % over 5 evaluations from step 500) already makes the run "stopped falling" there;
+  # without those errors (a history that does not record eval_loss_se) the trend is judged
+  # on its fit's residuals, still falls by more than plateau_tolerance (measured: steps
+  # 500-1000), and the floor rule must call it converged at its floor.
   prior = reference.prior_log_loss([int((cls_eval == 0).sum()), int((cls_eval == 1).sum())])
   assert separable["epochs"][-1]["eval_loss"] < 0.01 * prior
-  floor_cases = 0
+  floor_cases = below_floor = 0
   for end in [e["step"] for e in separable["epochs"]]:
-    prefix = dict(separable, records=[r for r in separable["records"] if r["step"] <= end],
-                  epochs=[e for e in separable["epochs"] if e["step"] <= end])
-    curves = convergence.curves_from_history(prefix)
-    last = prefix["epochs"][-1]["eval_loss"]
-    no_floor = convergence.analyze(curves, convergence.Rules(trivial_fraction=1e-9), prior,
-                                   last)
-    verdict = convergence.analyze(curves, convergence.Rules(), prior, last)
-    if no_floor.state == "improving" and last < 0.005 * prior:
-      floor_cases += 1
-      assert verdict.state == "converged" and "at its floor" in verdict.reason, verdict.reason
+    epochs = [e for e in separable["epochs"] if e["step"] <= end]
+    last = epochs[-1]["eval_loss"]
+    if last >= 0.005 * prior:
+      continue
+    below_floor += 1
+    for recorded_errors in (True, False):
+      prefix = dict(separable, records=[r for r in separable["records"] if r["step"] <= end],
+                    epochs=[e if recorded_errors else
+                            {k: v for k, v in e.items() if k != "eval_loss_se"}
+                            for e in epochs])
+      curves = convergence.curves_from_history(prefix)
+      no_floor = convergence.analyze(curves, convergence.Rules(trivial_fraction=1e-9), prior,
+                                     last)
+      verdict = convergence.analyze(curves, convergence.Rules(), prior, last)
+      assert verdict.state == "converged", (end, recorded_errors, verdict.reason)
+      if no_floor.state == "improving":
+        floor_cases += 1
+        assert "at its floor" in verdict.reason, verdict.reason
+  assert below_floor, "the run never got below 0.5 % of the prior's log loss"
   assert floor_cases, "the run never sat at its floor while still falling"

@@ -30,7 +30,6 @@ WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
 WHEN_CLASSIFIER = "a classifier (binary, multiclass): the executor's scan of the label"
 WHEN_NOT_IN_TRAIN = "a class with examples in eval but none in train (the executor's scan)"
-WHEN_EARLY_STOP = "the automatic length with patience > 0 (trainer config epochs and steps 0)"
 
 
 # Keys older trainers wrote and no field holds any more: never measured (always -1 / 0).
@@ -106,8 +105,10 @@ class RunHistory:
   training_length: Optional[Dict[str, Any]] = _field(
       doc="plan/length.py: total_steps, steps_per_epoch, patience, automatic, reason")
   early_stopping: Optional[Dict[str, Any]] = _field(
-      when=WHEN_EARLY_STOP, doc="patience, stopped, best_epoch, best_step, best_eval_loss, "
-                                "restored_best (the exported weights are the best step's)")
+      doc="patience (0: a length the user set, trained in full), stopped, best_epoch, "
+          "best_step, best_eval_loss, restored_best (the exported weights are the best "
+          "step's). Every run: the trainer always keeps the best evaluation's weights, "
+          "exported after an early stop or when the run overfits")
   skipped_examples: Optional[int] = _field(prop="skipped_examples", encode=int)
   input_cache: Optional[Dict[str, Any]] = _field(
       prop="input_cache", encode=lambda v: str(v["mode"]),
