@@ -773,6 +773,10 @@ def test_a_preempted_trainer_resumes_on_retry_and_ends_like_an_uninterrupted_one
   pod_root = str(tmp_path / "preempted")
   preempted = Launcher(package.pipeline_spec, pod_root, PIPELINE_ROOT, run_id="run-2",
                        platform_spec=package.platform_spec, interrupt=preempt)
+  # One ML Metadata for both runs, as KFP has one store: the driver's INPUT event
+  # (create_execution) names the Examples artifact by the id the first run recorded.
+  os.makedirs(pod_root, exist_ok=True)
+  shutil.copyfile(whole.metadata.path, os.path.join(pod_root, "mlmd.sqlite"))
   preempted.mlmd["PartitionedExampleGen"] = whole.mlmd["PartitionedExampleGen"]
   shutil.copytree(whole.bucket, preempted.bucket)  # The Examples, in the object store.
   preempted.run_task("DistributedTrainer")

@@ -5,13 +5,20 @@ command of every TFJob and TrainJob pod) with its class's exit code (issue #48 i
 runtime's ``podFailurePolicy`` (kube/trainjob.py: FailJob on 1-127 only) restart it;
 1-127 for config and user-code errors, which fail the job at once.
 
-DataLossError (a torn gzip TFRecord), SIGTERM (preemption) and a config error are met
-for real; an OOM is raised at the start of the training loop by
-tests/replica_fault_site (the replica's exit path is the real one). Every class's code
-in the training process: tests/test_trainer_failures.py (in-process, fast)."""
+DataLossError (a torn TFRecord), SIGTERM (preemption) and a config error are met
+for real; an OOM is raised by tests/replica_fault_site (the replica's exit path is the
+real one). A resumable error keeps its class's code only once the first step completed:
+before that a rerun meets it again, so it is a config error, exit 2 (issue #49 item 2);
+the OOM is raised both ways; the train files are torn once a checkpoint is committed
+(the next epoch reads them).
+Every class's code in the training process: tests/test_trainer_failures.py
+(in-process, fast)."""
+import gzip
 import json
 import os
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -43,28 +50,42 @@ def _job(tmp_path, examples, **config) -> str:
   return str(path)
 
 
-def _replica(job: str, log, raise_=None) -> subprocess.Popen:
+def _replica(job: str, log, raise_=None, at_step=0) -> subprocess.Popen:
   env = {k: v for k, v in os.environ.items()
          if k not in ("TF_CONFIG", kube_settings.ENV_HEARTBEAT)}
   if raise_:
     env["TFX_PARALLEL_TEST_RAISE"] = raise_
+    env["TFX_PARALLEL_TEST_RAISE_AT_STEP"] = str(at_step)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(HERE, "replica_fault_site")] + env.get("PYTHONPATH", "").split(os.pathsep))
   return subprocess.Popen([sys.executable, "-m", REPLICA, "--job", job], env=env,
                           stdout=log, stderr=subprocess.STDOUT)
 
 
-def _torn(tmp_path, examples):
-  """The Examples with every train file cut in half (a torn upload)."""
+def _copy(tmp_path, examples):
+  """A copy of the Examples that this test may tear."""
   root, keys, rows = examples
-  torn = tmp_path / "torn"
-  for split in ("Split-train", "Split-eval"):
-    (torn / split).mkdir(parents=True)
-    for name in os.listdir(os.path.join(root, split)):
-      with open(os.path.join(root, split, name), "rb") as f:
-        data = f.read()
-      (torn / split / name).write_bytes(data[:len(data) // 2] if split == "Split-train" else data)
-  return str(torn), keys, rows
+  shutil.copytree(root, tmp_path / "examples")
+  return str(tmp_path / "examples"), keys, rows
+
+
+def _tear(root: str):
+  """Replaces every train file by one cut inside its middle record (a torn upload),
+  gzip-compressed again so that the reader meets the torn record itself rather than a
+  torn gzip stream, whose cut may fall on a record boundary and read as a clean end."""
+  train = os.path.join(root, "Split-train")
+  for name in os.listdir(train):
+    path = os.path.join(train, name)
+    with gzip.open(path, "rb") as f:
+      data = f.read()
+    offsets = [0]
+    while offsets[-1] < len(data):  # A TFRecord: length (8 bytes), its CRC (4), payload, CRC (4).
+      offsets.append(offsets[-1] + 16 + struct.unpack("<Q", data[offsets[-1]:offsets[-1] + 8])[0])
+    middle = offsets[len(offsets) // 2]
+    length = struct.unpack("<Q", data[middle:middle + 8])[0]
+    with open(path + ".torn", "wb") as f:
+      f.write(gzip.compress(data[:middle + 12 + length // 2]))
+    os.replace(path + ".torn", path)  # The next epoch opens the torn file.
 
 
 def _checkpointed(tmp_path) -> bool:
@@ -75,35 +96,46 @@ def _checkpointed(tmp_path) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("case,code", [
     ("OOM", failures.OOM_EXIT_CODE),
+    ("OOM before the first step", failures.CONFIG_ERROR_EXIT_CODE),
     ("DataLossError", failures.DATA_LOSS_EXIT_CODE),
     ("SIGTERM", failures.PREEMPTED_EXIT_CODE),
     ("config error", failures.NOT_RESUMABLE_EXIT_CODE),
 ])
 def test_each_failure_class_ends_a_real_replica_with_its_code(tmp_path, examples, case, code):
-  raise_, config, data = None, {}, examples
-  if case == "OOM":
+  raise_, at_step, config, data = None, 0, {}, examples
+  if case.startswith("OOM"):
     raise_ = "tensorflow.errors:ResourceExhaustedError"
+    at_step = 2 if case == "OOM" else 0  # After the first step completed, or as it starts.
   elif case == "DataLossError":
-    data = _torn(tmp_path, examples)
+    # Streamed (a memory cache would not read the files again), torn once it trains.
+    data = _copy(tmp_path, examples)
+    config = {"steps": 100000, "checkpoint_every": 2, "cache": "none"}
   elif case == "SIGTERM":
     config = {"steps": 100000, "checkpoint_every": 2}
   else:
     config = {"layout": "no-such-layout"}
   log_path = tmp_path / "replica.log"
   with open(log_path, "w") as log:
-    proc = _replica(_job(tmp_path, data, **config), log, raise_)
-    if case == "SIGTERM":  # Once it trains (a checkpoint is committed): preempted.
+    proc = _replica(_job(tmp_path, data, **config), log, raise_, at_step)
+    if case in ("SIGTERM", "DataLossError"):  # Once it trains (a checkpoint is committed):
+      # preempted, or its train files torn (read again the next epoch).
       deadline = time.monotonic() + 600
       while not _checkpointed(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
       assert _checkpointed(tmp_path), log_path.read_text()[-3000:]
-      proc.send_signal(signal.SIGTERM)
+      if case == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+      else:
+        _tear(data[0])
     proc.wait(timeout=600)
   said = log_path.read_text()
   assert proc.returncode == code, said[-3000:]
   if code >= 128:  # The operators restart it.
     assert code not in trainjob.PERMANENT_EXIT_CODES
   expected = {"OOM": "[trainer] ERROR: ResourceExhaustedError: raised by tests/replica_fault_site",
+              "OOM before the first step": "[trainer] ERROR: ConfigError: trainer.batch_size: "
+                                           "out of memory before the first step completed "
+                                           "(ResourceExhaustedError: raised by tests/replica_fault_site",
               "DataLossError": "[trainer] ERROR: DataLossError: ",
               "SIGTERM": "[trainer] ERROR: received SIGTERM",
               "config error": "no-such-layout"}[case]
