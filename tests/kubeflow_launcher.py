@@ -407,13 +407,10 @@ class KfpMetadata:
     execution = metadata_store_pb2.Execution(
         type_id=type_id, last_known_state=metadata_store_pb2.Execution.RUNNING)
     execution.custom_properties["task_name"].string_value = task_name
-    pairs = []
-    for name, ids in sorted((inputs or {}).items()):
-      for artifact_id in ids:
-        event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.INPUT,
-                                         artifact_id=artifact_id)
-        event.path.steps.add().key = name
-        pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    pairs = self._event_pairs(metadata_store_pb2.Event.INPUT,
+                              [(name, artifact_id)
+                               for name, ids in sorted((inputs or {}).items())
+                               for artifact_id in ids])
     contexts_ = self.store.get_contexts_by_id(list(contexts))
     execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
                                                   reuse_context_if_already_exist=True)
@@ -441,16 +438,21 @@ class KfpMetadata:
     [execution] = self.store.get_executions_by_id([execution_id])
     execution.last_known_state = (metadata_store_pb2.Execution.CACHED if cached
                                   else metadata_store_pb2.Execution.COMPLETE)
-    pairs = []
-    for name, artifact_id in sorted(outputs.items()):
-      event = metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT,
-                                       artifact_id=artifact_id)
-      event.path.steps.add().key = name
-      pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    pairs = self._event_pairs(metadata_store_pb2.Event.OUTPUT, sorted(outputs.items()))
     contexts_ = self.store.get_contexts_by_id(list(contexts))
     execution_id, _, _ = self.store.put_execution(execution, pairs, contexts_,
                                                   reuse_context_if_already_exist=True)
     return execution_id
+
+  def _event_pairs(self, kind, named_ids):
+    """(artifact, event) pairs of ``kind`` (INPUT or OUTPUT), each event's path the
+    input's or output's key, as the driver and the launcher write them."""
+    pairs = []
+    for name, artifact_id in named_ids:
+      event = metadata_store_pb2.Event(type=kind, artifact_id=artifact_id)
+      event.path.steps.add().key = name
+      pairs.append((self.store.get_artifacts_by_id([artifact_id])[0], event))
+    return pairs
 
   def serve(self) -> int:
     """Serves this store over ML Metadata's gRPC API on localhost, as the cluster's
