@@ -449,10 +449,10 @@ def main(argv=None) -> int:
                       else os.path.join(bu.BENCH_DIR, "RESULTS.md"))
   plot_dir = os.path.dirname(bu.plot_path("x", a.smoke))
   plots = sorted(os.path.join(plot_dir, f) for f in os.listdir(plot_dir) if f.endswith(".png"))
-  # bench_ingest (owned separately) writes its own plot next to itself.
-  ingest_plot = os.path.join(bu.BENCH_DIR, "ingest_scaling_smoke.png" if a.smoke
-                             else "ingest_scaling.png")
-  if "bench_ingest" in modules and os.path.exists(ingest_plot):
+  # bench_ingest (owned separately) writes its full-mode plot next to itself; its smoke
+  # plot is already in plot_dir.
+  ingest_plot = os.path.join(bu.BENCH_DIR, "ingest_scaling.png")
+  if not a.smoke and "bench_ingest" in modules and os.path.exists(ingest_plot):
     plots.append(ingest_plot)
   try:
     write_results(results, a.smoke, path, load_before, bu.load_average(), total, plots)

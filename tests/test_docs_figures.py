@@ -3,15 +3,14 @@ with the state: each run (its history and eval losses, kept in docs/img/verdict_
 got that state from the ConvergenceEvaluator when it ran and, judged now by the
 evaluator's own code, must still get it; every picture on disk is what docs/figures.py
 draws now. Redraw with docs/figures.py; rerun the runs with docs/figures.py runs DIR."""
-import importlib.util
 import os
 
 import pytest
 
+from script_util import load_script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("figures", os.path.join(REPO, "docs", "figures.py"))
-figures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(figures)
+figures = load_script("docs/figures.py")
 
 
 @pytest.mark.parametrize("state", sorted(figures.VERDICT_RUNS))

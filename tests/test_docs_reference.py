@@ -3,24 +3,16 @@ on disk must be what the generator writes now, and every setting, Kubeflow key a
 flag must have its meaning written in the code (a dataclass docstring's ``Attributes:``,
 an argparse ``help``). Fast: the generator only imports the configs and the CLI parser."""
 import dataclasses
-import importlib.util
 import os
 import typing
 
 import pytest
 
+from script_util import load_script
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _generator():
-  spec = importlib.util.spec_from_file_location(
-      "gen_reference", os.path.join(REPO, "docs", "gen_reference.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-gen = _generator()
+gen = load_script("docs/gen_reference.py")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ launcher stand-in is in test_kubeflow_launcher.py; byte counts in
 benchmarks/bench_launcher_io.py.
 """
 import copy
-import importlib.util
 import json
 import logging
 import os
@@ -17,6 +16,7 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from kubeflow_util import REPO, compile_mapping
+from script_util import load_script
 from test_kubeflow_launcher import PIPELINE_ROOT, _small_config
 from tfx_parallel.kubeflow import entrypoint, split_outputs
 
@@ -29,11 +29,7 @@ EXAMPLES_TYPE = {"instanceSchema": "title: tfx.Examples\ntype: object\n"}
 
 def _validator():
   """kubeflow/validate_package.py (standalone; its wiring check needs only kfp's protos)."""
-  spec = importlib.util.spec_from_file_location(
-      "validate_package", os.path.join(REPO, "kubeflow", "validate_package.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("kubeflow/validate_package.py")
 
 
 def _tasks(spec):

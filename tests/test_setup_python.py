@@ -13,7 +13,6 @@ crates/uv/src/commands/python/install.rs (perform_install: "Installed {} {}", th
 crates/uv/src/commands/python/find.rs (the interpreter's path on stdout).
 """
 import hashlib
-import importlib.util
 import io
 import os
 import shutil
@@ -23,6 +22,7 @@ import zipfile
 
 import pytest
 
+from script_util import load_script
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SCRIPT = os.path.join(REPO, ".ci", "find_python")
 BASH = shutil.which("bash")
@@ -160,11 +160,7 @@ def test_the_makefile_installs_the_uv_version_the_script_fetches():
 
 
 def _fetch_uv():
-  spec = importlib.util.spec_from_file_location("fetch_uv", os.path.join(REPO, ".ci",
-                                                                         "fetch_uv.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script(".ci/fetch_uv.py")
 
 
 # Entries of https://pypi.org/simple/uv/ (PEP 691 JSON, "files"), as served on 2026-12-04.
