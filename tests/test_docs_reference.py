@@ -8,9 +8,7 @@ import typing
 
 import pytest
 
-from script_util import load_script
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from script_util import REPO, load_script
 
 gen = load_script("docs/gen_reference.py")
 
