@@ -9,18 +9,18 @@ The KFP forms follow the SDK's ``Metrics`` / ``ClassificationMetrics``
 ML Metadata custom properties (a number as a double, a list as ``{"list": ...}``, a
 struct as ``{"struct": ...}``: ``backend/src/v2/metadata/converter.go`` 2.16.0:138-172)
 and the UI reads back (``frontend/src/components/viewers/MetricsVisualizations.tsx``
-2.16.0:246-273, 601-651, 741-803, 824-846; ``ROCCurveHelper.tsx`` 2.16.0:11-15; the same
+2.16.0:238-276, 601-651, 741-803, 824-846; ``ROCCurveHelper.tsx`` 2.16.0:11-15; the same
 lines at 2.5.0).
 
 The HTML report has no external fetch (the UI shows it in a sandboxed iframe): the loss
 curve is inline SVG, the style inline.
 """
 import html
-import json
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 REPORT_FILE_NAME = "report.html"
+COMPARISON_FILE_NAME = "baseline_comparison.json"  # Written beside metrics.json (baseline).
 KFP_METRICS_FILE_NAME = "kfp_metrics.json"  # {"metrics": {...}, "classification": {...}}
 ROC_POINTS = 101  # Thresholds 0, 0.01, ..., 1: enough for the UI's curve, small metadata.
 
@@ -312,7 +312,3 @@ def report_html(scalars: Mapping[str, Any], curves: Optional[Mapping[str, Any]] 
   parts.append("</body></html>")
   return "\n".join(parts)
 
-
-def read_comparison(text: Optional[str]) -> Optional[Dict[str, Any]]:
-  """``baseline_comparison.json`` content, or None when there is none."""
-  return json.loads(text) if text else None
