@@ -1,11 +1,10 @@
 """The evaluator's report and the KFP UI's metric forms (components/convergence_evaluator/
-report.py), and the compiled package's UI outputs (kubeflow/ui_outputs.py)."""
+report.py)."""
 import json
 
 import pytest
 
 from tfx_parallel.components.convergence_evaluator import report
-from tfx_parallel.kubeflow import ui_outputs
 
 SCALARS = {"convergence_state": "converged", "convergence_reason": "eval loss stopped falling",
            "blessed": 1, "blessing_message": "", "eval_split": "eval", "eval_examples": 400,
@@ -58,44 +57,3 @@ def test_report_says_verdict_reason_layout_and_comparison_self_contained():
   first = report.report_html(dict(SCALARS, blessed=0), None, None)
   assert "No baseline: first run, judged alone." in first and "Not blessed" in first
   assert "No training history" in first and "<svg" not in first
-
-
-def _spec():
-  return {"root": {"dag": {"tasks": {"Eval": {"componentRef": {"name": "comp-eval"}}}}},
-          "components": {"comp-eval": {"executorLabel": "exec-eval", "outputDefinitions": {
-              "artifacts": {"metrics": {"artifactType": {"instanceSchema": "title: x.Y\n"}}}}}},
-          "deploymentSpec": {"executors": {"exec-eval": {"container": {
-              "args": ["--executor_class_path", "C", "--placement", "{}", "--beam"]}}}}}
-
-
-def test_declare_adds_the_system_outputs_and_the_flag():
-  spec = _spec()
-  ui_outputs.declare(spec, "Eval", "metrics")
-  outputs = spec["components"]["comp-eval"]["outputDefinitions"]["artifacts"]
-  assert {k: v["artifactType"]["schemaTitle"] for k, v in outputs.items() if k != "metrics"} == {
-      "ui_metrics": "system.Metrics", "ui_classification_metrics": "system.ClassificationMetrics",
-      "ui_report": "system.HTML"}
-  assert spec["deploymentSpec"]["executors"]["exec-eval"]["container"]["args"] == [
-      "--executor_class_path", "C", "--ui_outputs", "metrics", "--placement", "{}", "--beam"]
-  with pytest.raises(ui_outputs.UiOutputError, match="has no output 'blessing'"):
-    ui_outputs.declare(_spec(), "Eval", "blessing")
-
-
-def test_make_writes_the_report_file_and_the_metadata(tmp_path):
-  source = tmp_path / "metrics"
-  source.mkdir()
-  (source / report.REPORT_FILE_NAME).write_text("<html>r</html>")
-  forms = {"metrics": {"eval_accuracy": 0.9},
-           "classification": report.classification(["0", "1"], [[1, 0], [0, 1]])}
-  (source / report.KFP_METRICS_FILE_NAME).write_text(json.dumps(forms))
-  uris = {k: f"minio://b/run/Eval/s/{k}" for k in ui_outputs.OUTPUTS}
-  paths = {k: str(tmp_path / "out" / k) for k in ui_outputs.OUTPUTS}
-  made = ui_outputs.make(str(source), paths, uris)
-  assert made["ui_metrics"]["artifacts"][0] == {"uri": uris["ui_metrics"],
-                                                "metadata": {"eval_accuracy": 0.9}}
-  assert made["ui_classification_metrics"]["artifacts"][0]["metadata"] == forms["classification"]
-  assert made["ui_report"]["artifacts"][0] == {"uri": uris["ui_report"]}
-  assert open(paths["ui_report"]).read() == "<html>r</html>"  # The URI is the file itself.
-  (source / report.REPORT_FILE_NAME).unlink()
-  with pytest.raises(ui_outputs.UiOutputError, match="wrote no .*report.html.*rebuild the image"):
-    ui_outputs.make(str(source), paths, uris)
