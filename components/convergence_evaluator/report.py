@@ -16,6 +16,7 @@ The HTML report has no external fetch (the UI shows it in a sandboxed iframe): t
 curve is inline SVG, the style inline.
 """
 import html
+import json
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -175,6 +176,30 @@ def _series(curves: Mapping[str, Any]) -> List[Dict[str, Any]]:
   return out
 
 
+def _ticks(low: float, high: float, log: bool) -> List[float]:
+  """Round tick values within [low, high]: 1, 2 or 5 x 10^k apart (about 5); on a log
+  axis the powers of ten, else 1, 2, 5 x 10^k, else the linear rule."""
+  if log:
+    decades = [10.0 ** k for k in range(math.ceil(math.log10(low)),
+                                        math.floor(math.log10(high)) + 1)]
+    if len(decades) >= 2:
+      step = max(1, math.ceil(len(decades) / 6))
+      return decades[::step]
+    series = [m * 10.0 ** k for k in range(math.floor(math.log10(low)),
+                                           math.floor(math.log10(high)) + 1)
+              for m in (1, 2, 5) if low <= m * 10.0 ** k <= high]
+    if len(series) >= 3:
+      return series
+  if high <= low:
+    return [low]
+  base = 10 ** math.floor(math.log10((high - low) / 5))
+  step = min((m * base for m in (1, 2, 5, 10)),
+             key=lambda st: abs((high - low) / st - 5))
+  first = math.ceil(low / step) * step
+  return [round(first + i * step, 12)
+          for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
 def loss_svg(curves: Mapping[str, Any], width: int = 720, height: int = 320) -> str:
   """The loss curves as inline SVG (log-scale y where every loss is positive)."""
   series = _series(curves)
@@ -199,18 +224,15 @@ def loss_svg(curves: Mapping[str, Any], width: int = 720, height: int = 320) -> 
            f'viewBox="0 0 {width} {height}" font-size="11" font-family="sans-serif">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" '
            f'stroke="#dadce0"/>']
-  for i in range(5):  # y ticks
-    t = y0 + (y1 - y0) * i / 4
-    value = 10 ** t if log else t
-    y = top + (1 - i / 4) * ph
+  for value in _ticks(min(ys), max(ys), log):
+    y = py(value)
     parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" '
                  f'stroke="#f1f3f4"/><text x="{left - 4}" y="{y + 4:.1f}" '
                  f'text-anchor="end">{value:.3g}</text>')
-  for i in range(5):  # x ticks
-    value = x0 + (x1 - x0) * i / 4
-    x = left + pw * i / 4
+  for value in _ticks(x0, x1, False):
+    x = px(value)
     parts.append(f'<text x="{x:.1f}" y="{top + ph + 14}" text-anchor="middle">'
-                 f'{value:.0f}</text>')
+                 f'{value:,.0f}</text>')
   parts.append(f'<text x="{left + pw / 2}" y="{top + ph + 28}" text-anchor="middle">step'
                f'</text>')
   parts.append(f'<text x="12" y="{top + ph / 2}" text-anchor="middle" transform="rotate(-90 '
@@ -240,6 +262,23 @@ def loss_svg(curves: Mapping[str, Any], width: int = 720, height: int = 320) -> 
     x += 24 + 6.5 * len(s["name"]) + 16
   parts.append("</svg>")
   return "".join(parts)
+
+
+def _layout_value(key: str, value: Any) -> Any:
+  """Devices by their short names ("CPU:0, CPU:1"), a learning rate as a number."""
+  if key == "devices" and isinstance(value, str):
+    try:
+      names = json.loads(value)
+    except ValueError:
+      return value
+    short = [str(n).rsplit("/device:", 1)[-1] for n in names]
+    return ", ".join(short[:8]) + (f" ... ({len(short)})" if len(short) > 8 else "")
+  if key == "learning_rate" and isinstance(value, str):
+    try:
+      return float(value)
+    except ValueError:
+      return value
+  return value
 
 
 def _comparison_html(comparison: Optional[Mapping[str, Any]]) -> str:
@@ -289,7 +328,7 @@ def report_html(scalars: Mapping[str, Any], curves: Optional[Mapping[str, Any]] 
   quality += [[k, v] for k, v in sorted(scalars.items())
               if k.startswith("eval_class_accuracy_") and v != NOT_AVAILABLE]
   convergence = [[k, scalars[k]] for k in CONVERGENCE_KEYS if k in scalars and k != "blessed"]
-  layout = [[k, scalars[k]] for k in LAYOUT_KEYS if k in scalars]
+  layout = [[k, _layout_value(k, scalars[k])] for k in LAYOUT_KEYS if k in scalars]
   parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
            f"</title><style>{_STYLE}</style></head><body>",
            f"<h1>{html.escape(title)}</h1>", verdict,
