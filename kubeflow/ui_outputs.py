@@ -17,7 +17,8 @@ as custom properties, with ``display_name`` the output key (``metadata/client.go
 2.5.0:1038-1040, 2.16.0:1117-1119; lists and structs wrapped as ``{"list": ...}`` /
 ``{"struct": ...}``, ``converter.go`` 2.16.0:138-172, which is what the UI unwraps);
 the report file is written at the HTML output's local path, which the launcher uploads
-as one object (``objectstore/object_store.go`` ``UploadBlob`` 2.16.0:92-99, 2.5.0:88: a file, not a directory).
+as one object (``objectstore/object_store.go`` ``UploadBlob`` 2.16.0:92-99, 2.5.0:88:
+a file, not a directory).
 """
 import json
 import os

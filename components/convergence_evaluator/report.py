@@ -140,14 +140,18 @@ def _fmt(value: Any) -> str:
   return str(value) if value != "" else "-"
 
 
+def _cell(value: Any) -> str:
+  if isinstance(value, _Raw):
+    return f"<td>{value}</td>"
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    return f'<td class="n">{html.escape(_fmt(value))}</td>'
+  return f"<td>{html.escape(_fmt(value))}</td>"
+
+
 def _table(rows: Sequence[Sequence[Any]], header: Sequence[str] = ()) -> str:
   head = ("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
           if header else "")
-  body = "".join(
-      "<tr>" + "".join(
-          f'<td class="n">{html.escape(_fmt(c))}</td>' if isinstance(c, (int, float))
-          and not isinstance(c, bool) else f"<td>{c if isinstance(c, _Raw) else html.escape(_fmt(c))}</td>"
-          for c in row) + "</tr>" for row in rows)
+  body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
   return f"<table>{head}{body}</table>"
 
 
