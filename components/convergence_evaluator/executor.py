@@ -352,12 +352,12 @@ def class_metrics(quality: quality_lib.AnyQuality, info: task_lib.TaskInfo
                   ) -> Optional[Dict[str, Any]]:
   """A classifier's ``system.ClassificationMetrics`` metadata (report.classification);
   None for a regression."""
-  if not getattr(quality, "confusion", ()):
+  if not isinstance(quality, (quality_lib.BinaryQuality, quality_lib.MulticlassQuality)):
     return None
   vocabulary = list(info.label_vocabulary or ())
   labels = (vocabulary if len(vocabulary) == len(quality.confusion)
             else [str(k) for k in range(len(quality.confusion))])
-  roc = getattr(quality, "roc", ())
+  roc = quality.roc if isinstance(quality, quality_lib.BinaryQuality) else ()
   return report.classification(labels, quality.confusion, dict(zip(
       ("thresholds", "recall", "false_positive_rate"), zip(*roc))) if roc else None)
 
