@@ -34,6 +34,9 @@ adapting what the open-source KFP v2 driver and launcher hand over
   ignores it in the executor output (``launcher_v2.go`` ``uploadOutputArtifacts``). TFX
   would try to import ``system.Artifact`` as a class, so every output typed ``system.*``
   is kept out of what TFX sees (our and TFX's outputs have importable titles).
+* **Results the KFP UI draws** (kubeflow/ui_outputs.py): ``--ui_outputs SOURCE`` makes
+  the evaluator's ``system.Metrics`` / ``ClassificationMetrics`` / ``HTML`` outputs from
+  the files TFX's executor wrote in output SOURCE.
 * **Placement for the cache.** ``--placement JSON`` (accelerator, node selector, env) is
   in the args only so that the driver's cache fingerprint, which covers image, command
   and args but not resources or env (``driver/cache.go`` ``getFingerPrint``), changes
@@ -102,7 +105,7 @@ import yaml
 from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.partitioned_example_gen import runners
-from tfx_parallel.kubeflow import dir_markers, split_outputs
+from tfx_parallel.kubeflow import dir_markers, split_outputs, ui_outputs
 
 MOUNT_ROOT_ENV = "TFX_PARALLEL_MOUNT_ROOT"
 ARTIFACT_PATHS_ENV = "TFX_PARALLEL_ARTIFACT_PATHS"
@@ -527,6 +530,9 @@ def _parse(argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
   parser.add_argument(split_outputs.REF_FLAG, action="append", default=[],
                       help="KEY=SOURCE: make output KEY a reference to output SOURCE "
                            "(kubeflow/split_outputs.py)")
+  parser.add_argument(ui_outputs.FLAG, action="append", default=[],
+                      help="SOURCE: make the system.* outputs the KFP UI draws from the "
+                           "files of output SOURCE (kubeflow/ui_outputs.py)")
   return parser.parse_known_args(argv)
 
 
@@ -539,7 +545,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   splits = split_outputs.parse_flags(args.split_output)
   refs = split_outputs.parse_refs(args.ref_output)
   made_here = sorted(splits) + sorted(refs)
-  del args.split_output, args.ref_output  # Not TFX flags.
+  ui_source = ui_outputs.source_of(args.ui_outputs)
+  del args.split_output, args.ref_output, args.ui_outputs  # Not TFX flags.
   executor_input = json.loads(args.json_serialized_invocation_args)
   inputs_spec = (json.loads(args.json_serialized_inputs_spec_args)
                  if args.json_serialized_inputs_spec_args else None)
@@ -588,6 +595,13 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
       key: artifacts["artifacts"][0].get("type") for key, artifacts in
       executor_input["outputs"]["artifacts"].items() if artifacts.get("artifacts")})
   remote.update({key: [outputs[key]] for key in made_here if key in outputs})
+  if ui_source:  # system.* outputs: not in `outputs` (backend_outputs), made here.
+    ui_uris = {key: artifacts["artifacts"][0]["uri"] for key, artifacts in
+               executor_input["outputs"]["artifacts"].items()
+               if key in ui_outputs.OUTPUTS and artifacts.get("artifacts")}
+    made = ui_outputs.make(step_paths[ui_source], {
+        key: step_uri(uri, mount_root, outside) for key, uri in ui_uris.items()}, ui_uris)
+    executor_output.setdefault("artifacts", {}).update(made)
   # What the step wrote at remote URIs, without "directory" objects (#13476).
   # A multi-node step's S3 is the store set up above (boto3 does not read S3_ENDPOINT).
   s3_store = store if store is not None and store.is_s3 else None

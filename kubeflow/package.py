@@ -26,7 +26,8 @@ from tfx_parallel.components.common.config_util import ConfigError
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator
 from tfx_parallel.components.distributed_trainer.component import DistributedTrainer
-from tfx_parallel.kubeflow import artifact_types, cache, platform_spec, resources, split_outputs
+from tfx_parallel.kubeflow import (artifact_types, cache, platform_spec, resources, split_outputs,
+                                   ui_outputs)
 from tfx_parallel.kubeflow.config import DEFAULT_SECTION, ComponentPlacement, KubeflowConfig
 from tfx_parallel.kubeflow.entrypoint import DURABLE_ROOTS, artifact_paths
 
@@ -206,6 +207,9 @@ def build(config: KubeflowConfig, pipeline: tfx.dsl.Pipeline) -> Package:
       node_id: (keys.EXAMPLES_KEY, json.loads(node.exec_properties[keys.CONFIG_KEY])["split"])
       for node_id, node in nodes.items() if isinstance(node, ConvergenceEvaluator)}):
     logging.info("%s", note)
+  for node_id, node in nodes.items():  # Results the KFP UI draws (kubeflow/ui_outputs.py).
+    if isinstance(node, ConvergenceEvaluator):
+      ui_outputs.declare(spec, node_id, keys.METRICS_KEY)
   remote_steps = {  # Their replicas read the Examples at the remote URI themselves.
       task_id: keys.EXAMPLES_KEY for task_id, task in spec["root"]["dag"]["tasks"].items()
       if isinstance(nodes.get(task_id), DistributedTrainer)

@@ -162,6 +162,7 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
   lines.append(f"blessed    {blessed}" + (f" ({reason})" if reason and not blessed else ""))
   lines.append(f"model      {relative(str(model.get('uri')))}")
   lines.append(f"metrics    {relative(str(m.get('uri')))}  (metrics.json, curves.json, loss.png)")
+  lines.append(f"report     {relative(str(m.get('uri')))}/report.html  (open in a browser)")
   if log_path:
     lines.append(f"log        {log_path}")
   return "\n".join(lines)

@@ -116,6 +116,16 @@ def test_converged_run_is_measured_and_blessed(tmp_path, inputs):
   assert set(precise) == {k for k, v in exact.items() if isinstance(props[k], float)}
   with open(os.path.join(metrics.uri, "loss.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
+  with open(os.path.join(metrics.uri, "report.html")) as f:  # report.py, beside it.
+    page = f.read()
+  assert "Blessed" in page and "<svg" in page and "No baseline: first run" in page
+  forms = _forms(metrics)
+  assert forms["metrics"]["eval_mse"] == exact[P.EVAL_MSE] and forms["classification"] is None
+
+
+def _forms(metrics):
+  with open(os.path.join(metrics.uri, "kfp_metrics.json")) as f:
+    return json.load(f)
 
 
 def test_diverged_run_is_not_blessed_and_non_finite_values_are_encoded(tmp_path, inputs):
@@ -185,7 +195,7 @@ def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
   inputs = (_examples(classification, "y"), classification["binary"])
   config = EvaluatorConfig(binary=config_lib.BinaryThresholds(min_accuracy=0.6, min_auc=0.7),
                            regression=config_lib.RegressionThresholds(max_eval_mse=0.0))
-  _, blessing, props = _run(tmp_path, inputs, _converged(), config)  # History: no task.
+  metrics, blessing, props = _run(tmp_path, inputs, _converged(), config)  # History: no task.
   x, y = classification["x"], classification["y"]
   z = x.astype(np.float64) @ np.float32(BINARY_W) + np.float32(BINARY_B)
   assert props[P.TASK] == "binary" and props[P.NUM_CLASSES] == 2
@@ -205,6 +215,15 @@ def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
   assert P.EVAL_MSE not in props and P.EVAL_R2 not in props
   assert props[P.BLESSED] == 1, props[P.BLESSING_MESSAGE]  # regression bound not checked.
   assert blessing.get_int_custom_property("blessed") == 1
+  forms = _forms(metrics)["classification"]  # The KFP UI's (report.py): [[tn, fp], [fn, tp]].
+  fp, fn = np.sum((z > 0) & (y == 0)), np.sum((z <= 0) & (y == 1))
+  assert forms["confusionMatrix"]["rows"] == [{"row": [200 - tp - fp - fn, fp]},
+                                              {"row": [fn, tp]}]
+  roc = forms["confidenceMetrics"]
+  assert len(roc) == 101 and roc[0]["recall"] == roc[0]["falsePositiveRate"] == 1.0
+  area = sum((a["falsePositiveRate"] - b["falsePositiveRate"]) * (a["recall"] + b["recall"]) / 2
+             for a, b in zip(roc, roc[1:]))
+  assert area == pytest.approx(props[P.EVAL_AUC], abs=0.02)
 
   config = EvaluatorConfig(binary=config_lib.BinaryThresholds(min_auc=0.999))
   _, _, props = _run(tmp_path / "strict", inputs, _converged(), config)
@@ -215,7 +234,7 @@ def test_binary_model_is_evaluated_as_binary_and_blessed_by_binary_thresholds(
 
 def test_multiclass_task_from_the_history_with_string_labels(tmp_path, classification):
   inputs = (_examples(classification, "z"), classification["multi"])  # Model: no task.
-  _, _, props = _run(tmp_path, inputs, _converged(), task="multiclass", num_classes=3,
+  metrics, _, props = _run(tmp_path, inputs, _converged(), task="multiclass", num_classes=3,
                      label_vocabulary=["lo", "mid", "hi"])
   x, ids = classification["x"], classification["ids"]
   predicted = (x.astype(np.float64) @ np.float32(MULTI_W) + np.float32(MULTI_B)).argmax(1)
@@ -227,6 +246,12 @@ def test_multiclass_task_from_the_history_with_string_labels(tmp_path, classific
     assert props[f"{P.EVAL_CLASS_ACCURACY_PREFIX}{k}"] == pytest.approx(
         np.mean(predicted[ids == k] == k), abs=1e-12)
   assert props[P.EVAL_LOG_LOSS] > 0 and P.EVAL_AUC not in props
+  forms = _forms(metrics)["classification"]
+  assert [a["displayName"] for a in forms["confusionMatrix"]["annotationSpecs"]] == [
+      "lo", "mid", "hi"]
+  rows = np.array([r["row"] for r in forms["confusionMatrix"]["rows"]])
+  assert (rows == np.bincount(ids * 3 + predicted, minlength=9).reshape(3, 3)).all()
+  assert "confidenceMetrics" not in forms
 
 
 def test_task_from_config_and_conflicts_fail_before_evaluation(tmp_path, classification):

@@ -101,7 +101,7 @@ def test_a_stock_model_without_history_is_evaluated_and_blessed_by_thresholds(
   assert props[P.CONVERGENCE_STATE] == "unknown (no TrainingHistory)"
   assert P.FINAL_LOSS not in props and P.CURVES_FILE not in props
   assert props[P.BLESSED] == 1 and os.path.exists(os.path.join(blessing.uri, "BLESSED"))
-  assert sorted(os.listdir(metrics.uri)) == ["metrics.json"]
+  assert sorted(os.listdir(metrics.uri)) == ["kfp_metrics.json", "metrics.json", "report.html"]
   # The same model fails a threshold it cannot meet.
   strict = EvaluatorConfig(task="binary", label_key="big",
                            binary=BinaryThresholds(min_accuracy=0.999))

@@ -221,8 +221,13 @@ def test_custom_artifact_types_are_importable_and_untouched(documents):
   for component in documents[0]["components"].values():
     for side in ("inputDefinitions", "outputDefinitions"):
       for artifact in component.get(side, {}).get("artifacts", {}).values():
-        titles.add(yaml.safe_load(artifact["artifactType"]["instanceSchema"])["title"])
-  custom = {t for t in titles if not t.startswith("tfx.")}
+        if "schemaTitle" in artifact["artifactType"]:  # KFP's own (kubeflow/ui_outputs.py).
+          titles.add(artifact["artifactType"]["schemaTitle"])
+        else:
+          titles.add(yaml.safe_load(artifact["artifactType"]["instanceSchema"])["title"])
+  custom = {t for t in titles if not t.startswith(("tfx.", "system."))}
+  assert {t for t in titles if t.startswith("system.")} == {
+      "system.Metrics", "system.ClassificationMetrics", "system.HTML"}
   assert custom == {"tfx_parallel.components.common.artifacts.TrainingHistory",
                     "tfx_parallel.components.common.artifacts.ConvergenceMetrics"}
   for title in custom:  # What the TFX entrypoint in the pod does with the title.

@@ -21,7 +21,7 @@ from kubeflow_launcher import (EXECUTOR_LOGS, LEGACY_OUTPUT_FILE, MINIO_SESSION_
                                parse_executor_output, resolve_parameters, to_mlmd_value,
                                topological_order)
 from kubeflow_util import compile_mapping, fixture_mapping
-from tfx_parallel.kubeflow import entrypoint
+from tfx_parallel.kubeflow import entrypoint, ui_outputs
 
 PIPELINE_ROOT = "minio://mlpipeline/v2/artifacts"  # The open-source install's default.
 EXAMPLES_TITLE = "title: tfx.Examples\ntype: object\n"
@@ -384,6 +384,24 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   assert int(blessing["custom_properties"]["blessed"]) == 1
   assert blessing["custom_properties"]["current_model"] == model["uri"]
   assert blessing["custom_properties"]["current_model_id"] == model["id"]  # Not a hash.
+  # What the KFP UI draws (kubeflow/ui_outputs.py): the system types, display_name, each
+  # system.Metrics property a double (MetricsVisualizations.tsx 2.16.0:824-846), and the
+  # HTML report as the object at the artifact's URI (Apis.readFile, 2.16.0:872-896).
+  type_names = {t.id: t.name for t in launcher.metadata.store.get_artifact_types()}
+  for key, title in ui_outputs.OUTPUTS.items():
+    [ui] = launcher.metadata.store.get_artifacts_by_id([recorded[("ConvergenceEvaluator",
+                                                                   key)]["id"]])
+    assert type_names[ui.type_id] == title, key
+    assert ui.custom_properties["display_name"].string_value == key
+  [ui] = launcher.metadata.store.get_artifacts_by_id(
+      [recorded[("ConvergenceEvaluator", "ui_metrics")]["id"]])
+  assert ui.custom_properties["eval_mse"].double_value == pytest.approx(
+      float(metrics["eval_mse"]))
+  assert {n for n, v in ui.custom_properties.items() if v.WhichOneof("value") != "double_value"
+          } == {"display_name", "store_session_info"}
+  with open(launcher.object_path(recorded[("ConvergenceEvaluator", "ui_report")]["uri"])) as f:
+    page = f.read()
+  assert page.startswith("<!DOCTYPE html>") and "Blessed" in page and "<svg" in page
   # The run's ML Metadata, as the cluster's holds it, read by `tfx-parallel metrics`.
   from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
   [row] = metrics_report.find_runs(launcher.metadata.store)

@@ -132,6 +132,10 @@ def test_cli_runs_each_layout_then_metrics_lists_them_from_mlmd(tmp_path):
     assert "summary (read from ML Metadata" in out
     assert re.search(rf"^layout     {layout}\b", out, re.M), out
     assert re.search(r"^eval       MSE \d", out, re.M) and "\nlearned    w=[" in out
+    report = re.search(r"^report     (\S+/report\.html)  \(open in a browser\)$", out, re.M)
+    with open(report.group(1)) as f:  # Beside metrics.json (report.py): this run's layout.
+      page = f.read()
+    assert f"<td>{layout}</td>" in page and "<svg" in page, report.group(1)
   # Issue 42: each run's log says how long its start-up took, and no run imported every
   # stock component or all of TFMA (pipeline/deferred_imports.py logs when it does).
   logs = sorted((tmp_path / "logs").glob("cli-*.log"))

@@ -58,6 +58,8 @@ def test_summary_lines_with_readable_numbers(tmp_path):
       "model      runs/pipelines/p/DistributedTrainer/model/2",
       "metrics    runs/pipelines/p/ConvergenceEvaluator/metrics/3  (metrics.json, "
       "curves.json, loss.png)",
+      "report     runs/pipelines/p/ConvergenceEvaluator/metrics/3/report.html  (open in a "
+      "browser)",
       "log        runs/logs/p.log"]
 
 

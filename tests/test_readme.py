@@ -69,7 +69,8 @@ def test_the_readme_pipeline_runs_as_written_and_pushes(readme_run):
 # with quiet() before issue 38) fails the test.
 PROJECT_LINE = re.compile(
     r"^(tfx-parallel: |\[\d+/\d+\] \w+: |\[(trainer|evaluator|example_gen)\] |"
-    r"=== tfx-parallel summary |(layout|training|eval|labels|learned|blessed|model|metrics|log) +\S)")
+    r"=== tfx-parallel summary |"
+    r"(layout|training|eval|labels|learned|blessed|model|metrics|report|log) +\S)")
 WARNING_LINE = re.compile(r"^(WARNING|ERROR):[\w.]+:")
 
 
@@ -92,8 +93,9 @@ def test_a_python_pipeline_prints_the_project_lines_and_its_verdict(readme_run):
   assert re.search(r": (converged|overfitting|improving|plateaued|stalled|diverged), eval "
                    r"accuracy \S+", verdict[0])
   summary = out[out.index(next(l for l in out if l.startswith("=== tfx-parallel summary"))):]
-  assert [l.split()[0] for l in summary[1:]] == ["layout", "training", "labels", "eval",
-                                                 "blessed", "model", "metrics", "log"], summary
+  assert [l.split()[0] for l in summary[1:]] == [
+      "layout", "training", "labels", "eval", "blessed", "model", "metrics", "report",
+      "log"], summary
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
 from tfx_parallel.components.convergence_evaluator import reference
 from tfx_parallel.components.convergence_evaluator import signature
+from tfx_parallel.components.convergence_evaluator import report
 from tfx_parallel.components.convergence_evaluator import task as task_lib
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
 
@@ -119,6 +120,7 @@ class Executor(base_executor.BaseExecutor):
                 title=(f"Training loss: {scalars[P.LAYOUT]} layout, mesh "
                        f"{scalars[P.MESH_SHAPE] or '-'}, {scalars[P.REPLICAS]} replicas, "
                        f"{state}"))
+    write_report(metrics.uri, scalars, quality, info)
     write_blessing(blessing, model, blessed)
     headline = (f"eval_mse={quality.mse:.6g}" if isinstance(quality, quality_lib.Quality)
                 else f"eval_accuracy={quality.accuracy:.6g}")
@@ -344,6 +346,39 @@ def write_files(uri: str, scalars: Dict[str, P.Scalar], curves: Optional[Dict[st
                              json.dumps(curves, allow_nan=False))
   with fileio.open(os.path.join(uri, P.PLOT_FILE_NAME), "wb") as f:
     f.write(plots.loss_plot_png([("", curves)], title=title))
+
+
+def class_metrics(quality: quality_lib.AnyQuality, info: task_lib.TaskInfo
+                  ) -> Optional[Dict[str, Any]]:
+  """A classifier's ``system.ClassificationMetrics`` metadata (report.classification);
+  None for a regression."""
+  if not isinstance(quality, (quality_lib.BinaryQuality, quality_lib.MulticlassQuality)):
+    return None
+  vocabulary = list(info.label_vocabulary or ())
+  labels = (vocabulary if len(vocabulary) == len(quality.confusion)
+            else [str(k) for k in range(len(quality.confusion))])
+  roc = quality.roc if isinstance(quality, quality_lib.BinaryQuality) else ()
+  return report.classification(labels, quality.confusion, dict(zip(
+      ("thresholds", "recall", "false_positive_rate"), zip(*roc))) if roc else None)
+
+
+def write_report(uri: str, scalars: Dict[str, P.Scalar], quality: quality_lib.AnyQuality,
+                 info: task_lib.TaskInfo) -> None:
+  """Writes ``report.html`` and ``kfp_metrics.json`` (the KFP UI's forms, which the KFP
+  entry point records: kubeflow/ui_outputs.py) beside ``metrics.json``; the report shows
+  ``baseline_comparison.json`` where the artifact has one."""
+  curves_path = os.path.join(uri, P.CURVES_FILE_NAME)
+  curves = (json.loads(io_utils.read_string_file(curves_path))
+            if fileio.exists(curves_path) else None)
+  comparison_path = os.path.join(uri, report.COMPARISON_FILE_NAME)
+  comparison = (json.loads(io_utils.read_string_file(comparison_path))
+                if fileio.exists(comparison_path) else None)
+  classes = class_metrics(quality, info)
+  io_utils.write_string_file(os.path.join(uri, report.REPORT_FILE_NAME), report.report_html(
+      scalars, curves, comparison, classes))
+  io_utils.write_string_file(os.path.join(uri, report.KFP_METRICS_FILE_NAME), json.dumps(
+      {"metrics": report.kfp_metrics(scalars), "classification": classes},
+      allow_nan=False, sort_keys=True))
 
 
 def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool):

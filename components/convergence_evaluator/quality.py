@@ -39,6 +39,7 @@ import tensorflow as tf
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common.splits import split_files
 from tfx_parallel.components.convergence_evaluator import signature
+from tfx_parallel.components.convergence_evaluator.report import roc_points
 from tfx_parallel.components.convergence_evaluator import task as task_lib
 
 PREDICTION_KEY = keys.PREDICTIONS_OUTPUT
@@ -153,6 +154,8 @@ class BinaryQuality:
   positives: int  # examples whose label is class 1.
   seconds: float = 0.0
   unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
+  confusion: Tuple[Tuple[int, ...], ...] = ()  # [[tn, fp], [fn, tp]]: rows label, cols predicted.
+  roc: Tuple[Tuple[float, float, float], ...] = ()  # (threshold, recall, fpr); () one class.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +169,7 @@ class MulticlassQuality:
   class_examples: Tuple[int, ...]
   seconds: float = 0.0
   unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
+  confusion: Tuple[Tuple[int, ...], ...] = ()  # K x K: rows label, columns argmax.
 
 
 AnyQuality = Union[Quality, BinaryQuality, MulticlassQuality]
@@ -209,13 +213,17 @@ class BinaryAccumulator:
   def result(self, seconds: float = 0.0) -> BinaryQuality:
     if self.count == 0:
       raise ValueError("no examples were evaluated")
-    area = auc(np.concatenate(self._labels), np.concatenate(self._scores))
+    labels, scores = np.concatenate(self._labels), np.concatenate(self._scores)
+    area = auc(labels, scores)
+    curve = roc_points(labels, scores)
     return BinaryQuality(
         examples=self.count, accuracy=(self._tp + self._tn) / self.count,
         auc=-1.0 if math.isnan(area) else area, log_loss=self._log_loss / self.count,
         precision=_ratio(self._tp, self._tp + self._fp),
         recall=_ratio(self._tp, self._tp + self._fn), positives=self._tp + self._fn,
-        seconds=seconds)
+        seconds=seconds, confusion=((self._tn, self._fp), (self._fn, self._tp)),
+        roc=tuple(zip(*(curve[k] for k in ("thresholds", "recall", "false_positive_rate"))))
+        if curve else ())
 
 
 class MulticlassAccumulator:
@@ -265,7 +273,8 @@ class MulticlassAccumulator:
         examples=self.count, accuracy=float(correct.sum() / self.count),
         log_loss=self._log_loss / self.count,
         class_accuracy=tuple(_ratio(c, n) for c, n in zip(correct, per_class)),
-        class_examples=tuple(int(n) for n in per_class), seconds=seconds)
+        class_examples=tuple(int(n) for n in per_class), seconds=seconds,
+        confusion=tuple(tuple(int(v) for v in row) for row in self._confusion))
 
 
 def _column(value: np.ndarray, name: str, n: int) -> np.ndarray:
