@@ -1,0 +1,196 @@
+"""Blessing against a baseline (issue #50 item 3): the TFMA-style change check
+(baseline.py), its config (config.py), the latest-blessed lookup in a real ML Metadata
+store shaped as TFX and as the KFP launcher write it (lookup.py), and the loop end to end
+(item 4): three LocalDagRunner runs on one store, with the stock Pusher."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.convergence_evaluator import baseline
+from tfx_parallel.components.convergence_evaluator import lookup
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.components.convergence_evaluator.config import ChangeThreshold
+from tfx_parallel.components.convergence_evaluator.config import ChangeThresholds
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+from tfx_parallel.components.convergence_evaluator.config import RegressionChange
+
+FEATURES = ["x0", "x1"]
+W, B = [2.0, -1.0], 0.5
+
+
+# --- The change check (TFMA metrics_validator.py:65-102 semantics). -------------------
+
+def _one(candidate, base, threshold):
+  group = RegressionChange(eval_mse=threshold, eval_mae=ChangeThreshold("lower_is_better"),
+                           eval_r2=ChangeThreshold())
+  return baseline.compare({"eval_mse": candidate}, {"eval_mse": base}, "regression",
+                          ChangeThresholds(regression=group), "/base", "channel")
+
+
+def test_lower_is_better_bounds_the_change_from_above():
+  ok = _one(1.005, 1.0, ChangeThreshold("lower_is_better", relative=0.01))
+  assert ok["passed"] and ok["metrics"][0]["relative_change"] == pytest.approx(0.005)
+  bad = _one(1.02, 1.0, ChangeThreshold("lower_is_better", relative=0.01))
+  assert not bad["passed"]
+  assert bad["metrics"][0]["absolute_change"] == pytest.approx(0.02)
+  bad = _one(1.02, 1.0, ChangeThreshold("lower_is_better", absolute=0.01))
+  assert not bad["passed"] and bad["metrics"][0]["absolute_threshold"] == 0.01
+  assert _one(0.5, 1.0, ChangeThreshold("lower_is_better", absolute=0.0))["passed"]
+
+
+def test_higher_is_better_bounds_the_change_from_below():
+  assert _one(0.995, 1.0, ChangeThreshold("higher_is_better", absolute=-0.01))["passed"]
+  assert not _one(0.98, 1.0, ChangeThreshold("higher_is_better", absolute=-0.01))["passed"]
+  assert not _one(0.98, 1.0, ChangeThreshold("higher_is_better", relative=-0.01))["passed"]
+  # Both bounds set: both must hold (TFMA: abs_result and rel_result).
+  both = ChangeThreshold("higher_is_better", absolute=-0.5, relative=0.0)
+  assert not _one(0.9, 1.0, both)["passed"]
+
+
+def test_zero_baseline_and_nan_fail_a_relative_bound_as_in_tfma():
+  zero = _one(0.1, 0.0, ChangeThreshold("lower_is_better", relative=10.0))
+  assert not zero["passed"] and zero["metrics"][0]["relative_change"] is None
+  assert "undefined (baseline is 0)" in zero["reason"]
+  assert _one(0.1, 0.0, ChangeThreshold("lower_is_better", absolute=0.2))["passed"]
+  assert not _one(math.nan, 1.0, ChangeThreshold("lower_is_better", absolute=1.0))["passed"]
+  assert _one(math.nan, 1.0, ChangeThreshold("lower_is_better"))["passed"]  # Unchecked.
+
+
+def test_the_failure_names_metric_values_threshold_and_setting():
+  result = baseline.compare({"eval_accuracy": 0.8, "eval_auc": 0.9},
+                            {"eval_accuracy": 0.9, "eval_auc": 0.95}, "binary",
+                            ChangeThresholds(), "/models/7", "latest_blessed")
+  assert not result["passed"]
+  message = baseline.blessing_message(result)
+  for part in ("/models/7", "eval_accuracy 0.8 vs baseline 0.9", "-0.1",
+               "evaluator.change_thresholds.binary.eval_accuracy.absolute -0.01",
+               "set evaluator.change_thresholds.binary.eval_accuracy.absolute=-0.1"):
+    assert part in message
+  # Fixing the setting as suggested makes it pass.
+  fixed = config_util.from_dict(EvaluatorConfig, {"change_thresholds": {"binary": {
+      "eval_accuracy": {"direction": "higher_is_better", "absolute": -0.1}}}})
+  assert baseline.compare({"eval_accuracy": 0.8}, {"eval_accuracy": 0.9}, "binary",
+                          fixed.change_thresholds, "/m", "channel")["passed"]
+
+
+def test_the_dict_has_exactly_the_interface_fields():
+  result = baseline.compare({"eval_mse": 1.0, "eval_mae": 0.5, "eval_r2": 0.8},
+                            {"eval_mse": 1.0, "eval_mae": 0.5, "eval_r2": 0.8},
+                            "regression", ChangeThresholds(), "/b", "channel")
+  assert set(result) == {"baseline_uri", "baseline_source", "metrics", "passed", "reason"}
+  assert [m["name"] for m in result["metrics"]] == ["eval_mse", "eval_mae", "eval_r2"]
+  assert set(result["metrics"][0]) == {
+      "name", "candidate", "baseline", "direction", "absolute_change", "relative_change",
+      "absolute_threshold", "relative_threshold", "passed"}
+  assert result["passed"] and json.loads(json.dumps(result)) == result
+  with pytest.raises(ValueError, match="baseline_source must be one of .* Received: 'x'"):
+    baseline.compare({}, {}, "regression", ChangeThresholds(), "/b", "x")
+
+
+def test_defaults_are_the_headline_metrics_with_small_tolerance():
+  t = EvaluatorConfig().change_thresholds
+  assert t.regression.eval_mse == ChangeThreshold("lower_is_better", None, 0.01)
+  assert t.binary.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
+  assert t.multiclass.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
+  assert t.binary.eval_auc.absolute is None and t.binary.eval_auc.relative is None
+  assert EvaluatorConfig().baseline is None
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"baseline": "newest"}, "baseline"),
+    ({"change_thresholds": {"regression": {"eval_mse": {"direction": "up"}}}},
+     "change_thresholds.regression.eval_mse.direction"),
+    ({"change_thresholds": {"regression": {"eval_rmse": {}}}},
+     "change_thresholds.regression.eval_rmse"),
+    ({"change_thresholds": {"binary": {"eval_auc": {"absolute": "a"}}}},
+     "change_thresholds.binary.eval_auc.absolute"),
+])
+def test_bad_settings_name_the_key(data, key):
+  with pytest.raises(config_util.ConfigError) as e:
+    config_util.from_dict(EvaluatorConfig, data).validate()
+  assert e.value.key == key
+
+
+def test_channel_and_lookup_together_are_rejected():
+  from tfx import types  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
+  channel = types.Channel(type=standard_artifacts.Model)
+  with pytest.raises(config_util.ConfigError, match="baseline: is 'latest_blessed' but a "
+                     "baseline_model channel is given too.*evaluator.baseline=null"):
+    ConvergenceEvaluator(model=channel, examples=types.Channel(
+        type=standard_artifacts.Examples), baseline_model=channel,
+                         config=EvaluatorConfig(baseline="latest_blessed"))
+
+
+def test_lookup_without_a_store_says_how_to_give_one():
+  with pytest.raises(ValueError, match="metadata_connection_config=.*baseline_model="):
+    lookup.open_store("", {})
+
+
+# --- The lookup, on stores shaped as TFX and the KFP launcher write them. ---------------
+
+def _store():
+  config = metadata_store_pb2.ConnectionConfig()
+  config.fake_database.SetInParent()
+  return metadata_store.MetadataStore(config)
+
+
+def _put(store, type_name, uri="", **props):
+  type_id = store.put_artifact_type(metadata_store_pb2.ArtifactType(name=type_name))
+  artifact = metadata_store_pb2.Artifact(type_id=type_id, uri=uri)
+  for k, v in props.items():
+    field = {int: "int_value", float: "double_value", str: "string_value"}[type(v)]
+    setattr(artifact.custom_properties[k], field, v)
+  return store.put_artifacts([artifact])[0]
+
+
+def _attribute(store, context_type, name, artifact_ids):
+  type_id = store.put_context_type(metadata_store_pb2.ContextType(name=context_type))
+  found = store.get_context_by_type_and_name(context_type, name)
+  context_id = found.id if found else store.put_contexts(
+      [metadata_store_pb2.Context(type_id=type_id, name=name)])[0]
+  store.put_attributions_and_associations(
+      [metadata_store_pb2.Attribution(context_id=context_id, artifact_id=a)
+       for a in artifact_ids], [])
+
+
+@pytest.mark.parametrize("shape", ["tfx", "kfp"])
+def test_latest_blessed_is_the_newest_blessed_model_of_the_same_pipeline(shape):
+  store = _store()
+  model_type, blessing_type, context_type = (
+      ("Model", "ModelBlessing", "pipeline") if shape == "tfx" else
+      ("tfx.Model", "tfx.ModelBlessing", "system.Pipeline"))
+  one = 1 if shape == "tfx" else 1.0  # KFP: every number a double.
+  zero = 0 if shape == "tfx" else 0.0
+  num = int if shape == "tfx" else float
+  m1 = _put(store, model_type, "/m1")
+  b1 = _put(store, blessing_type, "/b1", blessed=one, current_model_id=num(m1))
+  m2 = _put(store, model_type, "/m2")
+  b2 = _put(store, blessing_type, "/b2", blessed=zero, current_model_id=num(m2))
+  other = _put(store, model_type, "/other")  # Another pipeline's, blessed later.
+  b_other = _put(store, blessing_type, "/bo", blessed=one, current_model_id=num(other))
+  candidate = _put(store, model_type, "/m3")
+  _attribute(store, context_type, "mine", [m1, b1, m2, b2, candidate])
+  _attribute(store, context_type, "theirs", [other, b_other])
+
+  found = lookup.latest_blessed(store, candidate)
+  assert (found.uri, found.model_id, found.blessing_id, found.pipeline) == (
+      "/m1", m1, b1, "mine")
+  m4 = _put(store, model_type, "/m4")
+  b4 = _put(store, blessing_type, "/b4", blessed=one, current_model_id=num(m4))
+  _attribute(store, context_type, "mine", [m4, b4])
+  assert lookup.latest_blessed(store, candidate).uri == "/m4"
+  # The candidate's own blessing is never its baseline; the first run has none.
+  assert lookup.latest_blessed(store, m4).uri == "/m1"
+  first = _store()
+  lone = _put(first, model_type, "/lone")
+  _attribute(first, context_type, "p", [lone])
+  assert lookup.latest_blessed(first, lone) is None
