@@ -194,3 +194,108 @@ def test_latest_blessed_is_the_newest_blessed_model_of_the_same_pipeline(shape):
   lone = _put(first, model_type, "/lone")
   _attribute(first, context_type, "p", [lone])
   assert lookup.latest_blessed(first, lone) is None
+
+
+# --- The loop end to end (issue #50 item 4), locally with the stock Pusher. -------------
+
+MODELS = {"good": ([1.8, -0.9], 0.45), "worse": ([1.2, -0.6], 0.3), "better": (W, B)}
+
+
+def _loop_pipeline(home, examples, model_uri):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
+  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+      os.path.join(home, "metadata.sqlite"))
+  data = tfx.dsl.Importer(source_uri=examples.uri, artifact_type=standard_artifacts.Examples,
+                          properties={"split_names": examples.split_names},
+                          custom_properties={"label_key": "y"}).with_id("examples")
+  model = tfx.dsl.Importer(source_uri=model_uri,
+                           artifact_type=standard_artifacts.Model).with_id("model")
+  evaluator = ConvergenceEvaluator(
+      examples=data.outputs["result"], model=model.outputs["result"],
+      config=EvaluatorConfig(baseline="latest_blessed", min_eval_examples=50),
+      metadata_connection_config=connection)
+  pusher = tfx.components.Pusher(
+      model=model.outputs["result"], model_blessing=evaluator.outputs["blessing"],
+      push_destination=tfx.proto.PushDestination(filesystem=tfx.proto.PushDestination.Filesystem(
+          base_directory=os.path.join(home, "serving"))))
+  return tfx.dsl.Pipeline(pipeline_name="loop", pipeline_root=os.path.join(home, "root"),
+                          components=[data, model, evaluator, pusher], enable_cache=False,
+                          metadata_connection_config=connection)
+
+
+def _latest(store, type_name):
+  return max(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+
+
+@pytest.fixture(scope="module")
+def local_loop(tmp_path_factory):
+  """Runs good, worse, better on one store; {name: (metrics, blessing, pushed, model)}."""
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("loop")
+  x, y = testing.synthetic_data(120, W, B, noise=0.3, seed=4)
+  examples = testing.write_examples(
+      str(root / "data"), {"eval": testing.serialize_examples(x, y, FEATURES, "y")},
+      FEATURES, "y")
+  home = str(root / "home")
+  config = metadata_store_pb2.ConnectionConfig()
+  config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  runs = {}
+  for name, (kernel, bias) in MODELS.items():
+    model = testing.export_linear_model(str(root / name), kernel, bias, FEATURES)
+    tfx.orchestration.LocalDagRunner().run(_loop_pipeline(home, examples, model.uri))
+    store = metadata_store.MetadataStore(config)
+    runs[name] = (_latest(store, "ConvergenceMetrics"), _latest(store, "ModelBlessing"),
+                  _latest(store, "PushedModel"), _latest(store, "Model"))
+  return runs
+
+
+def _comparison(metrics):
+  path = os.path.join(metrics.uri, baseline.FILE_NAME)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+@pytest.mark.slow
+def test_first_run_is_judged_alone_blessed_and_pushed(local_loop):
+  metrics, blessing, pushed, _ = local_loop["good"]
+  assert blessing.custom_properties["blessed"].int_value == 1
+  assert pushed.custom_properties["pushed"].int_value == 1
+  assert _comparison(metrics) is None
+  assert baseline.BASELINE_URI not in metrics.custom_properties
+
+
+@pytest.mark.slow
+def test_worse_model_is_not_blessed_nor_pushed_and_says_why(local_loop):
+  metrics, blessing, pushed, _ = local_loop["worse"]
+  good_model = local_loop["good"][3]
+  assert blessing.custom_properties["blessed"].int_value == 0
+  assert pushed.custom_properties["pushed"].int_value == 0
+  comparison = _comparison(metrics)
+  assert comparison["baseline_source"] == "latest_blessed"
+  assert comparison["baseline_uri"] == good_model.uri and not comparison["passed"]
+  [mse] = [m for m in comparison["metrics"] if m["name"] == "eval_mse"]
+  assert mse["candidate"] > mse["baseline"] and not mse["passed"]
+  values = P.read_properties(metrics.custom_properties)
+  assert values[P.EVAL_MSE] == pytest.approx(mse["candidate"])
+  assert values["baseline_eval_mse"] == pytest.approx(mse["baseline"])
+  assert values[baseline.BASELINE_PASSED] == 0
+  message = values[P.BLESSING_MESSAGE]
+  print("worse model:", message)
+  assert f"eval_mse {mse['candidate']:.6g} vs baseline {mse['baseline']:.6g}" in message
+  assert "evaluator.change_thresholds.regression.eval_mse.relative 0.01" in message
+
+
+@pytest.mark.slow
+def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop):
+  metrics, blessing, pushed, model = local_loop["better"]
+  assert blessing.custom_properties["blessed"].int_value == 1
+  assert pushed.custom_properties["pushed"].int_value == 1
+  comparison = _comparison(metrics)
+  # The baseline is the good model (the worse one was not blessed).
+  assert comparison["baseline_uri"] == local_loop["good"][3].uri != model.uri
+  assert comparison["passed"] and comparison["metrics"][0]["absolute_change"] < 0
