@@ -41,6 +41,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import readable
+from tfx_parallel.components.convergence_evaluator import baseline
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.pipeline import config as config_lib
@@ -80,6 +81,7 @@ COMMON_COLUMNS = (
     ("examples/s", P.EXAMPLES_PER_SEC, readable.rate),
     ("params", P.PARAM_COUNT, readable.count),
     ("state B/device", P.STATE_BYTES_PER_DEVICE, readable.count),
+    ("vs baseline", baseline.BASELINE_PASSED, lambda v: "passed" if v else "failed"),
     ("blessed", P.BLESSED, str),
     ("why not blessed", P.BLESSING_MESSAGE, lambda v: v or "-"),
 )
@@ -110,6 +112,9 @@ COLUMN_HELP = {
     "examples/s": "training examples per second",
     "params": "trainable parameters of the model",
     "state B/device": "bytes of training state held per device",
+    "vs baseline": "the change thresholds against the baseline model (evaluator "
+                   "baseline_model / baseline: latest_blessed): passed or failed; '-' "
+                   "without a baseline (baseline_comparison.json beside metrics.json)",
     "blessed": "1 if the evaluator blessed the model (fit to push), else 0",
     "why not blessed": "the evaluator's reason when it did not bless",
 }

@@ -299,3 +299,34 @@ def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop)
   # The baseline is the good model (the worse one was not blessed).
   assert comparison["baseline_uri"] == local_loop["good"][3].uri != model.uri
   assert comparison["passed"] and comparison["metrics"][0]["absolute_change"] < 0
+
+
+@pytest.mark.slow
+def test_summary_and_metrics_table_show_the_comparison(local_loop):
+  from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  metrics = local_loop["worse"][0]
+  line = summary.format_baseline(summary.read_comparison(metrics.uri))
+  assert line.startswith(f"baseline   failed against {local_loop['good'][3].uri} "
+                         "(latest_blessed): eval_mse ")
+  assert "FAILED" in line and "eval_mae" in line
+  text = summary.format_summary({"ConvergenceMetrics": {
+      "uri": metrics.uri, **P.read_properties(metrics.custom_properties)},
+      "ModelBlessing": {"blessed": 0}})
+  assert line in text and "blessed    False (worse than the baseline at" in text
+  table = metrics_report.format_table(metrics_report.find_runs(
+      metadata_store.MetadataStore(_store_config(local_loop)), "loop"))
+  assert "vs baseline" in table
+  cells = [l for l in table.splitlines() if "loop" in l]
+  assert len(cells) == 3
+  assert [("passed" in c, "failed" in c) for c in cells] == [
+      (False, False), (False, True), (True, False)]
+
+
+def _store_config(runs):
+  """The loop's SQLite store: <home>/metadata.sqlite, the pipeline root <home>/root."""
+  uri = runs["good"][0].uri
+  home = uri[:uri.index(os.sep + "root" + os.sep)]
+  config = metadata_store_pb2.ConnectionConfig()
+  config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  return config
