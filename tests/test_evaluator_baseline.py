@@ -330,3 +330,55 @@ def _store_config(runs):
   config = metadata_store_pb2.ConnectionConfig()
   config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
   return config
+
+
+# --- On Kubeflow: KFP's own ML Metadata, reached through metadata-grpc-service. ---------
+
+def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_path):
+  """Two runs recorded as the KFP launcher records them (tests/kubeflow_launcher.py's
+  KfpMetadata: RecordArtifact, PublishExecution with the pipeline and run contexts,
+  every number a double), served over ML Metadata's gRPC API as metadata-grpc-service
+  serves the cluster's; the step sees the candidate's MLMD id as kubeflow/entrypoint.py
+  passes it (TFX's entry point hashes the ids)."""
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.kubeflow import entrypoint  # pylint: disable=g-import-not-at-top
+  kfp = KfpMetadata(str(tmp_path / "mlmd.sqlite"))
+  root = "minio://mlpipeline/v2/artifacts"
+
+  def run(run_id, blessed, pipeline="loop"):
+    contexts = kfp.pipeline(pipeline, run_id, root)
+    model_uri = f"{root}/{pipeline}/{run_id}/DistributedTrainer/model"
+    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {})
+    trainer = kfp.create_execution("DistributedTrainer", contexts)
+    kfp.publish_execution(trainer, contexts, {"model": model})
+    if blessed is not None:
+      blessing = kfp.record_artifact(
+          "blessing", {"schemaTitle": "tfx.ModelBlessing"},
+          f"{root}/{pipeline}/{run_id}/ConvergenceEvaluator/blessing",
+          {"blessed": blessed, "current_model": model_uri, "current_model_id": model})
+      evaluator = kfp.create_execution("ConvergenceEvaluator", contexts)
+      kfp.publish_execution(evaluator, contexts, {"blessing": blessing})
+    return model, model_uri
+
+  _, good_uri = run("run-1", 1)
+  run("run-2", 0)
+  run("other-1", 1, pipeline="another")  # Another pipeline's, later: not ours.
+  candidate, _ = run("run-3", None)
+  executor_input = {"inputs": {"artifacts": {"model": {"artifacts": [
+      {"name": str(candidate), "uri": "minio://x"}]}}}}
+  environ = {lookup.MLMD_HOST_ENV: "127.0.0.1", lookup.MLMD_PORT_ENV: str(kfp.serve()),
+             lookup.INPUT_IDS_ENV: json.dumps(entrypoint.input_ids_by_key(executor_input))}
+  model = standard_artifacts.Model()
+  model.id = 1234567890123  # As TFX's KFP entry point sets it: a hash of the name.
+  config = EvaluatorConfig(baseline="latest_blessed")
+  try:
+    assert executor.find_baseline({}, {}, config, model, environ) == (good_uri,
+                                                                       "latest_blessed")
+    assert lookup.readable_uri(good_uri).startswith("s3://mlpipeline/v2/artifacts/loop/")
+    # Without the id from the entry point, the hashed id finds nothing to compare with.
+    del environ[lookup.INPUT_IDS_ENV]
+    assert executor.find_baseline({}, {}, config, model, environ) is None
+  finally:
+    kfp.close()

@@ -178,7 +178,7 @@ def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
   if baseline is None:
     return None
   uri, source = baseline
-  model_dir = path_utils.serving_model_path(uri)
+  model_dir = path_utils.serving_model_path(lookup.readable_uri(uri))
   output_map = signature.output_map(signature.read(model_dir), info.task,
                                     config.prediction_key, model_dir)
   theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,

@@ -59,7 +59,11 @@ def _type_names(store, type_ids: Iterable[int], getter) -> dict:
 def pipeline_context(store, model_id: int):
   """The pipeline context the candidate Model (``model_id``) belongs to; None when the
   store has no such artifact or it is in no pipeline context."""
-  contexts = store.get_contexts_by_artifact(model_id)
+  from ml_metadata import errors  # pylint: disable=g-import-not-at-top
+  try:
+    contexts = store.get_contexts_by_artifact(model_id)
+  except errors.NotFoundError:  # No such artifact (or in no context).
+    return None
   names = _type_names(store, [c.type_id for c in contexts], store.get_context_types_by_id)
   for context in contexts:
     if names.get(context.type_id) in PIPELINE_CONTEXT_TYPES:
@@ -72,6 +76,9 @@ def latest_blessed(store, model_id: int) -> Optional[Found]:
   (module docstring); None on the first run (nothing blessed yet)."""
   context = pipeline_context(store, model_id)
   if context is None:
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    logging.warning("ML Metadata has no pipeline context of the candidate Model (id %d): "
+                    "no baseline to look up", model_id)
     return None
   artifacts = store.get_artifacts_by_context(context.id)
   names = _type_names(store, [a.type_id for a in artifacts], store.get_artifact_types_by_id)
@@ -106,6 +113,13 @@ MLMD_PORT_ENV = "METADATA_GRPC_SERVICE_PORT"
 # Set by kubeflow/entrypoint.py on KFP: JSON {input key: ML Metadata id} (the KFP
 # runtime artifact's ``name``); TFX's KFP v2 entry point gives the executor hashed ids.
 INPUT_IDS_ENV = "TFX_PARALLEL_INPUT_IDS"
+
+
+def readable_uri(uri: str) -> str:
+  """The name TensorFlow opens a looked-up Model's URI by: KFP records ``minio://b/k``,
+  which is ``s3://b/k`` to tensorflow-io's filesystem (set up by kubeflow/entrypoint.py
+  for remote artifact paths, as for the step's own inputs then)."""
+  return "s3://" + uri[len("minio://"):] if uri.startswith("minio://") else uri
 
 
 def open_store(connection_config_json: str, environ):
