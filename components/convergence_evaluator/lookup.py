@@ -59,10 +59,12 @@ def _type_names(store, type_ids: Iterable[int], getter) -> dict:
 def pipeline_context(store, model_id: int):
   """The pipeline context the candidate Model (``model_id``) belongs to; None when the
   store has no such artifact or it is in no pipeline context."""
+  if not store.get_artifacts_by_id([model_id]):  # E.g. a hashed id (no such artifact).
+    return None
   from ml_metadata import errors  # pylint: disable=g-import-not-at-top
   try:
     contexts = store.get_contexts_by_artifact(model_id)
-  except errors.NotFoundError:  # No such artifact (or in no context).
+  except errors.NotFoundError:  # In no context.
     return None
   names = _type_names(store, [c.type_id for c in contexts], store.get_context_types_by_id)
   for context in contexts:
