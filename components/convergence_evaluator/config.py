@@ -261,6 +261,16 @@ class EvaluatorConfig:
       than one value) instead of failing on the first one. None (default): what the
       trainer did (its TrainingHistory's ``missing_labels`` policy, the trainer's
       ``skip_missing_labels``), else the trainer's default (skip; task_contract.py).
+    baseline: where the baseline model comes from when the component has no
+      ``baseline_model`` channel: ``latest_blessed`` looks up the latest blessed model of
+      the same pipeline in ML Metadata (locally and on Kubeflow; no resolver node);
+      null (default): no baseline unless the channel gives one. The first run, with no
+      blessed model yet, is judged without a baseline (docs/verdicts.md).
+    change_thresholds: per task and per metric, how far the candidate may move from the
+      baseline (as TFMA's GenericChangeThreshold); checked only with a baseline, on top
+      of the task's thresholds. Default: regression ``eval_mse`` at most 1 % worse
+      (relative 0.01), classifiers' ``eval_accuracy`` at most 0.01 worse (absolute
+      -0.01); every other metric unchecked.
   """
   target_loss: Optional[float] = None
   target_fraction: float = 0.01
