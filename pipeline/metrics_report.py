@@ -298,6 +298,13 @@ def _table(rows: Sequence[Tuple[RunMetrics, int]], columns) -> List[str]:
           for line in [header] + lines]
 
 
+def _shown(columns, group):
+  """The columns, without "vs baseline" when no run of ``group`` had a baseline."""
+  if any(baseline.BASELINE_PASSED in row.properties for row, _ in group):
+    return columns
+  return tuple(c for c in columns if c[1] != baseline.BASELINE_PASSED)
+
+
 def format_table(rows: Sequence[RunMetrics]) -> str:
   """Fixed-width text tables, one line per run (cached reruns folded into the run they
   reused: "+1 cached"); a run shown only through its cached rerun has a '*'. Regression
@@ -308,7 +315,8 @@ def format_table(rows: Sequence[RunMetrics]) -> str:
              REGRESSION_COLUMNS + COMMON_COLUMNS),
             ("classification", [u for u in unique if is_classification(u[0])],
              CLASSIFICATION_COLUMNS + COMMON_COLUMNS)]
-  groups = [g for g in groups if g[1]]
+  groups = [(title, group, _shown(columns, group)) for title, group, columns in groups
+            if group]
   text: List[str] = []
   for title, group, columns in groups:
     if len(groups) > 1:

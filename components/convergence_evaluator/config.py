@@ -338,8 +338,6 @@ class EvaluatorConfig:
             f"must be true, false or null. Received: {self.skip_missing_labels!r}")
     require(self.baseline is None or self.baseline in BASELINES, "baseline",
             f"must be one of {list(BASELINES)} or null. Received: {self.baseline!r}")
-    require(isinstance(self.change_thresholds, ChangeThresholds), "change_thresholds",
-            f"must be a mapping of task groups. Received: {self.change_thresholds!r}")
     self.change_thresholds.validate()
     for key in ("label_key", "prediction_key"):
       value = getattr(self, key)
