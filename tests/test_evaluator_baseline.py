@@ -382,3 +382,11 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
     assert executor.find_baseline({}, {}, config, model, environ) is None
   finally:
     kfp.close()
+
+
+def test_an_unreadable_baseline_says_where_and_what_to_change(tmp_path):
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FileNotFoundError, match=r"baseline model \(latest_blessed\) at "
+                     r"minio://b/m cannot be read.*s3://b/m.*evaluator.baseline=null"):
+    executor.compare_with_baseline(("minio://b/m", "latest_blessed"), None, None,
+                                   EvaluatorConfig(), str(tmp_path), [], "y", True)

@@ -178,7 +178,14 @@ def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
   if baseline is None:
     return None
   uri, source = baseline
-  model_dir = path_utils.serving_model_path(lookup.readable_uri(uri))
+  model_dir = _serving_dir(lookup.readable_uri(uri))
+  if model_dir is None:
+    raise FileNotFoundError(
+        f"the baseline model ({source}) at {uri} cannot be read from this step (as "
+        f"{lookup.readable_uri(uri)}: no serving model there). On Kubeflow, a looked-up model is read at its object store URI: "
+        f"run the step with remote artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote and "
+        f"the object store's credentials), or pass baseline_model=<channel>, or set "
+        f"evaluator.baseline=null. Received: {uri!r}")
   output_map = signature.output_map(signature.read(model_dir), info.task,
                                     config.prediction_key, model_dir)
   theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,
@@ -187,6 +194,15 @@ def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
   return baseline_lib.compare(quality_properties(quality, config.split),
                               quality_properties(theirs, config.split), info.task,
                               config.change_thresholds, uri, source)
+
+
+def _serving_dir(uri: str) -> Optional[str]:
+  """The Model's serving directory (path_utils), None when this process cannot read it."""
+  try:
+    model_dir = path_utils.serving_model_path(uri)
+    return model_dir if fileio.exists(model_dir) else None
+  except Exception:  # pylint: disable=broad-except  # E.g. s3:// without tensorflow-io's filesystem.
+    return None
 
 
 def write_comparison(uri: str, comparison: Dict[str, Any]):
