@@ -5,9 +5,11 @@ them), locally and on Kubeflow Pipelines.
 The pipeline is the candidate Model's pipeline context, found from the candidate's ML
 Metadata id:
 
-* locally (TFX's LocalDagRunner), context type ``pipeline`` named after the pipeline; TFX
-  attributes every output artifact to it (tfx 1.16 ``orchestration/portable/mlmd/
-  context_lib.py`` and ``execution_publish_utils.publish_succeeded_execution``);
+* locally (TFX's LocalDagRunner), context type ``pipeline`` (tfx 1.16
+  ``dsl/compiler/constants.py``:23 ``PIPELINE_CONTEXT_TYPE_NAME``) named after the
+  pipeline; TFX links every output artifact with every context of its execution
+  (``orchestration/portable/mlmd/execution_lib.py``:276-340 ``put_execution``, called by
+  ``orchestration/portable/execution_publish_utils.py``);
 * on KFP, context type ``system.Pipeline`` (``backend/src/v2/metadata/client.go``:54),
   the ``pipelineCtx`` of ``GetPipeline``; ``PublishExecution`` puts every output artifact
   with the pipeline and pipeline-run contexts (client.go 2.17.0:558-610: ``Contexts:
