@@ -160,7 +160,9 @@ def settings_page() -> str:
       continue  # A section header, not a setting.
     section = next((p for p in sections if p and key.startswith(p)), "")
     path = tuple(key.split("."))
-    default = default_of(field)
+    # The value in PipelineConfig(): a field's own default, or the one its enclosing
+    # field gives it (evaluator.change_thresholds.regression.eval_mse.direction).
+    default = lookup(python, path) if path[0] == "evaluator" else default_of(field)
     if dataclasses.is_dataclass(hint):
       doc = doc or (inspect.getdoc(hint) or "").split("\n\n")[0]
       default_text = "see below"

@@ -103,6 +103,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.convergence_evaluator import lookup
 from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.partitioned_example_gen import runners
 from tfx_parallel.kubeflow import dir_markers, split_outputs, ui_outputs
@@ -122,8 +123,9 @@ CHECKPOINT_VOLUME_ENV = "TFX_PARALLEL_CHECKPOINT_VOLUME"
 # optional envFrom: absent where the namespace has no such ConfigMap), the pod name from the
 # downward API (argocompiler/container.go 2.5.0:437-438, 2.17.0:566-567; common.go
 # 2.17.0:32-48).
-MLMD_HOST_ENV = "METADATA_GRPC_SERVICE_HOST"
-MLMD_PORT_ENV = "METADATA_GRPC_SERVICE_PORT"
+MLMD_HOST_ENV = lookup.MLMD_HOST_ENV  # "METADATA_GRPC_SERVICE_HOST"
+MLMD_PORT_ENV = lookup.MLMD_PORT_ENV
+INPUT_IDS_ENV = lookup.INPUT_IDS_ENV
 POD_NAME_ENV = "KFP_POD_NAME"
 # Roots under whose task directory the trainer keeps its checkpoints: gs:// (TensorFlow's
 # own filesystem), s3:// and minio:// (as s3://: tensorflow-io's filesystem, this process
@@ -310,6 +312,18 @@ def input_ids(executor_input: Mapping[str, Any]) -> Dict[str, Any]:
       name = artifact.get("name", "")
       if artifact.get("uri") and name:
         result[artifact["uri"]] = int(name) if name.isdigit() else name
+  return result
+
+
+def input_ids_by_key(executor_input: Mapping[str, Any]) -> Dict[str, int]:
+  """{input key: ML Metadata id} of the single-artifact inputs whose KFP name is an id
+  (open-source KFP: the driver's ``toRuntimeArtifact`` names a runtime artifact by its
+  MLMD id, ``backend/src/v2/metadata/converter.go``)."""
+  result = {}
+  for key, artifacts in executor_input.get("inputs", {}).get("artifacts", {}).items():
+    listed = artifacts.get("artifacts", [])
+    if len(listed) == 1 and str(listed[0].get("name", "")).isdigit():
+      result[key] = int(listed[0]["name"])
   return result
 
 
@@ -579,6 +593,9 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   if durable:  # The executor (run in this process) and its training processes read it.
     logging.info("Checkpoints: %s (a retry of this step resumes from them)", durable)
     os.environ[CHECKPOINT_ROOT_ENV] = durable
+  # The inputs' ML Metadata ids, for ConvergenceEvaluator's latest-blessed lookup (TFX's
+  # entry point gives the executor hashed ids; lookup.py).
+  os.environ[INPUT_IDS_ENV] = json.dumps(input_ids_by_key(executor_input), sort_keys=True)
   # Imported here: TFX imports TensorFlow (main has set its environment).
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top

@@ -41,6 +41,7 @@ from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from tfx_parallel.components.common import readable
+from tfx_parallel.components.convergence_evaluator import baseline
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.pipeline import config as config_lib
@@ -80,6 +81,7 @@ COMMON_COLUMNS = (
     ("examples/s", P.EXAMPLES_PER_SEC, readable.rate),
     ("params", P.PARAM_COUNT, readable.count),
     ("state B/device", P.STATE_BYTES_PER_DEVICE, readable.count),
+    ("vs baseline", baseline.BASELINE_PASSED, lambda v: "passed" if v else "failed"),
     ("blessed", P.BLESSED, str),
     ("why not blessed", P.BLESSING_MESSAGE, lambda v: v or "-"),
 )
@@ -110,6 +112,9 @@ COLUMN_HELP = {
     "examples/s": "training examples per second",
     "params": "trainable parameters of the model",
     "state B/device": "bytes of training state held per device",
+    "vs baseline": "the change thresholds against the baseline model (evaluator "
+                   "baseline_model / baseline: latest_blessed): passed or failed; '-' "
+                   "without a baseline (baseline_comparison.json beside metrics.json)",
     "blessed": "1 if the evaluator blessed the model (fit to push), else 0",
     "why not blessed": "the evaluator's reason when it did not bless",
 }
@@ -293,6 +298,13 @@ def _table(rows: Sequence[Tuple[RunMetrics, int]], columns) -> List[str]:
           for line in [header] + lines]
 
 
+def _shown(columns, group):
+  """The columns, without "vs baseline" when no run of ``group`` had a baseline."""
+  if any(baseline.BASELINE_PASSED in row.properties for row, _ in group):
+    return columns
+  return tuple(c for c in columns if c[1] != baseline.BASELINE_PASSED)
+
+
 def format_table(rows: Sequence[RunMetrics]) -> str:
   """Fixed-width text tables, one line per run (cached reruns folded into the run they
   reused: "+1 cached"); a run shown only through its cached rerun has a '*'. Regression
@@ -303,7 +315,8 @@ def format_table(rows: Sequence[RunMetrics]) -> str:
              REGRESSION_COLUMNS + COMMON_COLUMNS),
             ("classification", [u for u in unique if is_classification(u[0])],
              CLASSIFICATION_COLUMNS + COMMON_COLUMNS)]
-  groups = [g for g in groups if g[1]]
+  groups = [(title, group, _shown(columns, group)) for title, group, columns in groups
+            if group]
   text: List[str] = []
   for title, group, columns in groups:
     if len(groups) > 1:

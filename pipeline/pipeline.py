@@ -19,8 +19,11 @@ from tfx_parallel.components.partitioned_example_gen.component import Partitione
 from tfx_parallel.pipeline.config import PipelineConfig
 
 
-def create_components(config: PipelineConfig) -> List[base_node.BaseNode]:
-  """The pipeline's components, wired, in topological order."""
+def create_components(config: PipelineConfig, metadata_connection_config=None
+                      ) -> List[base_node.BaseNode]:
+  """The pipeline's components, wired, in topological order. ``metadata_connection_config``
+  is where ``evaluator.baseline: latest_blessed`` looks (None on Kubeflow: the step
+  reaches KFP's own ML Metadata)."""
   example_gen = PartitionedExampleGen(config=config.example_gen)
   if config.beam_pipeline_args:
     example_gen = example_gen.with_beam_pipeline_args(list(config.beam_pipeline_args))
@@ -29,7 +32,10 @@ def create_components(config: PipelineConfig) -> List[base_node.BaseNode]:
   evaluator = ConvergenceEvaluator(model=trainer.outputs["model"],
                                    examples=example_gen.outputs["examples"],
                                    history=trainer.outputs["history"],
-                                   config=config.evaluator)
+                                   config=config.evaluator,
+                                   metadata_connection_config=(
+                                       metadata_connection_config
+                                       if config.evaluator.baseline else None))
   components = [example_gen, trainer, evaluator]
   if config.with_tfma:
     from tfx_parallel.components.convergence_evaluator import tfma_stage  # pylint: disable=g-import-not-at-top
@@ -49,7 +55,7 @@ def create_pipeline(config: PipelineConfig,
   return tfx_pipeline.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=pipeline_root,
-      components=create_components(config),
+      components=create_components(config, metadata_connection_config),
       enable_cache=config.enable_cache,
       metadata_connection_config=metadata_connection_config,
       beam_pipeline_args=beam_pipeline_args,

@@ -1,7 +1,7 @@
 """The end-of-run summary, read back from ML Metadata (not from memory)."""
 import json
 import os
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ml_metadata import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -9,6 +9,7 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.common import readable
 from tfx_parallel.components.common import run_history
+from tfx_parallel.components.convergence_evaluator import baseline
 
 
 def open_store(metadata_path: str) -> metadata_store.MetadataStore:
@@ -114,6 +115,32 @@ def _rounded(values) -> str:
   return "[" + ", ".join(readable.sig(float(v), 5) for v in values) + "]"
 
 
+def read_comparison(metrics_uri: str) -> Optional[Dict[str, Any]]:
+  """``baseline_comparison.json`` at the metrics URI (baseline.py); None without one."""
+  path = os.path.join(metrics_uri, baseline.FILE_NAME)
+  if not metrics_uri or not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def format_baseline(comparison: Dict[str, Any], relative: Callable[[str], str] = str) -> str:
+  """One line: the baseline, where it came from, and each checked metric of both models
+  with its change ("ok" / "FAILED")."""
+  parts = []
+  for entry in comparison["metrics"]:
+    checked = (entry["absolute_threshold"] is not None
+               or entry["relative_threshold"] is not None)
+    change = entry["relative_change"]
+    parts.append(f"{entry['name']} {readable.sig(entry['candidate'])} vs "
+                 f"{readable.sig(entry['baseline'])}"
+                 + (f" ({100 * change:+.1f}%)" if change is not None else "")
+                 + ((" ok" if entry["passed"] else " FAILED") if checked else ""))
+  verdict = "passed" if comparison["passed"] else "failed"
+  return (f"baseline   {verdict} against {relative(str(comparison['baseline_uri']))} "
+          f"({comparison['baseline_source']}): " + "; ".join(parts))
+
+
 def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] = None,
                    relative: Callable[[str], str] = str,
                    suggest: Callable[[str], str] = str) -> str:
@@ -155,6 +182,9 @@ def format_summary(found: Dict[str, Dict[str, object]], log_path: Optional[str] 
                   f" |w err|max {readable.sig(m.get('weight_error'))},"
                   f" |b err| {readable.sig(m.get('bias_error'))})")
     lines.append(learned)
+  comparison = read_comparison(str(m.get("uri", "")))
+  if comparison is not None:
+    lines.append(format_baseline(comparison, relative))
   blessing = found.get("ModelBlessing", {})
   blessed = bool(blessing.get("blessed", 0))
   reason = m.get("blessing_message")

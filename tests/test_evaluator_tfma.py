@@ -169,3 +169,57 @@ def test_a_string_label_reaches_tfma_through_the_exported_classes_output(tmp_pat
   assert theirs["example_count"] == ours.examples == 300
   assert 0.0 < ours.accuracy < 1.0
   assert ours.accuracy == pytest.approx(theirs["sparse_categorical_accuracy"], abs=1e-4)
+
+
+def _tfma_blesses_against(tmp_path, examples, model, base, label_key, thresholds):
+  """The stock Evaluator (tfma_stage, our change thresholds as TFMA's) on ``model``
+  against ``base``: (TFMA's validation_ok, the blessing's ``blessed``)."""
+  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
+  from tfx import types  # pylint: disable=g-import-not-at-top
+  component = tfma_stage.stock_evaluator(
+      types.Channel(type=standard_artifacts.Model),
+      types.Channel(type=standard_artifacts.Examples), label_key,
+      baseline_model=types.Channel(type=standard_artifacts.Model),
+      change_thresholds=thresholds)
+  evaluation = _output(tmp_path, standard_artifacts.ModelEvaluation, "evaluation")
+  blessing = _output(tmp_path, standard_artifacts.ModelBlessing, "blessing")
+  component.executor_spec.executor_class().Do(
+      {specs.EXAMPLES_KEY: [examples], specs.MODEL_KEY: [model],
+       specs.BASELINE_MODEL_KEY: [base]},
+      {specs.EVALUATION_KEY: [evaluation], specs.BLESSING_KEY: [blessing]},
+      dict(component.exec_properties))
+  return (tfma.load_validation_result(evaluation.uri).validation_ok,
+          blessing.get_int_custom_property("blessed"))
+
+
+@pytest.mark.slow
+def test_tfma_change_thresholds_make_our_blessing_decision(tmp_path):
+  """Issue #50 item 3: the same two models, the same split and the same change
+  thresholds (the default, eval_mse at most 1 % worse, and an absolute bound on MAE):
+  TFMA's GenericChangeThreshold validation and baseline.compare agree, both ways."""
+  from tfx_parallel.components.convergence_evaluator import baseline  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  x, y = testing.synthetic_data(400, [1.0, -2.0, 0.5, 3.0], 1.5, noise=0.5, seed=6)
+  records = testing.serialize_examples(x, y, FEATURES, "y")
+  examples = testing.write_examples(str(tmp_path / "examples"), {"eval": records},
+                                    FEATURES, "y")
+  near = testing.export_linear_model(str(tmp_path / "near"), [0.95, -2.0, 0.5, 2.9], 1.45,
+                                     FEATURES)
+  far = testing.export_linear_model(str(tmp_path / "far"), [0.7, -1.6, 0.5, 2.5], 1.2,
+                                    FEATURES)
+  thresholds = config_lib.ChangeThresholds(regression=config_lib.RegressionChange(
+      eval_mae=config_lib.ChangeThreshold("lower_is_better", absolute=0.05)))
+
+  def ours(candidate, base):
+    q = [executor.quality_properties(quality.evaluate(
+        path_utils.serving_model_path(m.uri), examples.uri, "eval", "y", 256), "eval")
+         for m in (candidate, base)]
+    return baseline.compare(q[0], q[1], "regression", thresholds, base.uri, "channel")
+
+  worse, better = ours(far, near), ours(near, far)
+  assert not worse["passed"] and better["passed"]
+  assert _tfma_blesses_against(tmp_path / "worse", examples, far, near, "y",
+                               thresholds) == (False, 0)
+  assert _tfma_blesses_against(tmp_path / "better", examples, near, far, "y",
+                               thresholds) == (True, 1)

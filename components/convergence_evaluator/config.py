@@ -80,6 +80,121 @@ class MulticlassThresholds:
     _require_fraction(self.min_class_accuracy, prefix + "min_class_accuracy")
     _require_non_negative(self.max_log_loss, prefix + "max_log_loss")
 
+HIGHER_IS_BETTER = "higher_is_better"
+LOWER_IS_BETTER = "lower_is_better"
+DIRECTIONS = (HIGHER_IS_BETTER, LOWER_IS_BETTER)
+LATEST_BLESSED = "latest_blessed"
+BASELINES = (LATEST_BLESSED,)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeThreshold:
+  """How far a metric of the candidate may move from the baseline's, as TFMA's
+  ``GenericChangeThreshold`` (tensorflow/model-analysis v0.47.1,
+  ``tensorflow_model_analysis/proto/config.proto``: ``absolute``, ``relative``,
+  ``direction``; checked as ``evaluators/metrics_validator.py``:65-102 of the installed
+  TFMA does).
+
+  With ``absolute_change = candidate - baseline`` and ``relative_change =
+  (candidate - baseline) / baseline``: ``lower_is_better`` passes when each set bound is
+  >= the change, ``higher_is_better`` when each set bound is <= the change. A relative
+  bound fails when the baseline is 0 (TFMA: the ratio is NaN).
+
+  Attributes:
+    direction: ``higher_is_better`` or ``lower_is_better``.
+    absolute: the bound on ``candidate - baseline``; None: not checked.
+    relative: the bound on ``(candidate - baseline) / baseline``; None: not checked.
+  """
+  direction: str = HIGHER_IS_BETTER
+  absolute: Optional[float] = None
+  relative: Optional[float] = None
+
+  def validate(self, prefix: str):
+    require(self.direction in DIRECTIONS, prefix + "direction",
+            f"must be one of {list(DIRECTIONS)}. Received: {self.direction!r}")
+    for name in ("absolute", "relative"):
+      value = getattr(self, name)
+      require(value is None or (isinstance(value, (int, float)) and
+                                not isinstance(value, bool) and value == value),
+              prefix + name, f"must be a number or null. Received: {value!r}")
+
+
+def _lower(absolute=None, relative=None):
+  return dataclasses.field(default_factory=lambda: ChangeThreshold(
+      LOWER_IS_BETTER, absolute, relative))
+
+
+def _higher(absolute=None, relative=None):
+  return dataclasses.field(default_factory=lambda: ChangeThreshold(
+      HIGHER_IS_BETTER, absolute, relative))
+
+
+# The default tolerance on each task's headline metric: the candidate may be at most this
+# much worse than the baseline (TFMA's own examples use -1e-10, "no worse at all"; a
+# little slack keeps an equally good retrain from failing on noise).
+DEFAULT_RELATIVE_MSE_TOLERANCE = 0.01
+DEFAULT_ACCURACY_TOLERANCE = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionChange:
+  """Change thresholds of a regression model against its baseline (per metric).
+
+  Default: ``eval_mse`` at most 1 % above the baseline's (relative <= 0.01)."""
+  eval_mse: ChangeThreshold = _lower(relative=DEFAULT_RELATIVE_MSE_TOLERANCE)
+  eval_mae: ChangeThreshold = _lower()
+  eval_r2: ChangeThreshold = _higher()
+
+
+@dataclasses.dataclass(frozen=True)
+class BinaryChange:
+  """Change thresholds of a binary classifier against its baseline (per metric).
+
+  Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
+  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_auc: ChangeThreshold = _higher()
+  eval_log_loss: ChangeThreshold = _lower()
+  eval_precision: ChangeThreshold = _higher()
+  eval_recall: ChangeThreshold = _higher()
+
+
+@dataclasses.dataclass(frozen=True)
+class MulticlassChange:
+  """Change thresholds of a multi-class classifier against its baseline (per metric).
+
+  Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
+  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_log_loss: ChangeThreshold = _lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeThresholds:
+  """Change thresholds against the baseline model, by task (only the evaluated task's
+  group is checked, and only when there is a baseline)."""
+  regression: RegressionChange = dataclasses.field(default_factory=RegressionChange)
+  binary: BinaryChange = dataclasses.field(default_factory=BinaryChange)
+  multiclass: MulticlassChange = dataclasses.field(default_factory=MulticlassChange)
+
+  def for_task(self, task: str):
+    """{metric name: ChangeThreshold} of ``task``'s group, in declaration order."""
+    group = getattr(self, task)
+    return {f.name: getattr(group, f.name) for f in dataclasses.fields(group)}
+
+  def validate(self, prefix: str = "change_thresholds."):
+    for name, cls in (("regression", RegressionChange), ("binary", BinaryChange),
+                      ("multiclass", MulticlassChange)):
+      group = getattr(self, name)
+      require(isinstance(group, cls), prefix + name,
+              f"must be a {cls.__name__} (a mapping of metric names to thresholds). "
+              f"Received: {group!r}")
+      for field in dataclasses.fields(group):
+        threshold = getattr(group, field.name)
+        key = f"{prefix}{name}.{field.name}"
+        require(isinstance(threshold, ChangeThreshold), key,
+                f"must be a mapping with direction, absolute, relative. "
+                f"Received: {threshold!r}")
+        threshold.validate(key + ".")
+
 
 @dataclasses.dataclass(frozen=True)
 class EvaluatorConfig:
@@ -146,6 +261,16 @@ class EvaluatorConfig:
       than one value) instead of failing on the first one. None (default): what the
       trainer did (its TrainingHistory's ``missing_labels`` policy, the trainer's
       ``skip_missing_labels``), else the trainer's default (skip; task_contract.py).
+    baseline: where the baseline model comes from when the component has no
+      ``baseline_model`` channel: ``latest_blessed`` looks up the latest blessed model of
+      the same pipeline in ML Metadata (locally and on Kubeflow; no resolver node);
+      null (default): no baseline unless the channel gives one. The first run, with no
+      blessed model yet, is judged without a baseline (docs/verdicts.md).
+    change_thresholds: per task and per metric, how far the candidate may move from the
+      baseline (as TFMA's GenericChangeThreshold); checked only with a baseline, on top
+      of the task's thresholds. Default: regression ``eval_mse`` at most 1 % worse
+      (relative 0.01), classifiers' ``eval_accuracy`` at most 0.01 worse (absolute
+      -0.01); every other metric unchecked.
   """
   target_loss: Optional[float] = None
   target_fraction: float = 0.01
@@ -169,6 +294,8 @@ class EvaluatorConfig:
   prediction_key: Optional[str] = None
   skip_missing_labels: Optional[bool] = None
   min_eval_examples: int = 100
+  baseline: Optional[str] = None
+  change_thresholds: ChangeThresholds = dataclasses.field(default_factory=ChangeThresholds)
 
   def validate(self) -> "EvaluatorConfig":
     require(self.target_loss is None or self.target_loss > 0, "target_loss",
@@ -209,6 +336,9 @@ class EvaluatorConfig:
             f"must be an integer >= 0 (0: no minimum). Received: {self.min_eval_examples!r}")
     require(self.skip_missing_labels in (None, True, False), "skip_missing_labels",
             f"must be true, false or null. Received: {self.skip_missing_labels!r}")
+    require(self.baseline is None or self.baseline in BASELINES, "baseline",
+            f"must be one of {list(BASELINES)} or null. Received: {self.baseline!r}")
+    self.change_thresholds.validate()
     for key in ("label_key", "prediction_key"):
       value = getattr(self, key)
       require(value is None or (isinstance(value, str) and bool(value)), key,

@@ -20,8 +20,10 @@ from tfx_parallel.components.common import run_history
 from tfx_parallel.components.common import splits
 from tfx_parallel.components.common import task_contract
 from tfx_parallel.components.common import tfenv
+from tfx_parallel.components.convergence_evaluator import baseline as baseline_lib
 from tfx_parallel.components.convergence_evaluator import blessing as blessing_lib
 from tfx_parallel.components.convergence_evaluator import convergence
+from tfx_parallel.components.convergence_evaluator import lookup
 from tfx_parallel.components.convergence_evaluator import plots
 from tfx_parallel.components.convergence_evaluator import properties as P
 from tfx_parallel.components.convergence_evaluator import quality as quality_lib
@@ -97,6 +99,14 @@ class Executor(base_executor.BaseExecutor):
       logging.warning("ConvergenceEvaluator: the model is not judged, as the eval split "
                       "does not represent the data: %s", reason)
     blessed, message = blessing_lib.decide(quality, state, config, reason)
+    comparison = compare_with_baseline(
+        find_baseline(input_dict, exec_properties, config, model), quality, info, config,
+        examples.uri, files, label_key, skip_missing_labels(config, history))
+    if comparison is not None and not comparison["passed"]:
+      blessed = False
+      message = "; ".join(m for m in (message, baseline_lib.blessing_message(comparison)) if m)
+      logging.warning("ConvergenceEvaluator: not blessed: %s",
+                      baseline_lib.blessing_message(comparison))
     if quality.examples < config.min_eval_examples and state != P.UNREPRESENTATIVE:
       logging.warning("ConvergenceEvaluator: not blessed: %s",
                       blessing_lib.too_few_examples(quality.examples,
@@ -113,6 +123,7 @@ class Executor(base_executor.BaseExecutor):
         P.EVAL_SPLIT_WARNINGS: json.dumps(warnings),
         P.BLESSED: int(blessed),
         P.BLESSING_MESSAGE: message,
+        **(baseline_lib.properties(comparison) if comparison is not None else {}),
     }
     P.set_properties(metrics, scalars)
     write_files(metrics.uri, scalars,
@@ -120,6 +131,8 @@ class Executor(base_executor.BaseExecutor):
                 title=(f"Training loss: {scalars[P.LAYOUT]} layout, mesh "
                        f"{scalars[P.MESH_SHAPE] or '-'}, {scalars[P.REPLICAS]} replicas, "
                        f"{state}"))
+    if comparison is not None:  # Before the report, which reads it beside metrics.json.
+      write_comparison(metrics.uri, comparison)
     write_report(metrics.uri, scalars, quality, info)
     write_blessing(blessing, model, blessed)
     headline = (f"eval_mse={quality.mse:.6g}" if isinstance(quality, quality_lib.Quality)
@@ -127,6 +140,89 @@ class Executor(base_executor.BaseExecutor):
     logging.info("ConvergenceEvaluator: state=%s %s blessed=%s%s. Metrics written to %s.",
                  state, headline, blessed, f" ({message})" if message else "",
                  metrics.uri)
+
+
+def candidate_id(model: types.Artifact, environ=os.environ) -> int:
+  """The candidate Model's ML Metadata id: on Kubeflow the one kubeflow/entrypoint.py
+  passes (lookup.INPUT_IDS_ENV; TFX's KFP entry point gives the executor hashed ids),
+  else the artifact's own."""
+  ids = json.loads(environ.get(lookup.INPUT_IDS_ENV) or "{}")
+  return int(ids.get(keys.MODEL_KEY, model.id))
+
+
+def find_baseline(input_dict: Dict[str, List[types.Artifact]],
+                  exec_properties: Dict[str, Any], config: EvaluatorConfig,
+                  model: types.Artifact, environ=os.environ):
+  """(baseline URI, source) from the ``baseline_model`` channel, else ML Metadata's latest
+  blessed model of the pipeline (config ``baseline: latest_blessed``); None without one."""
+  given = input_dict.get(keys.BASELINE_MODEL_KEY) or []
+  if given:
+    return artifact_utils.get_single_instance(given).uri, baseline_lib.CHANNEL
+  if config.baseline != baseline_lib.LATEST_BLESSED:
+    return None
+  store = lookup.open_store(exec_properties.get(keys.METADATA_CONNECTION_KEY) or "", environ)
+  found = lookup.latest_blessed(store, candidate_id(model, environ))
+  if found is None:
+    logging.info("ConvergenceEvaluator: no blessed model in this pipeline yet: the "
+                 "candidate is judged without a baseline.")
+    return None
+  logging.info("ConvergenceEvaluator: baseline: the latest blessed model of pipeline %r, "
+               "Model %d at %s (ModelBlessing %d).", found.pipeline, found.model_id,
+               found.uri, found.blessing_id)
+  return found.uri, baseline_lib.LATEST_BLESSED
+
+
+def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
+                          info: task_lib.TaskInfo, config: EvaluatorConfig,
+                          examples_uri: str, files, label_key: str, skip_missing: bool):
+  """Evaluates the baseline (``(uri, source)`` or None) on the candidate's split and
+  files, and returns baseline.compare's dict (None without a baseline)."""
+  if baseline is None:
+    return None
+  uri, source = baseline
+  model_dir = _serving_dir(lookup.readable_uri(uri))
+  if model_dir is None:
+    raise FileNotFoundError(
+        f"the baseline model ({source}) at {uri} cannot be read from this step (as "
+        f"{lookup.readable_uri(uri)}: no serving model there). On Kubeflow, a looked-up model is read at its object store URI: "
+        f"run the step with remote artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote and "
+        f"the object store's credentials), or pass baseline_model=<channel>, or set "
+        f"evaluator.baseline=null. Received: {uri!r}")
+  output_map = signature.output_map(signature.read(model_dir), info.task,
+                                    config.prediction_key, model_dir)
+  theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,
+                                config.batch_size, info, files=files,
+                                output_map=output_map, skip_missing_labels=skip_missing)
+  return baseline_lib.compare(quality_properties(quality, config.split),
+                              quality_properties(theirs, config.split), info.task,
+                              config.change_thresholds, uri, source)
+
+
+def _serving_dir(uri: str) -> Optional[str]:
+  """The Model's serving directory (path_utils), None when this process cannot read it."""
+  try:
+    model_dir = path_utils.serving_model_path(uri)
+    return model_dir if fileio.exists(model_dir) else None
+  except Exception:  # pylint: disable=broad-except  # E.g. s3:// without tensorflow-io's filesystem.
+    return None
+
+
+def write_comparison(uri: str, comparison: Dict[str, Any]):
+  """``baseline_comparison.json`` beside ``metrics.json`` (NaN written as null)."""
+  fileio.makedirs(uri)
+  io_utils.write_string_file(os.path.join(uri, baseline_lib.FILE_NAME),
+                             json.dumps(_nan_to_none(comparison), allow_nan=False,
+                                        indent=1))
+
+
+def _nan_to_none(value):
+  if isinstance(value, float) and value != value:
+    return None
+  if isinstance(value, dict):
+    return {k: _nan_to_none(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_nan_to_none(v) for v in value]
+  return value
 
 
 def read_task(model: types.Artifact, history: Optional[types.Artifact],

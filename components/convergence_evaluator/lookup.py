@@ -1,0 +1,147 @@
+"""``evaluator.baseline = "latest_blessed"``: the latest blessed model of the same pipeline,
+found in ML Metadata by the executor itself (no resolver node: the Argo compiler rejects
+them), locally and on Kubeflow Pipelines.
+
+The pipeline is the candidate Model's pipeline context, found from the candidate's ML
+Metadata id:
+
+* locally (TFX's LocalDagRunner), context type ``pipeline`` (tfx 1.16
+  ``dsl/compiler/constants.py``:23 ``PIPELINE_CONTEXT_TYPE_NAME``) named after the
+  pipeline; TFX links every output artifact with every context of its execution
+  (``orchestration/portable/mlmd/execution_lib.py``:276-340 ``put_execution``, called by
+  ``orchestration/portable/execution_publish_utils.py``);
+* on KFP, context type ``system.Pipeline`` (``backend/src/v2/metadata/client.go``:54),
+  the ``pipelineCtx`` of ``GetPipeline``; ``PublishExecution`` puts every output artifact
+  with the pipeline and pipeline-run contexts (client.go 2.17.0:558-610: ``Contexts:
+  pipelineCtx, pipelineRunCtx``), so ML Metadata attributes them to both. The launcher
+  records each output's metadata as custom properties (client.go ``RecordArtifact``),
+  every number as a double: ``blessed`` is 1.0 there, 1 locally.
+
+In that context, the latest (create time, then id) ModelBlessing whose ``blessed`` is 1 and
+whose ``current_model_id`` names another Model than the candidate gives the baseline.
+Blessings of the stock Evaluator count too (same properties, tfx evaluator/constants.py).
+"""
+import dataclasses
+from typing import Iterable, Optional
+
+PIPELINE_CONTEXT_TYPES = ("pipeline", "system.Pipeline")
+BLESSING_TYPES = ("ModelBlessing", "tfx.ModelBlessing")
+MODEL_TYPES = ("Model", "tfx.Model")
+BLESSED = "blessed"
+CURRENT_MODEL_ID = "current_model_id"
+CURRENT_MODEL = "current_model"
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+  """The baseline: the blessed Model's URI and ML Metadata id, and its blessing's id."""
+  uri: str
+  model_id: int
+  blessing_id: int
+  pipeline: str
+
+
+def _number(value) -> Optional[float]:
+  kind = value.WhichOneof("value")
+  if kind in ("int_value", "double_value"):
+    return float(getattr(value, kind))
+  if kind == "string_value":
+    try:
+      return float(value.string_value)
+    except ValueError:
+      return None
+  return None
+
+
+def _type_names(store, type_ids: Iterable[int], getter) -> dict:
+  ids = sorted(set(type_ids))
+  return {t.id: t.name for t in getter(ids)} if ids else {}
+
+
+def pipeline_context(store, model_id: int):
+  """The pipeline context the candidate Model (``model_id``) belongs to; None when the
+  store has no such artifact or it is in no pipeline context."""
+  if not store.get_artifacts_by_id([model_id]):  # E.g. a hashed id (no such artifact).
+    return None
+  from ml_metadata import errors  # pylint: disable=g-import-not-at-top
+  try:
+    contexts = store.get_contexts_by_artifact(model_id)
+  except errors.NotFoundError:  # In no context.
+    return None
+  names = _type_names(store, [c.type_id for c in contexts], store.get_context_types_by_id)
+  for context in contexts:
+    if names.get(context.type_id) in PIPELINE_CONTEXT_TYPES:
+      return context
+  return None
+
+
+def latest_blessed(store, model_id: int) -> Optional[Found]:
+  """The latest blessed Model of the candidate's pipeline other than the candidate
+  (module docstring); None on the first run (nothing blessed yet)."""
+  context = pipeline_context(store, model_id)
+  if context is None:
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    logging.warning("ML Metadata has no pipeline context of the candidate Model (id %d): "
+                    "no baseline to look up", model_id)
+    return None
+  artifacts = store.get_artifacts_by_context(context.id)
+  names = _type_names(store, [a.type_id for a in artifacts], store.get_artifact_types_by_id)
+  blessings = [a for a in artifacts if names.get(a.type_id) in BLESSING_TYPES
+               and BLESSED in a.custom_properties
+               and _number(a.custom_properties[BLESSED]) == 1.0
+               and CURRENT_MODEL_ID in a.custom_properties]
+  for blessing in sorted(blessings, key=lambda a: (a.create_time_since_epoch, a.id),
+                         reverse=True):
+    baseline_id = _number(blessing.custom_properties[CURRENT_MODEL_ID])
+    if baseline_id is None or int(baseline_id) == model_id:
+      continue
+    found = store.get_artifacts_by_id([int(baseline_id)])
+    if not found:
+      continue
+    model = found[0]
+    model_type = _type_names(store, [model.type_id], store.get_artifact_types_by_id)
+    if model_type.get(model.type_id) not in MODEL_TYPES:
+      continue
+    return Found(uri=model.uri, model_id=model.id, blessing_id=blessing.id,
+                 pipeline=context.name)
+  return None
+
+
+# Where the executor finds ML Metadata: a connection config given to the component
+# (locally: the pipeline's own store, pipeline/pipeline.py passes it), else KFP's
+# metadata-grpc-service from the variables every KFP executor pod has (from
+# metadata-grpc-configmap; argocompiler/container.go 2.5.0:437-438, as
+# kubeflow/entrypoint.py reads them).
+MLMD_HOST_ENV = "METADATA_GRPC_SERVICE_HOST"
+MLMD_PORT_ENV = "METADATA_GRPC_SERVICE_PORT"
+# Set by kubeflow/entrypoint.py on KFP: JSON {input key: ML Metadata id} (the KFP
+# runtime artifact's ``name``); TFX's KFP v2 entry point gives the executor hashed ids.
+INPUT_IDS_ENV = "TFX_PARALLEL_INPUT_IDS"
+
+
+def readable_uri(uri: str) -> str:
+  """The name TensorFlow opens a looked-up Model's URI by: KFP records ``minio://b/k``,
+  which is ``s3://b/k`` to tensorflow-io's filesystem (set up by kubeflow/entrypoint.py
+  for remote artifact paths, as for the step's own inputs then)."""
+  return "s3://" + uri[len("minio://"):] if uri.startswith("minio://") else uri
+
+
+def open_store(connection_config_json: str, environ):
+  """An ML Metadata store: from ``connection_config_json`` (a ConnectionConfig as JSON)
+  when set, else KFP's gRPC service; ValueError naming both when neither is there."""
+  from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  if connection_config_json:
+    config = json_format.Parse(connection_config_json, metadata_store_pb2.ConnectionConfig())
+    return metadata_store.MetadataStore(config)
+  host = environ.get(MLMD_HOST_ENV)
+  if host:
+    return metadata_store.MetadataStore(metadata_store_pb2.MetadataStoreClientConfig(
+        host=host, port=int(environ.get(MLMD_PORT_ENV, "8080")), client_timeout_sec=60))
+  raise ValueError(
+      "evaluator.baseline is 'latest_blessed' but ConvergenceEvaluator has no ML Metadata "
+      "to look in: pass metadata_connection_config=<the pipeline's> to "
+      f"ConvergenceEvaluator (pipeline.create_pipeline does), or run on Kubeflow ({MLMD_HOST_ENV} "
+      "set), or pass baseline_model=<channel>, or set evaluator.baseline=null. "
+      f"Received: no connection config, {MLMD_HOST_ENV} unset")

@@ -1,0 +1,396 @@
+"""Blessing against a baseline (issue #50 item 3): the TFMA-style change check
+(baseline.py), its config (config.py), the latest-blessed lookup in a real ML Metadata
+store shaped as TFX and as the KFP launcher write it (lookup.py), and the loop end to end
+(item 4): three LocalDagRunner runs on one store, with the stock Pusher."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.convergence_evaluator import baseline
+from tfx_parallel.components.convergence_evaluator import lookup
+from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.components.convergence_evaluator.config import ChangeThreshold
+from tfx_parallel.components.convergence_evaluator.config import ChangeThresholds
+from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
+from tfx_parallel.components.convergence_evaluator.config import RegressionChange
+
+FEATURES = ["x0", "x1"]
+W, B = [2.0, -1.0], 0.5
+
+
+# --- The change check (TFMA metrics_validator.py:65-102 semantics). -------------------
+
+def _one(candidate, base, threshold):
+  group = RegressionChange(eval_mse=threshold, eval_mae=ChangeThreshold("lower_is_better"),
+                           eval_r2=ChangeThreshold())
+  return baseline.compare({"eval_mse": candidate}, {"eval_mse": base}, "regression",
+                          ChangeThresholds(regression=group), "/base", "channel")
+
+
+def test_lower_is_better_bounds_the_change_from_above():
+  ok = _one(1.005, 1.0, ChangeThreshold("lower_is_better", relative=0.01))
+  assert ok["passed"] and ok["metrics"][0]["relative_change"] == pytest.approx(0.005)
+  bad = _one(1.02, 1.0, ChangeThreshold("lower_is_better", relative=0.01))
+  assert not bad["passed"]
+  assert bad["metrics"][0]["absolute_change"] == pytest.approx(0.02)
+  bad = _one(1.02, 1.0, ChangeThreshold("lower_is_better", absolute=0.01))
+  assert not bad["passed"] and bad["metrics"][0]["absolute_threshold"] == 0.01
+  assert _one(0.5, 1.0, ChangeThreshold("lower_is_better", absolute=0.0))["passed"]
+
+
+def test_higher_is_better_bounds_the_change_from_below():
+  assert _one(0.995, 1.0, ChangeThreshold("higher_is_better", absolute=-0.01))["passed"]
+  assert not _one(0.98, 1.0, ChangeThreshold("higher_is_better", absolute=-0.01))["passed"]
+  assert not _one(0.98, 1.0, ChangeThreshold("higher_is_better", relative=-0.01))["passed"]
+  # Both bounds set: both must hold (TFMA: abs_result and rel_result).
+  both = ChangeThreshold("higher_is_better", absolute=-0.5, relative=0.0)
+  assert not _one(0.9, 1.0, both)["passed"]
+
+
+def test_zero_baseline_and_nan_fail_a_relative_bound_as_in_tfma():
+  zero = _one(0.1, 0.0, ChangeThreshold("lower_is_better", relative=10.0))
+  assert not zero["passed"] and zero["metrics"][0]["relative_change"] is None
+  assert "undefined (baseline is 0)" in zero["reason"]
+  assert _one(0.1, 0.0, ChangeThreshold("lower_is_better", absolute=0.2))["passed"]
+  assert not _one(math.nan, 1.0, ChangeThreshold("lower_is_better", absolute=1.0))["passed"]
+  assert _one(math.nan, 1.0, ChangeThreshold("lower_is_better"))["passed"]  # Unchecked.
+
+
+def test_the_failure_names_metric_values_threshold_and_setting():
+  result = baseline.compare({"eval_accuracy": 0.8, "eval_auc": 0.9},
+                            {"eval_accuracy": 0.9, "eval_auc": 0.95}, "binary",
+                            ChangeThresholds(), "/models/7", "latest_blessed")
+  assert not result["passed"]
+  message = baseline.blessing_message(result)
+  for part in ("/models/7", "eval_accuracy 0.8 vs baseline 0.9", "-0.1",
+               "evaluator.change_thresholds.binary.eval_accuracy.absolute -0.01",
+               "set evaluator.change_thresholds.binary.eval_accuracy.absolute=-0.1"):
+    assert part in message
+  # Fixing the setting as suggested makes it pass.
+  fixed = config_util.from_dict(EvaluatorConfig, {"change_thresholds": {"binary": {
+      "eval_accuracy": {"direction": "higher_is_better", "absolute": -0.1}}}})
+  assert baseline.compare({"eval_accuracy": 0.8}, {"eval_accuracy": 0.9}, "binary",
+                          fixed.change_thresholds, "/m", "channel")["passed"]
+
+
+def test_the_dict_has_exactly_the_interface_fields():
+  result = baseline.compare({"eval_mse": 1.0, "eval_mae": 0.5, "eval_r2": 0.8},
+                            {"eval_mse": 1.0, "eval_mae": 0.5, "eval_r2": 0.8},
+                            "regression", ChangeThresholds(), "/b", "channel")
+  assert set(result) == {"baseline_uri", "baseline_source", "metrics", "passed", "reason"}
+  assert [m["name"] for m in result["metrics"]] == ["eval_mse", "eval_mae", "eval_r2"]
+  assert set(result["metrics"][0]) == {
+      "name", "candidate", "baseline", "direction", "absolute_change", "relative_change",
+      "absolute_threshold", "relative_threshold", "passed"}
+  assert result["passed"] and json.loads(json.dumps(result)) == result
+  with pytest.raises(ValueError, match="baseline_source must be one of .* Received: 'x'"):
+    baseline.compare({}, {}, "regression", ChangeThresholds(), "/b", "x")
+
+
+def test_defaults_are_the_headline_metrics_with_small_tolerance():
+  t = EvaluatorConfig().change_thresholds
+  assert t.regression.eval_mse == ChangeThreshold("lower_is_better", None, 0.01)
+  assert t.binary.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
+  assert t.multiclass.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
+  assert t.binary.eval_auc.absolute is None and t.binary.eval_auc.relative is None
+  assert EvaluatorConfig().baseline is None
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"baseline": "newest"}, "baseline"),
+    ({"change_thresholds": {"regression": {"eval_mse": {"direction": "up"}}}},
+     "change_thresholds.regression.eval_mse.direction"),
+    ({"change_thresholds": {"regression": {"eval_rmse": {}}}},
+     "change_thresholds.regression.eval_rmse"),
+    ({"change_thresholds": {"binary": {"eval_auc": {"absolute": "a"}}}},
+     "change_thresholds.binary.eval_auc.absolute"),
+])
+def test_bad_settings_name_the_key(data, key):
+  with pytest.raises(config_util.ConfigError) as e:
+    config_util.from_dict(EvaluatorConfig, data).validate()
+  assert e.value.key == key
+
+
+def test_channel_and_lookup_together_are_rejected():
+  from tfx import types  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
+  channel = types.Channel(type=standard_artifacts.Model)
+  with pytest.raises(config_util.ConfigError, match="baseline: is 'latest_blessed' but a "
+                     "baseline_model channel is given too.*evaluator.baseline=null"):
+    ConvergenceEvaluator(model=channel, examples=types.Channel(
+        type=standard_artifacts.Examples), baseline_model=channel,
+                         config=EvaluatorConfig(baseline="latest_blessed"))
+
+
+def test_lookup_without_a_store_says_how_to_give_one():
+  with pytest.raises(ValueError, match="metadata_connection_config=.*baseline_model="):
+    lookup.open_store("", {})
+
+
+# --- The lookup, on stores shaped as TFX and the KFP launcher write them. ---------------
+
+def _store():
+  config = metadata_store_pb2.ConnectionConfig()
+  config.fake_database.SetInParent()
+  return metadata_store.MetadataStore(config)
+
+
+def _put(store, type_name, uri="", **props):
+  type_id = store.put_artifact_type(metadata_store_pb2.ArtifactType(name=type_name))
+  artifact = metadata_store_pb2.Artifact(type_id=type_id, uri=uri)
+  for k, v in props.items():
+    field = {int: "int_value", float: "double_value", str: "string_value"}[type(v)]
+    setattr(artifact.custom_properties[k], field, v)
+  return store.put_artifacts([artifact])[0]
+
+
+def _attribute(store, context_type, name, artifact_ids):
+  type_id = store.put_context_type(metadata_store_pb2.ContextType(name=context_type))
+  found = store.get_context_by_type_and_name(context_type, name)
+  context_id = found.id if found else store.put_contexts(
+      [metadata_store_pb2.Context(type_id=type_id, name=name)])[0]
+  store.put_attributions_and_associations(
+      [metadata_store_pb2.Attribution(context_id=context_id, artifact_id=a)
+       for a in artifact_ids], [])
+
+
+@pytest.mark.parametrize("shape", ["tfx", "kfp"])
+def test_latest_blessed_is_the_newest_blessed_model_of_the_same_pipeline(shape):
+  store = _store()
+  model_type, blessing_type, context_type = (
+      ("Model", "ModelBlessing", "pipeline") if shape == "tfx" else
+      ("tfx.Model", "tfx.ModelBlessing", "system.Pipeline"))
+  one = 1 if shape == "tfx" else 1.0  # KFP: every number a double.
+  zero = 0 if shape == "tfx" else 0.0
+  num = int if shape == "tfx" else float
+  m1 = _put(store, model_type, "/m1")
+  b1 = _put(store, blessing_type, "/b1", blessed=one, current_model_id=num(m1))
+  m2 = _put(store, model_type, "/m2")
+  b2 = _put(store, blessing_type, "/b2", blessed=zero, current_model_id=num(m2))
+  other = _put(store, model_type, "/other")  # Another pipeline's, blessed later.
+  b_other = _put(store, blessing_type, "/bo", blessed=one, current_model_id=num(other))
+  candidate = _put(store, model_type, "/m3")
+  _attribute(store, context_type, "mine", [m1, b1, m2, b2, candidate])
+  _attribute(store, context_type, "theirs", [other, b_other])
+
+  found = lookup.latest_blessed(store, candidate)
+  assert (found.uri, found.model_id, found.blessing_id, found.pipeline) == (
+      "/m1", m1, b1, "mine")
+  m4 = _put(store, model_type, "/m4")
+  b4 = _put(store, blessing_type, "/b4", blessed=one, current_model_id=num(m4))
+  _attribute(store, context_type, "mine", [m4, b4])
+  assert lookup.latest_blessed(store, candidate).uri == "/m4"
+  # The candidate's own blessing is never its baseline; the first run has none.
+  assert lookup.latest_blessed(store, m4).uri == "/m1"
+  first = _store()
+  lone = _put(first, model_type, "/lone")
+  _attribute(first, context_type, "p", [lone])
+  assert lookup.latest_blessed(first, lone) is None
+
+
+# --- The loop end to end (issue #50 item 4), locally with the stock Pusher. -------------
+
+MODELS = {"good": ([1.8, -0.9], 0.45), "worse": ([1.2, -0.6], 0.3), "better": (W, B)}
+
+
+def _loop_pipeline(home, examples, model_uri):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
+  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+      os.path.join(home, "metadata.sqlite"))
+  data = tfx.dsl.Importer(source_uri=examples.uri, artifact_type=standard_artifacts.Examples,
+                          properties={"split_names": examples.split_names},
+                          custom_properties={"label_key": "y"}).with_id("examples")
+  model = tfx.dsl.Importer(source_uri=model_uri,
+                           artifact_type=standard_artifacts.Model).with_id("model")
+  evaluator = ConvergenceEvaluator(
+      examples=data.outputs["result"], model=model.outputs["result"],
+      config=EvaluatorConfig(baseline="latest_blessed", min_eval_examples=50),
+      metadata_connection_config=connection)
+  pusher = tfx.components.Pusher(
+      model=model.outputs["result"], model_blessing=evaluator.outputs["blessing"],
+      push_destination=tfx.proto.PushDestination(filesystem=tfx.proto.PushDestination.Filesystem(
+          base_directory=os.path.join(home, "serving"))))
+  return tfx.dsl.Pipeline(pipeline_name="loop", pipeline_root=os.path.join(home, "root"),
+                          components=[data, model, evaluator, pusher], enable_cache=False,
+                          metadata_connection_config=connection)
+
+
+def _latest(store, type_name):
+  return max(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+
+
+@pytest.fixture(scope="module")
+def local_loop(tmp_path_factory):
+  """Runs good, worse, better on one store; {name: (metrics, blessing, pushed, model)}."""
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("loop")
+  x, y = testing.synthetic_data(120, W, B, noise=0.3, seed=4)
+  examples = testing.write_examples(
+      str(root / "data"), {"eval": testing.serialize_examples(x, y, FEATURES, "y")},
+      FEATURES, "y")
+  home = str(root / "home")
+  config = metadata_store_pb2.ConnectionConfig()
+  config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  runs = {}
+  for name, (kernel, bias) in MODELS.items():
+    model = testing.export_linear_model(str(root / name), kernel, bias, FEATURES)
+    tfx.orchestration.LocalDagRunner().run(_loop_pipeline(home, examples, model.uri))
+    store = metadata_store.MetadataStore(config)
+    runs[name] = (_latest(store, "ConvergenceMetrics"), _latest(store, "ModelBlessing"),
+                  _latest(store, "PushedModel"), _latest(store, "Model"))
+  return runs
+
+
+def _comparison(metrics):
+  path = os.path.join(metrics.uri, baseline.FILE_NAME)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+@pytest.mark.slow
+def test_first_run_is_judged_alone_blessed_and_pushed(local_loop):
+  metrics, blessing, pushed, _ = local_loop["good"]
+  assert blessing.custom_properties["blessed"].int_value == 1
+  assert pushed.custom_properties["pushed"].int_value == 1
+  assert _comparison(metrics) is None
+  assert baseline.BASELINE_URI not in metrics.custom_properties
+
+
+@pytest.mark.slow
+def test_worse_model_is_not_blessed_nor_pushed_and_says_why(local_loop):
+  metrics, blessing, pushed, _ = local_loop["worse"]
+  good_model = local_loop["good"][3]
+  assert blessing.custom_properties["blessed"].int_value == 0
+  assert pushed.custom_properties["pushed"].int_value == 0
+  comparison = _comparison(metrics)
+  assert comparison["baseline_source"] == "latest_blessed"
+  assert comparison["baseline_uri"] == good_model.uri and not comparison["passed"]
+  [mse] = [m for m in comparison["metrics"] if m["name"] == "eval_mse"]
+  assert mse["candidate"] > mse["baseline"] and not mse["passed"]
+  values = P.read_properties(metrics.custom_properties)
+  assert values[P.EVAL_MSE] == pytest.approx(mse["candidate"])
+  assert values["baseline_eval_mse"] == pytest.approx(mse["baseline"])
+  assert values[baseline.BASELINE_PASSED] == 0
+  message = values[P.BLESSING_MESSAGE]
+  print("worse model:", message)
+  assert f"eval_mse {mse['candidate']:.6g} vs baseline {mse['baseline']:.6g}" in message
+  assert "evaluator.change_thresholds.regression.eval_mse.relative 0.01" in message
+
+
+@pytest.mark.slow
+def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop):
+  metrics, blessing, pushed, model = local_loop["better"]
+  assert blessing.custom_properties["blessed"].int_value == 1
+  assert pushed.custom_properties["pushed"].int_value == 1
+  comparison = _comparison(metrics)
+  # The baseline is the good model (the worse one was not blessed).
+  assert comparison["baseline_uri"] == local_loop["good"][3].uri != model.uri
+  assert comparison["passed"] and comparison["metrics"][0]["absolute_change"] < 0
+
+
+@pytest.mark.slow
+def test_summary_and_metrics_table_show_the_comparison(local_loop):
+  from tfx_parallel.pipeline import metrics_report  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  metrics = local_loop["worse"][0]
+  line = summary.format_baseline(summary.read_comparison(metrics.uri))
+  assert line.startswith(f"baseline   failed against {local_loop['good'][3].uri} "
+                         "(latest_blessed): eval_mse ")
+  assert "FAILED" in line and "eval_mae" in line
+  text = summary.format_summary({"ConvergenceMetrics": {
+      "uri": metrics.uri, **P.read_properties(metrics.custom_properties)},
+      "ModelBlessing": {"blessed": 0}})
+  assert line in text and "blessed    False (worse than the baseline at" in text
+  table = metrics_report.format_table(metrics_report.find_runs(
+      metadata_store.MetadataStore(_store_config(local_loop)), "loop"))
+  assert "vs baseline" in table
+  cells = [l for l in table.splitlines() if "loop" in l]
+  assert len(cells) == 3
+  assert [("passed" in c, "failed" in c) for c in cells] == [
+      (False, False), (False, True), (True, False)]
+
+
+def _store_config(runs):
+  """The loop's SQLite store: <home>/metadata.sqlite, the pipeline root <home>/root."""
+  uri = runs["good"][0].uri
+  home = uri[:uri.index(os.sep + "root" + os.sep)]
+  config = metadata_store_pb2.ConnectionConfig()
+  config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
+  return config
+
+
+# --- On Kubeflow: KFP's own ML Metadata, reached through metadata-grpc-service. ---------
+
+def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_path):
+  """Two runs recorded as the KFP launcher records them (tests/kubeflow_launcher.py's
+  KfpMetadata: RecordArtifact, PublishExecution with the pipeline and run contexts,
+  every number a double), served over ML Metadata's gRPC API as metadata-grpc-service
+  serves the cluster's; the step sees the candidate's MLMD id as kubeflow/entrypoint.py
+  passes it (TFX's entry point hashes the ids)."""
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from kubeflow_launcher import KfpMetadata  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.kubeflow import entrypoint  # pylint: disable=g-import-not-at-top
+  kfp = KfpMetadata(str(tmp_path / "mlmd.sqlite"))
+  root = "minio://mlpipeline/v2/artifacts"
+
+  def run(run_id, blessed, pipeline="loop"):
+    contexts = kfp.pipeline(pipeline, run_id, root)
+    model_uri = f"{root}/{pipeline}/{run_id}/DistributedTrainer/model"
+    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {})
+    trainer = kfp.create_execution("DistributedTrainer", contexts)
+    kfp.publish_execution(trainer, contexts, {"model": model})
+    if blessed is not None:
+      blessing = kfp.record_artifact(
+          "blessing", {"schemaTitle": "tfx.ModelBlessing"},
+          f"{root}/{pipeline}/{run_id}/ConvergenceEvaluator/blessing",
+          {"blessed": blessed, "current_model": model_uri, "current_model_id": model})
+      evaluator = kfp.create_execution("ConvergenceEvaluator", contexts)
+      kfp.publish_execution(evaluator, contexts, {"blessing": blessing})
+    return model, model_uri
+
+  _, good_uri = run("run-1", 1)
+  run("run-2", 0)
+  run("other-1", 1, pipeline="another")  # Another pipeline's, later: not ours.
+  candidate, _ = run("run-3", None)
+  executor_input = {"inputs": {"artifacts": {"model": {"artifacts": [
+      {"name": str(candidate), "uri": "minio://x"}]}}}}
+  environ = {lookup.MLMD_HOST_ENV: "127.0.0.1", lookup.MLMD_PORT_ENV: str(kfp.serve()),
+             lookup.INPUT_IDS_ENV: json.dumps(entrypoint.input_ids_by_key(executor_input))}
+  model = standard_artifacts.Model()
+  model.id = 1234567890123  # As TFX's KFP entry point sets it: a hash of the name.
+  config = EvaluatorConfig(baseline="latest_blessed")
+  try:
+    assert executor.find_baseline({}, {}, config, model, environ) == (good_uri,
+                                                                       "latest_blessed")
+    assert lookup.readable_uri(good_uri).startswith("s3://mlpipeline/v2/artifacts/loop/")
+    # Without the id from the entry point, the hashed id finds nothing to compare with.
+    del environ[lookup.INPUT_IDS_ENV]
+    assert executor.find_baseline({}, {}, config, model, environ) is None
+  finally:
+    kfp.close()
+
+
+def test_an_unreadable_baseline_says_where_and_what_to_change(tmp_path):
+  # A local path: asking TensorFlow about an s3:// path without tensorflow-io's
+  # filesystem leaves it to abort at the exit of a process that ran a LocalDagRunner.
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  missing = str(tmp_path / "gone")
+  with pytest.raises(FileNotFoundError, match=r"baseline model \(latest_blessed\) at "
+                     r".*gone cannot be read.*TFX_PARALLEL_ARTIFACT_PATHS=remote.*"
+                     r"evaluator.baseline=null"):
+    executor.compare_with_baseline((missing, "latest_blessed"), None, None,
+                                   EvaluatorConfig(), str(tmp_path), [], "y", True)
