@@ -294,6 +294,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   history = dict(desc, global_batch_size=config.batch_size, total_steps=total,
                  model=module.name if (config.module_file or config.module_path) else config.model,
                  optimizer=config.optimizer, records=state.records, epochs=state.epochs,
+                 hparams=dict(spec.hparams),
                  steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
                  diverged=state.diverged,
@@ -318,6 +319,8 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   history["label_counts"] = job.label_counts
   history["label_classes_not_in_train"] = job.label_classes_not_in_train or None
   history.update(job.layout_choice)  # layout: auto: the planner's choice.
+  if job.hyperparameters_uri:
+    history["hyperparameters_uri"] = job.hyperparameters_uri
   best = best_weights(early, state, length.patience)
   history["early_stopping"] = early.record()
   if state.early_stopped:
