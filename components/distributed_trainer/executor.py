@@ -223,6 +223,24 @@ def with_hyperparameters(config: TrainerConfig, hyperparameters: Optional[types.
   return dataclasses.replace(config, hparams=merged).validate()
 
 
+def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
+  """With a base_model: builds the model once on the host and matches it against the base
+  (warm_start.py), so that a variable that does not match fails here, before training,
+  naming it (unless ``trainer.warm_start_partial``)."""
+  if not job.base_model_dir:
+    return
+  # TensorFlow: the executor's checks run on the CPU (devices.keep_off_gpus).
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  module = load_module(config) if module is None else module
+  model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))
+  found = warm_start.match(model, job.base_model_dir)
+  warm_start.check(found, config.warm_start_partial)
+  print(f"[trainer] warm start from {job.base_model_dir}: {len(found.pairs)} variable(s) "
+        f"match" + (f", {len(found.skipped())} start fresh "
+                    f"({warm_start.PARTIAL_SETTING}=true)" if found.skipped() else ""),
+        flush=True)
+
+
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
               ) -> Optional[types.Artifact]:
   found = input_dict.get(key) or []
@@ -256,6 +274,12 @@ class Executor(base_executor.BaseExecutor):
                                      schema, transform_graph, checkpoint_root(os.environ)),
                   config, module)
     print(f"[trainer] checkpoints: {job.checkpoint_dir}", flush=True)
+    base_model = _optional(input_dict, keys.BASE_MODEL_KEY)
+    if base_model is not None:
+      # As the stock Evaluator finds a Model's SavedModel (<uri>/Format-Serving).
+      job = dataclasses.replace(job, base_model_dir=path_utils.serving_model_path(
+          base_model.uri, path_utils.is_old_model_artifact(base_model)))
+      check_warm_start(job, config, module)
     job, config, planned = layout_choice.plan_job(job, config, module)  # auto -> concrete
     check_on_layout(job, config, module)
     # The choice goes into history.json too (the evaluator reads it), written by the child.

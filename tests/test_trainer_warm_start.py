@@ -1,0 +1,115 @@
+"""Warm start from a base_model (warm_start.py): variables matched by object path and
+shape, mismatches named, a partial warm start only by trainer.warm_start_partial; and a
+slow run warm-starting a mesh of another shape from a single-device run, whose loss
+starts where the base model ended, not from scratch."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tfx_parallel.components.common import config_util, run_history
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def _network(units, outputs=1, extra=False):
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  inputs = {n: tf_keras.Input(shape=(1,), name=n) for n in ("x0", "x1")}
+  h = tf_keras.layers.Concatenate()(list(inputs.values()))
+  h = tf_keras.layers.Dense(units, activation="relu", name="hidden")(h)
+  out = tf_keras.layers.Dense(outputs, name="output")(h)
+  if extra:  # A layer the base model lacks (path layer_with_weights-2).
+    out = tf_keras.layers.Dense(1, name="more")(out)
+  return tf_keras.Model(inputs, out)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  """A stock-Trainer-like SavedModel: compiled (optimizer and metrics saved), fitted."""
+  model = _network(4)
+  model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+  x = {"x0": np.ones((8, 1), np.float32), "x1": np.zeros((8, 1), np.float32)}
+  model.fit(x, np.ones((8, 1)), verbose=0)
+  path = str(tmp_path_factory.mktemp("base") / "Format-Serving")
+  model.save(path, save_format="tf")
+  return path, model.get_weights()
+
+
+def test_same_architecture_loads_every_variable_by_path(base):
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  path, weights = base
+  _network(4)  # Layer names in this process are now uniquified ("hidden_1"): paths match.
+  model = _network(4)
+  found = warm_start.match(model, path)
+  warm_start.check(found, partial=False)
+  assert found.record(False) == {"source": path, "loaded": 4, "skipped": 0,
+                                 "skipped_names": [], "partial": False}
+  warm_start.load(found, path, lambda v, value: v.assign(value))
+  for got, want in zip(model.get_weights(), weights):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_shape_mismatch_and_missing_are_named_and_fail_without_partial(base):
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  path, _ = base
+  found = warm_start.match(_network(8, extra=True), path)
+  with pytest.raises(config_util.ConfigError) as e:
+    warm_start.check(found, partial=False)
+  assert e.value.key == "trainer.warm_start_partial"
+  text = str(e.value)
+  assert "hidden/kernel" in text and "shape [2, 8] here, [2, 4] in the base model" in text
+  assert "more/kernel (path layer_with_weights-2/kernel, shape [1, 1]): not in the base " \
+      "model" in text
+  assert "warm_start_partial=true" in text
+  warm_start.check(found, partial=True)  # Allowed: loads what matches.
+  record = found.record(True)
+  assert record["loaded"] == 1 and record["skipped"] == 5  # Only output/bias matches.
+
+
+def test_extra_base_variables_are_named(base):
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  path, _ = base
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  inputs = {n: tf_keras.Input(shape=(1,), name=n) for n in ("x0", "x1")}
+  h = tf_keras.layers.Concatenate()(list(inputs.values()))
+  model = tf_keras.Model(inputs, tf_keras.layers.Dense(4, name="hidden")(h))
+  found = warm_start.match(model, path)
+  assert [n.split(" ")[0] for n in found.extra] == ["output/kernel", "output/bias"]
+  with pytest.raises(config_util.ConfigError, match="output/kernel"):
+    warm_start.check(found, partial=False)
+
+
+def test_no_saved_model_names_the_input(tmp_path):
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config_util.ConfigError, match="base_model"):
+    warm_start.match(_network(4), str(tmp_path))
+
+
+def test_record_field_is_a_property():
+  assert "warm_start" in run_history.property_names()
+  assert run_history.conditional_fields()["warm_start"] == run_history.WHEN_WARM
+
+
+@pytest.mark.slow
+def test_mesh_of_another_shape_starts_from_single_runs_final_loss(tmp_path):
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  feats, _, rows = tu.write_examples(str(tmp_path / "ex"), rows=256, eval_rows=64)
+  model = dict(model="mlp", hidden_units=[8], batch_size=32, log_every=5,
+               checkpoint_every=0)
+  first = tu.job_dict(str(tmp_path / "single"), str(tmp_path / "ex"), feats, rows,
+                      layout="single", steps=80, **model)
+  warm = dict(tu.job_dict(str(tmp_path / "mesh"), str(tmp_path / "ex"), feats, rows,
+                          layout="mesh", mesh=[1, 2], steps=2, **model),
+              base_model_dir=first["model_dir"])
+  tu.run_jobs_in_one_process([first, warm], str(tmp_path))
+  base, started = tu.read_history(first), tu.read_history(warm)
+  assert started["warm_start"] == {"source": first["model_dir"], "loaded": 4, "skipped": 0,
+                                   "skipped_names": [], "partial": False}
+  assert started["mesh_shape"] == [1, 2]
+  final = base["epochs"][-1]["eval_loss"] if base["epochs"] else base["records"][-1]["loss"]
+  scratch = base["initial_eval_loss"]  # The same model, freshly initialised.
+  assert final < 0.2 * scratch, (final, scratch)
+  # The warm-started mesh's untrained eval loss is the base model's, not a fresh one's.
+  assert started["initial_eval_loss"] == pytest.approx(final, rel=0.1, abs=1e-3), (
+      started["initial_eval_loss"], final, scratch)
