@@ -102,8 +102,8 @@ def test_mesh_of_another_shape_starts_from_single_runs_final_loss(tmp_path):
   warm = dict(tu.job_dict(str(tmp_path / "mesh"), str(tmp_path / "ex"), feats, rows,
                           layout="mesh", mesh=[1, 2], steps=2, **model),
               base_model_dir=first["model_dir"])
-  tu.run_jobs_in_one_process([first, warm], str(tmp_path))
-  base, started = tu.read_history(first), tu.read_history(warm)
+  base = tu.run_job(first, str(tmp_path / "single"))  # A process per layout: its devices.
+  started = tu.run_job(warm, str(tmp_path / "mesh"))
   assert started["warm_start"] == {"source": first["model_dir"], "loaded": 4, "skipped": 0,
                                    "skipped_names": [], "partial": False}
   assert started["mesh_shape"] == [1, 2]
