@@ -89,25 +89,35 @@ def tuned_run(tmp_path_factory):
       examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
       config=TrainerConfig(steps=6, batch_size=32, log_every=3, hparams={"note": "fixed"}),
       hyperparameters=tuner.outputs["best_hyperparameters"])
+  # The tuned model warm-starts a second run (warm_start.py) through the component's
+  # base_model input: the channel, the executor's check and the record.
+  warm = DistributedTrainer(
+      examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
+      config=TrainerConfig(steps=2, batch_size=32, log_every=1, hparams={"note": "fixed"}),
+      hyperparameters=tuner.outputs["best_hyperparameters"],
+      base_model=trainer.outputs["model"]).with_id("WarmTrainer")
   metadata = str(tmp / "metadata.sqlite")
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name="tuned", pipeline_root=str(tmp / "root"),
-      components=[example_gen, tuner, trainer],
+      components=[example_gen, tuner, trainer, warm],
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
           metadata)))
   from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
   store = summary.open_store(metadata)
   types = {t.id: t.name for t in store.get_artifact_types()}
-  return {types[a.type_id]: a for a in store.get_artifacts()}
+  found = {}
+  for a in store.get_artifacts():  # The producer's id: WarmTrainer's are under its own.
+    found[(types[a.type_id], "WarmTrainer" in a.uri)] = a
+  return found
 
 
 @pytest.mark.slow
 def test_tuner_best_hyperparameters_reach_the_module_and_the_record(tuned_run):
-  best = tuned_run["HyperParameters"]
+  best = tuned_run[("HyperParameters", False)]
   with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
     chosen = json.load(f)["values"]
   assert set(chosen) == {"units", "learning_rate"}
-  history = tuned_run["TrainingHistory"]
+  history = tuned_run[("TrainingHistory", False)]
   recorded = json.loads(history.custom_properties["hparams"].string_value)
   assert recorded == dict(chosen, note="fixed")
   assert history.custom_properties["hyperparameters_uri"].string_value == best.uri
@@ -116,3 +126,21 @@ def test_tuner_best_hyperparameters_reach_the_module_and_the_record(tuned_run):
   assert history.custom_properties["param_count"].int_value == 4 * chosen["units"] + 1
   with open(os.path.join(history.uri, "history.json")) as f:
     assert json.load(f)["hparams"] == recorded
+
+
+@pytest.mark.slow
+def test_base_model_input_warm_starts_a_second_trainer(tuned_run):
+  model = tuned_run[("Model", False)]
+  history = tuned_run[("TrainingHistory", True)]
+  record = json.loads(history.custom_properties["warm_start"].string_value)
+  assert record == {"source": os.path.join(model.uri, "Format-Serving"), "loaded": 4,
+                    "skipped": 0, "skipped_names": [], "partial": False}
+  assert "warm_start" not in tuned_run[("TrainingHistory", False)].custom_properties
+  with open(os.path.join(tuned_run[("TrainingHistory", False)].uri, "history.json")) as f:
+    base = json.load(f)
+  with open(os.path.join(history.uri, "history.json")) as f:
+    warm = json.load(f)
+  # The untrained eval loss of the warm run is the tuned model's trained one.
+  ended = base["epochs"][-1]["eval_loss"] if base["epochs"] else base["records"][-1]["loss"]
+  assert warm["initial_eval_loss"] == pytest.approx(ended, rel=0.05)
+  assert warm["initial_eval_loss"] < base["initial_eval_loss"]

@@ -2,8 +2,8 @@
 shape, mismatches named, a partial warm start only by trainer.warm_start_partial; and a
 slow run warm-starting a mesh of another shape from a single-device run, whose loss
 starts where the base model ended, not from scratch."""
-import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -113,3 +113,20 @@ def test_mesh_of_another_shape_starts_from_single_runs_final_loss(tmp_path):
   # The warm-started mesh's untrained eval loss is the base model's, not a fresh one's.
   assert started["initial_eval_loss"] == pytest.approx(final, rel=0.1, abs=1e-3), (
       started["initial_eval_loss"], final, scratch)
+
+
+def test_a_resumed_run_keeps_its_checkpoint_over_the_base_model(tmp_path):
+  """A checkpoint of the same run wins: nothing is read from the base (here a directory
+  that holds none: reading it would fail), and the record says so."""
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.job import Job  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top
+  job = Job(config={}, examples_uri="", feature_keys=[], label_key="y", train_rows=0,
+            model_dir="", model_run_dir="", history_dir="", checkpoint_dir="",
+            base_model_dir=str(tmp_path))
+  record = train.warm_start_from_base(job, TrainerConfig(), engine=None, start_step=7)
+  assert record["resumed_instead"] is True and record["loaded"] == 0
+  with pytest.raises(config_util.ConfigError, match="no SavedModel variables"):
+    train.warm_start_from_base(job, TrainerConfig(), types.SimpleNamespace(model=None), 0)
+  assert train.warm_start_from_base(
+      Job(**dict(vars(job), base_model_dir=None)), TrainerConfig(), None, 0) is None
