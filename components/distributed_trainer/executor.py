@@ -229,7 +229,7 @@ def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
   naming it (unless ``trainer.warm_start_partial``)."""
   if not job.base_model_dir:
     return
-  # TensorFlow: the executor's checks run on the CPU (devices.keep_off_gpus).
+  # Start-up: only a run with a base model needs it (it reads TensorFlow checkpoints).
   from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
   module = load_module(config) if module is None else module
   model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))

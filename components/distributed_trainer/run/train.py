@@ -193,6 +193,7 @@ def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: in
   wins over the base model."""
   if not job.base_model_dir:
     return None
+  # Start-up: only a run with a base model reads one (TensorFlow's checkpoint reader).
   from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
   if start_step > 0:
     print(f"[trainer] warm start: not applied, resumed from this run's checkpoint at step "
