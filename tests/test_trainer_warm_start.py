@@ -130,3 +130,28 @@ def test_a_resumed_run_keeps_its_checkpoint_over_the_base_model(tmp_path):
     train.warm_start_from_base(job, TrainerConfig(), types.SimpleNamespace(model=None), 0)
   assert train.warm_start_from_base(
       Job(**dict(vars(job), base_model_dir=None)), TrainerConfig(), None, 0) is None
+
+
+def test_executor_checks_the_base_before_training(base):
+  """The executor builds the user's model from the job's spec and matches it: a base of
+  another width fails there, naming the variable and the setting."""
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.job import Job  # pylint: disable=g-import-not-at-top
+  module_file = os.path.join(os.path.dirname(__file__), "..", "examples", "tuned_model.py")
+  path, _ = base
+
+  def job(units):
+    spec = ms.ModelSpec(features=(ms.FeatureSpec("x0", "float32"),
+                                  ms.FeatureSpec("x1", "float32")),
+                        label_key="y", hparams={"units": units})
+    return Job(config={}, examples_uri="", feature_keys=["x0", "x1"], label_key="y",
+               train_rows=0, model_dir="", model_run_dir="", history_dir="",
+               checkpoint_dir="", model_spec=spec.to_dict(), base_model_dir=path)
+  config = TrainerConfig(module_file=module_file)
+  executor.check_warm_start(job(4), config)  # Same widths: every variable matches.
+  with pytest.raises(config_util.ConfigError, match=r"hidden/kernel .*shape \[2, 8\] here"):
+    executor.check_warm_start(job(8), config)
+  executor.check_warm_start(job(8), TrainerConfig(module_file=module_file,
+                                                  warm_start_partial=True))
