@@ -31,6 +31,10 @@ NOT_SETTINGS = {
     "trainer": "f'trainer.{module.config_key}': module_file or module_path, both settings",
     "metadata_connection_config": "run_pipeline(pipeline): the tfx Pipeline's own Python "
                                   "argument (the Python API; run has --home)",
+    "hyperparameters": "DistributedTrainer(hyperparameters=...): an input channel (a "
+                       "stock Tuner's best_hyperparameters), as the stock Trainer's",
+    "base_model": "DistributedTrainer(base_model=...): an input channel (a Model to warm "
+                  "start from)",
 }
 
 

@@ -44,7 +44,7 @@ TRAINER = COMPONENTS / "distributed_trainer"
 PKG = "tfx_parallel.components.distributed_trainer"
 
 LAYERS: List[Tuple[str, ...]] = [
-    ("model_spec", "mesh_axes"),
+    ("model_spec", "mesh_axes", "hyperparameters", "warm_start"),
     ("optimizers", "sharding"),
     ("config",),
     ("models", "inputs", "user_module"),

@@ -13,6 +13,8 @@ METRICS_KEY = "metrics"
 BLESSING_KEY = "blessing"
 SCHEMA_KEY = "schema"
 TRANSFORM_GRAPH_KEY = "transform_graph"
+BASE_MODEL_KEY = "base_model"  # A Model whose variables initialise the run (warm start).
+HYPERPARAMETERS_KEY = "hyperparameters"  # As the stock Trainer's (standard_component_specs).
 CONFIG_KEY = "config"  # JSON execution property holding the component's typed config.
 ENCODING_VERSION_KEY = "encoding_version"  # PartitionedExampleGen: rows.ENCODING_VERSION.
 

@@ -29,6 +29,8 @@ WHEN_LINEAR = "a model with one Dense kernel and bias (the built-in linear model
 WHEN_STRING_LABEL = "a string label (class id -> label)"
 WHEN_EXECUTOR = "a job the executor prepared (its data scan's missing-value counts)"
 WHEN_CLASSIFIER = "a classifier (binary, multiclass): the executor's scan of the label"
+WHEN_TUNED = "a hyperparameters input (e.g. a stock Tuner's best_hyperparameters)"
+WHEN_WARM = "a base_model input (warm start)"
 WHEN_NOT_IN_TRAIN = "a class with examples in eval but none in train (the executor's scan)"
 
 
@@ -81,6 +83,18 @@ class RunHistory:
   optimizer_config: Optional[Dict[str, Any]] = _field(prop="optimizer_config",
                                                       encode=_json_sorted)
   loss: Optional[Dict[str, Any]] = _field(prop="loss", encode=_json_sorted)
+  hparams: Optional[Dict[str, Any]] = _field(
+      prop="hparams", encode=_json_sorted,
+      doc="the module's spec.hparams: config trainer.hparams merged with the "
+          "hyperparameters input's values (distributed_trainer/hyperparameters.py)")
+  hyperparameters_uri: Optional[str] = _field(
+      when=WHEN_TUNED, prop="hyperparameters_uri", encode=str,
+      doc="the HyperParameters artifact whose values joined hparams")
+  warm_start: Optional[Dict[str, Any]] = _field(
+      when=WHEN_WARM, prop="warm_start", encode=_json_sorted,
+      doc="source (the base model's SavedModel), loaded and skipped (variable counts), "
+          "skipped_names, partial (trainer.warm_start_partial); resumed_instead: a "
+          "checkpoint of the same run was resumed, nothing loaded (warm_start.py)")
   feature_keys: Optional[List[str]] = _field()
   label_key: Optional[str] = _field()
   task: Optional[str] = _field(doc="regression | binary | multiclass (task_contract.py)")

@@ -20,6 +20,12 @@ class DistributedTrainerSpec(types.ComponentSpec):
       keys.SCHEMA_KEY: ChannelParameter(type=standard_artifacts.Schema, optional=True),
       keys.TRANSFORM_GRAPH_KEY: ChannelParameter(type=standard_artifacts.TransformGraph,
                                                  optional=True),
+      # As the stock Trainer's (tfx 1.16.0 tfx/types/standard_component_specs.py
+      # TrainerSpec, HYPERPARAMETERS_KEY): a stock Tuner's best_hyperparameters.
+      keys.HYPERPARAMETERS_KEY: ChannelParameter(type=standard_artifacts.HyperParameters,
+                                                 optional=True),
+      # A Model (ours, or a stock Trainer's Keras SavedModel): warm start (warm_start.py).
+      keys.BASE_MODEL_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True),
   }
   OUTPUTS = {
       keys.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -41,14 +47,28 @@ class DistributedTrainer(base_component.BaseComponent):
   def __init__(self, examples: types.BaseChannel, config: TrainerConfig = TrainerConfig(),
                schema: types.BaseChannel = None, module_file: Optional[str] = None,
                module_path: Optional[str] = None,
-               transform_graph: Optional[types.BaseChannel] = None):
+               transform_graph: Optional[types.BaseChannel] = None,
+               hyperparameters: Optional[types.BaseChannel] = None,
+               base_model: Optional[types.BaseChannel] = None):
     """``module_file`` / ``module_path`` (exactly one, or neither for the built-in
     ``config.model``) name the user module; they may also be set in ``config``.
 
     Any Examples work (a stock ExampleGen's too; see inputs/description.py): ``schema`` (SchemaGen /
     ImportSchemaGen) types the features; with ``transform_graph`` (TFX Transform),
     ``examples`` are Transform's ``transformed_examples`` and the exported model serves
-    raw tf.Examples through the graph."""
+    raw tf.Examples through the graph.
+
+    ``hyperparameters`` (e.g. a stock ``Tuner``'s ``outputs["best_hyperparameters"]``):
+    its KerasTuner values join config ``trainer.hparams`` in ``spec.hparams``
+    (hyperparameters.py ``merge``: a name set in both with different values fails,
+    naming the name, both values and ``trainer.hparams``); the merged values are
+    recorded in history.json and the TrainingHistory property ``hparams``.
+
+    ``base_model`` (a Model: ours, or a stock Trainer's ``outputs["model"]``) warm
+    starts the run: its variables, matched by path and shape, initialise the model on
+    any layout before the first step (warm_start.py). One that does not match fails,
+    naming the variables, unless ``config.warm_start_partial``; a checkpoint of the same
+    run wins on a resume. Recorded as the TrainingHistory property ``warm_start``."""
     for key, value in (("module_file", module_file), ("module_path", module_path)):
       if value is not None:
         current = getattr(config, key)
@@ -61,6 +81,7 @@ class DistributedTrainer(base_component.BaseComponent):
                         "module_file", f"no such file. Received: {config.module_file!r}")
     super().__init__(spec=DistributedTrainerSpec(
         examples=examples, schema=schema, transform_graph=transform_graph,
+        hyperparameters=hyperparameters, base_model=base_model,
         config=config_util.to_json(config),
         model=types.Channel(type=standard_artifacts.Model),
         model_run=types.Channel(type=standard_artifacts.ModelRun),

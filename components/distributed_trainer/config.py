@@ -79,7 +79,13 @@ class TrainerConfig:
     module_file: path of a user module defining ``build_model(spec)`` (see
       user_module.py); exclusive with module_path.
     module_path: importable module name of a user module (e.g. in a Kubeflow image).
-    hparams: the user's hyperparameters, passed to the module as ``spec.hparams``.
+    hparams: the user's hyperparameters, passed to the module as ``spec.hparams``. With
+      the component's ``hyperparameters`` input (e.g. a stock Tuner's
+      best_hyperparameters) its values join these; a name set in both with different
+      values fails (hyperparameters.py).
+    warm_start_partial: with the component's ``base_model`` input, load the variables
+      that match it by path and shape and start the rest fresh; false (default): any
+      variable that does not match fails the run, naming it (warm_start.py).
     task: "regression" | "binary" | "multiclass"; None infers it from the label.
     max_vocabulary: most frequent values of each string feature kept as its vocabulary.
     hash_buckets: > 0 hashes every string feature into this many buckets instead.
@@ -164,6 +170,7 @@ class TrainerConfig:
   module_file: Optional[str] = None
   module_path: Optional[str] = None
   hparams: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  warm_start_partial: bool = False
   task: Optional[str] = None
   max_vocabulary: int = 10_000
   hash_buckets: int = 0
@@ -240,6 +247,8 @@ class TrainerConfig:
             "max_vocabulary", f"must be >= 1. Received: {self.max_vocabulary!r}")
     require(isinstance(self.hash_buckets, int) and self.hash_buckets >= 0, "hash_buckets",
             f"must be >= 0. Received: {self.hash_buckets!r}")
+    require(isinstance(self.warm_start_partial, bool), "warm_start_partial",
+            f"must be true or false. Received: {self.warm_start_partial!r}")
     require(isinstance(self.skip_missing_labels, bool), "skip_missing_labels",
             f"must be true or false. Received: {self.skip_missing_labels!r}")
     require(isinstance(self.max_missing_label_share, (int, float))

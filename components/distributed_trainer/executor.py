@@ -20,6 +20,7 @@ from tfx_parallel.components.distributed_trainer.inputs import description, miss
 from tfx_parallel.components.distributed_trainer.kube import launch as kube_launch
 from tfx_parallel.components.distributed_trainer.kube import settings as kube_settings
 from tfx_parallel.components.distributed_trainer.run import checkpoint, launcher
+from tfx_parallel.components.distributed_trainer import hyperparameters as hp_lib
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer import model_spec as ms
 from tfx_parallel.components.distributed_trainer.config import TrainerConfig
@@ -206,6 +207,40 @@ def check_on_layout(job: Job, config: TrainerConfig, module=None):
   user_module.make_callbacks(module, spec, config.layout)
 
 
+def with_hyperparameters(config: TrainerConfig, hyperparameters: Optional[types.Artifact]
+                         ) -> TrainerConfig:
+  """``config`` with the HyperParameters artifact's values merged into ``hparams``
+  (hyperparameters.py ``merge``: a conflict raises ConfigError naming the hparam);
+  ``config`` itself without one. The merged hparams are the run's: the module's
+  ``spec.hparams``, the checkpoint identity and the record."""
+  if hyperparameters is None:
+    return config
+  tuned = hp_lib.read_values(hyperparameters.uri)
+  merged = hp_lib.merge(config.hparams, tuned,
+                        f"the hyperparameters input ({hyperparameters.uri})")
+  print(f"[trainer] hparams from {hyperparameters.uri}: "
+        f"{json.dumps(tuned, sort_keys=True)}", flush=True)
+  return dataclasses.replace(config, hparams=merged).validate()
+
+
+def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
+  """With a base_model: builds the model once on the host and matches it against the base
+  (warm_start.py), so that a variable that does not match fails here, before training,
+  naming it (unless ``trainer.warm_start_partial``)."""
+  if not job.base_model_dir:
+    return
+  # Start-up: only a run with a base model needs it (it reads TensorFlow checkpoints).
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  module = load_module(config) if module is None else module
+  model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))
+  found = warm_start.match(model, job.base_model_dir)
+  warm_start.check(found, config.warm_start_partial)
+  print(f"[trainer] warm start from {job.base_model_dir}: {len(found.pairs)} variable(s) "
+        f"match" + (f", {len(found.skipped())} start fresh "
+                    f"({warm_start.PARTIAL_SETTING}=true)" if found.skipped() else ""),
+        flush=True)
+
+
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
               ) -> Optional[types.Artifact]:
   found = input_dict.get(key) or []
@@ -227,6 +262,8 @@ class Executor(base_executor.BaseExecutor):
       layout_choice.warn_if_oversubscribed(config, [] if config.device == "cpu" else layout_choice.gpu_names())
       config = fit_mesh(config, [] if config.device == "cpu" else layout_choice.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
+    hyperparameters = _optional(input_dict, keys.HYPERPARAMETERS_KEY)
+    config = with_hyperparameters(config, hyperparameters)
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
@@ -237,10 +274,18 @@ class Executor(base_executor.BaseExecutor):
                                      schema, transform_graph, checkpoint_root(os.environ)),
                   config, module)
     print(f"[trainer] checkpoints: {job.checkpoint_dir}", flush=True)
+    base_model = _optional(input_dict, keys.BASE_MODEL_KEY)
+    if base_model is not None:
+      # As the stock Evaluator finds a Model's SavedModel (<uri>/Format-Serving).
+      job = dataclasses.replace(job, base_model_dir=path_utils.serving_model_path(
+          base_model.uri, path_utils.is_old_model_artifact(base_model)))
+      check_warm_start(job, config, module)
     job, config, planned = layout_choice.plan_job(job, config, module)  # auto -> concrete
     check_on_layout(job, config, module)
     # The choice goes into history.json too (the evaluator reads it), written by the child.
-    job = dataclasses.replace(job, layout_choice=dict(planned))
+    job = dataclasses.replace(job, layout_choice=dict(planned),
+                              hyperparameters_uri=(hyperparameters.uri if hyperparameters
+                                                   is not None else None))
     settings = kube_settings.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a TFJob or TrainJob (see kube/).
       kube_launch.run(job, settings)

@@ -49,6 +49,11 @@ class Job:
   # string features (inputs/columns.py; history.json's input_columns).
   na_values: Optional[List[str]] = None
   input_columns: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # The HyperParameters input whose values config["hparams"] holds (merged by the
+  # executor: hyperparameters.py), for history.json; None: none.
+  hyperparameters_uri: Optional[str] = None
+  # The base_model input's SavedModel directory (warm_start.py); None: none.
+  base_model_dir: Optional[str] = None
 
   def trainer_config(self) -> TrainerConfig:
     return config_util.from_dict(TrainerConfig, self.config).validate()

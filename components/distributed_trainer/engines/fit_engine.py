@@ -121,6 +121,11 @@ class FitEngine:
           target.assign(snapshot[i])
           snapshot[i] = None
 
+  def assign_from_host(self, variable, value):
+    """One whole host value (a warm start's: warm_start.py) into a model variable; a
+    mirrored variable's assign, outside a replica context, writes every replica."""
+    variable.assign(value)
+
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the model and its optimizer, built (every slot exists,
     so that a restore fills it at once rather than when ``fit`` creates it)."""

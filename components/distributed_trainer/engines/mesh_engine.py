@@ -153,6 +153,11 @@ class MeshEngine:
         blocks, snapshot[i] = snapshot[i], None  # Each block leaves the host once written.
       self.trainer.copy_into(source, target, blocks)
 
+  def assign_from_host(self, variable, value):
+    """One whole host value (a warm start's: warm_start.py) into a model variable, each
+    device receiving its block (mesh_runtime ``assign_from_host``)."""
+    self.trainer.assign_from_host(variable, value)
+
   def checkpointed(self) -> Dict[str, object]:
     """What a checkpoint holds: the mesh model and optimizer themselves, no host copy;
     no device ever holds a whole split variable.

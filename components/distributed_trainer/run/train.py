@@ -185,6 +185,31 @@ def restore_checkpoint(job: Job, engine, module=None):
           meta.get("initial_eval_loss"))
 
 
+def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: int
+                         ) -> Optional[dict]:
+  """Initialises the engine's model from ``job.base_model_dir`` (warm_start.py), one
+  variable at a time; history.json's ``warm_start`` record (None without a base model).
+  A resumed run (``start_step`` > 0) keeps its checkpoint: a checkpoint of the same run
+  wins over the base model."""
+  if not job.base_model_dir:
+    return None
+  # Start-up: only a run with a base model reads one (TensorFlow's checkpoint reader).
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  if start_step > 0:
+    print(f"[trainer] warm start: not applied, resumed from this run's checkpoint at step "
+          f"{start_step} (a checkpoint of the same run wins over base_model)", flush=True)
+    return {"source": job.base_model_dir, "loaded": 0, "skipped": 0, "skipped_names": [],
+            "partial": config.warm_start_partial, "resumed_instead": True}
+  found = warm_start.match(engine.model, job.base_model_dir)
+  warm_start.check(found, config.warm_start_partial)
+  warm_start.load(found, job.base_model_dir, engine.assign_from_host)
+  print(f"[trainer] warm start from {job.base_model_dir}: loaded {len(found.pairs)} "
+        f"variable(s)" + (f", {len(found.skipped())} start fresh: "
+                          f"{'; '.join(found.skipped()[:5])}" if found.skipped() else ""),
+        flush=True)
+  return found.record(config.warm_start_partial)
+
+
 def describe_layout(desc: dict) -> str:
   """``single``, ``mirrored x2``, ``multi_worker x4`` or ``mesh 2x2``."""
   if desc["layout"] == "mesh":
@@ -226,6 +251,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   engine.build(module, spec)
   start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine,
                                                                             module)
+  warm_record = warm_start_from_base(job, config, engine, start_step)
 
   length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
                              job.train_rows, config.batch_size)
@@ -294,6 +320,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   history = dict(desc, global_batch_size=config.batch_size, total_steps=total,
                  model=module.name if (config.module_file or config.module_path) else config.model,
                  optimizer=config.optimizer, records=state.records, epochs=state.epochs,
+                 hparams=dict(spec.hparams),
                  steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
                  diverged=state.diverged,
@@ -318,6 +345,10 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   history["label_counts"] = job.label_counts
   history["label_classes_not_in_train"] = job.label_classes_not_in_train or None
   history.update(job.layout_choice)  # layout: auto: the planner's choice.
+  if warm_record is not None:
+    history["warm_start"] = warm_record
+  if job.hyperparameters_uri:
+    history["hyperparameters_uri"] = job.hyperparameters_uri
   best = best_weights(early, state, length.patience)
   history["early_stopping"] = early.record()
   if state.early_stopped:

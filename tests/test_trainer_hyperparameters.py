@@ -1,0 +1,146 @@
+"""The ``hyperparameters`` input: a stock Tuner's best_hyperparameters reach the user
+module as ``spec.hparams`` (merged with config ``trainer.hparams``, hyperparameters.py)
+and are recorded in history.json and the TrainingHistory properties.
+
+Fast tests: the merge rule and reading a real KerasTuner config file. Slow: LocalDagRunner
+runs PartitionedExampleGen -> stock ``tfx.components.Tuner`` (2 trials, few steps) ->
+DistributedTrainer with examples/tuned_model.py serving both hooks; ML Metadata shows
+the tuned values in the record, and the parameter count the module built from them."""
+import json
+import os
+
+import pytest
+
+from tfx_parallel.components.common import config_util
+from tfx_parallel.components.distributed_trainer import hyperparameters as hp_lib
+
+EXAMPLE_MODULE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "examples",
+                                              "tuned_model.py"))
+
+
+def test_merge_takes_names_from_either_and_agrees_on_equal_values():
+  assert hp_lib.merge({"a": 1, "units": 4}, {"units": 4, "lr": 0.1}) == {
+      "a": 1, "units": 4, "lr": 0.1}
+  assert hp_lib.merge({}, {"units": 8}) == {"units": 8}
+  assert hp_lib.merge({"a": 1}, {}) == {"a": 1}
+
+
+def test_merge_conflict_names_hparam_both_values_and_setting():
+  with pytest.raises(config_util.ConfigError) as e:
+    hp_lib.merge({"units": 4, "zeta": 1}, {"units": 16, "zeta": 2}, "the tuner")
+  assert e.value.key == "trainer.hparams"
+  text = str(e.value)
+  assert "'units'" in text and "4" in text and "16" in text and "the tuner" in text
+  assert "remove 'units' from trainer.hparams" in text
+
+
+def _write_best(directory, values):
+  """A KerasTuner HyperParameters.get_config(), as the stock Tuner writes it."""
+  import keras_tuner  # pylint: disable=g-import-not-at-top
+  hp = keras_tuner.HyperParameters()
+  for name, value in values.items():
+    hp.Fixed(name, value)
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "best_hyperparameters.txt"), "w") as f:
+    f.write(json.dumps(hp.get_config()))
+
+
+def test_read_values_of_a_keras_tuner_config(tmp_path):
+  _write_best(str(tmp_path / "hp"), {"units": 16, "learning_rate": 0.1})
+  assert hp_lib.read_values(str(tmp_path / "hp")) == {"units": 16, "learning_rate": 0.1}
+
+
+def test_read_values_rejects_other_json(tmp_path):
+  (tmp_path / "hp").mkdir()
+  (tmp_path / "hp" / "best_hyperparameters.txt").write_text('{"units": 3}')
+  with pytest.raises(config_util.ConfigError, match="no 'values' object"):
+    hp_lib.read_values(str(tmp_path / "hp"))
+
+
+def test_executor_merges_the_artifact_into_config(tmp_path):
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  _write_best(str(tmp_path / "hp"), {"units": 16})
+  artifact = standard_artifacts.HyperParameters()
+  artifact.uri = str(tmp_path / "hp")
+  config = TrainerConfig(hparams={"dropout": 0.1})
+  assert executor.with_hyperparameters(config, None) is config
+  assert executor.with_hyperparameters(config, artifact).hparams == {"dropout": 0.1,
+                                                                     "units": 16}
+  with pytest.raises(config_util.ConfigError, match="'units' is 4 in trainer.hparams"):
+    executor.with_hyperparameters(TrainerConfig(hparams={"units": 4}), artifact)
+
+
+@pytest.fixture(scope="module")
+def tuned_run(tmp_path_factory):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.component import DistributedTrainer  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.component import PartitionedExampleGen  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
+  tmp = tmp_path_factory.mktemp("tuned")
+  example_gen = PartitionedExampleGen(config=ExampleGenConfig(rows=256, noise=0.1))
+  tuner = tfx.components.Tuner(
+      module_file=EXAMPLE_MODULE, examples=example_gen.outputs["examples"],
+      train_args=tfx.proto.TrainArgs(num_steps=4), eval_args=tfx.proto.EvalArgs(num_steps=2),
+      custom_config={"max_trials": 2})
+  trainer = DistributedTrainer(
+      examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
+      config=TrainerConfig(steps=6, batch_size=32, log_every=3, hparams={"note": "fixed"}),
+      hyperparameters=tuner.outputs["best_hyperparameters"])
+  # The tuned model warm-starts a second run (warm_start.py) through the component's
+  # base_model input: the channel, the executor's check and the record.
+  warm = DistributedTrainer(
+      examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
+      config=TrainerConfig(steps=2, batch_size=32, log_every=1, hparams={"note": "fixed"}),
+      hyperparameters=tuner.outputs["best_hyperparameters"],
+      base_model=trainer.outputs["model"]).with_id("WarmTrainer")
+  metadata = str(tmp / "metadata.sqlite")
+  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+      pipeline_name="tuned", pipeline_root=str(tmp / "root"),
+      components=[example_gen, tuner, trainer, warm],
+      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          metadata)))
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  store = summary.open_store(metadata)
+  types = {t.id: t.name for t in store.get_artifact_types()}
+  found = {}
+  for a in store.get_artifacts():  # The producer's id: WarmTrainer's are under its own.
+    found[(types[a.type_id], "WarmTrainer" in a.uri)] = a
+  return found
+
+
+@pytest.mark.slow
+def test_tuner_best_hyperparameters_reach_the_module_and_the_record(tuned_run):
+  best = tuned_run[("HyperParameters", False)]
+  with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
+    chosen = json.load(f)["values"]
+  assert set(chosen) == {"units", "learning_rate"}
+  history = tuned_run[("TrainingHistory", False)]
+  recorded = json.loads(history.custom_properties["hparams"].string_value)
+  assert recorded == dict(chosen, note="fixed")
+  assert history.custom_properties["hyperparameters_uri"].string_value == best.uri
+  # The module built its hidden layer from spec.hparams["units"]: 2 features ->
+  # Dense(units) -> Dense(1) has 4 * units + 1 parameters.
+  assert history.custom_properties["param_count"].int_value == 4 * chosen["units"] + 1
+  with open(os.path.join(history.uri, "history.json")) as f:
+    assert json.load(f)["hparams"] == recorded
+
+
+@pytest.mark.slow
+def test_base_model_input_warm_starts_a_second_trainer(tuned_run):
+  model = tuned_run[("Model", False)]
+  history = tuned_run[("TrainingHistory", True)]
+  record = json.loads(history.custom_properties["warm_start"].string_value)
+  assert record == {"source": os.path.join(model.uri, "Format-Serving"), "loaded": 4,
+                    "skipped": 0, "skipped_names": [], "partial": False}
+  assert "warm_start" not in tuned_run[("TrainingHistory", False)].custom_properties
+  with open(os.path.join(tuned_run[("TrainingHistory", False)].uri, "history.json")) as f:
+    base = json.load(f)
+  with open(os.path.join(history.uri, "history.json")) as f:
+    warm = json.load(f)
+  # The untrained eval loss of the warm run is the tuned model's trained one.
+  ended = base["epochs"][-1]["eval_loss"] if base["epochs"] else base["records"][-1]["loss"]
+  assert warm["initial_eval_loss"] == pytest.approx(ended, rel=0.05)
+  assert warm["initial_eval_loss"] < base["initial_eval_loss"]
