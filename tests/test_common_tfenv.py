@@ -158,7 +158,7 @@ class AtTensorFlowImport:
     return None
 sys.meta_path.insert(0, AtTensorFlowImport())
 
-from tfx_parallel.components.distributed_trainer.kube import replica
+from tfx_parallel.components.distributed_trainer import replica
 from tfx_parallel.components.distributed_trainer.run import train
 from tfx_parallel.kubeflow import entrypoint
 out["imported_tensorflow"] = "tensorflow" in sys.modules

@@ -2,9 +2,10 @@
 with `ast`, every import in components/distributed_trainer/kube/ and every import of it.
 
 kube/ may import the standard library, third-party packages, itself, and below it: the
-run-independent trainer modules (failures, plan.devices, common.tfenv). Its one door up
-is the replica's entry point, which runs run/train.py's main. Nothing below the executor
-(run/, plan/, engines/, inputs/, models/) imports kube/.
+run-independent trainer modules (failures, plan.devices). It has no door up: the
+replica's entry point, which runs run/train.py's main, is distributed_trainer/replica.py,
+beside the executor. Nothing below the executor (run/, plan/, engines/, inputs/, models/)
+imports kube/.
 """
 import ast
 import os
@@ -19,8 +20,6 @@ KUBE = PACKAGE + ".kube"
 ALLOWED = {
     PACKAGE + ".failures": None,  # Exit codes: any module.
     PACKAGE + ".plan.devices": {"launch.py"},  # The multi-worker batch check.
-    "tfx_parallel.components.common.tfenv": {"replica.py"},  # An entry point prepares TF.
-    PACKAGE + ".run.train": {"replica.py"},  # The replica runs the training loop.
 }
 
 

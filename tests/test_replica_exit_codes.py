@@ -1,4 +1,4 @@
-"""Each failure class ends a real replica process (``python -m ...kube.replica``, the
+"""Each failure class ends a real replica process (``python -m ...distributed_trainer.replica``, the
 command of every TFJob and TrainJob pod) with its class's exit code (issue #48 item 3):
 >= 128 for what a restart may fix, so that TFJob's ``restartPolicy: ExitCode``
 (training-operator v1.9.0 pkg/util/train/train_util.go:24-26, pod.go:352-372) and the
@@ -31,7 +31,7 @@ from tfx_parallel.components.distributed_trainer.kube import settings as kube_se
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPLICA = "tfx_parallel.components.distributed_trainer.kube.replica"
+REPLICA = "tfx_parallel.components.distributed_trainer.replica"
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 Importing this module changes nothing. Each ENTRY POINT calls :func:`prepare` before
 TensorFlow is imported: the CLI (pipeline/cli.py), the training process
-(distributed_trainer/run/train.py ``main``), the TFJob replica (kube/replica.py ``main``), the
+(distributed_trainer/run/train.py ``main``), the TFJob replica (distributed_trainer/replica.py ``main``), the
 Kubeflow container (kubeflow/entrypoint.py ``main``) and each executor's ``Do``, so a
 user's own pipeline script that imports our components keeps its environment as it was
 until one of our executors runs. What :func:`prepare` sets:

@@ -105,9 +105,20 @@ def _unique_scope(kind: str):
   ("mesh_steps_4_/while_body", 1 of 2 runs of tests/hook_cases.py mesh). Writing the k
   steps out without a loop avoids it, but then Adam on a split batch axis drifts from
   single-device fit (test_several_steps_per_call_match_single_device_fit[adam-2x1],
-  max 0.117, even with every write of the update as an explicit dependency): the
-  loop's iteration boundary is what orders one step's writes before the next step's
-  reads here. So MeshTrainer.run_packed traces the step again under a new number when
+  max 0.117, even with every write of the update as an explicit dependency). Rechecked
+  (issue #49, third round): the drift is real and starts inside the first step. Written
+  out without a loop, with k=1, on 2x1 with Adam, after one step Adam's m and v hold
+  their new values but no weight has moved (fit moves each by the learning rate): the
+  weight update read m and v before their writes, although every op the update
+  created was an explicit control dependency of the next reads; a nested
+  tf.function per step behaves the same (DTensor inlines it), and one marked
+  ``_noinline`` fails to compile ("failed to merge mesh cluster"). Inside the loop's
+  body the order holds. DTensor's small-constant folding
+  (tensorflow/dtensor/cc/small_constant_optimization.cc, ``ExtractSmallTensorValue``:
+  fully replicated int/float/string inputs under kSmallTensorThreshold=20 elements,
+  tensorflow/dtensor/cc/constants.h, become constants, so each new value compiles the
+  function again) is not the source of a second compilation here: the packed batch is
+  laid out over the batch axis, never fully replicated, even on a 1x1 mesh. So MeshTrainer.run_packed traces the step again under a new number when
   that collision is raised (seen again in CI: "mesh_steps_1_/while_body",
   tests/linear_mesh_cases.py 1x1); tests/name_collision_case.py forces it."""
   return tf.name_scope(f"mesh_{kind}_{next(_TRACES)}_")
@@ -464,7 +475,15 @@ class MeshTrainer:
         if slices == whole or not slices:
           target.assign(block)
         else:
-          target[slices].assign(block)
+          # The op itself, not ``target[slices].assign``: that reads the whole variable
+          # first (a strided slice of ``target.value()``), and after the first sliced
+          # write a resource variable is in copy-on-read mode, so each such read copies it
+          # whole (tensorflow/core/kernels/training_op_helpers.h EnsureSparseVariableAccess,
+          # TF 2.16): the export's copy peaked 180 MB above its
+          # start with it, 108 MB with this, on the bench's 6144-wide kernel (mesh 1x4).
+          tf.raw_ops.ResourceStridedSliceAssign(
+              ref=target.handle, begin=[s.start for s in slices],
+              end=[s.stop for s in slices], strides=[1] * len(slices), value=block)
         del block
 
   def to_host(self, variable) -> np.ndarray:

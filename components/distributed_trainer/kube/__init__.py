@@ -77,15 +77,16 @@ What happens on failure (training-operator v1.9.0, cited per rule):
 
 The job file is written next to the checkpoints under the pipeline root, which the
 replicas must reach (gs://, s3://, or a shared volume mounted at the same path). The
-replicas run ``python -m tfx_parallel.components.distributed_trainer.kube.replica --job URI``,
+replicas run ``python -m tfx_parallel.components.distributed_trainer.replica --job URI``,
 which copies the job file to local disk (run/train.py reads a local file) and runs
 ``train.main``.
 
-The package, one concern per module; imports point down this list, and only the replica's
-entry point reaches up into ``run/`` (for ``train.main``):
+The package, one concern per module; imports point down this list, and none reaches up
+into ``run/``: the replica's entry point (its ``main``, which runs ``train.main``) is
+distributed_trainer/replica.py, beside the executor.
 
-    replica.py   the replica's ``main``: the job file, TF_CONFIG on a TrainJob, the
-                 executor-heartbeat watchdog
+    replica.py   what a replica needs: TF_CONFIG on a TrainJob, the executor-heartbeat
+                 watchdog, the SIGTERM handler
     launch.py    the executor's side: ``run`` (submit or adopt, wait, delete, also on
                  SIGTERM) and the heartbeat it writes
     client.py    the Kubernetes API calls: discovery, access review, create/get/delete,

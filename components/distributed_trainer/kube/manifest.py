@@ -187,7 +187,7 @@ def job_name(checkpoint_dir: str) -> str:
 
 
 def replica_command(job_uri: str) -> Tuple[str, ...]:
-  return ("python", "-m", "tfx_parallel.components.distributed_trainer.kube.replica",
+  return ("python", "-m", "tfx_parallel.components.distributed_trainer.replica",
           "--job", job_uri)
 
 

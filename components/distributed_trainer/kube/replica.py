@@ -1,21 +1,17 @@
-"""One replica of a TFJob or TrainJob: ``python -m tfx_parallel.components.distributed_trainer.kube.replica --job URI``.
-
-It copies the job file to local disk, sets TF_CONFIG on a TrainJob (derived from JobSet),
-starts the watchdog that stops the replica once the executor's heartbeat is stale, and
-runs ``run/train.py``'s ``main``. Its exit status is its failure's class
-(failures.exit_code): >= 128 when the job should restart it (a resumable error,
-SIGTERM), 1-127 when it should fail at once (config, user code, a stale heartbeat)."""
-import argparse
+"""What one replica of a TFJob or TrainJob needs from Kubernetes: the watchdog that stops
+it once the executor's heartbeat is stale, its SIGTERM handler, and its TF_CONFIG on a
+TrainJob (derived from JobSet). The replica's entry point, ``python -m
+tfx_parallel.components.distributed_trainer.replica --job URI``, sits at the top beside
+the executor (distributed_trainer/replica.py), so that this package imports nothing above it.
+A replica's exit status is its failure's class (failures.exit_code): >= 128 when the job
+should restart it (a resumable error, SIGTERM), 1-127 when it should fail at once
+(config, user code, a stale heartbeat)."""
 import os
-import signal
 import sys
-import tempfile
 import threading
 import time
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
-from tfx_parallel.components.common import tfenv
-from tfx_parallel.components.distributed_trainer.kube import object_store
 from tfx_parallel.components.distributed_trainer.kube import trainjob
 from tfx_parallel.components.distributed_trainer.kube.settings import (ENV_HEARTBEAT, ENV_ORPHAN,
                                                                        HEARTBEAT_SECONDS,
@@ -139,25 +135,3 @@ def replica_tf_config(environ: Mapping[str, str]) -> Optional[str]:
   if "TF_CONFIG" in environ:
     return None
   return trainjob.tf_config_from_jobset(environ)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(description="Runs one TFJob replica's training.")
-  parser.add_argument("--job", required=True, help="job JSON URI written by the executor")
-  args = parser.parse_args(argv)
-  tfenv.prepare()  # The TFJob replica's entry point: before TensorFlow is imported.
-  from tfx_parallel.components.distributed_trainer.run import train  # pylint: disable=g-import-not-at-top  (the one door up into run/, after tfenv.prepare())
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (after tfenv.prepare())
-  signal.signal(signal.SIGTERM, stop_on_sigterm)
-  object_store.register_uri(args.job)  # s3:// needs tensorflow-io, before the first read.
-  start_watchdog(os.environ, read_text, stop_replica)
-  tf_config = replica_tf_config(os.environ)
-  if tf_config:
-    os.environ["TF_CONFIG"] = tf_config
-  with tempfile.TemporaryDirectory(prefix="tfx_parallel_tfjob_") as tmp:
-    local = os.path.join(tmp, "job.json")
-    tf.io.gfile.copy(args.job, local)
-    return train.main(["--job", local])
-
-if __name__ == "__main__":
-  object_store.run_and_exit(main)  # Not sys.exit: see run_and_exit.
