@@ -5,6 +5,9 @@ store shaped as TFX and as the KFP launcher write it (lookup.py), and the loop e
 import json
 import math
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -198,57 +201,68 @@ def test_latest_blessed_is_the_newest_blessed_model_of_the_same_pipeline(shape):
 
 # --- The loop end to end (issue #50 item 4), locally with the stock Pusher. -------------
 
-MODELS = {"good": ([1.8, -0.9], 0.45), "worse": ([1.2, -0.6], 0.3), "better": (W, B)}
+# A user's own pipeline script (no CLI: it has no push destination): PartitionedExampleGen
+# -> DistributedTrainer -> ConvergenceEvaluator (evaluator.baseline=latest_blessed) ->
+# the stock Pusher, run three times on one SQLite ML Metadata store, training for real:
+# good (enough steps), worse (far fewer steps), better (more steps than good). The same
+# seed and data each run (ExampleGen is served from TFX's cache after the first).
+STEPS = {"good": 60, "worse": 3, "better": 300}
+_LOOP_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    from tfx import v1 as tfx
+    from tfx_parallel.pipeline import config as config_lib
+    from tfx_parallel.pipeline import pipeline as pipeline_lib
+    home, steps = sys.argv[1], json.loads(sys.argv[2])
+    connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+        os.path.join(home, "metadata.sqlite"))
+    for name, n in steps.items():
+      config = config_lib.PipelineConfig.from_dict({
+          "pipeline_name": "loop",
+          "example_gen": {"rows": 400, "noise": 0.1},
+          "trainer": {"layout": "single", "steps": n, "min_steps": 0, "batch_size": 32,
+                      "learning_rate": 0.1, "log_every": 1, "steps_per_execution": 1},
+          "evaluator": {"baseline": "latest_blessed", "require_converged": False,
+                        "min_eval_examples": 50}}).validate()
+      components = pipeline_lib.create_components(config, connection)
+      trainer = next(c for c in components if c.id == "DistributedTrainer")
+      evaluator = next(c for c in components if c.id == "ConvergenceEvaluator")
+      pusher = tfx.components.Pusher(
+          model=trainer.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+          push_destination=tfx.proto.PushDestination(
+              filesystem=tfx.proto.PushDestination.Filesystem(
+                  base_directory=os.path.join(home, "serving"))))
+      print(f"=== run {name} ===", file=sys.stderr, flush=True)
+      tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+          pipeline_name=config.pipeline_name, pipeline_root=os.path.join(home, "root"),
+          components=components + [pusher], metadata_connection_config=connection))
+      print(f"=== done {name} ===", file=sys.stderr, flush=True)
+""")
 
 
-def _loop_pipeline(home, examples, model_uri):
-  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
-  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.convergence_evaluator.component import ConvergenceEvaluator  # pylint: disable=g-import-not-at-top
-  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
-      os.path.join(home, "metadata.sqlite"))
-  data = tfx.dsl.Importer(source_uri=examples.uri, artifact_type=standard_artifacts.Examples,
-                          properties={"split_names": examples.split_names},
-                          custom_properties={"label_key": "y"}).with_id("examples")
-  model = tfx.dsl.Importer(source_uri=model_uri,
-                           artifact_type=standard_artifacts.Model).with_id("model")
-  evaluator = ConvergenceEvaluator(
-      examples=data.outputs["result"], model=model.outputs["result"],
-      config=EvaluatorConfig(baseline="latest_blessed", min_eval_examples=50),
-      metadata_connection_config=connection)
-  pusher = tfx.components.Pusher(
-      model=model.outputs["result"], model_blessing=evaluator.outputs["blessing"],
-      push_destination=tfx.proto.PushDestination(filesystem=tfx.proto.PushDestination.Filesystem(
-          base_directory=os.path.join(home, "serving"))))
-  return tfx.dsl.Pipeline(pipeline_name="loop", pipeline_root=os.path.join(home, "root"),
-                          components=[data, model, evaluator, pusher], enable_cache=False,
-                          metadata_connection_config=connection)
-
-
-def _latest(store, type_name):
-  return max(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+def _by_run(store, type_name):
+  """The three runs' artifacts of a type, in run order (ids grow with the runs)."""
+  found = sorted(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+  assert len(found) == len(STEPS), (type_name, [a.uri for a in found])
+  return dict(zip(STEPS, found))
 
 
 @pytest.fixture(scope="module")
 def local_loop(tmp_path_factory):
-  """Runs good, worse, better on one store; {name: (metrics, blessing, pushed, model)}."""
-  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
-  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
-  root = tmp_path_factory.mktemp("loop")
-  x, y = testing.synthetic_data(120, W, B, noise=0.3, seed=4)
-  examples = testing.write_examples(
-      str(root / "data"), {"eval": testing.serialize_examples(x, y, FEATURES, "y")},
-      FEATURES, "y")
-  home = str(root / "home")
+  """Runs good, worse, better on one store; {name: (metrics, blessing, pushed, model)},
+  and ``"console"``: {name: that run's console output}, ``"home"``: the directory."""
+  home = str(tmp_path_factory.mktemp("loop"))
+  proc = subprocess.run([sys.executable, "-c", _LOOP_SCRIPT, home, json.dumps(STEPS)],
+                        capture_output=True, text=True, timeout=1500)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  console = {name: proc.stderr.split(f"=== run {name} ===")[1].split(
+      f"=== done {name} ===")[0] for name in STEPS}
   config = metadata_store_pb2.ConnectionConfig()
   config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
-  runs = {}
-  for name, (kernel, bias) in MODELS.items():
-    model = testing.export_linear_model(str(root / name), kernel, bias, FEATURES)
-    tfx.orchestration.LocalDagRunner().run(_loop_pipeline(home, examples, model.uri))
-    store = metadata_store.MetadataStore(config)
-    runs[name] = (_latest(store, "ConvergenceMetrics"), _latest(store, "ModelBlessing"),
-                  _latest(store, "PushedModel"), _latest(store, "Model"))
+  store = metadata_store.MetadataStore(config)
+  columns = [_by_run(store, t) for t in ("ConvergenceMetrics", "ModelBlessing",
+                                         "PushedModel", "Model")]
+  runs = {name: tuple(c[name] for c in columns) for name in STEPS}
+  runs["console"], runs["home"] = console, home
   return runs
 
 
@@ -262,11 +276,32 @@ def _comparison(metrics):
 
 @pytest.mark.slow
 def test_first_run_is_judged_alone_blessed_and_pushed(local_loop):
-  metrics, blessing, pushed, _ = local_loop["good"]
+  metrics, blessing, pushed, model = local_loop["good"]
   assert blessing.custom_properties["blessed"].int_value == 1
-  assert pushed.custom_properties["pushed"].int_value == 1
+  assert blessing.custom_properties["current_model_id"].int_value == model.id
   assert _comparison(metrics) is None
   assert baseline.BASELINE_URI not in metrics.custom_properties
+  assert "no blessed model in this pipeline yet" in local_loop["console"]["good"]
+  _assert_pushed(local_loop, "good")
+
+
+def _assert_pushed(runs, name):
+  """The stock Pusher pushed the run's Model: ``pushed`` 1 in ML Metadata and its
+  SavedModel in a version directory under <home>/serving."""
+  pushed, model = runs[name][2], runs[name][3]
+  assert pushed.custom_properties["pushed"].int_value == 1
+  destination = pushed.custom_properties["pushed_destination"].string_value
+  assert os.path.dirname(destination) == os.path.join(runs["home"], "serving")
+  assert os.path.isfile(os.path.join(destination, "saved_model.pb"))
+  assert pushed.custom_properties["pushed_model_id"].int_value == model.id
+
+
+@pytest.mark.slow
+def test_only_the_blessed_runs_reach_the_push_directory(local_loop):
+  pushed = [local_loop[n][2].custom_properties["pushed_destination"].string_value
+            for n in ("good", "better")]
+  assert sorted(os.listdir(os.path.join(local_loop["home"], "serving"))) == sorted(
+      os.path.basename(p) for p in pushed)
 
 
 @pytest.mark.slow
@@ -275,6 +310,7 @@ def test_worse_model_is_not_blessed_nor_pushed_and_says_why(local_loop):
   good_model = local_loop["good"][3]
   assert blessing.custom_properties["blessed"].int_value == 0
   assert pushed.custom_properties["pushed"].int_value == 0
+  assert "pushed_destination" not in pushed.custom_properties
   comparison = _comparison(metrics)
   assert comparison["baseline_source"] == "latest_blessed"
   assert comparison["baseline_uri"] == good_model.uri and not comparison["passed"]
@@ -288,17 +324,27 @@ def test_worse_model_is_not_blessed_nor_pushed_and_says_why(local_loop):
   print("worse model:", message)
   assert f"eval_mse {mse['candidate']:.6g} vs baseline {mse['baseline']:.6g}" in message
   assert "evaluator.change_thresholds.regression.eval_mse.relative 0.01" in message
+  # The run's console output says why, as the user sees it.
+  console = local_loop["console"]["worse"]
+  assert "ConvergenceEvaluator: not blessed: " + baseline.blessing_message(comparison) in (
+      console), console[-3000:]
 
 
 @pytest.mark.slow
 def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop):
-  metrics, blessing, pushed, model = local_loop["better"]
+  metrics, blessing, _, model = local_loop["better"]
   assert blessing.custom_properties["blessed"].int_value == 1
-  assert pushed.custom_properties["pushed"].int_value == 1
+  _assert_pushed(local_loop, "better")
   comparison = _comparison(metrics)
-  # The baseline is the good model (the worse one was not blessed).
-  assert comparison["baseline_uri"] == local_loop["good"][3].uri != model.uri
-  assert comparison["passed"] and comparison["metrics"][0]["absolute_change"] < 0
+  # The baseline is run 1's model (run 2's was not blessed), recorded in ML Metadata too.
+  good_model = local_loop["good"][3]
+  assert comparison["baseline_uri"] == good_model.uri != model.uri
+  assert comparison["baseline_uri"] != local_loop["worse"][3].uri
+  assert metrics.custom_properties[baseline.BASELINE_URI].string_value == good_model.uri
+  [mse] = [m for m in comparison["metrics"] if m["name"] == "eval_mse"]
+  assert comparison["passed"] and mse["candidate"] < mse["baseline"]
+  good_mse = P.read_properties(local_loop["good"][0].custom_properties)[P.EVAL_MSE]
+  assert mse["baseline"] == pytest.approx(good_mse)
 
 
 @pytest.mark.slow
@@ -324,9 +370,8 @@ def test_summary_and_metrics_table_show_the_comparison(local_loop):
 
 
 def _store_config(runs):
-  """The loop's SQLite store: <home>/metadata.sqlite, the pipeline root <home>/root."""
-  uri = runs["good"][0].uri
-  home = uri[:uri.index(os.sep + "root" + os.sep)]
+  """The loop's SQLite store: <home>/metadata.sqlite."""
+  home = runs["home"]
   config = metadata_store_pb2.ConnectionConfig()
   config.sqlite.filename_uri = os.path.join(home, "metadata.sqlite")
   return config
