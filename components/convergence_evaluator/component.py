@@ -34,6 +34,7 @@ Outputs:
 """
 from typing import Optional
 
+from google.protobuf import json_format
 from tfx import types
 from tfx.dsl.components.base import base_component
 from tfx.dsl.components.base import executor_spec
@@ -100,7 +101,6 @@ class ConvergenceEvaluator(base_component.BaseComponent):
           f"Received: {config.baseline!r}")
     connection = None
     if metadata_connection_config is not None:
-      from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
       connection = json_format.MessageToJson(metadata_connection_config, indent=None,
                                              sort_keys=True)
     super().__init__(spec=ConvergenceEvaluatorSpec(**{

@@ -24,6 +24,12 @@ Blessings of the stock Evaluator count too (same properties, tfx evaluator/const
 import dataclasses
 from typing import Iterable, Optional
 
+from absl import logging
+from google.protobuf import json_format
+from ml_metadata import errors
+from ml_metadata import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
 PIPELINE_CONTEXT_TYPES = ("pipeline", "system.Pipeline")
 BLESSING_TYPES = ("ModelBlessing", "tfx.ModelBlessing")
 MODEL_TYPES = ("Model", "tfx.Model")
@@ -63,7 +69,6 @@ def pipeline_context(store, model_id: int):
   store has no such artifact or it is in no pipeline context."""
   if not store.get_artifacts_by_id([model_id]):  # E.g. a hashed id (no such artifact).
     return None
-  from ml_metadata import errors  # pylint: disable=g-import-not-at-top
   try:
     contexts = store.get_contexts_by_artifact(model_id)
   except errors.NotFoundError:  # In no context.
@@ -80,7 +85,6 @@ def latest_blessed(store, model_id: int) -> Optional[Found]:
   (module docstring); None on the first run (nothing blessed yet)."""
   context = pipeline_context(store, model_id)
   if context is None:
-    from absl import logging  # pylint: disable=g-import-not-at-top
     logging.warning("ML Metadata has no pipeline context of the candidate Model (id %d): "
                     "no baseline to look up", model_id)
     return None
@@ -129,9 +133,6 @@ def readable_uri(uri: str) -> str:
 def open_store(connection_config_json: str, environ):
   """An ML Metadata store: from ``connection_config_json`` (a ConnectionConfig as JSON)
   when set, else KFP's gRPC service; ValueError naming both when neither is there."""
-  from ml_metadata import metadata_store  # pylint: disable=g-import-not-at-top
-  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
-  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
   if connection_config_json:
     config = json_format.Parse(connection_config_json, metadata_store_pb2.ConnectionConfig())
     return metadata_store.MetadataStore(config)
