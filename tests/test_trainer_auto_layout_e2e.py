@@ -83,10 +83,11 @@ def test_ml_metadata_holds_the_choice_and_its_reason(run):
       "the state needs 320.0 KiB on one device, more than its 200.0 KiB; a model axis of 2 "
       "is the smallest that fits (160.0 KiB per device), with 2 data-parallel replica(s); "
       # The host figure (plan/layout_search.host_bytes): the export's host model,
-      # (4 x 4096 + 1) x 4 B = 64.0 KiB, + two whole 2 x 4096 kernels in transit,
-      # 2 x 32.0 KiB, + the best evaluation's weights kept for the export, whole
-      # parameters again, 64.0 KiB (every run keeps them: layout_choice.keeps_best_weights).
-      "the host holds 192.0 KiB at the export")
+      # (4 x 4096 + 1) x 4 B = 64.0 KiB, + one block of a 2 x 4096 kernel in transit
+      # (split over the model axis of 2: 16.0 KiB), + the best evaluation's weights kept
+      # for the export, whole parameters again, 64.0 KiB (every run keeps them:
+      # layout_choice.keeps_best_weights).
+      "the host holds 144.0 KiB at the export")
   with open(os.path.join(history.uri, "history.json")) as f:
     assert json.load(f)["layout_chosen"] == "mesh 2x2"
 

@@ -163,8 +163,10 @@ def find_baseline(input_dict: Dict[str, List[types.Artifact]],
   store = lookup.open_store(exec_properties.get(keys.METADATA_CONNECTION_KEY) or "", environ)
   found = lookup.latest_blessed(store, candidate_id(model, environ))
   if found is None:
-    logging.info("ConvergenceEvaluator: no blessed model in this pipeline yet: the "
-                 "candidate is judged without a baseline.")
+    # A warning, so a pipeline script at absl's default verbosity shows it: the user asked
+    # for a baseline and this run has none.
+    logging.warning("ConvergenceEvaluator: no blessed model in this pipeline yet: the "
+                    "candidate is judged without a baseline.")
     return None
   logging.info("ConvergenceEvaluator: baseline: the latest blessed model of pipeline %r, "
                "Model %d at %s (ModelBlessing %d).", found.pipeline, found.model_id,

@@ -21,10 +21,13 @@ batch. The figure per device covers the whole run, not only the step:
   DTensor's RestoreV2 reads.
 
 The host figure (``host_bytes``) is what the run holds in host memory outside the step,
-on every layout: the export's plain model (whole parameters, no slots) plus two whole
-copies of the largest variable in transit (the export transient: the trained value read
-off the devices and the block written into the plain model; or a mesh restore's
-transient, measured at 1.4 of the largest variable), plus, when the run stops early
+on every layout: the export's plain model (whole parameters, no slots) plus one block of
+the largest variable in transit (the export copies one variable at a time: on one
+device or a data-parallel copy the whole value ``read_value`` returns,
+fit_engine.FitEngine.copy_weights_to; on a mesh one device's block, written into its
+slice of the host variable in place, MeshTrainer.copy_into, so at shard size; measured
+on tests/test_trainer_planned_vs_measured.py's 2048-wide mlp, the mesh export rose the
+host model's 16 MiB and 1.4-1.7 MiB more), plus, when the run stops early
 (``patience``), the best evaluation's weights the host keeps until the export (whole
 parameters; a mesh keeps them as the devices' blocks, never a whole split variable). Checkpoints add nothing: every layout's checkpoint reads and
 writes the live variables, a mesh's sharded (mesh_engine.MeshEngine.checkpointed). On logical
@@ -109,13 +112,15 @@ def snapshot_bytes(variables: Sequence[VariableInfo], snapshot: bool) -> int:
   return sum(v.num_elements * v.dtype_bytes for v in variables) if snapshot else 0
 
 
-def host_bytes(variables: Sequence[VariableInfo], snapshot: bool = False) -> int:
+def host_bytes(variables: Sequence[VariableInfo], snapshot: bool = False,
+               model_axis: int = 1) -> int:
   """Host memory the run holds outside the step (module docstring): the export's host
-  model plus ``TRANSIT_BLOCKS`` whole copies of the largest variable in transit, plus the
-  early stop's snapshot (``snapshot``: the run stops early)."""
+  model plus one block of the largest variable on the model axis ``model_axis`` in
+  transit (whole when the variable is not split), plus the early stop's snapshot
+  (``snapshot``: the run stops early)."""
   whole = sum(v.num_elements * v.dtype_bytes for v in variables)
-  largest = max((v.num_elements * v.dtype_bytes for v in variables), default=0)
-  return whole + TRANSIT_BLOCKS * largest + snapshot_bytes(variables, snapshot)
+  block = max((v.bytes_per_device(model_axis) for v in variables), default=0)
+  return whole + block + snapshot_bytes(variables, snapshot)
 
 
 def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
@@ -130,19 +135,18 @@ def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axi
   whole figure, gradients and transit blocks included (``state_bytes_per_device`` on
   every device): the memory the device threads freed is not reused by the export's host
   model, which lands on fresh pages. Measured (tests/test_trainer_planned_vs_measured.py,
-  rss hook, 2048-wide mlp against 64-wide): the train phase's resident memory at its end
-  is its peak on every layout; the export then rose 0.2 MiB more on single (its host
-  model in the step's freed memory) but 29 MiB on mesh 1x2 and 60 MiB on mesh 1x4, the
-  host figure's 48 (one run each); the mesh boundaries then measure 0.83-0.95 of this
-  figure (1.38-1.44 of parameters and slots alone, three runs). On
-  benchmarks/bench_mesh_memory.py's model the mesh 1x4 export rose +454-461 MB above the
-  end of training (the host figure: 453 MB) against +13 MB on single
+  rss hook, 2048-wide mlp against 64-wide, three runs on 2026-12-06 after the export
+  was built from zeros and copied block by block): the mesh export rose by the host
+  model (16 MiB) and 1.4-1.7 MiB more above the train phase's peak; the boundaries then
+  measure 0.88 of this figure on single, 0.77 on mesh 1x2 and 0.71-0.72 on a row-split
+  mesh 1x4. Before those export changes, on benchmarks/bench_mesh_memory.py's model, the
+  mesh 1x4 export rose +454-461 MB above the end of training against +13 MB on single
   (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
   if model_axis > 1:
     step = state_bytes_per_device(variables, model_axis, slots_per_param)
-    return batch_axis * model_axis * step + host_bytes(variables, snapshot)
+    return batch_axis * model_axis * step + host_bytes(variables, snapshot, model_axis)
   kept = sum(v.bytes_per_device(model_axis) for v in variables) * (1 + slots_per_param)
-  return batch_axis * model_axis * kept + host_bytes(variables, snapshot)
+  return batch_axis * model_axis * kept + host_bytes(variables, snapshot, model_axis)
 
 
 def run_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axis: int,
@@ -262,7 +266,7 @@ def plan(variables: Variables, num_devices: int, memory_per_device: int,
               f"{human_bytes(memory_per_device)}; a model axis of {model_axis} is the smallest "
               f"that fits ({human_bytes(need)} per device), with {batch_axis} data-parallel "
               f"replica(s)")
-  host = host_bytes(_at(variables, model_axis), snapshot)
+  host = host_bytes(_at(variables, model_axis), snapshot, model_axis)
   reason += f"; the host holds {human_bytes(host)} at the export"
   return Plan(layout=layout, mesh=(batch_axis, model_axis), state_bytes_per_device=need,
               allreduce_bytes_per_step=volume, reason=reason, host_bytes=host)
