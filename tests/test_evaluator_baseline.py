@@ -293,7 +293,14 @@ def _assert_pushed(runs, name):
   destination = pushed.custom_properties["pushed_destination"].string_value
   assert os.path.dirname(destination) == os.path.join(runs["home"], "serving")
   assert os.path.isfile(os.path.join(destination, "saved_model.pb"))
-  assert pushed.custom_properties["pushed_model_id"].int_value == model.id
+  # The Pusher's execution read this run's Model (ML Metadata's events: TFX 1.16's Pusher
+  # records no pushed_model_id property, tfx/components/pusher/executor.py).
+  store = metadata_store.MetadataStore(_store_config(runs))
+  [pusher] = [e.execution_id for e in store.get_events_by_artifact_ids([pushed.id])
+              if e.type == metadata_store_pb2.Event.OUTPUT]
+  read = [e.artifact_id for e in store.get_events_by_execution_ids([pusher])
+          if e.type == metadata_store_pb2.Event.INPUT]
+  assert model.id in read, (read, model.id)
 
 
 @pytest.mark.slow
