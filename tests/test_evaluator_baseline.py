@@ -395,7 +395,8 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
   def run(run_id, blessed, pipeline="loop"):
     contexts = kfp.pipeline(pipeline, run_id, root)
     model_uri = f"{root}/{pipeline}/{run_id}/DistributedTrainer/model"
-    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {})
+    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {
+        "task": "multiclass", "num_classes": 3, "label_vocabulary": '["a", "b", "c"]'})
     trainer = kfp.create_execution("DistributedTrainer", contexts)
     kfp.publish_execution(trainer, contexts, {"model": model})
     if blessed is not None:
@@ -407,7 +408,7 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
       kfp.publish_execution(evaluator, contexts, {"blessing": blessing})
     return model, model_uri
 
-  _, good_uri = run("run-1", 1)
+  good, good_uri = run("run-1", 1)
   run("run-2", 0)
   run("other-1", 1, pipeline="another")  # Another pipeline's, later: not ours.
   candidate, _ = run("run-3", None)
@@ -419,8 +420,11 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
   model.id = 1234567890123  # As TFX's KFP entry point sets it: a hash of the name.
   config = EvaluatorConfig(baseline="latest_blessed")
   try:
-    assert executor.find_baseline({}, {}, config, model, environ) == (good_uri,
-                                                                       "latest_blessed")
+    found = executor.find_baseline({}, {}, config, model, environ)
+    assert (found.uri, found.source, found.model_id) == (good_uri, "latest_blessed", good)
+    # Its own labels, to score it with (num_classes a double as the launcher records it).
+    assert found.properties == {"task": "multiclass", "num_classes": 3,
+                                "label_vocabulary": ("a", "b", "c")}
     assert lookup.readable_uri(good_uri).startswith("s3://mlpipeline/v2/artifacts/loop/")
     # Without the id from the entry point, the hashed id finds nothing to compare with.
     del environ[lookup.INPUT_IDS_ENV]
@@ -437,5 +441,6 @@ def test_an_unreadable_baseline_says_where_and_what_to_change(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"baseline model \(latest_blessed\) at "
                      r".*gone cannot be read.*TFX_PARALLEL_ARTIFACT_PATHS=remote.*"
                      r"evaluator.baseline=null"):
-    executor.compare_with_baseline((missing, "latest_blessed"), None, None,
+    executor.compare_with_baseline(baseline.BaselineModel(missing, "latest_blessed", 7),
+                                   None, None,
                                    EvaluatorConfig(), str(tmp_path), [], "y", True)
