@@ -68,7 +68,7 @@ class BaselineModel:
     if self.source == CHANNEL:
       return ("judge this run without it (do not pass baseline_model to "
               "ConvergenceEvaluator) or pass a baseline of the same task and labels")
-    return ("judge this run without a baseline: " + config_util.suggest("baseline", "null")
+    return ("judge this run without a baseline: " + config_util.suggest("evaluator.baseline", "null")
             + " for this run (the next blessed model is the baseline after it)")
 
 

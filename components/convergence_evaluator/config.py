@@ -89,8 +89,8 @@ DIRECTIONS = (HIGHER_IS_BETTER, LOWER_IS_BETTER)
 # default either: an unset direction raises, tensorflow_model_analysis 0.47.1
 # evaluators/metrics_validator.py:86-98).
 METRIC_DIRECTIONS = {
-    "eval_mse": LOWER_IS_BETTER, "eval_rmse": LOWER_IS_BETTER,
-    "eval_mae": LOWER_IS_BETTER, "eval_log_loss": LOWER_IS_BETTER,
+    "eval_mse": LOWER_IS_BETTER, "eval_mae": LOWER_IS_BETTER,
+    "eval_log_loss": LOWER_IS_BETTER,
     "eval_accuracy": HIGHER_IS_BETTER, "eval_auc": HIGHER_IS_BETTER,
     "eval_r2": HIGHER_IS_BETTER, "eval_precision": HIGHER_IS_BETTER,
     "eval_recall": HIGHER_IS_BETTER,
@@ -113,10 +113,10 @@ class ChangeThreshold:
   bound fails when the baseline is 0 (TFMA: the ratio is NaN).
 
   Attributes:
-    direction: ``higher_is_better`` or ``lower_is_better``; None (default): the metric's
-      own (METRIC_DIRECTIONS: lower for eval_mse, eval_rmse, eval_mae, eval_log_loss;
-      higher for eval_accuracy, eval_auc, eval_r2, eval_precision, eval_recall). A
-      direction against the metric's own is refused.
+    direction: ``higher_is_better`` or ``lower_is_better``; null (default): the
+      metric's own, ``lower_is_better`` for eval_mse, eval_mae and eval_log_loss,
+      ``higher_is_better`` for eval_accuracy, eval_auc, eval_r2, eval_precision and
+      eval_recall. The other direction is refused (it would bless a worse model).
     absolute: the bound on ``candidate - baseline``; None: not checked.
     relative: the bound on ``(candidate - baseline) / baseline``; None: not checked.
   """
@@ -154,14 +154,9 @@ class ChangeThreshold:
     return dataclasses.replace(self, direction=METRIC_DIRECTIONS[metric])
 
 
-def _lower(absolute=None, relative=None):
-  return dataclasses.field(default_factory=lambda: ChangeThreshold(
-      LOWER_IS_BETTER, absolute, relative))
-
-
-def _higher(absolute=None, relative=None):
-  return dataclasses.field(default_factory=lambda: ChangeThreshold(
-      HIGHER_IS_BETTER, absolute, relative))
+def _bound(absolute=None, relative=None):
+  """A field default: the metric's own direction (METRIC_DIRECTIONS)."""
+  return dataclasses.field(default_factory=lambda: ChangeThreshold(None, absolute, relative))
 
 
 # The default tolerance on each task's headline metric: the candidate may be at most this
@@ -176,9 +171,9 @@ class RegressionChange:
   """Change thresholds of a regression model against its baseline (per metric).
 
   Default: ``eval_mse`` at most 1 % above the baseline's (relative <= 0.01)."""
-  eval_mse: ChangeThreshold = _lower(relative=DEFAULT_RELATIVE_MSE_TOLERANCE)
-  eval_mae: ChangeThreshold = _lower()
-  eval_r2: ChangeThreshold = _higher()
+  eval_mse: ChangeThreshold = _bound(relative=DEFAULT_RELATIVE_MSE_TOLERANCE)
+  eval_mae: ChangeThreshold = _bound()
+  eval_r2: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +181,11 @@ class BinaryChange:
   """Change thresholds of a binary classifier against its baseline (per metric).
 
   Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
-  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
-  eval_auc: ChangeThreshold = _higher()
-  eval_log_loss: ChangeThreshold = _lower()
-  eval_precision: ChangeThreshold = _higher()
-  eval_recall: ChangeThreshold = _higher()
+  eval_accuracy: ChangeThreshold = _bound(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_auc: ChangeThreshold = _bound()
+  eval_log_loss: ChangeThreshold = _bound()
+  eval_precision: ChangeThreshold = _bound()
+  eval_recall: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +193,8 @@ class MulticlassChange:
   """Change thresholds of a multi-class classifier against its baseline (per metric).
 
   Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
-  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
-  eval_log_loss: ChangeThreshold = _lower()
+  eval_accuracy: ChangeThreshold = _bound(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_log_loss: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
