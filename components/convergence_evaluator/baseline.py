@@ -68,8 +68,9 @@ class BaselineModel:
     if self.source == CHANNEL:
       return ("judge this run without it (do not pass baseline_model to "
               "ConvergenceEvaluator) or pass a baseline of the same task and labels")
-    return ("judge this run without a baseline: " + config_util.suggest("evaluator.baseline", "null")
-            + " for this run (the next blessed model is the baseline after it)")
+    return ("judge this run without a baseline: "
+            + config_util.suggest("evaluator.baseline", "null")
+            + " for this run (a model blessed then is the baseline of the runs after it)")
 
 
 def task_of(baseline: BaselineModel, candidate: task_lib.TaskInfo,

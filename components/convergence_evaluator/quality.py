@@ -164,7 +164,8 @@ class BinaryQuality:
   seconds: float = 0.0
   unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
   confusion: Tuple[Tuple[int, ...], ...] = ()  # [[tn, fp], [fn, tp]]: rows label, cols predicted.
-  roc: Tuple[Tuple[float, float, float], ...] = ()  # (threshold, recall, fpr); () one class or a NaN score.
+  # (threshold, recall, fpr); () with one class or a NaN score.
+  roc: Tuple[Tuple[float, float, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

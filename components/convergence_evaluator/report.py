@@ -7,10 +7,14 @@ The KFP forms follow the SDK's ``Metrics`` / ``ClassificationMetrics``
 {confidenceThreshold, recall, falsePositiveRate}; :217-240 ``confusionMatrix`` =
 {annotationSpecs: [{displayName}], rows: [{row: [...]}]}), which the launcher records as
 ML Metadata custom properties (a number as a double, a list as ``{"list": ...}``, a
-struct as ``{"struct": ...}``: ``backend/src/v2/metadata/converter.go`` 2.16.0:138-172)
-and the UI reads back (``frontend/src/components/viewers/MetricsVisualizations.tsx``
-2.16.0:238-276, 601-651, 741-803, 824-846; ``ROCCurveHelper.tsx`` 2.16.0:11-15; the same
-lines at 2.5.0).
+struct as ``{"struct": ...}``: ``backend/src/v2/metadata/converter.go`` 2.15.0 and
+2.16.0:138-172, 2.4.1 and 2.5.0:133-167) and the UI reads back
+(``frontend/src/components/viewers/MetricsVisualizations.tsx`` 238-276, 601-651,
+741-803, 824-846; ``ROCCurveHelper.tsx`` 11-15; both files identical from 2.4.1 to
+2.16.0). The KFP releases Kubeflow ships: 2.4.1 in Kubeflow v1.10.0, 2.15.0 in v1.11.0
+(kubeflow/manifests ``apps/pipeline/upstream/base/pipeline/kustomization.yaml``:39-49 at
+v1.10.0, ``applications/pipeline/upstream/base/pipeline/kustomization.yaml``:39-49 at
+v1.11.0).
 
 The HTML report has no external fetch (the UI shows it in a sandboxed iframe): the loss
 curve is inline SVG, the style inline.
@@ -62,7 +66,7 @@ def kfp_metrics(scalars: Mapping[str, Any]) -> Dict[str, float]:
 def confusion_matrix(labels: Sequence[str], rows: Sequence[Sequence[int]]) -> Dict[str, Any]:
   """``confusionMatrix`` (rows: true label, columns: predicted), as the SDK's
   ``log_confusion_matrix`` writes it; raises ValueError unless it is square over
-  `labels` (the UI rejects it otherwise: MetricsVisualizations.tsx 2.16.0:785-803)."""
+  `labels` (the UI rejects it otherwise: MetricsVisualizations.tsx 2.4.1 to 2.16.0:785-803)."""
   if len(rows) != len(labels) or any(len(r) != len(labels) for r in rows):
     raise ValueError(f"a confusion matrix must be {len(labels)}x{len(labels)} over labels "
                      f"{list(labels)}. Received rows: {[list(r) for r in rows]}")
