@@ -2,6 +2,7 @@
 (baseline.py), its config (config.py), the latest-blessed lookup in a real ML Metadata
 store shaped as TFX and as the KFP launcher write it (lookup.py), and the loop end to end
 (item 4): three LocalDagRunner runs on one store, with the stock Pusher."""
+import filecmp
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.convergence_evaluator import baseline
@@ -477,7 +479,11 @@ def _assert_pushed(runs, name):
   destination = pushed.custom_properties["pushed_destination"].string_value
   assert os.path.dirname(destination) == os.path.join(runs["home"], "serving")
   assert os.path.isfile(os.path.join(destination, "saved_model.pb"))
-  assert pushed.custom_properties["pushed_model_id"].int_value == model.id
+  # The stock Pusher records no model id (tfx 1.16.0 components/pusher/executor.py
+  # _MarkPushed: pushed, pushed_destination, pushed_version): it pushed this run's model.
+  assert filecmp.cmp(os.path.join(destination, "saved_model.pb"),
+                     os.path.join(path_utils.serving_model_path(model.uri),
+                                  "saved_model.pb"), shallow=False)
 
 
 @pytest.mark.slow
@@ -525,6 +531,10 @@ def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop)
   assert comparison["baseline_uri"] == good_model.uri != model.uri
   assert comparison["baseline_uri"] != local_loop["worse"][3].uri
   assert metrics.custom_properties[baseline.BASELINE_URI].string_value == good_model.uri
+  # The ModelBlessing names it as the stock Evaluator's does (executor.py:312-319).
+  assert blessing.custom_properties["baseline_model"].string_value == good_model.uri
+  assert blessing.custom_properties["baseline_model_id"].int_value == good_model.id
+  assert "baseline_model" not in local_loop["good"][1].custom_properties  # First run.
   [mse] = [m for m in comparison["metrics"] if m["name"] == "eval_mse"]
   assert comparison["passed"] and mse["candidate"] < mse["baseline"]
   good_mse = P.read_properties(local_loop["good"][0].custom_properties)[P.EVAL_MSE]
