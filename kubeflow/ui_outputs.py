@@ -4,21 +4,26 @@ The run page's "Visualizations" tab draws only artifacts typed ``system.Metrics`
 (a table of the custom properties), ``system.ClassificationMetrics`` (``confusionMatrix``,
 ``confidenceMetrics``), ``system.HTML`` and ``system.Markdown`` (the file at the artifact
 URI), and each only with a ``display_name`` custom property (kubeflow/pipelines
-``frontend/src/components/viewers/MetricsVisualizations.tsx`` 2.5.0 and 2.16.0:238-333;
-HTML read with ``Apis.readFile`` of the URI itself: 2.16.0:872-896). TFX's
+``frontend/src/components/viewers/MetricsVisualizations.tsx``:238-333, identical from
+2.4.1 to 2.16.0; HTML read with ``Apis.readFile`` of the URI itself: :872-896). TFX's
 ConvergenceMetrics is none of these, so the compiled evaluator gets three more outputs
 of those system types (:data:`OUTPUTS`; flag ``--ui_outputs SOURCE`` on its args), which
 TFX's executor never sees (kubeflow/entrypoint.py keeps ``system.*`` outputs from it).
 Once the executor is done the entry point makes them from the files it wrote beside
 ``metrics.json`` (components/convergence_evaluator/report.py): the metadata goes into
 the executor output, which the launcher merges into the output artifact
-(``launcher_v2.go`` 2.16.0:695-701 ``mergeRuntimeArtifacts``, 2.5.0:551-553) and records
-as custom properties, with ``display_name`` the output key (``metadata/client.go``
-2.5.0:1038-1040, 2.16.0:1117-1119; lists and structs wrapped as ``{"list": ...}`` /
-``{"struct": ...}``, ``converter.go`` 2.16.0:138-172, which is what the UI unwraps);
-the report file is written at the HTML output's local path, which the launcher uploads
-as one object (``objectstore/object_store.go`` ``UploadBlob`` 2.16.0:92-99, 2.5.0:88:
-a file, not a directory).
+(``launcher_v2.go`` ``mergeRuntimeArtifacts``: 2.4.1:439-441, 2.5.0:551-553,
+2.15.0:627-629, 2.16.0:695-701) and records as custom properties, with
+``display_name`` the output key (``metadata/client.go`` 2.4.1:1031-1033,
+2.5.0:1038-1040, 2.15.0:1090-1092, 2.16.0:1117-1119; lists and structs wrapped as
+``{"list": ...}`` / ``{"struct": ...}``, ``converter.go`` 2.4.1:133-167,
+2.15.0 and 2.16.0:138-172, which is what the UI unwraps); the report file is written at
+the HTML output's local path, which the launcher uploads as one object
+(``objectstore/object_store.go`` ``UploadBlob`` 2.4.1:89, 2.5.0:88, 2.15.0 and
+2.16.0:92-99: a file, not a directory). Kubeflow v1.10.0 ships KFP 2.4.1 and v1.11.0
+ships 2.15.0 (kubeflow/manifests ``apps/pipeline/upstream/base/pipeline/
+kustomization.yaml``:39-49 at v1.10.0, ``applications/pipeline/upstream/base/pipeline/
+kustomization.yaml``:39-49 at v1.11.0).
 """
 import json
 import os

@@ -105,7 +105,8 @@ COLUMN_HELP = {
     "R2": "1 - eval MSE / label variance on the eval split (1 perfect, 0 = predicting "
           "the mean)",
     "accuracy": "share of eval examples whose predicted class is the label",
-    "AUC": "area under the ROC curve on the eval split (binary; -1 without both classes)",
+    "AUC": "area under the ROC curve on the eval split (binary; -1 without both classes, "
+           "NaN when the model's scores are NaN)",
     "log loss": "mean cross-entropy on the eval split",
     "trivial loss": "the eval loss of predicting without features (the label's mean, or "
                     "the class shares): a model should beat it",

@@ -121,7 +121,7 @@ def read_comparison(metrics_uri: str) -> Optional[Dict[str, Any]]:
   if not metrics_uri or not os.path.exists(path):
     return None
   with open(path) as f:
-    return json.load(f)
+    return baseline.from_json(f.read())
 
 
 def format_baseline(comparison: Dict[str, Any], relative: Callable[[str], str] = str) -> str:

@@ -2,6 +2,7 @@
 (baseline.py), its config (config.py), the latest-blessed lookup in a real ML Metadata
 store shaped as TFX and as the KFP launcher write it (lookup.py), and the loop end to end
 (item 4): three LocalDagRunner runs on one store, with the stock Pusher."""
+import filecmp
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
+from tfx.utils import path_utils
 
 from tfx_parallel.components.common import config_util
 from tfx_parallel.components.convergence_evaluator import baseline
@@ -99,9 +101,13 @@ def test_the_dict_has_exactly_the_interface_fields():
 
 def test_defaults_are_the_headline_metrics_with_small_tolerance():
   t = EvaluatorConfig().change_thresholds
-  assert t.regression.eval_mse == ChangeThreshold("lower_is_better", None, 0.01)
-  assert t.binary.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
-  assert t.multiclass.eval_accuracy == ChangeThreshold("higher_is_better", -0.01, None)
+  assert t.regression.eval_mse == ChangeThreshold(None, None, 0.01)  # The metric's own.
+  assert t.for_task("regression")["eval_mse"] == ChangeThreshold("lower_is_better", None,
+                                                                 0.01)
+  assert t.for_task("binary")["eval_accuracy"] == ChangeThreshold("higher_is_better",
+                                                                  -0.01, None)
+  assert t.for_task("multiclass")["eval_accuracy"] == ChangeThreshold("higher_is_better",
+                                                                      -0.01, None)
   assert t.binary.eval_auc.absolute is None and t.binary.eval_auc.relative is None
   assert EvaluatorConfig().baseline is None
 
@@ -114,11 +120,191 @@ def test_defaults_are_the_headline_metrics_with_small_tolerance():
      "change_thresholds.regression.eval_rmse"),
     ({"change_thresholds": {"binary": {"eval_auc": {"absolute": "a"}}}},
      "change_thresholds.binary.eval_auc.absolute"),
+    # Upside down: a worse model would pass.
+    ({"change_thresholds": {"regression": {"eval_mse": {"direction": "higher_is_better",
+                                                        "relative": 0.05}}}},
+     "change_thresholds.regression.eval_mse.direction"),
+    ({"change_thresholds": {"binary": {"eval_auc": {"direction": "lower_is_better"}}}},
+     "change_thresholds.binary.eval_auc.direction"),
 ])
 def test_bad_settings_name_the_key(data, key):
   with pytest.raises(config_util.ConfigError) as e:
     config_util.from_dict(EvaluatorConfig, data).validate()
   assert e.value.key == key
+
+
+def test_a_threshold_without_a_direction_takes_its_metrics_own():
+  """ChangeThreshold(relative=0.05) on eval_mse, in Python or as {"eval_mse":
+  {"relative": 0.05}}, bounds a rise: a 50 % worse candidate fails. (The default was
+  higher_is_better, which blessed it; TFMA has no default: tensorflow_model_analysis
+  0.47.1 evaluators/metrics_validator.py:86-98 raises on an unset direction.)"""
+  python = ChangeThresholds(regression=RegressionChange(
+      eval_mse=ChangeThreshold(relative=0.05)))
+  typed = config_util.from_dict(EvaluatorConfig, {"change_thresholds": {"regression": {
+      "eval_mse": {"relative": 0.05}}}}).validate().change_thresholds
+  for thresholds in (python, typed):
+    EvaluatorConfig(change_thresholds=thresholds).validate()
+    worse = baseline.compare({"eval_mse": 1.5}, {"eval_mse": 1.0}, "regression",
+                             thresholds, "/base", "channel")
+    assert not worse["passed"] and worse["metrics"][0]["direction"] == "lower_is_better"
+    assert baseline.compare({"eval_mse": 0.5}, {"eval_mse": 1.0}, "regression",
+                            thresholds, "/base", "channel")["passed"]
+
+
+def test_every_change_metric_has_a_known_direction_and_an_unknown_needs_one():
+  from tfx_parallel.components.convergence_evaluator import config as c  # pylint: disable=g-import-not-at-top
+  fields = {f for task in ("regression", "binary", "multiclass")
+            for f in ChangeThresholds().for_task(task)}
+  assert fields == set(c.METRIC_DIRECTIONS)
+  with pytest.raises(config_util.ConfigError, match="eval_mse is lower_is_better.*set "
+                     "change_thresholds.regression.eval_mse.direction=lower_is_better"):
+    ChangeThreshold("higher_is_better").validate("change_thresholds.regression.eval_mse.",
+                                                 "eval_mse")
+  with pytest.raises(config_util.ConfigError) as e:
+    ChangeThreshold(relative=0.1).validate("change_thresholds.regression.eval_new.",
+                                           "eval_new")
+  assert e.value.key == "change_thresholds.regression.eval_new.direction"
+  ChangeThreshold("lower_is_better").validate("x.", "eval_new")  # Given: fine.
+
+
+def test_an_infinite_candidate_metric_is_written_not_a_crash(tmp_path):
+  """A diverged candidate whose eval_mse is inf: json.dumps(allow_nan=False) raised 'Out
+  of range float values are not JSON compliant: inf'. Written as metrics.json writes it
+  (properties.encode_json) and read back as a float."""
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  comparison = baseline.compare({"eval_mse": math.inf, "eval_r2": math.nan},
+                                {"eval_mse": 1.0, "eval_r2": 0.5}, "regression",
+                                ChangeThresholds(), "/base", "channel")
+  assert not comparison["passed"]
+  executor.write_comparison(str(tmp_path), comparison)
+  with open(tmp_path / baseline.FILE_NAME) as f:
+    written = json.load(f)
+  assert written["passed"] is False and written["metrics"][0]["candidate"] == "inf"
+  assert written["metrics"][1]["candidate"] == "nan"
+  back = summary.read_comparison(str(tmp_path))
+  assert back["metrics"][0]["candidate"] == math.inf
+  assert math.isnan(back["metrics"][1]["candidate"])
+  # No bound accepts an infinite change: the fix is to leave it unchecked, not "=inf".
+  assert "=inf" not in comparison["reason"]
+  assert ("no bound accepts a change of inf; to leave it unchecked, set "
+          "evaluator.change_thresholds.regression.eval_mse.relative=null"
+          in comparison["reason"])
+
+
+def test_a_nan_candidate_is_not_blamed_on_a_zero_baseline():
+  comparison = baseline.compare({"eval_mse": math.nan}, {"eval_mse": 1.0}, "regression",
+                                ChangeThresholds(), "/base", "channel")
+  assert "baseline is 0" not in comparison["reason"]
+  assert "relative change undefined (the candidate's value is NaN)" in comparison["reason"]
+  assert "nan vs baseline 1" in comparison["reason"]
+
+
+# --- The baseline scored as its own task, with its own labels. -------------------------
+
+def _info(task, k=1, vocabulary=None):
+  from tfx_parallel.components.convergence_evaluator import task as task_lib  # pylint: disable=g-import-not-at-top
+  return task_lib.TaskInfo(task, k, None if vocabulary is None else tuple(vocabulary))
+
+
+def test_the_baseline_is_read_with_its_own_task_and_labels():
+  recorded = baseline.BaselineModel("/b", "channel", 3, {
+      "task": "multiclass", "num_classes": 3, "label_vocabulary": ("bird", "cat", "dog")})
+  candidate = _info("multiclass", 3, ["cat", "dog", "eel"])
+  assert baseline.task_of(recorded, candidate, ("regression", 1)) == _info(
+      "multiclass", 3, ["bird", "cat", "dog"]).__class__(
+          "multiclass", 3, ("bird", "cat", "dog"),
+          "the baseline model (given as baseline_model) at /b (its Model artifact)")
+  unrecorded = baseline.BaselineModel("/b", "channel", 3)
+  assert baseline.task_of(unrecorded, candidate, ("multiclass", 4)).num_classes == 4
+  assert baseline.task_of(unrecorded, candidate, ("regression", 1)).label_vocabulary == (
+      "cat", "dog", "eel")  # A stock model records nothing: as the candidate.
+
+
+def test_a_baseline_of_another_task_says_both_tasks_and_the_fix():
+  looked_up = baseline.BaselineModel("/b", "latest_blessed", 3)
+  with pytest.raises(ValueError, match=r"the baseline is binary, the candidate is "
+                     r"regression .*/b.*set evaluator.baseline=null for this run"):
+    baseline.check_comparable(_info("regression"), _info("binary", 2), [], looked_up)
+  given = baseline.BaselineModel("/b", "channel", 3)
+  with pytest.raises(ValueError, match="the baseline is multiclass, the candidate is "
+                     "binary.*do not pass baseline_model"):
+    baseline.check_comparable(_info("binary", 2), _info("multiclass", 3), [], given)
+
+
+def test_labels_compare_by_name_and_a_class_the_baseline_lacks_is_an_error():
+  looked_up = baseline.BaselineModel("/b", "latest_blessed", 3)
+  candidate = _info("multiclass", 3, ["cat", "dog", "eel"])
+  base = _info("multiclass", 3, ["bird", "cat", "dog"])
+  baseline.check_comparable(candidate, base, ["cat", "dog"], looked_up)  # Fair.
+  with pytest.raises(ValueError) as e:
+    baseline.check_comparable(candidate, base, ["cat", "dog", "eel"], looked_up)
+  for part in ("['bird', 'cat', 'dog']", "['cat', 'dog', 'eel']", "['eel']",
+               "set evaluator.baseline=null"):
+    assert part in str(e.value)
+  # Without vocabularies the class ids are the names: 3 classes vs 2.
+  with pytest.raises(ValueError, match=r"\['2'\], which the baseline does not know"):
+    baseline.check_comparable(_info("multiclass", 3), _info("multiclass", 2),
+                              ["0", "1", "2"], looked_up)
+  baseline.check_comparable(_info("multiclass", 2), _info("multiclass", 3), ["0", "1"],
+                            looked_up)
+  with pytest.raises(ValueError, match=r"\['ok', 'yes'\].*\['no'\], which the baseline"):
+    baseline.check_comparable(_info("binary", 2, ["no", "yes"]),
+                              _info("binary", 2, ["ok", "yes"]), ["no", "yes"], looked_up)
+  with pytest.raises(ValueError, match="class 1 must be the same class"):
+    baseline.check_comparable(_info("binary", 2, ["no", "yes"]),
+                              _info("binary", 2, ["yes", "no"]), ["no", "yes"], looked_up)
+
+
+def test_a_baseline_with_another_label_vocabulary_is_scored_with_its_own(tmp_path):
+  """Continuous training: a new class ("eel") appears, so the candidate's sorted label
+  vocabulary is [cat, dog, eel] and the blessed baseline's [bird, cat, dog]. The
+  baseline is the very same cat/dog classifier: scored with the candidate's class ids
+  it had accuracy 0.04 and the candidate was blessed against it. The ModelBlessing
+  names the baseline as the stock Evaluator's does (tfx 1.16.0
+  components/evaluator/executor.py:312-319)."""
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.common import artifacts, keys  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
+  import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
+  cat_dog = np.array([[2.0, -2.0], [-1.0, 1.0]])
+  x, ids = testing.classification_data(300, cat_dog, [0.0, 0.0], noise=0.3)
+  names = np.array(["cat", "dog"])[ids]
+  train = names[:150].copy()
+  train[:5] = "eel"
+  examples = testing.write_examples(str(tmp_path / "ex"), {
+      "train": testing.serialize_examples(x[:150], train, FEATURES, "y", label_type="bytes"),
+      "eval": testing.serialize_examples(x[150:], names[150:], FEATURES, "y",
+                                         label_type="bytes")}, FEATURES, "y")
+  never = np.zeros((2, 1))
+  candidate = testing.export_classifier_model(
+      str(tmp_path / "cand"), "multiclass", np.concatenate([cat_dog, never], 1),
+      [0.0, 0.0, -50.0], FEATURES, ["cat", "dog", "eel"])
+  base = testing.export_classifier_model(
+      str(tmp_path / "base"), "multiclass", np.concatenate([never, cat_dog], 1),
+      [-50.0, 0.0, 0.0], FEATURES, ["bird", "cat", "dog"])
+  candidate.id, base.id = 12, 7
+  history = testing.write_history(
+      str(tmp_path / "h"), testing.linear_history(2.0 * np.exp(-np.arange(1, 31)) + 0.3,
+                                                  steps_per_epoch=100),
+      task="multiclass", num_classes=3, label_vocabulary=["cat", "dog", "eel"])
+  metrics = artifacts.ConvergenceMetrics()
+  metrics.uri = str(tmp_path / "m")
+  blessing = standard_artifacts.ModelBlessing()
+  blessing.uri = str(tmp_path / "b")
+  os.makedirs(blessing.uri)
+  executor.Executor().Do(
+      {keys.MODEL_KEY: [candidate], keys.EXAMPLES_KEY: [examples],
+       keys.HISTORY_KEY: [history], keys.BASELINE_MODEL_KEY: [base]},
+      {keys.METRICS_KEY: [metrics], keys.BLESSING_KEY: [blessing]},
+      {keys.CONFIG_KEY: config_util.to_json(EvaluatorConfig())})
+  props = P.read_properties(metrics.mlmd_artifact.custom_properties)
+  assert props["eval_accuracy"] > 0.9
+  assert props["baseline_eval_accuracy"] == props["eval_accuracy"]
+  assert props["baseline_passed"] == 1
+  assert blessing.get_string_custom_property("baseline_model") == base.uri
+  assert blessing.get_int_custom_property("baseline_model_id") == 7
+  assert blessing.get_int_custom_property("current_model_id") == 12
 
 
 def test_channel_and_lookup_together_are_rejected():
@@ -301,6 +487,11 @@ def _assert_pushed(runs, name):
   read = [e.artifact_id for e in store.get_events_by_execution_ids([pusher])
           if e.type == metadata_store_pb2.Event.INPUT]
   assert model.id in read, (read, model.id)
+  # The stock Pusher records no model id (tfx 1.16.0 components/pusher/executor.py
+  # _MarkPushed: pushed, pushed_destination, pushed_version): it pushed this run's model.
+  assert filecmp.cmp(os.path.join(destination, "saved_model.pb"),
+                     os.path.join(path_utils.serving_model_path(model.uri),
+                                  "saved_model.pb"), shallow=False)
 
 
 @pytest.mark.slow
@@ -348,6 +539,10 @@ def test_better_model_is_blessed_and_pushed_against_the_last_blessed(local_loop)
   assert comparison["baseline_uri"] == good_model.uri != model.uri
   assert comparison["baseline_uri"] != local_loop["worse"][3].uri
   assert metrics.custom_properties[baseline.BASELINE_URI].string_value == good_model.uri
+  # The ModelBlessing names it as the stock Evaluator's does (executor.py:312-319).
+  assert blessing.custom_properties["baseline_model"].string_value == good_model.uri
+  assert blessing.custom_properties["baseline_model_id"].int_value == good_model.id
+  assert "baseline_model" not in local_loop["good"][1].custom_properties  # First run.
   [mse] = [m for m in comparison["metrics"] if m["name"] == "eval_mse"]
   assert comparison["passed"] and mse["candidate"] < mse["baseline"]
   good_mse = P.read_properties(local_loop["good"][0].custom_properties)[P.EVAL_MSE]
@@ -402,7 +597,8 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
   def run(run_id, blessed, pipeline="loop"):
     contexts = kfp.pipeline(pipeline, run_id, root)
     model_uri = f"{root}/{pipeline}/{run_id}/DistributedTrainer/model"
-    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {})
+    model = kfp.record_artifact("model", {"schemaTitle": "tfx.Model"}, model_uri, {
+        "task": "multiclass", "num_classes": 3, "label_vocabulary": '["a", "b", "c"]'})
     trainer = kfp.create_execution("DistributedTrainer", contexts)
     kfp.publish_execution(trainer, contexts, {"model": model})
     if blessed is not None:
@@ -414,7 +610,7 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
       kfp.publish_execution(evaluator, contexts, {"blessing": blessing})
     return model, model_uri
 
-  _, good_uri = run("run-1", 1)
+  good, good_uri = run("run-1", 1)
   run("run-2", 0)
   run("other-1", 1, pipeline="another")  # Another pipeline's, later: not ours.
   candidate, _ = run("run-3", None)
@@ -426,8 +622,11 @@ def test_on_kfp_the_lookup_finds_the_blessed_model_through_metadata_grpc(tmp_pat
   model.id = 1234567890123  # As TFX's KFP entry point sets it: a hash of the name.
   config = EvaluatorConfig(baseline="latest_blessed")
   try:
-    assert executor.find_baseline({}, {}, config, model, environ) == (good_uri,
-                                                                       "latest_blessed")
+    found = executor.find_baseline({}, {}, config, model, environ)
+    assert (found.uri, found.source, found.model_id) == (good_uri, "latest_blessed", good)
+    # Its own labels, to score it with (num_classes a double as the launcher records it).
+    assert found.properties == {"task": "multiclass", "num_classes": 3,
+                                "label_vocabulary": ("a", "b", "c")}
     assert lookup.readable_uri(good_uri).startswith("s3://mlpipeline/v2/artifacts/loop/")
     # Without the id from the entry point, the hashed id finds nothing to compare with.
     del environ[lookup.INPUT_IDS_ENV]
@@ -444,5 +643,6 @@ def test_an_unreadable_baseline_says_where_and_what_to_change(tmp_path):
   with pytest.raises(FileNotFoundError, match=r"baseline model \(latest_blessed\) at "
                      r".*gone cannot be read.*TFX_PARALLEL_ARTIFACT_PATHS=remote.*"
                      r"evaluator.baseline=null"):
-    executor.compare_with_baseline((missing, "latest_blessed"), None, None,
+    executor.compare_with_baseline(baseline.BaselineModel(missing, "latest_blessed", 7),
+                                   None, None,
                                    EvaluatorConfig(), str(tmp_path), [], "y", True)

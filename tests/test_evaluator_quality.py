@@ -353,3 +353,26 @@ def test_an_unlabelled_first_row_in_every_eval_shard_is_skipped_and_counted(
   with pytest.raises(ValueError, match=r"label 'nope' is not a feature of any example in "
                                        r".*Split-eval; features present: .*--label"):
     quality.evaluate(model_dir, examples.uri, "eval", "nope", 4, skip_missing_labels=True)
+
+
+LABELS = np.array([0, 1, 0, 1, 1, 0, 1, 0])
+
+
+def test_auc_of_nan_scores_is_not_a_number():
+  """A diverged model: NaN has no rank (argsort puts it last, which scored 0.43-0.5)."""
+  assert math.isnan(quality.auc(LABELS, np.full(8, np.nan, np.float32)))
+  one_nan = np.linspace(0.1, 0.9, 8)
+  one_nan[3] = np.nan
+  assert math.isnan(quality.auc(LABELS, one_nan))
+
+
+def test_a_binary_model_with_nan_scores_has_no_auc_and_no_roc():
+  acc = quality.BinaryAccumulator()
+  acc.update(LABELS, np.full(8, np.nan), np.full(8, np.nan))
+  result = acc.result()
+  assert math.isnan(result.auc) and result.roc == ()
+  # NaN > 0.5 is false: every example predicted negative, as the confusion matrix says.
+  assert result.confusion == ((4, 0), (4, 0))
+  regression = quality.QualityAccumulator()
+  regression.update(LABELS, np.full(8, np.nan))
+  assert math.isnan(regression.result().auc)

@@ -57,3 +57,17 @@ def test_report_says_verdict_reason_layout_and_comparison_self_contained():
   first = report.report_html(dict(SCALARS, blessed=0), None, None)
   assert "No baseline: first run, judged alone." in first and "Not blessed" in first
   assert "No training history" in first and "<svg" not in first
+
+
+def test_nan_scores_give_no_roc_and_the_report_says_why():
+  """A diverged binary model: NaN sorts above every threshold, so a curve of NaN scores
+  claimed recall 1 at threshold 1 while the confusion matrix counted them negative."""
+  labels = [0, 1, 0, 1, 1, 0, 1, 0]
+  assert report.roc_points(labels, [float("nan")] * 8) == {}
+  assert report.roc_points(labels, [0.1, 0.9, 0.2, float("nan"), 0.8, 0.3, 0.7, 0.4]) == {}
+  scalars = dict(SCALARS, eval_auc=float("nan"))
+  assert "eval_auc" not in report.kfp_metrics(scalars)  # system.Metrics: numbers only.
+  page = report.report_html(scalars, CURVES, None, report.classification(
+      ["0", "1"], [[4, 0], [4, 0]]))
+  assert "eval_auc is NaN" in page and "no ROC curve" in page
+  assert "eval_auc is NaN" not in report.report_html(SCALARS, CURVES)

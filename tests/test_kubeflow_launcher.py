@@ -385,8 +385,8 @@ def test_compiled_package_runs_to_a_blessed_model_like_open_source_kfp(tmp_path,
   assert blessing["custom_properties"]["current_model"] == model["uri"]
   assert blessing["custom_properties"]["current_model_id"] == model["id"]  # Not a hash.
   # What the KFP UI draws (kubeflow/ui_outputs.py): the system types, display_name, each
-  # system.Metrics property a double (MetricsVisualizations.tsx 2.16.0:824-846), and the
-  # HTML report as the object at the artifact's URI (Apis.readFile, 2.16.0:872-896).
+  # system.Metrics property a double (MetricsVisualizations.tsx 2.4.1 to 2.16.0:824-846),
+  # and the HTML report as the object at the artifact's URI (Apis.readFile, :872-896).
   type_names = {t.id: t.name for t in launcher.metadata.store.get_artifact_types()}
   for key, title in ui_outputs.OUTPUTS.items():
     [ui] = launcher.metadata.store.get_artifacts_by_id([recorded[("ConvergenceEvaluator",

@@ -1,7 +1,8 @@
 """The evaluator's results in the KFP UI (kubeflow/ui_outputs.py): the compiled outputs,
 what the entry point makes, and what the launcher records in ML Metadata, read back the
 way the frontend reads it (kubeflow/pipelines frontend/src/components/viewers/
-MetricsVisualizations.tsx and ROCCurveHelper.tsx, 2.5.0 and 2.16.0)."""
+MetricsVisualizations.tsx and ROCCurveHelper.tsx, identical from 2.4.1, which Kubeflow
+v1.10.0 ships, through 2.15.0, which v1.11.0 ships, to 2.16.0)."""
 import json
 import math
 

@@ -83,6 +83,18 @@ class MulticlassThresholds:
 HIGHER_IS_BETTER = "higher_is_better"
 LOWER_IS_BETTER = "lower_is_better"
 DIRECTIONS = (HIGHER_IS_BETTER, LOWER_IS_BETTER)
+# The direction of every metric a change threshold can bound (the fields of
+# RegressionChange, BinaryChange and MulticlassChange): a threshold that leaves its
+# direction unset takes this one, and one that sets the other is refused (TFMA has no
+# default either: an unset direction raises, tensorflow_model_analysis 0.47.1
+# evaluators/metrics_validator.py:86-98).
+METRIC_DIRECTIONS = {
+    "eval_mse": LOWER_IS_BETTER, "eval_mae": LOWER_IS_BETTER,
+    "eval_log_loss": LOWER_IS_BETTER,
+    "eval_accuracy": HIGHER_IS_BETTER, "eval_auc": HIGHER_IS_BETTER,
+    "eval_r2": HIGHER_IS_BETTER, "eval_precision": HIGHER_IS_BETTER,
+    "eval_recall": HIGHER_IS_BETTER,
+}
 LATEST_BLESSED = "latest_blessed"
 BASELINES = (LATEST_BLESSED,)
 
@@ -101,32 +113,50 @@ class ChangeThreshold:
   bound fails when the baseline is 0 (TFMA: the ratio is NaN).
 
   Attributes:
-    direction: ``higher_is_better`` or ``lower_is_better``.
+    direction: ``higher_is_better`` or ``lower_is_better``; null (default): the
+      metric's own, ``lower_is_better`` for eval_mse, eval_mae and eval_log_loss,
+      ``higher_is_better`` for eval_accuracy, eval_auc, eval_r2, eval_precision and
+      eval_recall. The other direction is refused (it would bless a worse model).
     absolute: the bound on ``candidate - baseline``; None: not checked.
     relative: the bound on ``(candidate - baseline) / baseline``; None: not checked.
   """
-  direction: str = HIGHER_IS_BETTER
+  direction: Optional[str] = None
   absolute: Optional[float] = None
   relative: Optional[float] = None
 
-  def validate(self, prefix: str):
-    require(self.direction in DIRECTIONS, prefix + "direction",
-            f"must be one of {list(DIRECTIONS)}. Received: {self.direction!r}")
+  def validate(self, prefix: str, metric: Optional[str] = None):
+    """``metric``: the metric bounded (the field name), whose direction is checked."""
+    require(self.direction is None or self.direction in DIRECTIONS, prefix + "direction",
+            f"must be one of {list(DIRECTIONS)} or null (the metric's own). "
+            f"Received: {self.direction!r}")
+    if metric is not None:
+      own = METRIC_DIRECTIONS.get(metric)
+      require(own is not None or self.direction is not None, prefix + "direction",
+              f"{metric} has no known direction: set it to one of {list(DIRECTIONS)}. "
+              f"Received: None")
+      require(own is None or self.direction in (None, own), prefix + "direction",
+              f"{metric} is {own}; the other direction would bless a worse model "
+              f"(set {prefix}direction={own}, or null: the metric's own). "
+              f"Received: {self.direction!r}")
     for name in ("absolute", "relative"):
       value = getattr(self, name)
       require(value is None or (isinstance(value, (int, float)) and
                                 not isinstance(value, bool) and value == value),
               prefix + name, f"must be a number or null. Received: {value!r}")
 
+  def resolved(self, metric: str) -> "ChangeThreshold":
+    """This threshold with its direction set: its own, else ``metric``'s."""
+    if self.direction is not None:
+      return self
+    if metric not in METRIC_DIRECTIONS:
+      raise ValueError(f"{metric} has no known direction; set its direction to one of "
+                       f"{list(DIRECTIONS)}. Received: None")
+    return dataclasses.replace(self, direction=METRIC_DIRECTIONS[metric])
 
-def _lower(absolute=None, relative=None):
-  return dataclasses.field(default_factory=lambda: ChangeThreshold(
-      LOWER_IS_BETTER, absolute, relative))
 
-
-def _higher(absolute=None, relative=None):
-  return dataclasses.field(default_factory=lambda: ChangeThreshold(
-      HIGHER_IS_BETTER, absolute, relative))
+def _bound(absolute=None, relative=None):
+  """A field default: the metric's own direction (METRIC_DIRECTIONS)."""
+  return dataclasses.field(default_factory=lambda: ChangeThreshold(None, absolute, relative))
 
 
 # The default tolerance on each task's headline metric: the candidate may be at most this
@@ -141,9 +171,9 @@ class RegressionChange:
   """Change thresholds of a regression model against its baseline (per metric).
 
   Default: ``eval_mse`` at most 1 % above the baseline's (relative <= 0.01)."""
-  eval_mse: ChangeThreshold = _lower(relative=DEFAULT_RELATIVE_MSE_TOLERANCE)
-  eval_mae: ChangeThreshold = _lower()
-  eval_r2: ChangeThreshold = _higher()
+  eval_mse: ChangeThreshold = _bound(relative=DEFAULT_RELATIVE_MSE_TOLERANCE)
+  eval_mae: ChangeThreshold = _bound()
+  eval_r2: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,11 +181,11 @@ class BinaryChange:
   """Change thresholds of a binary classifier against its baseline (per metric).
 
   Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
-  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
-  eval_auc: ChangeThreshold = _higher()
-  eval_log_loss: ChangeThreshold = _lower()
-  eval_precision: ChangeThreshold = _higher()
-  eval_recall: ChangeThreshold = _higher()
+  eval_accuracy: ChangeThreshold = _bound(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_auc: ChangeThreshold = _bound()
+  eval_log_loss: ChangeThreshold = _bound()
+  eval_precision: ChangeThreshold = _bound()
+  eval_recall: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +193,8 @@ class MulticlassChange:
   """Change thresholds of a multi-class classifier against its baseline (per metric).
 
   Default: ``eval_accuracy`` at most 0.01 below the baseline's (absolute >= -0.01)."""
-  eval_accuracy: ChangeThreshold = _higher(absolute=-DEFAULT_ACCURACY_TOLERANCE)
-  eval_log_loss: ChangeThreshold = _lower()
+  eval_accuracy: ChangeThreshold = _bound(absolute=-DEFAULT_ACCURACY_TOLERANCE)
+  eval_log_loss: ChangeThreshold = _bound()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,9 +206,11 @@ class ChangeThresholds:
   multiclass: MulticlassChange = dataclasses.field(default_factory=MulticlassChange)
 
   def for_task(self, task: str):
-    """{metric name: ChangeThreshold} of ``task``'s group, in declaration order."""
+    """{metric name: ChangeThreshold} of ``task``'s group, in declaration order, each
+    with its direction set (ChangeThreshold.resolved)."""
     group = getattr(self, task)
-    return {f.name: getattr(group, f.name) for f in dataclasses.fields(group)}
+    return {f.name: getattr(group, f.name).resolved(f.name)
+            for f in dataclasses.fields(group)}
 
   def validate(self, prefix: str = "change_thresholds."):
     for name, cls in (("regression", RegressionChange), ("binary", BinaryChange),
@@ -193,7 +225,7 @@ class ChangeThresholds:
         require(isinstance(threshold, ChangeThreshold), key,
                 f"must be a mapping with direction, absolute, relative. "
                 f"Received: {threshold!r}")
-        threshold.validate(key + ".")
+        threshold.validate(key + ".", field.name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ from tfx import types
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
+from tfx.types import standard_artifacts
 from tfx.utils import io_utils
 from tfx.utils import path_utils
 
@@ -99,9 +100,10 @@ class Executor(base_executor.BaseExecutor):
       logging.warning("ConvergenceEvaluator: the model is not judged, as the eval split "
                       "does not represent the data: %s", reason)
     blessed, message = blessing_lib.decide(quality, state, config, reason)
+    baseline = find_baseline(input_dict, exec_properties, config, model)
     comparison = compare_with_baseline(
-        find_baseline(input_dict, exec_properties, config, model), quality, info, config,
-        examples.uri, files, label_key, skip_missing_labels(config, history))
+        baseline, quality, info, config, examples.uri, files, label_key,
+        skip_missing_labels(config, history))
     if comparison is not None and not comparison["passed"]:
       blessed = False
       message = "; ".join(m for m in (message, baseline_lib.blessing_message(comparison)) if m)
@@ -134,7 +136,7 @@ class Executor(base_executor.BaseExecutor):
     if comparison is not None:  # Before the report, which reads it beside metrics.json.
       write_comparison(metrics.uri, comparison)
     write_report(metrics.uri, scalars, quality, info)
-    write_blessing(blessing, model, blessed)
+    write_blessing(blessing, model, blessed, baseline)
     headline = (f"eval_mse={quality.mse:.6g}" if isinstance(quality, quality_lib.Quality)
                 else f"eval_accuracy={quality.accuracy:.6g}")
     logging.info("ConvergenceEvaluator: state=%s %s blessed=%s%s. Metrics written to %s.",
@@ -142,22 +144,32 @@ class Executor(base_executor.BaseExecutor):
                  metrics.uri)
 
 
-def candidate_id(model: types.Artifact, environ=os.environ) -> int:
-  """The candidate Model's ML Metadata id: on Kubeflow the one kubeflow/entrypoint.py
-  passes (lookup.INPUT_IDS_ENV; TFX's KFP entry point gives the executor hashed ids),
-  else the artifact's own."""
+def input_id(artifact: types.Artifact, key: str, environ=os.environ) -> int:
+  """An input Model's ML Metadata id: on Kubeflow the one kubeflow/entrypoint.py passes
+  (lookup.INPUT_IDS_ENV; TFX's KFP entry point gives the executor hashed ids), else the
+  artifact's own."""
   ids = json.loads(environ.get(lookup.INPUT_IDS_ENV) or "{}")
-  return int(ids.get(keys.MODEL_KEY, model.id))
+  return int(ids.get(key, artifact.id))
+
+
+def candidate_id(model: types.Artifact, environ=os.environ) -> int:
+  """The candidate Model's ML Metadata id (input_id)."""
+  return input_id(model, keys.MODEL_KEY, environ)
 
 
 def find_baseline(input_dict: Dict[str, List[types.Artifact]],
                   exec_properties: Dict[str, Any], config: EvaluatorConfig,
-                  model: types.Artifact, environ=os.environ):
-  """(baseline URI, source) from the ``baseline_model`` channel, else ML Metadata's latest
-  blessed model of the pipeline (config ``baseline: latest_blessed``); None without one."""
+                  model: types.Artifact, environ=os.environ
+                  ) -> Optional[baseline_lib.BaselineModel]:
+  """The baseline from the ``baseline_model`` channel, else ML Metadata's latest blessed
+  model of the pipeline (config ``baseline: latest_blessed``); None without one."""
   given = input_dict.get(keys.BASELINE_MODEL_KEY) or []
   if given:
-    return artifact_utils.get_single_instance(given).uri, baseline_lib.CHANNEL
+    artifact = artifact_utils.get_single_instance(given)
+    return baseline_lib.BaselineModel(
+        artifact.uri, baseline_lib.CHANNEL,
+        input_id(artifact, keys.BASELINE_MODEL_KEY, environ),
+        task_lib.read_properties(artifact))
   if config.baseline != baseline_lib.LATEST_BLESSED:
     return None
   store = lookup.open_store(exec_properties.get(keys.METADATA_CONNECTION_KEY) or "", environ)
@@ -171,17 +183,25 @@ def find_baseline(input_dict: Dict[str, List[types.Artifact]],
   logging.info("ConvergenceEvaluator: baseline: the latest blessed model of pipeline %r, "
                "Model %d at %s (ModelBlessing %d).", found.pipeline, found.model_id,
                found.uri, found.blessing_id)
-  return found.uri, baseline_lib.LATEST_BLESSED
+  properties = {}
+  if found.model is not None:
+    looked_up = standard_artifacts.Model()
+    looked_up.set_mlmd_artifact(found.model)
+    properties = task_lib.read_properties(looked_up)
+  return baseline_lib.BaselineModel(found.uri, baseline_lib.LATEST_BLESSED, found.model_id,
+                                    properties)
 
 
-def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
+def compare_with_baseline(baseline: Optional[baseline_lib.BaselineModel],
+                          quality: quality_lib.AnyQuality,
                           info: task_lib.TaskInfo, config: EvaluatorConfig,
                           examples_uri: str, files, label_key: str, skip_missing: bool):
-  """Evaluates the baseline (``(uri, source)`` or None) on the candidate's split and
-  files, and returns baseline.compare's dict (None without a baseline)."""
+  """Evaluates the baseline on the candidate's split and files, as its own task with its
+  own labels (baseline.task_of; compared by class name: baseline.check_comparable), and
+  returns baseline.compare's dict (None without a baseline)."""
   if baseline is None:
     return None
-  uri, source = baseline
+  uri, source = baseline.uri, baseline.source
   model_dir = _serving_dir(lookup.readable_uri(uri))
   if model_dir is None:
     raise FileNotFoundError(
@@ -190,14 +210,35 @@ def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
         f"run the step with remote artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote and "
         f"the object store's credentials), or pass baseline_model=<channel>, or set "
         f"evaluator.baseline=null. Received: {uri!r}")
-  output_map = signature.output_map(signature.read(model_dir), info.task,
-                                    config.prediction_key, model_dir)
-  theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,
-                                config.batch_size, info, files=files,
-                                output_map=output_map, skip_missing_labels=skip_missing)
+  outputs = signature.read(model_dir)
+  theirs_info = baseline_lib.task_of(baseline, info, signature.infer_task(outputs))
+  baseline_lib.check_comparable(info, theirs_info, present_classes(quality, info), baseline)
+  logging.info("ConvergenceEvaluator: evaluating %s as a %s model (task from %s)%s.",
+               baseline.where, theirs_info.task, theirs_info.source,
+               f", labels {list(baseline_lib.class_names(theirs_info))}"
+               if theirs_info.is_classification else "")
+  try:
+    output_map = signature.output_map(outputs, theirs_info.task, config.prediction_key,
+                                      model_dir)
+    theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,
+                                  config.batch_size, theirs_info, files=files,
+                                  output_map=output_map, skip_missing_labels=skip_missing)
+  except ValueError as e:
+    raise ValueError(f"evaluating {baseline.where} as a {theirs_info.task} model (task "
+                     f"from {theirs_info.source}): {e}; or {baseline.fix}") from e
   return baseline_lib.compare(quality_properties(quality, config.split),
                               quality_properties(theirs, config.split), info.task,
                               config.change_thresholds, uri, source)
+
+
+def present_classes(quality: quality_lib.AnyQuality, info: task_lib.TaskInfo) -> List[str]:
+  """The names of the classes the eval split holds (a classifier's; [] for regression)."""
+  if isinstance(quality, quality_lib.MulticlassQuality):
+    names = baseline_lib.class_names(info.with_num_classes(len(quality.class_examples)))
+    return [name for name, n in zip(names, quality.class_examples) if n]
+  if isinstance(quality, quality_lib.BinaryQuality):
+    return list(baseline_lib.class_names(info))
+  return []
 
 
 def _serving_dir(uri: str) -> Optional[str]:
@@ -210,21 +251,10 @@ def _serving_dir(uri: str) -> Optional[str]:
 
 
 def write_comparison(uri: str, comparison: Dict[str, Any]):
-  """``baseline_comparison.json`` beside ``metrics.json`` (NaN written as null)."""
+  """``baseline_comparison.json`` beside ``metrics.json`` (baseline.to_json)."""
   fileio.makedirs(uri)
   io_utils.write_string_file(os.path.join(uri, baseline_lib.FILE_NAME),
-                             json.dumps(_nan_to_none(comparison), allow_nan=False,
-                                        indent=1))
-
-
-def _nan_to_none(value):
-  if isinstance(value, float) and value != value:
-    return None
-  if isinstance(value, dict):
-    return {k: _nan_to_none(v) for k, v in value.items()}
-  if isinstance(value, list):
-    return [_nan_to_none(v) for v in value]
-  return value
+                             baseline_lib.to_json(comparison))
 
 
 def read_task(model: types.Artifact, history: Optional[types.Artifact],
@@ -469,7 +499,7 @@ def write_report(uri: str, scalars: Dict[str, P.Scalar], quality: quality_lib.An
   curves = (json.loads(io_utils.read_string_file(curves_path))
             if fileio.exists(curves_path) else None)
   comparison_path = os.path.join(uri, report.COMPARISON_FILE_NAME)
-  comparison = (json.loads(io_utils.read_string_file(comparison_path))
+  comparison = (baseline_lib.from_json(io_utils.read_string_file(comparison_path))
                 if fileio.exists(comparison_path) else None)
   classes = class_metrics(quality, info)
   io_utils.write_string_file(os.path.join(uri, report.REPORT_FILE_NAME), report.report_html(
@@ -479,10 +509,17 @@ def write_report(uri: str, scalars: Dict[str, P.Scalar], quality: quality_lib.An
       allow_nan=False, sort_keys=True))
 
 
-def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool):
-  """Marks the ModelBlessing exactly as the stock Evaluator does."""
+def write_blessing(blessing: types.Artifact, model: types.Artifact, blessed: bool,
+                   baseline: Optional[baseline_lib.BaselineModel] = None):
+  """Marks the ModelBlessing as the stock Evaluator does (tfx 1.16.0
+  components/evaluator/executor.py:302-337): ``current_model`` (URI) and
+  ``current_model_id``, with a baseline ``baseline_model`` (URI) and
+  ``baseline_model_id``, ``blessed`` 1/0 and the BLESSED / NOT_BLESSED file."""
   blessing.set_string_custom_property(P.BLESSING_CURRENT_MODEL_KEY, model.uri)
   blessing.set_int_custom_property(P.BLESSING_CURRENT_MODEL_ID_KEY, model.id)
+  if baseline is not None:
+    blessing.set_string_custom_property(P.BLESSING_BASELINE_MODEL_KEY, baseline.uri)
+    blessing.set_int_custom_property(P.BLESSING_BASELINE_MODEL_ID_KEY, baseline.model_id)
   file_name = P.BLESSED_FILE_NAME if blessed else P.NOT_BLESSED_FILE_NAME
   io_utils.write_string_file(os.path.join(blessing.uri, file_name), "")
   blessing.set_int_custom_property(P.BLESSING_BLESSED_KEY,

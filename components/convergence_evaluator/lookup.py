@@ -40,11 +40,13 @@ CURRENT_MODEL = "current_model"
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-  """The baseline: the blessed Model's URI and ML Metadata id, and its blessing's id."""
+  """The baseline: the blessed Model's URI and ML Metadata id, and its blessing's id;
+  ``model`` the Model as ML Metadata holds it (its task properties say how to read it)."""
   uri: str
   model_id: int
   blessing_id: int
   pipeline: str
+  model: Optional[metadata_store_pb2.Artifact] = None
 
 
 def _number(value) -> Optional[float]:
@@ -107,7 +109,7 @@ def latest_blessed(store, model_id: int) -> Optional[Found]:
     if model_type.get(model.type_id) not in MODEL_TYPES:
       continue
     return Found(uri=model.uri, model_id=model.id, blessing_id=blessing.id,
-                 pipeline=context.name)
+                 pipeline=context.name, model=model)
   return None
 
 

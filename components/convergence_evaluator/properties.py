@@ -58,7 +58,7 @@ does. ``metrics.json`` at the artifact URI holds the same full-precision values.
 | `eval_r2` | float | regression | 1 - SS_res / SS_tot (NaN if the label is constant) |
 | `label_is_binary` | int | regression | 1 if every label is 0 or 1 |
 | `eval_accuracy` | float | all | regression: mean((prediction >= 0.5) == label) if `label_is_binary`, else -1; binary: fraction with (P(class 1) > 0.5) == label; multiclass: fraction with argmax(probabilities) == label |
-| `eval_auc` | float | regression, binary | exact ROC AUC (ties counted half) of the prediction (regression, if `label_is_binary`) or of P(class 1) (binary); -1 without both classes |
+| `eval_auc` | float | regression, binary | exact ROC AUC (ties counted half) of the prediction (regression, if `label_is_binary`) or of P(class 1) (binary); -1 without both classes; NaN when a score is NaN (a diverged model; no ROC curve then) |
 | `eval_log_loss` | float | binary, multiclass | mean cross-entropy, computed from the `logits` output in float64 (exact where a probability rounds to 0 or 1) |
 | `eval_precision` | float | binary | TP / (TP + FP) at P(class 1) > 0.5; -1 if nothing is predicted positive |
 | `eval_recall` | float | binary | TP / (TP + FN) at P(class 1) > 0.5; -1 if no label is positive |
@@ -178,6 +178,8 @@ BLESSING_MESSAGE = "blessing_message"
 BLESSING_BLESSED_KEY = "blessed"
 BLESSING_CURRENT_MODEL_KEY = "current_model"
 BLESSING_CURRENT_MODEL_ID_KEY = "current_model_id"
+BLESSING_BASELINE_MODEL_KEY = "baseline_model"
+BLESSING_BASELINE_MODEL_ID_KEY = "baseline_model_id"
 BLESSED_VALUE = 1
 NOT_BLESSED_VALUE = 0
 BLESSED_FILE_NAME = "BLESSED"

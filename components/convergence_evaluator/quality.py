@@ -49,7 +49,8 @@ BINARY_THRESHOLD = 0.5    # Binary classifier: P(class 1) > 0.5 predicts 1 (Kera
 
 @dataclasses.dataclass(frozen=True)
 class Quality:
-  """Eval metrics; ``accuracy``/``auc`` are -1 unless the label is binary."""
+  """Eval metrics; ``accuracy``/``auc`` are -1 unless the label is binary (``auc`` -1
+  without both classes, NaN when a prediction is NaN)."""
   examples: int
   mse: float
   rmse: float
@@ -63,12 +64,20 @@ class Quality:
   unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
 
 
+def both_classes(labels: np.ndarray) -> bool:
+  """Whether the 0/1 labels hold both classes (an AUC is defined only then)."""
+  labels = np.asarray(labels) > 0.5
+  return bool(labels.any() and not labels.all())
+
+
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-  """Exact ROC AUC (Mann-Whitney U, tied scores count 1/2); NaN without both classes."""
+  """Exact ROC AUC (Mann-Whitney U, tied scores count 1/2); NaN without both classes,
+  and NaN when any score is NaN (a diverged model: NaN has no rank, and sorting it
+  last would score it as the most confident positive)."""
   labels = np.asarray(labels) > 0.5
   positives = int(labels.sum())
   negatives = labels.size - positives
-  if positives == 0 or negatives == 0:
+  if positives == 0 or negatives == 0 or np.isnan(np.asarray(scores, np.float64)).any():
     return math.nan
   order = np.argsort(scores, kind="mergesort")
   sorted_scores = np.asarray(scores)[order]
@@ -133,8 +142,7 @@ class QualityAccumulator:
       labels = np.concatenate(self._labels)
       scores = np.concatenate(self._scores)
       accuracy = float(np.mean((scores >= ACCURACY_THRESHOLD) == (labels == 1)))
-      area = auc(labels, scores)
-      area = -1.0 if math.isnan(area) else area
+      area = auc(labels, scores) if both_classes(labels) else -1.0
     return Quality(examples=self.count, mse=mse, rmse=math.sqrt(mse),
                    mae=self._sum_abs / self.count, r2=r2, label_is_binary=self._binary,
                    accuracy=accuracy, auc=area, seconds=seconds,
@@ -144,7 +152,8 @@ class QualityAccumulator:
 @dataclasses.dataclass(frozen=True)
 class BinaryQuality:
   """Eval metrics of a binary classifier; precision is -1 when nothing is predicted
-  positive, recall -1 when no label is positive, auc -1 without both classes."""
+  positive, recall -1 when no label is positive, auc -1 without both classes and NaN
+  when a score is NaN (then ``roc`` is () too)."""
   examples: int
   accuracy: float
   auc: float
@@ -155,7 +164,8 @@ class BinaryQuality:
   seconds: float = 0.0
   unlabelled: int = 0  # Examples left out: no label (skip_missing_labels).
   confusion: Tuple[Tuple[int, ...], ...] = ()  # [[tn, fp], [fn, tp]]: rows label, cols predicted.
-  roc: Tuple[Tuple[float, float, float], ...] = ()  # (threshold, recall, fpr); () one class.
+  # (threshold, recall, fpr); () with one class or a NaN score.
+  roc: Tuple[Tuple[float, float, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,11 +224,11 @@ class BinaryAccumulator:
     if self.count == 0:
       raise ValueError("no examples were evaluated")
     labels, scores = np.concatenate(self._labels), np.concatenate(self._scores)
-    area = auc(labels, scores)
+    area = auc(labels, scores) if both_classes(labels) else -1.0
     curve = roc_points(labels, scores)
     return BinaryQuality(
         examples=self.count, accuracy=(self._tp + self._tn) / self.count,
-        auc=-1.0 if math.isnan(area) else area, log_loss=self._log_loss / self.count,
+        auc=area, log_loss=self._log_loss / self.count,
         precision=_ratio(self._tp, self._tp + self._fp),
         recall=_ratio(self._tp, self._tp + self._fn), positives=self._tp + self._fn,
         seconds=seconds, confusion=((self._tn, self._fp), (self._fn, self._tp)),

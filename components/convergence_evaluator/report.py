@@ -7,10 +7,14 @@ The KFP forms follow the SDK's ``Metrics`` / ``ClassificationMetrics``
 {confidenceThreshold, recall, falsePositiveRate}; :217-240 ``confusionMatrix`` =
 {annotationSpecs: [{displayName}], rows: [{row: [...]}]}), which the launcher records as
 ML Metadata custom properties (a number as a double, a list as ``{"list": ...}``, a
-struct as ``{"struct": ...}``: ``backend/src/v2/metadata/converter.go`` 2.16.0:138-172)
-and the UI reads back (``frontend/src/components/viewers/MetricsVisualizations.tsx``
-2.16.0:238-276, 601-651, 741-803, 824-846; ``ROCCurveHelper.tsx`` 2.16.0:11-15; the same
-lines at 2.5.0).
+struct as ``{"struct": ...}``: ``backend/src/v2/metadata/converter.go`` 2.15.0 and
+2.16.0:138-172, 2.4.1 and 2.5.0:133-167) and the UI reads back
+(``frontend/src/components/viewers/MetricsVisualizations.tsx`` 238-276, 601-651,
+741-803, 824-846; ``ROCCurveHelper.tsx`` 11-15; both files identical from 2.4.1 to
+2.16.0). The KFP releases Kubeflow ships: 2.4.1 in Kubeflow v1.10.0, 2.15.0 in v1.11.0
+(kubeflow/manifests ``apps/pipeline/upstream/base/pipeline/kustomization.yaml``:39-49 at
+v1.10.0, ``applications/pipeline/upstream/base/pipeline/kustomization.yaml``:39-49 at
+v1.11.0).
 
 The HTML report has no external fetch (the UI shows it in a sandboxed iframe): the loss
 curve is inline SVG, the style inline.
@@ -62,7 +66,7 @@ def kfp_metrics(scalars: Mapping[str, Any]) -> Dict[str, float]:
 def confusion_matrix(labels: Sequence[str], rows: Sequence[Sequence[int]]) -> Dict[str, Any]:
   """``confusionMatrix`` (rows: true label, columns: predicted), as the SDK's
   ``log_confusion_matrix`` writes it; raises ValueError unless it is square over
-  `labels` (the UI rejects it otherwise: MetricsVisualizations.tsx 2.16.0:785-803)."""
+  `labels` (the UI rejects it otherwise: MetricsVisualizations.tsx 2.4.1 to 2.16.0:785-803)."""
   if len(rows) != len(labels) or any(len(r) != len(labels) for r in rows):
     raise ValueError(f"a confusion matrix must be {len(labels)}x{len(labels)} over labels "
                      f"{list(labels)}. Received rows: {[list(r) for r in rows]}")
@@ -83,11 +87,13 @@ def confidence_metrics(thresholds: Sequence[float], recall: Sequence[float],
 def roc_points(labels: Sequence[int], scores: Sequence[float], points: int = ROC_POINTS
                ) -> Dict[str, List[float]]:
   """Recall and false positive rate of "score >= t" at `points` thresholds t from 0 to 1;
-  {} without both classes."""
+  {} without both classes, and {} when any score is NaN (NaN sorts above every
+  threshold, so the curve would claim full recall at threshold 1 while the confusion
+  matrix counts those examples as predicted negative)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   y = np.asarray(labels).reshape(-1) == 1
   s = np.asarray(scores, np.float64).reshape(-1)
-  if y.all() or not y.any():
+  if y.all() or not y.any() or np.isnan(s).any():
     return {}
   thresholds = np.linspace(0.0, 1.0, points)
   positive = np.sort(s[y])
@@ -309,6 +315,18 @@ def _comparison_html(comparison: Optional[Mapping[str, Any]]) -> str:
                           "relative", "abs. threshold", "rel. threshold", ""]))
 
 
+def nan_auc_note(scalars: Mapping[str, Any]) -> str:
+  """Why ``eval_auc`` is NaN, as the report says it ("" when it is not): the model's
+  scores hold NaN (quality.auc), so there is no AUC and no ROC curve
+  (:func:`roc_points`), and the KFP metrics table leaves it out (:func:`kfp_metrics`)."""
+  value = scalars.get("eval_auc")
+  if not (isinstance(value, float) and math.isnan(value)):
+    return ""
+  return ('<p class="note">eval_auc is NaN: some of the model\'s scores on this split are '
+          'NaN (did training diverge?), so they cannot be ranked. There is no ROC curve, '
+          'and the KFP metrics table leaves eval_auc out (it takes numbers only).</p>')
+
+
 def report_html(scalars: Mapping[str, Any], curves: Optional[Mapping[str, Any]] = None,
                 comparison: Optional[Mapping[str, Any]] = None,
                 classification_metrics: Optional[Mapping[str, Any]] = None,
@@ -331,6 +349,7 @@ def report_html(scalars: Mapping[str, Any], curves: Optional[Mapping[str, Any]] 
              and scalars[k] != NOT_AVAILABLE]
   quality += [[k, v] for k, v in sorted(scalars.items())
               if k.startswith("eval_class_accuracy_") and v != NOT_AVAILABLE]
+  notes = nan_auc_note(scalars)
   convergence = [[k, scalars[k]] for k in CONVERGENCE_KEYS if k in scalars and k != "blessed"]
   layout = [[k, _layout_value(k, scalars[k])] for k in LAYOUT_KEYS if k in scalars]
   parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
@@ -341,7 +360,7 @@ def report_html(scalars: Mapping[str, Any], curves: Optional[Mapping[str, Any]] 
            '<p class="note">No training history was given: convergence not judged.</p>',
            '<div class="grid"><div><h2>Quality on the '
            f'{html.escape(str(scalars.get("eval_split", "eval")))} split</h2>'
-           + _table(quality) + "</div>",
+           + _table(quality) + notes + "</div>",
            "<div><h2>Convergence</h2>" + _table(convergence) + "</div>",
            "<div><h2>Layout</h2>" + _table(layout) + "</div></div>",
            "<h2>Baseline comparison</h2>", _comparison_html(comparison)]
