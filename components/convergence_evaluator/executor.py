@@ -184,10 +184,11 @@ def compare_with_baseline(baseline, quality: quality_lib.AnyQuality,
   if model_dir is None:
     raise FileNotFoundError(
         f"the baseline model ({source}) at {uri} cannot be read from this step (as "
-        f"{lookup.readable_uri(uri)}: no serving model there). On Kubeflow, a looked-up model is read at its object store URI: "
-        f"run the step with remote artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote and "
-        f"the object store's credentials), or pass baseline_model=<channel>, or set "
-        f"evaluator.baseline=null. Received: {uri!r}")
+        f"{lookup.readable_uri(uri)}: no serving model there, or no filesystem for it). "
+        f"On Kubeflow, the step's entry point sets up the pipeline root's object store "
+        f"from KFP's secret (its log says why not; the TFX_PARALLEL_S3_* settings of "
+        f"docs/kubeflow.md name another store); else pass baseline_model=<channel>, or "
+        f"set evaluator.baseline=null. Received: {uri!r}")
   output_map = signature.output_map(signature.read(model_dir), info.task,
                                     config.prediction_key, model_dir)
   theirs = quality_lib.evaluate(model_dir, examples_uri, config.split, label_key,
