@@ -21,7 +21,8 @@ import pytest
 from fake_kube import FakeCluster
 from kubeflow_launcher import EXECUTOR_LOGS, Launcher
 from test_kubeflow_launcher import _small_config
-from test_kubeflow_object_store import BUCKET, _kubeconfig, _store_environ, moto  # pylint: disable=unused-import
+from test_kubeflow_object_store import BUCKET, _kubeconfig, _store_environ
+from test_kubeflow_object_store import moto  # pylint: disable=unused-import  # The fixture.
 from tfx_parallel.components.convergence_evaluator import baseline
 from tfx_parallel.kubeflow import entrypoint
 
@@ -63,7 +64,7 @@ def _package(steps: int, env, serving: str):
 @pytest.fixture(scope="module")
 def kfp_loop(tmp_path_factory, moto):  # pylint: disable=redefined-outer-name
   """Runs good, worse, better; {name: {task: {key: recorded artifact}}}, and
-  ``"logs"``: {name: the evaluator's executor-logs}, ``"store"``, ``"serving"``."""
+  ``"logs"``: {name: the evaluator's executor-logs}, ``"cached"``, ``"gets"``, ``"serving"``."""
   endpoint, s3, secret = moto
   home = tmp_path_factory.mktemp("kfp-loop")
   serving = str(home / "serving")  # A volume the Pusher's pod mounts, here a directory.
@@ -71,24 +72,24 @@ def kfp_loop(tmp_path_factory, moto):  # pylint: disable=redefined-outer-name
   with FakeCluster() as cluster:  # The API server of KFP's secret.
     cluster.secrets[("default", "mlpipeline-minio-artifact")] = dict(secret)
     env = {"KUBECONFIG": str(_kubeconfig(home, cluster.host)), **_store_environ(endpoint)}
-    launcher = None
-    for name, steps in STEPS.items():
-      package = _package(steps, env, serving)
-      if launcher is None:
-        launcher = Launcher(package.pipeline_spec, str(home / "launcher"), ROOT,
-                            run_id=f"run-{name}", platform_spec=package.platform_spec, s3=s3)
-      else:
-        launcher.new_run(f"run-{name}", package.pipeline_spec, package.platform_spec)
-      launcher.run()
-      runs[name] = json.loads(json.dumps(launcher.mlmd))
-      logs = launcher.mlmd["ConvergenceEvaluator"][EXECUTOR_LOGS]["uri"]
-      runs["logs"][name] = s3.get_object(Bucket=BUCKET, Key=logs.split(f"{BUCKET}/", 1)[1])[
-          "Body"].read().decode()
-    runs["cached"] = list(launcher.cached_tasks)
-    runs["store"] = launcher.metadata.store
-    runs["gets"] = [p for m, p, _, _ in cluster.requests if m == "GET"]
-    yield runs
-    launcher.metadata.close()
+    packages = {name: _package(steps, env, serving) for name, steps in STEPS.items()}
+    first = packages["good"]
+    launcher = Launcher(first.pipeline_spec, str(home / "launcher"), ROOT, run_id="run-good",
+                        platform_spec=first.platform_spec, s3=s3)
+    try:  # The store's gRPC server stops whatever happens (its threads would hold the exit).
+      for name, package in packages.items():
+        if name != "good":
+          launcher.new_run(f"run-{name}", package.pipeline_spec, package.platform_spec)
+        launcher.run()
+        runs[name] = json.loads(json.dumps(launcher.mlmd))
+        logs = launcher.mlmd["ConvergenceEvaluator"][EXECUTOR_LOGS]["uri"]
+        runs["logs"][name] = s3.get_object(Bucket=BUCKET, Key=logs.split(f"{BUCKET}/", 1)[
+            1])["Body"].read().decode()
+      runs["cached"] = list(launcher.cached_tasks)
+      runs["gets"] = [p for m, p, _, _ in cluster.requests if m == "GET"]
+      yield runs
+    finally:
+      launcher.metadata.close()
 
 
 def _props(runs, name, task, key):
@@ -111,7 +112,8 @@ def _assert_pushed(runs, name):
 
 
 @pytest.mark.slow
-def test_first_kfp_run_is_judged_alone_blessed_and_pushed(kfp_loop, moto):  # pylint: disable=redefined-outer-name
+def test_first_kfp_run_is_judged_alone_blessed_and_pushed(kfp_loop, moto):
+  # pylint: disable=redefined-outer-name
   assert int(_props(kfp_loop, "good", "ConvergenceEvaluator", "blessing")["blessed"]) == 1
   assert _comparison(kfp_loop, "good", moto[1]) is None
   assert "no blessed model in this pipeline yet" in kfp_loop["logs"]["good"]
@@ -121,7 +123,8 @@ def test_first_kfp_run_is_judged_alone_blessed_and_pushed(kfp_loop, moto):  # py
 
 
 @pytest.mark.slow
-def test_worse_kfp_run_is_not_blessed_nor_pushed_and_its_log_says_why(kfp_loop, moto):  # pylint: disable=redefined-outer-name
+def test_worse_kfp_run_is_not_blessed_nor_pushed_and_its_log_says_why(kfp_loop, moto):
+  # pylint: disable=redefined-outer-name
   good_model = kfp_loop["good"]["DistributedTrainer"]["model"]
   assert int(_props(kfp_loop, "worse", "ConvergenceEvaluator", "blessing")["blessed"]) == 0
   pushed = _props(kfp_loop, "worse", "Pusher", "pushed_model")
@@ -147,7 +150,8 @@ def test_worse_kfp_run_is_not_blessed_nor_pushed_and_its_log_says_why(kfp_loop, 
 
 
 @pytest.mark.slow
-def test_better_kfp_run_is_blessed_and_pushed_against_run_1(kfp_loop, moto):  # pylint: disable=redefined-outer-name
+def test_better_kfp_run_is_blessed_and_pushed_against_run_1(kfp_loop, moto):
+  # pylint: disable=redefined-outer-name
   assert int(_props(kfp_loop, "better", "ConvergenceEvaluator", "blessing")["blessed"]) == 1
   _assert_pushed(kfp_loop, "better")
   comparison = _comparison(kfp_loop, "better", moto[1])
@@ -162,7 +166,8 @@ def test_better_kfp_run_is_blessed_and_pushed_against_run_1(kfp_loop, moto):  # 
 
 
 @pytest.mark.slow
-def test_the_secret_is_read_at_run_time_and_in_no_package(kfp_loop, moto):  # pylint: disable=redefined-outer-name
+def test_the_secret_is_read_at_run_time_and_in_no_package(kfp_loop, moto):
+  # pylint: disable=redefined-outer-name
   # Each evaluator step read KFP's secret once (to set up the s3 filesystem).
   assert kfp_loop["gets"] == ["/api/v1/namespaces/default/secrets/mlpipeline-minio-artifact"
                               ] * len(STEPS)
@@ -184,3 +189,15 @@ def test_only_an_evaluator_that_looks_up_its_baseline_sets_up_the_store():
       {"uri": "gs://b/v2/artifacts/p/r/ConvergenceEvaluator/metrics"}]}}}}
   environ = {}
   assert entrypoint.baseline_store(outputs, environ) is None and environ == {}
+
+
+def test_a_store_that_cannot_be_set_up_is_said_in_one_line(capsys):
+  outputs = {"outputs": {"artifacts": {"metrics": {"artifacts": [
+      {"uri": f"{ROOT}/p/r/ConvergenceEvaluator/metrics"}]}}}}
+  environ = {"TFX_PARALLEL_S3_ENDPOINT": "9000"}
+  assert entrypoint.baseline_store(outputs, environ) is None
+  err = capsys.readouterr().err
+  assert ("WARNING: a baseline looked up in ML Metadata (evaluator.baseline: latest_blessed) "
+          f"cannot be read from this step: s3://{BUCKET}/v2/artifacts/p/r/") in err
+  assert "TFX_PARALLEL_S3_ENDPOINT must be http://host[:port]" in err
+  assert len(err.strip().splitlines()) == 1
