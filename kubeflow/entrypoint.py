@@ -98,7 +98,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -133,6 +133,10 @@ POD_NAME_ENV = "KFP_POD_NAME"
 DURABLE_ROOTS = ("gs://", "s3://", "minio://")
 # The one executor that writes checkpoints (kubeflow/package.py _checkpoint_notes).
 TRAINER_EXECUTOR_PREFIX = "tfx_parallel.components.distributed_trainer."
+# The executor that may read a Model no launcher downloaded (evaluator.baseline:
+# latest_blessed, components/convergence_evaluator/lookup.py): :func:`baseline_store`.
+EVALUATOR_EXECUTOR_PREFIX = "tfx_parallel.components.convergence_evaluator."
+LATEST_BLESSED = "latest_blessed"  # convergence_evaluator/baseline.py LATEST_BLESSED.
 
 
 class EntrypointError(ValueError):
@@ -440,6 +444,75 @@ def s3_checkpoints(root: str, executor_input: Mapping[str, Any],
     return None
 
 
+def looks_up_baseline(executor_class_path: str, executor_input: Mapping[str, Any]) -> bool:
+  """Whether the step is a ConvergenceEvaluator whose config (the ``config`` parameter,
+  JSON) says ``baseline: latest_blessed``."""
+  if not executor_class_path.startswith(EVALUATOR_EXECUTOR_PREFIX):
+    return False
+  raw = executor_input.get("inputs", {}).get("parameterValues", {}).get("config")
+  try:
+    config = json.loads(raw) if isinstance(raw, str) else raw
+  except ValueError:
+    return False
+  return isinstance(config, dict) and config.get("baseline") == LATEST_BLESSED
+
+
+def _output_root(executor_input: Mapping[str, Any]) -> Optional[str]:
+  """The URI of one of the step's own outputs (under the run's pipeline root)."""
+  uris = sorted(artifacts["artifacts"][0].get("uri", "") for key, artifacts in
+                executor_input.get("outputs", {}).get("artifacts", {}).items()
+                if key not in backend_outputs(executor_input) and artifacts.get("artifacts"))
+  return uris[0] if uris else None
+
+
+def baseline_store(executor_input: Mapping[str, Any], environ: MutableMapping[str, str]
+                   ) -> Optional[object_store.ObjectStore]:
+  """Sets this process up to read a looked-up baseline Model at the URI ML Metadata
+  records for it (``minio://b/k`` read as ``s3://b/k``), as the KFP launcher reads an
+  input of its pipeline root's bucket. That Model is no input of the step, so no
+  launcher downloaded it (``downloadArtifacts`` copies the ExecutorInput's inputs only:
+  ``backend/src/v2/component/launcher_v2.go`` 2.5.0:619-688, 2.16.0:767-844, each to
+  ``LocalPathForURI``, 2.5.0:882-893, 2.16.0:1079-1090). The launcher opens its run's
+  bucket with the pipeline's ``store_session_info`` (2.5.0:211-220, 2.16.0:220-241), and
+  an input elsewhere in the same bucket with the same session (``fetchNonDefaultBuckets``,
+  2.5.0:714-722, 2.16.0:870-878); this process does the same through TensorFlow:
+
+  * ``minio://`` (KFP's MinIO or SeaweedFS; the default root, ``config/env.go``
+    2.5.0:37, 2.16.0:38) and ``s3://`` with an endpoint from the session or
+    ``TFX_PARALLEL_S3_ENDPOINT``: the endpoint, region and the keys of the session's
+    secret, read now (object_store.prepare_executor, as for a multi-node step);
+  * ``s3://`` otherwise (AWS S3; the launcher's ``fromEnv`` session, ``config/s3.go``
+    2.5.0:86, 2.16.0:91, opens the bucket with the ambient credentials): the AWS SDK's
+    own chain (e.g. IRSA), only the filesystem registered;
+  * ``gs://``: nothing to do (TensorFlow's own GCS filesystem, the pod's credentials,
+    as the launcher's default session).
+
+  Returns the store, or None (nothing to set up, or after one warning line saying why
+  it could not be: the evaluator then fails naming the baseline it cannot read)."""
+  root = _output_root(executor_input)
+  if not root or not root.startswith(("minio://", "s3://")):
+    return None
+  info = session_info(executor_input)
+  ambient = (root.startswith("s3://") and object_store.ENV_PREFIX + "ENDPOINT" not in environ
+             and "ENDPOINT" not in object_store.session_settings(info))
+  try:
+    if ambient:
+      store = object_store.ObjectStore("s3://")
+      object_store.register(store)
+    else:
+      store = object_store.prepare_executor({"pipeline root": beam_uri(root)}, environ,
+                                            session_info=info)
+  except Exception as e:  # pylint: disable=broad-except  # Said; the evaluator names the fix.
+    print(f"[entrypoint] WARNING: a baseline looked up in ML Metadata (evaluator.baseline: "
+          f"latest_blessed) cannot be read from this step: {beam_uri(root)}'s store could "
+          f"not be set up ({type(e).__name__}: {str(e).strip()[:500]})",
+          file=sys.stderr, flush=True)
+    return None
+  logging.info("Baseline lookup: the step reads a looked-up Model at its object store URI "
+               "(%s)", store.endpoint or "the AWS SDK's endpoint and credentials")
+  return store
+
+
 # Beam's S3 filesystem options (apache_beam/options/pipeline_options.py S3Options).
 _BEAM_S3_FLAGS = ("--s3_endpoint_url", "--s3_access_key_id", "--s3_secret_access_key",
                   "--s3_region_name")
@@ -584,6 +657,8 @@ def run(argv: List[str], environ: Mapping[str, str]) -> None:
   if paths == "remote":  # Credentials, S3 variables, the s3 filesystem; checked first.
     store = object_store.prepare_executor(artifact_uris(adapted), os.environ,
                                   session_info=session_info(executor_input))
+  if store is None and looks_up_baseline(args.executor_class_path, executor_input):
+    baseline_store(executor_input, os.environ)  # Not an input: no launcher downloads it.
   durable = (checkpoint_root(executor_input, environ)
              if args.executor_class_path.startswith(TRAINER_EXECUTOR_PREFIX) else None)
   if durable and environ.get(CHECKPOINT_VOLUME_ENV):

@@ -619,8 +619,19 @@ class Launcher:
       self._metadata = KfpMetadata(os.path.join(self.workdir, "mlmd.sqlite"))
     return self._metadata
 
-  def new_run(self, run_id: str) -> None:
-    """Starts another run of the same package (same store, same cache)."""
+  def new_run(self, run_id: str, package: Optional[Mapping[str, Any]] = None,
+              platform_spec: Optional[Mapping[str, Any]] = None) -> None:
+    """Starts another run of the same pipeline (same store, same cache), of `package`
+    when given: another version of the pipeline, e.g. with other settings (its runs
+    share the ``system.Pipeline`` context, which GetPipeline keys by the pipeline's
+    name: client.go:410-470)."""
+    if package is not None:
+      if package["pipelineInfo"]["name"] != self.spec["pipelineInfo"]["name"]:
+        raise ValueError(f"new_run: another pipeline ({package['pipelineInfo']['name']!r}); "
+                         f"this launcher runs {self.spec['pipelineInfo']['name']!r}")
+      self.spec = package
+      self.k8s = ((platform_spec or {}).get("platforms", {}).get("kubernetes", {})
+                  .get("deploymentSpec", {}).get("executors", {}))
     self.run_id = run_id
     self.root = f"{self.pipeline_root.rstrip('/')}/{self.spec['pipelineInfo']['name']}/{run_id}"
 

@@ -641,7 +641,7 @@ def test_an_unreadable_baseline_says_where_and_what_to_change(tmp_path):
   from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
   missing = str(tmp_path / "gone")
   with pytest.raises(FileNotFoundError, match=r"baseline model \(latest_blessed\) at "
-                     r".*gone cannot be read.*TFX_PARALLEL_ARTIFACT_PATHS=remote.*"
+                     r".*gone cannot be read.*entry point sets up the pipeline root.s object store.*"
                      r"evaluator.baseline=null"):
     executor.compare_with_baseline(baseline.BaselineModel(missing, "latest_blessed", 7),
                                    None, None,

@@ -206,10 +206,11 @@ def compare_with_baseline(baseline: Optional[baseline_lib.BaselineModel],
   if model_dir is None:
     raise FileNotFoundError(
         f"the baseline model ({source}) at {uri} cannot be read from this step (as "
-        f"{lookup.readable_uri(uri)}: no serving model there). On Kubeflow, a looked-up model is read at its object store URI: "
-        f"run the step with remote artifact paths (TFX_PARALLEL_ARTIFACT_PATHS=remote and "
-        f"the object store's credentials), or pass baseline_model=<channel>, or set "
-        f"evaluator.baseline=null. Received: {uri!r}")
+        f"{lookup.readable_uri(uri)}: no serving model there, or no filesystem for it). "
+        f"On Kubeflow, the step's entry point sets up the pipeline root's object store "
+        f"from KFP's secret (its log says why not; the TFX_PARALLEL_S3_* settings of "
+        f"docs/kubeflow.md name another store); else pass baseline_model=<channel>, or "
+        f"set evaluator.baseline=null. Received: {uri!r}")
   outputs = signature.read(model_dir)
   theirs_info = baseline_lib.task_of(baseline, info, signature.infer_task(outputs))
   baseline_lib.check_comparable(info, theirs_info, present_classes(quality, info), baseline)

@@ -127,8 +127,9 @@ INPUT_IDS_ENV = "TFX_PARALLEL_INPUT_IDS"
 
 def readable_uri(uri: str) -> str:
   """The name TensorFlow opens a looked-up Model's URI by: KFP records ``minio://b/k``,
-  which is ``s3://b/k`` to tensorflow-io's filesystem (set up by kubeflow/entrypoint.py
-  for remote artifact paths, as for the step's own inputs then)."""
+  which is ``s3://b/k`` to tensorflow-io's filesystem (which kubeflow/entrypoint.py
+  ``baseline_store`` sets up with the pipeline root's store; ``gs://`` is TensorFlow's
+  own). No launcher downloads it: it is no input of the step."""
   return "s3://" + uri[len("minio://"):] if uri.startswith("minio://") else uri
 
 
