@@ -349,6 +349,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
     history["warm_start"] = warm_record
   if job.hyperparameters_uri:
     history["hyperparameters_uri"] = job.hyperparameters_uri
+    history["tuned_settings"] = job.tuned_settings
   best = best_weights(early, state, length.patience)
   history["early_stopping"] = early.record()
   if state.early_stopped:
