@@ -264,12 +264,15 @@ def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
   from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
   module = load_module(config) if module is None else module
   model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))
-  found = warm_start.match(model, job.base_model_dir)
+  found = warm_start.match(model, job.base_model_dir, spec_dict=job.model_spec,
+                           normalization=job.normalization)
   warm_start.check(found, config.warm_start_partial)
   print(f"[trainer] warm start from {job.base_model_dir}: {len(found.pairs)} variable(s) "
         f"match" + (f", {len(found.skipped())} start fresh "
                     f"({warm_start.PARTIAL_SETTING}=true)" if found.skipped() else ""),
         flush=True)
+  for line in warm_start.describe_notes(found.notes):
+    print(f"[trainer] warm start: {line}", flush=True)
 
 
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
