@@ -246,12 +246,13 @@ def apply_hyperparameters(config: TrainerConfig, hyperparameters: Optional[types
                                  **{n: c["tuned"] for n, c in settings.items()})
   try:
     return replaced.validate(), settings
-  except config_util.ConfigError as e:  # E.g. a tuned batch_size the replicas do not divide.
-    if e.key not in settings:
+  except config_util.ConfigError as e:  # An unknown optimizer, a batch_size the replicas
+    if e.key not in settings:            # do not divide: the tuned value is named.
       raise
-    raise config_util.ConfigError(e.key, f"{e.message} (trainer.{e.key} "
-                                  f"{settings[e.key]['tuned']!r} is the tuned value from "
-                                  f"{source})") from None
+    raise config_util.ConfigError(
+        hp_lib.INPUT, f"tuned {e.key!r} sets trainer.{e.key} for this run: {e}. Received: "
+        f"{settings[e.key]['tuned']!r} from {source}. Fix the tuner_fn's search space, or "
+        f"rename the hparam if it is not the trainer's {e.key}") from None
 
 
 def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
