@@ -134,9 +134,32 @@ def test_a_permuted_vocabulary_moves_embedding_rows_to_their_strings(recorded_ba
   warm_start.load(found, path, lambda v, value: v.assign(value))
   got = model.get_layer("color_embedding").get_weights()[0]
   np.testing.assert_array_equal(got[[0, 1, 2]], rows[[0, 2, 1]])
-  assert not any(np.array_equal(got[3], r) for r in rows)  # green: its fresh init.
+  assert not any(np.array_equal(got[3], r) for r in rows)  # green: its fresh init,
+  plan, = found.reindex.values()  # seeded: every worker of a multi_worker run draws it.
+  np.testing.assert_array_equal(plan.apply(rows, got.shape, "float32")[3], got[3])
   assert any("vocabulary changed; 2 known value(s) moved" in line
              for line in warm_start.describe_notes(found.notes))
+
+
+def test_a_table_not_fed_straight_from_its_input_is_a_mismatch_when_ids_changed(tmp_path):
+  """The trainer re-indexes only an Embedding on the feature's input itself: behind
+  another layer, a variable whose first dimension is a vocabulary's size is named."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import models, warm_start  # pylint: disable=g-import-not-at-top
+
+  def indirect(spec):
+    inputs = models.inputs(spec)
+    ids = tf_keras.layers.Identity(name="ids")(inputs["color"])
+    e = tf_keras.layers.Embedding(3, 2, name="color_embedding")(ids)
+    h = tf_keras.layers.Concatenate()([inputs["x0"], tf_keras.layers.Reshape((2,))(e)])
+    return tf_keras.Model(inputs, tf_keras.layers.Dense(3, name="output")(h))
+  path = str(tmp_path / "Format-Serving")
+  indirect(_spec()).save(path, save_format="tf")
+  warm_start.write_inputs_record(path, _spec().to_dict(), None)
+  spec = _spec(colors=("blue", "red"))
+  found = warm_start.match(indirect(spec), path, spec_dict=spec.to_dict())
+  assert [m.split(" (")[0] for m in found.mismatched] == ["color_embedding/embeddings"]
+  assert "its table could not be told" in found.mismatched[0]
 
 
 def test_a_changed_label_vocabulary_names_the_output_layer(recorded_base):

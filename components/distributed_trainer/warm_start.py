@@ -31,7 +31,8 @@ stock Evaluator leave alone), and a warm start compares them with this run's:
   input are re-indexed by string (a string both know gets its base row at its new id,
   id 0 (missing / out of vocabulary) keeps its base row, a new string keeps its fresh
   initialisation), named in the record (``reindexed``). A table the trainer cannot find
-  that way (a variable whose first dimension is either vocabulary's size) is a mismatch;
+  that way (an Embedding with either vocabulary's row count, else any such matrix) is a
+  mismatch;
 * hashed against vocabulary ids, or another bucket count: its tables are mismatched;
 * a changed label vocabulary: the output layer's variables are mismatched;
 * a changed normalisation is said (``normalization_changed``), not refused.
@@ -43,6 +44,7 @@ import collections
 import dataclasses
 import json
 import os
+import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from tfx_parallel.components.common.config_util import ConfigError
@@ -169,14 +171,19 @@ class Match:
 @dataclasses.dataclass(frozen=True)
 class Reindex:
   """A variable whose ``axis`` is indexed by ids of a vocabulary: entry i of this run's
-  value is entry ``index[i]`` of the base's, or fresh (``initializer``) where -1."""
+  value is entry ``index[i]`` of the base's, or fresh (``initializer``, with ``seed``
+  when it takes one: every worker of a multi_worker run draws the same rows) where -1."""
   axis: int
   index: Tuple[int, ...]
   initializer: Any
+  seed: int = 0
 
   def apply(self, base_value, shape, dtype):
     import numpy as np  # pylint: disable=g-import-not-at-top
-    fresh = np.array(self.initializer(shape, dtype=dtype))
+    init = self.initializer
+    if "seed" in init.get_config():
+      init = type(init).from_config(dict(init.get_config(), seed=self.seed))
+    fresh = np.array(init(shape, dtype=dtype))
     index = np.asarray(self.index)
     kept = index >= 0
     moved = np.moveaxis(fresh, self.axis, 0)
@@ -249,6 +256,16 @@ def _embeddings(model) -> Dict[str, List[Any]]:
   return out
 
 
+def _tables_of_size(model, sizes) -> List[Any]:
+  """What may be indexed by a feature's ids when no Embedding reads its input: the
+  Embeddings with that many rows, else any matrix with that many rows (a one-hot Dense)."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tables = [layer.embeddings for layer in model.layers
+            if isinstance(layer, tf_keras.layers.Embedding)
+            and layer.embeddings.shape[0] in sizes]
+  return tables or [v for v in model.variables if v.shape.rank == 2 and v.shape[0] in sizes]
+
+
 def _output_layer(model):
   try:
     return model.get_layer(model.output_names[0])
@@ -281,7 +298,9 @@ def compare_inputs(model, spec_dict: Mapping[str, Any],
     if new_ids[0] == old_ids[0] == "vocabulary" and layers:
       index = _index(new_ids[1], old_ids[1])
       for layer in layers:
-        reindex[id(layer.embeddings)] = Reindex(0, index, layer.embeddings_initializer)
+        reindex[id(layer.embeddings)] = Reindex(
+            0, index, layer.embeddings_initializer,
+            zlib.crc32(_name(layer.embeddings).encode()) % 2**31)
       known = set(old_ids[1])
       reindexed[f["name"]] = {
           "variables": [_name(layer.embeddings) for layer in layers],
@@ -292,8 +311,7 @@ def compare_inputs(model, spec_dict: Mapping[str, Any],
     why = (f"feature {f['name']!r} ids differ from the base model's "
            f"({_describe_ids(new_ids)} here, {_describe_ids(old_ids)} there)")
     sizes = {int(f.get("num_ids") or 0), int(old.get("num_ids") or 0)}
-    variables = ([layer.embeddings for layer in layers] if layers else
-                 [v for v in model.variables if v.shape.rank and v.shape[0] in sizes])
+    variables = [layer.embeddings for layer in layers] or _tables_of_size(model, sizes)
     for v in variables:
       refused.setdefault(id(v), why + ("" if layers else
                                        ": its table could not be told (no Embedding fed "
