@@ -56,6 +56,7 @@ _VALUE = "VARIABLE_VALUE"
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Beside the SavedModel: {"model_spec": ModelSpec.to_dict(), "normalization": ...}.
 INPUTS_RECORD = os.path.join("assets.extra", "tfx_parallel_inputs.json")
+_STRING = "string"  # model_spec.STRING (a unit of the same layer: not imported).
 NOT_RECORDED = ("not recorded (a stock Trainer's base model, or an older one): embedding "
                 "rows and output classes load by position; check that its vocabularies "
                 "are this run's")
@@ -279,8 +280,11 @@ def compare_inputs(model, spec_dict: Mapping[str, Any],
   """This run's vocabularies, label vocabulary and normalisation against the base's
   :data:`INPUTS_RECORD` (module docstring): (id(variable) -> Reindex, id(variable) ->
   why it does not match, notes for the record)."""
-  if base_record is None:
-    return {}, {}, {"vocabularies": NOT_RECORDED}
+  if base_record is None:  # Said when this run has ids that a vocabulary orders.
+    ordered = spec_dict.get("label_vocabulary") or any(
+        f["dtype"] == _STRING and not f.get("hash_buckets")
+        for f in spec_dict.get("features", ()))
+    return {}, {}, ({"vocabularies": NOT_RECORDED} if ordered else {})
   base_spec = base_record.get("model_spec") or {}
   base_features = {f["name"]: f for f in base_spec.get("features", ())}
   tables = _embeddings(model)
@@ -289,7 +293,7 @@ def compare_inputs(model, spec_dict: Mapping[str, Any],
   reindexed: Dict[str, Any] = {}
   for f in spec_dict.get("features", ()):
     old = base_features.get(f["name"])
-    if f["dtype"] != "string" or old is None or old.get("dtype") != "string":
+    if f["dtype"] != _STRING or old is None or old.get("dtype") != _STRING:
       continue
     new_ids, old_ids = _ids(f), _ids(old)
     if new_ids == old_ids:
