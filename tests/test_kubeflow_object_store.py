@@ -132,6 +132,19 @@ def test_a_misconfigured_store_is_named(uris, environ, needle):
     object_store.from_uris(uris, environ)
 
 
+def test_the_base_model_is_one_of_the_files_a_replica_opens():
+  """A warm start's replicas read the base model (run/train.py warm_start_from_base): it
+  is checked with the job's other files, so a base model on another store is named
+  before any pod."""
+  base = f"s3://{BUCKET}/v2/artifacts/pipe/run-0/Trainer/model/Format-Serving"
+  assert object_store.job_uris(_job(base_model_dir=base), f"{ROOT}/job.json")[
+      "base_model_dir"] == base
+  assert "base_model_dir" not in object_store.job_uris(_job(), f"{ROOT}/job.json")
+  with pytest.raises(object_store.ObjectStoreError, match=r"base_model_dir='/pod/base'"):
+    object_store.from_uris(object_store.job_uris(_job(base_model_dir="/pod/base"),
+                                                 f"{ROOT}/job.json"), {})
+
+
 def test_a_path_is_a_volume_the_replicas_mount_and_needs_nothing():
   store = object_store.from_uris({"a": "/mnt/shared/run/model", "b": "/mnt/shared/ex"}, {})
   assert store == object_store.ObjectStore("") and store.replica_env() == {}

@@ -90,6 +90,11 @@ class RunHistory:
   hyperparameters_uri: Optional[str] = _field(
       when=WHEN_TUNED, prop="hyperparameters_uri", encode=str,
       doc="the HyperParameters artifact whose values joined hparams")
+  tuned_settings: Optional[Dict[str, Any]] = _field(
+      when=WHEN_TUNED, prop="tuned_settings", encode=_json_sorted,
+      doc="the trainer settings a tuned value of the same name set for this run "
+          "(learning_rate, optimizer, batch_size): {setting: {config: old, tuned: new}} "
+          "(distributed_trainer/hyperparameters.py)")
   warm_start: Optional[Dict[str, Any]] = _field(
       when=WHEN_WARM, prop="warm_start", encode=_json_sorted,
       doc="source (the base model's SavedModel), loaded and skipped (variable counts), "

@@ -82,10 +82,13 @@ class TrainerConfig:
     hparams: the user's hyperparameters, passed to the module as ``spec.hparams``. With
       the component's ``hyperparameters`` input (e.g. a stock Tuner's
       best_hyperparameters) its values join these; a name set in both with different
-      values fails (hyperparameters.py).
+      values (or types) fails, and a tuned ``learning_rate``, ``optimizer`` or
+      ``batch_size`` also sets that setting for the run, said and recorded
+      (hyperparameters.py).
     warm_start_partial: with the component's ``base_model`` input, load the variables
-      that match it by path and shape and start the rest fresh; false (default): any
-      variable that does not match fails the run, naming it (warm_start.py).
+      that match it by path, shape and ids (vocabularies) and start the rest fresh;
+      false (default): any variable that does not match fails the run, naming it
+      (warm_start.py).
     task: "regression" | "binary" | "multiclass"; None infers it from the label.
     max_vocabulary: most frequent values of each string feature kept as its vocabulary.
     hash_buckets: > 0 hashes every string feature into this many buckets instead.
@@ -100,7 +103,7 @@ class TrainerConfig:
     hidden_units: hidden widths of the built-in mlp.
     batch_size: global batch size (split across replicas / the batch axis).
     learning_rate: the optimizer's learning rate (step size); a module's ``optimizer``
-      hook replaces it. ``tfx-parallel run`` reads its default (pipeline/config.py
+      hook replaces it, a tuned ``learning_rate`` (``hyperparameters`` input) sets it. ``tfx-parallel run`` reads its default (pipeline/config.py
       ``default_trainer``: 0.05 for synthetic data).
     optimizer: the update rule ("sgd", "momentum", "adam"); the default, Adam at 0.01,
       trains the taxi CSV without diverging (SGD at 0.1 diverged on its raw columns:

@@ -3,7 +3,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
 from tfx import types
@@ -209,18 +209,50 @@ def check_on_layout(job: Job, config: TrainerConfig, module=None):
 
 def with_hyperparameters(config: TrainerConfig, hyperparameters: Optional[types.Artifact]
                          ) -> TrainerConfig:
-  """``config`` with the HyperParameters artifact's values merged into ``hparams``
-  (hyperparameters.py ``merge``: a conflict raises ConfigError naming the hparam);
-  ``config`` itself without one. The merged hparams are the run's: the module's
-  ``spec.hparams``, the checkpoint identity and the record."""
+  """``config`` with the HyperParameters artifact applied (:func:`apply_hyperparameters`)."""
+  return apply_hyperparameters(config, hyperparameters)[0]
+
+
+def apply_hyperparameters(config: TrainerConfig, hyperparameters: Optional[types.Artifact]
+                          ) -> Tuple[TrainerConfig, Dict[str, Dict[str, Any]]]:
+  """(``config`` with the HyperParameters artifact's values merged into ``hparams``
+  (hyperparameters.py ``merge``: a conflict raises ConfigError naming the hparam) and each
+  tuned value named like a trainer setting (``learning_rate``, ``optimizer``,
+  ``batch_size``: hyperparameters.SETTINGS) set for this run, said on the console and in
+  the log (old -> new); history.json's ``tuned_settings`` {setting: {"config": old,
+  "tuned": new}}). Without the artifact: ``config`` itself and {}. Either way the hparams
+  a built-in model reads are checked (hyperparameters.check_builtin). The merged hparams
+  are the run's: the module's ``spec.hparams``, the checkpoint identity and the record."""
+  builtin = None if config.module_file or config.module_path else config.model
   if hyperparameters is None:
-    return config
+    hp_lib.check_builtin(builtin, config.hparams, {})
+    return config, {}
   tuned = hp_lib.read_values(hyperparameters.uri)
-  merged = hp_lib.merge(config.hparams, tuned,
-                        f"the hyperparameters input ({hyperparameters.uri})")
+  source = f"the hyperparameters input ({hyperparameters.uri})"
+  merged = hp_lib.merge(config.hparams, tuned, source)
+  hp_lib.check_builtin(builtin, merged, tuned, source)
+  settings = hp_lib.tuned_settings(dataclasses.asdict(config), tuned, source)
   print(f"[trainer] hparams from {hyperparameters.uri}: "
         f"{json.dumps(tuned, sort_keys=True)}", flush=True)
-  return dataclasses.replace(config, hparams=merged).validate()
+  for name, change in settings.items():
+    if change["config"] != change["tuned"]:
+      logging.warning(
+          "DistributedTrainer: trainer.%s %r -> %r from the Tuner's best_hyperparameters "
+          "(%s): a tuned value named like a trainer setting sets it for this run (the "
+          "config cannot tell a value you set from its default; to keep yours, drop %r "
+          "from the tuner_fn's search space)", name, change["config"], change["tuned"],
+          hyperparameters.uri, name)
+  replaced = dataclasses.replace(config, hparams=merged,
+                                 **{n: c["tuned"] for n, c in settings.items()})
+  try:
+    return replaced.validate(), settings
+  except config_util.ConfigError as e:  # An unknown optimizer, a batch_size the replicas
+    if e.key not in settings:            # do not divide: the tuned value is named.
+      raise
+    raise config_util.ConfigError(
+        hp_lib.INPUT, f"tuned {e.key!r} sets trainer.{e.key} for this run: {e}. Received: "
+        f"{settings[e.key]['tuned']!r} from {source}. Fix the tuner_fn's search space, or "
+        f"rename the hparam if it is not the trainer's {e.key}") from None
 
 
 def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
@@ -233,12 +265,15 @@ def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
   from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
   module = load_module(config) if module is None else module
   model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))
-  found = warm_start.match(model, job.base_model_dir)
+  found = warm_start.match(model, job.base_model_dir, spec_dict=job.model_spec,
+                           normalization=job.normalization)
   warm_start.check(found, config.warm_start_partial)
   print(f"[trainer] warm start from {job.base_model_dir}: {len(found.pairs)} variable(s) "
         f"match" + (f", {len(found.skipped())} start fresh "
                     f"({warm_start.PARTIAL_SETTING}=true)" if found.skipped() else ""),
         flush=True)
+  for line in warm_start.describe_notes(found.notes):
+    print(f"[trainer] warm start: {line}", flush=True)
 
 
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
@@ -253,6 +288,9 @@ class Executor(base_executor.BaseExecutor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]):
     tfenv.prepare()  # An entry point: the training process inherits the environment.
     config = config_util.from_json(TrainerConfig, exec_properties[keys.CONFIG_KEY]).validate()
+    hyperparameters = _optional(input_dict, keys.HYPERPARAMETERS_KEY)
+    # First: a tuned batch_size is the one the devices are planned for.
+    config, tuned = apply_hyperparameters(config, hyperparameters)
     devices.keep_off_gpus()  # Scans, model checks and planner on the CPU: no CUDA here.
     remote = kube_settings.opted_in(os.environ, config.layout)
     if (config.require_gpu or config.device == "gpu") and not remote \
@@ -262,14 +300,15 @@ class Executor(base_executor.BaseExecutor):
       layout_choice.warn_if_oversubscribed(config, [] if config.device == "cpu" else layout_choice.gpu_names())
       config = fit_mesh(config, [] if config.device == "cpu" else layout_choice.gpu_names())
     examples = artifact_utils.get_single_instance(input_dict[keys.EXAMPLES_KEY])
-    hyperparameters = _optional(input_dict, keys.HYPERPARAMETERS_KEY)
-    config = with_hyperparameters(config, hyperparameters)
     schema = _optional(input_dict, keys.SCHEMA_KEY)
     transform_graph = _optional(input_dict, keys.TRANSFORM_GRAPH_KEY)
     model = artifact_utils.get_single_instance(output_dict[keys.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(output_dict[keys.MODEL_RUN_KEY])
     history = artifact_utils.get_single_instance(output_dict[keys.HISTORY_KEY])
     module = load_module(config)  # Once: prepare, the planner and check_on_layout share it.
+    if module.optimizer and {"learning_rate", "optimizer"} & set(tuned):
+      print(f"[trainer] {module.name} builds the optimizer (its optimizer(spec) hook): "
+            f"the tuned values reach it as spec.hparams only", flush=True)
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
                                      schema, transform_graph, checkpoint_root(os.environ)),
                   config, module)
@@ -285,7 +324,8 @@ class Executor(base_executor.BaseExecutor):
     # The choice goes into history.json too (the evaluator reads it), written by the child.
     job = dataclasses.replace(job, layout_choice=dict(planned),
                               hyperparameters_uri=(hyperparameters.uri if hyperparameters
-                                                   is not None else None))
+                                                   is not None else None),
+                              tuned_settings=tuned)
     settings = kube_settings.settings_from_env(os.environ, config.layout, config.workers)
     if settings is not None:  # Opt-in multi-node: a TFJob or TrainJob (see kube/).
       kube_launch.run(job, settings)

@@ -52,6 +52,8 @@ class Job:
   # The HyperParameters input whose values config["hparams"] holds (merged by the
   # executor: hyperparameters.py), for history.json; None: none.
   hyperparameters_uri: Optional[str] = None
+  # The trainer settings its values set (hyperparameters.tuned_settings), for history.json.
+  tuned_settings: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
   # The base_model input's SavedModel directory (warm_start.py); None: none.
   base_model_dir: Optional[str] = None
 

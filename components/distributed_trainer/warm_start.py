@@ -19,11 +19,33 @@ differs is named, and the run fails with a ConfigError on ``trainer.warm_start_p
 unless that setting is true: then the matching variables load and the rest keep their
 fresh initialisation. A checkpoint of the same run wins: a resumed run does not warm
 start again (run/train.py).
+
+Ids, not only shapes (:func:`compare_inputs`). A string feature's ids follow its
+vocabulary, most frequent first (model_spec.vocabulary_from_counts), so new data in other
+proportions gives the same shape and another row order; a string label's class ids
+follow its sorted vocabulary. Our export records the model spec and normalisation beside
+the SavedModel (:data:`INPUTS_RECORD`, in ``assets.extra``, which TF Serving and the
+stock Evaluator leave alone), and a warm start compares them with this run's:
+
+* a vocabulary that changed: the rows of an Embedding fed straight from that feature's
+  input are re-indexed by string (a string both know gets its base row at its new id,
+  id 0 (missing / out of vocabulary) keeps its base row, a new string keeps its fresh
+  initialisation), named in the record (``reindexed``). A table the trainer cannot find
+  that way (an Embedding with either vocabulary's row count, else any such matrix) is a
+  mismatch;
+* hashed against vocabulary ids, or another bucket count: its tables are mismatched;
+* a changed label vocabulary: the output layer's variables are mismatched;
+* a changed normalisation is said (``normalization_changed``), not refused.
+
+A base model without the record (a stock Trainer's, or an older one) loads by position,
+and the record says so (``vocabularies``).
 """
 import collections
 import dataclasses
+import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import zlib
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from tfx_parallel.components.common.config_util import ConfigError
 
@@ -32,6 +54,12 @@ PARTIAL_SETTING = "trainer.warm_start_partial"
 SKIPPED_CHILDREN = frozenset({"optimizer", "keras_api", "tft_layer"})
 _VALUE = "VARIABLE_VALUE"
 _OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
+# Beside the SavedModel: {"model_spec": ModelSpec.to_dict(), "normalization": ...}.
+INPUTS_RECORD = os.path.join("assets.extra", "tfx_parallel_inputs.json")
+_STRING = "string"  # model_spec.STRING (a unit of the same layer: not imported).
+NOT_RECORDED = ("not recorded (a stock Trainer's base model, or an older one): embedding "
+                "rows and output classes load by position; check that its vocabularies "
+                "are this run's")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,21 +153,225 @@ class Match:
   pairs: List[Tuple[Any, BaseVariable]]
   missing: List[str]     # Model variables the base lacks.
   extra: List[str]       # Base variables the model lacks.
-  mismatched: List[str]  # Same path, other shape.
+  mismatched: List[str]  # Same path, other shape (or other ids: compare_inputs).
+  # id(model variable) -> its Reindex (rows / columns follow strings: compare_inputs).
+  reindex: Dict[int, "Reindex"] = dataclasses.field(default_factory=dict)
+  # What compare_inputs found, for the record (feature -> what changed, etc.).
+  notes: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def skipped(self) -> List[str]:
     return self.missing + self.extra + self.mismatched
 
   def record(self, partial: bool) -> Dict[str, Any]:
     """history.json's ``warm_start``."""
-    return {"source": self.source, "loaded": len(self.pairs),
-            "skipped": len(self.skipped()), "skipped_names": self.skipped(),
-            "partial": partial}
+    return dict({"source": self.source, "loaded": len(self.pairs),
+                 "skipped": len(self.skipped()), "skipped_names": self.skipped(),
+                 "partial": partial}, **self.notes)
 
 
-def match(model, saved_model_dir: str, source: Optional[str] = None) -> Match:
-  """The model's variables against the base's, by object path (module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class Reindex:
+  """A variable whose ``axis`` is indexed by ids of a vocabulary: entry i of this run's
+  value is entry ``index[i]`` of the base's, or fresh (``initializer``, with ``seed``
+  when it takes one: every worker of a multi_worker run draws the same rows) where -1."""
+  axis: int
+  index: Tuple[int, ...]
+  initializer: Any
+  seed: int = 0
+
+  def apply(self, base_value, shape, dtype):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    init = self.initializer
+    if "seed" in init.get_config():
+      init = type(init).from_config(dict(init.get_config(), seed=self.seed))
+    fresh = np.array(init(shape, dtype=dtype))
+    index = np.asarray(self.index)
+    kept = index >= 0
+    moved = np.moveaxis(fresh, self.axis, 0)
+    moved[kept] = np.moveaxis(base_value, self.axis, 0)[index[kept]]
+    return np.moveaxis(moved, 0, self.axis)
+
+
+def write_inputs_record(saved_model_dir: str, spec_dict: Mapping[str, Any],
+                        normalization: Optional[Mapping[str, Any]]) -> None:
+  """Writes :data:`INPUTS_RECORD` beside an exported SavedModel (run/train.py)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(saved_model_dir, INPUTS_RECORD)
+  tf.io.gfile.makedirs(os.path.dirname(path))
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(json.dumps({"model_spec": dict(spec_dict), "normalization": normalization},
+                       sort_keys=True))
+
+
+def read_inputs_record(saved_model_dir: str) -> Optional[Dict[str, Any]]:
+  """The base model's :data:`INPUTS_RECORD`; None when it has none."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(saved_model_dir, INPUTS_RECORD)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.loads(f.read())
+
+
+def _ids(feature: Mapping[str, Any]) -> Tuple:
+  """How a string feature's ids are made: ("hash", buckets) or ("vocabulary", values)."""
+  if feature.get("hash_buckets"):
+    return ("hash", int(feature["hash_buckets"]))
+  return ("vocabulary", tuple(feature.get("vocabulary") or ()))
+
+
+def _index(new: Tuple[str, ...], old: Tuple[str, ...]) -> Tuple[int, ...]:
+  """Base id of each id of this run (id 0, missing or out of vocabulary, keeps 0; -1:
+  a string the base does not know)."""
+  where = {v: i + 1 for i, v in enumerate(old)}
+  return (0,) + tuple(where.get(v, -1) for v in new)
+
+
+def _fed_by(model) -> Dict[int, str]:
+  """id(input tensor) -> feature name of a functional model ({} otherwise)."""
+  try:
+    inputs = model.input
+    names = list(model.input_names)
+  except (AttributeError, ValueError):  # A subclassed model that has no graph of layers.
+    return {}
+  if isinstance(inputs, dict):
+    return {id(t): name for name, t in inputs.items()}
+  listed = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+  return {id(t): name for name, t in zip(names, listed)}
+
+
+def _embeddings(model) -> Dict[str, List[Any]]:
+  """feature name -> the Embedding layers fed straight from its input."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  fed = _fed_by(model)
+  out: Dict[str, List[Any]] = {}
+  for layer in model.layers:
+    if not isinstance(layer, tf_keras.layers.Embedding):
+      continue
+    try:
+      source = fed.get(id(layer.input))
+    except (AttributeError, ValueError):  # Called more than once, or never.
+      source = None
+    if source is not None:
+      out.setdefault(source, []).append(layer)
+  return out
+
+
+def _tables_of_size(model, sizes) -> List[Any]:
+  """What may be indexed by a feature's ids when no Embedding reads its input: the
+  Embeddings with that many rows, else any matrix with that many rows (a one-hot Dense)."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tables = [layer.embeddings for layer in model.layers
+            if isinstance(layer, tf_keras.layers.Embedding)
+            and layer.embeddings.shape[0] in sizes]
+  return tables or [v for v in model.variables if v.shape.rank == 2 and v.shape[0] in sizes]
+
+
+def _output_layer(model):
+  try:
+    return model.get_layer(model.output_names[0])
+  except (AttributeError, ValueError, IndexError):
+    return None
+
+
+def compare_inputs(model, spec_dict: Mapping[str, Any],
+                   normalization: Optional[Mapping[str, Any]], base_record
+                   ) -> Tuple[Dict[int, Reindex], Dict[int, str], Dict[str, Any]]:
+  """This run's vocabularies, label vocabulary and normalisation against the base's
+  :data:`INPUTS_RECORD` (module docstring): (id(variable) -> Reindex, id(variable) ->
+  why it does not match, notes for the record)."""
+  if base_record is None:  # Said when this run has ids that a vocabulary orders.
+    ordered = spec_dict.get("label_vocabulary") or any(
+        f["dtype"] == _STRING and not f.get("hash_buckets")
+        for f in spec_dict.get("features", ()))
+    return {}, {}, ({"vocabularies": NOT_RECORDED} if ordered else {})
+  base_spec = base_record.get("model_spec") or {}
+  base_features = {f["name"]: f for f in base_spec.get("features", ())}
+  tables = _embeddings(model)
+  reindex: Dict[int, Reindex] = {}
+  refused: Dict[int, str] = {}
+  reindexed: Dict[str, Any] = {}
+  for f in spec_dict.get("features", ()):
+    old = base_features.get(f["name"])
+    if f["dtype"] != _STRING or old is None or old.get("dtype") != _STRING:
+      continue
+    new_ids, old_ids = _ids(f), _ids(old)
+    if new_ids == old_ids:
+      continue
+    layers = tables.get(f["name"], [])
+    if new_ids[0] == old_ids[0] == "vocabulary" and layers:
+      index = _index(new_ids[1], old_ids[1])
+      for layer in layers:
+        reindex[id(layer.embeddings)] = Reindex(
+            0, index, layer.embeddings_initializer,
+            zlib.crc32(_name(layer.embeddings).encode()) % 2**31)
+      known = set(old_ids[1])
+      reindexed[f["name"]] = {
+          "variables": [_name(layer.embeddings) for layer in layers],
+          "kept": sum(1 for i in index[1:] if i >= 0),
+          "new": [v for v in new_ids[1] if v not in known][:20],
+          "dropped": [v for v in old_ids[1] if v not in set(new_ids[1])][:20]}
+      continue
+    why = (f"feature {f['name']!r} ids differ from the base model's "
+           f"({_describe_ids(new_ids)} here, {_describe_ids(old_ids)} there)")
+    sizes = {int(f.get("num_ids") or 0), int(old.get("num_ids") or 0)}
+    variables = [layer.embeddings for layer in layers] or _tables_of_size(model, sizes)
+    for v in variables:
+      refused.setdefault(id(v), why + ("" if layers else
+                                       ": its table could not be told (no Embedding fed "
+                                       "straight from its input)"))
+  labels = [None if v is None else list(v) for v in (spec_dict.get("label_vocabulary"),
+                                                     base_spec.get("label_vocabulary"))]
+  if labels[0] != labels[1]:
+    layer = _output_layer(model)
+    why = (f"label {spec_dict.get('label_key')!r} classes differ from the base model's "
+           f"({_short(spec_dict.get('label_vocabulary'))} here, "
+           f"{_short(base_spec.get('label_vocabulary'))} there)")
+    for v in (layer.variables if layer is not None else []):
+      refused.setdefault(id(v), why)
+  notes: Dict[str, Any] = {}
+  if reindexed:
+    notes["reindexed"] = reindexed
+  base_norm = base_record.get("normalization")
+  if json.loads(json.dumps(normalization)) != base_norm:  # Tuples as JSON lists.
+    notes["normalization_changed"] = True
+  return reindex, refused, notes
+
+
+def describe_notes(notes: Mapping[str, Any]) -> List[str]:
+  """Console lines of :func:`compare_inputs`'s notes."""
+  lines = []
+  if "vocabularies" in notes:
+    lines.append(f"the base model's vocabularies are {notes['vocabularies']}")
+  for name, what in notes.get("reindexed", {}).items():
+    lines.append(f"feature {name!r}: vocabulary changed; {what['kept']} known value(s) "
+                 f"moved to their new ids in {', '.join(what['variables'])}, new (fresh): "
+                 f"{_short(what['new'])}, dropped: {_short(what['dropped'])}")
+  if notes.get("normalization_changed"):
+    lines.append("the normalisation (train mean/std) differs from the base model's: the "
+                 "loaded weights see inputs standardised another way")
+  return lines
+
+
+def _describe_ids(ids: Tuple) -> str:
+  return f"{ids[1]} hash buckets" if ids[0] == "hash" else f"vocabulary {_short(ids[1])}"
+
+
+def _short(values) -> str:
+  if values is None:
+    return "none"
+  values = list(values)
+  return repr(values[:5])[:-1] + (f", ... {len(values) - 5} more]" if len(values) > 5 else "]")
+
+
+def match(model, saved_model_dir: str, source: Optional[str] = None,
+          spec_dict: Optional[Mapping[str, Any]] = None,
+          normalization: Optional[Mapping[str, Any]] = None) -> Match:
+  """The model's variables against the base's, by object path and shape and, given this
+  run's ``spec_dict`` (ModelSpec.to_dict()), by ids (:func:`compare_inputs`)."""
   by_path, every = base_variables(saved_model_dir)
+  reindex, refused, notes = ({}, {}, {}) if spec_dict is None else compare_inputs(
+      model, spec_dict, normalization, read_inputs_record(saved_model_dir))
   pairs, missing, mismatched, used = [], [], [], set()
   for paths, variable in model_variables(model):
     base = next((by_path[p] for p in paths if p in by_path), None)
@@ -147,16 +379,29 @@ def match(model, saved_model_dir: str, source: Optional[str] = None) -> Match:
     if base is None:
       missing.append(f"{_name(variable)} (path {paths[0]}, shape {list(shape)}): not in "
                      f"the base model")
-    elif base.shape != shape:
-      used.add(base.key)
+      continue
+    used.add(base.key)
+    plan = reindex.get(id(variable))
+    if id(variable) in refused:
+      mismatched.append(f"{_name(variable)} (path {paths[0]}): {refused[id(variable)]}")
+    elif plan is not None and (len(plan.index) != shape[plan.axis]
+                               or len(base.shape) != len(shape)
+                               or max(plan.index) >= base.shape[plan.axis]
+                               or any(a != b for i, (a, b) in enumerate(zip(shape, base.shape))
+                                      if i != plan.axis)):
+      mismatched.append(f"{_name(variable)} (path {paths[0]}): shape {list(shape)} here, "
+                        f"{list(base.shape)} in the base model ({base.name}), which does "
+                        f"not fit its recorded vocabulary")
+    elif plan is None and base.shape != shape:
       mismatched.append(f"{_name(variable)} (path {paths[0]}): shape {list(shape)} here, "
                         f"{list(base.shape)} in the base model ({base.name})")
     else:
-      used.add(base.key)
       pairs.append((variable, base))
   extra = [f"{b.name} (shape {list(b.shape)}): in the base model, not in this one"
            for b in every if b.key not in used]
-  return Match(source or saved_model_dir, pairs, missing, extra, mismatched)
+  return Match(source or saved_model_dir, pairs, missing, extra, mismatched,
+               {k: v for k, v in reindex.items()
+                if any(id(var) == k for var, _ in pairs)}, notes)
 
 
 def check(found: Match, partial: bool) -> None:
@@ -183,5 +428,8 @@ def load(found: Match, saved_model_dir: str, assign: Callable[[Any, Any], None])
   reader = tf.train.load_checkpoint(variables_path(saved_model_dir))
   for variable, base in found.pairs:
     value = reader.get_tensor(base.key)
+    plan = found.reindex.get(id(variable))
+    if plan is not None:  # Rows follow their strings (compare_inputs).
+      value = plan.apply(value, tuple(variable.shape.as_list()), variable.dtype)
     assign(variable, value)
     del value

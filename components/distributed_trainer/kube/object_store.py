@@ -432,8 +432,9 @@ def job_uris(job, job_uri: str) -> Dict[str, str]:
   uris = {"job file": job_uri, "examples_uri": job.examples_uri, "model_dir": job.model_dir,
           "model_run_dir": job.model_run_dir, "history_dir": job.history_dir,
           "checkpoint_dir": job.checkpoint_dir}
-  if getattr(job, "transform_graph_uri", None):
-    uris["transform_graph_uri"] = job.transform_graph_uri
+  for optional in ("transform_graph_uri", "base_model_dir"):  # Warm start: the base.
+    if getattr(job, optional, None):
+      uris[optional] = getattr(job, optional)
   return uris
 
 

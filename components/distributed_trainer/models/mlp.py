@@ -4,6 +4,8 @@ concatenated, then ReLU layers ``hidden_1``, ``hidden_2``, ... and a linear ``ou
 hparams: ``hidden_units`` (list of widths; the trainer passes config ``hidden_units``,
 whose default applies here too),
 ``embedding_dim`` (default 8). Works for every task (``spec.output_units`` outputs).
+The executor checks their types before training (hyperparameters.BUILTIN_HPARAMS): a
+tuned ``hidden_units`` int is named there, not a TypeError here.
 """
 import tf_keras
 

@@ -185,7 +185,8 @@ def restore_checkpoint(job: Job, engine, module=None):
           meta.get("initial_eval_loss"))
 
 
-def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: int
+def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: int,
+                         spec: Optional[ms.ModelSpec] = None, normalization=None
                          ) -> Optional[dict]:
   """Initialises the engine's model from ``job.base_model_dir`` (warm_start.py), one
   variable at a time; history.json's ``warm_start`` record (None without a base model).
@@ -200,7 +201,8 @@ def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: in
           f"{start_step} (a checkpoint of the same run wins over base_model)", flush=True)
     return {"source": job.base_model_dir, "loaded": 0, "skipped": 0, "skipped_names": [],
             "partial": config.warm_start_partial, "resumed_instead": True}
-  found = warm_start.match(engine.model, job.base_model_dir)
+  found = warm_start.match(engine.model, job.base_model_dir, normalization=normalization,
+                           spec_dict=spec.to_dict() if spec is not None else None)
   warm_start.check(found, config.warm_start_partial)
   warm_start.load(found, job.base_model_dir, engine.assign_from_host)
   print(f"[trainer] warm start from {job.base_model_dir}: loaded {len(found.pairs)} "
@@ -251,7 +253,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   engine.build(module, spec)
   start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine,
                                                                             module)
-  warm_record = warm_start_from_base(job, config, engine, start_step)
+  warm_record = warm_start_from_base(job, config, engine, start_step, spec, normalization)
 
   length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
                              job.train_rows, config.batch_size)
@@ -349,6 +351,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
     history["warm_start"] = warm_record
   if job.hyperparameters_uri:
     history["hyperparameters_uri"] = job.hyperparameters_uri
+    history["tuned_settings"] = job.tuned_settings
   best = best_weights(early, state, length.patience)
   history["early_stopping"] = early.record()
   if state.early_stopped:
@@ -376,6 +379,9 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
     if weights is not None:
       history["weights"] = weights
     export.export(job.model_dir, plain, pre, job.transform_graph_uri)
+    # What a warm start from this model compares its ids with (warm_start.py).
+    from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+    warm_start.write_inputs_record(job.model_dir, spec.to_dict(), normalization)
     write_history(job.history_dir, history)
     print(f"[trainer] done: {steps_run} steps in {elapsed:.1f}s, final loss "
           f"{state.last_loss:.6g}; model written to {job.model_dir}", flush=True)
