@@ -59,8 +59,8 @@ _WARNED_ENV = "TFX_PARALLEL_LEGACY_KERAS_WARNED"
 def prepare(stream=None):
   """Sets the TensorFlow environment defaults; idempotent and cheap (no TF import).
 
-  Never overwrites a variable the user set, except :data:`ENV_REQUIRED`. If ``TF_USE_LEGACY_KERAS`` selects
-  Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
+  Never overwrites a variable the user set, except :data:`ENV_REQUIRED`. If
+  ``TF_USE_LEGACY_KERAS`` selects Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
   it starts inherit a marker in the environment).
   """
   for key, value in ENV_DEFAULTS.items():
