@@ -33,7 +33,8 @@ def test_autograph_skips_tf_keras_but_still_converts_user_code():
 
 # --- Environment set-up at entry points only (issue #25). ---------------------------------
 
-_CLEAN = ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", "TFX_PARALLEL_LEGACY_KERAS_WARNED")
+_CLEAN = ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL",
+          "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION", "TFX_PARALLEL_LEGACY_KERAS_WARNED")
 
 
 def _clean_env() -> dict:
@@ -195,13 +196,16 @@ def test_each_entry_point_prepares_the_environment(tmp_path):
          "checkpoint_dir": ""}
   path = tmp_path / "job.json"
   path.write_text(json.dumps(job))
-  code = _ENTRY_POINTS_CHILD.format(clean=list(_CLEAN[:2]))
+  code = _ENTRY_POINTS_CHILD.format(clean=list(_CLEAN[:3]))
   proc = subprocess.run([sys.executable, "-c", code, str(path)], env=_clean_env(),
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   got = json.loads(proc.stdout.strip().splitlines()[-1])
-  unset = {"TF_USE_LEGACY_KERAS": None, "TF_CPP_MIN_LOG_LEVEL": None}
-  prepared = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+  unset = {"TF_USE_LEGACY_KERAS": None, "TF_CPP_MIN_LOG_LEVEL": None,
+           "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": None}
+  # The last: DTensor's all-reduce combining off, whatever the user set (tfenv.ENV_REQUIRED).
+  prepared = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+              "DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "0"}
   assert got["imported_tensorflow"] is False and got["after_import"] == unset, got
   assert got["at_tensorflow_import"] == prepared, got
   for entry in ("replica.main", "train.main", "cli", "kubeflow.entrypoint.main"):

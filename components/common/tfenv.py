@@ -15,6 +15,11 @@ until one of our executors runs. What :func:`prepare` sets:
 * ``CUDA_CACHE_PATH``, if set, is checked once: when the process cannot write there (a
   volume owned by root, see cuda_cache.py), CUDA is pointed at a writable directory and
   one line says so;
+* ``DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION=0``, always (:data:`ENV_REQUIRED`;
+  :func:`require_dtensor_env`): DTensor's pass that merges a function's all-reduces
+  moves them and then re-sorts the block by data edges only, so a variable read can
+  land before the write it followed (the mesh step's Adam update read m and v before
+  their writes on a 2x1 mesh; mesh_runtime's module docstring);
 * optionally splits the CPU into N logical devices (:func:`split_cpu`), so every
   layout (mirrored, mesh) is testable and runnable without a GPU.
 
@@ -37,6 +42,13 @@ ENV_DEFAULTS = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 
+# Set whatever the user chose: the mesh layout's steps are wrong without it. DTensor
+# reads it once, when its device is made (tensorflow/dtensor/mlir/utils/
+# dtensor_mlir_passes_internal.cc, TF 2.16: "0" skips
+# CreateDTensorAllReduceCombineOptimization; dtensor_allreduce_combine_optimization.cc
+# moves the all-reduces together, then ``mlir::sortTopologically`` on each block, which
+# follows operands, not the order of resource reads and writes).
+ENV_REQUIRED = {"DTENSOR_ENABLE_COMBINE_ALL_REDUCES_OPTIMIZATION": "0"}
 
 # The values TF 2.16 reads as "use tf_keras" (tensorflow/python/util/lazy_loader.py).
 LEGACY_KERAS_VALUES = ("1", "true", "True")
@@ -47,14 +59,15 @@ _WARNED_ENV = "TFX_PARALLEL_LEGACY_KERAS_WARNED"
 def prepare(stream=None):
   """Sets the TensorFlow environment defaults; idempotent and cheap (no TF import).
 
-  Never overwrites a variable the user set. If ``TF_USE_LEGACY_KERAS`` selects
-  Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
+  Never overwrites a variable the user set, except :data:`ENV_REQUIRED`. If
+  ``TF_USE_LEGACY_KERAS`` selects Keras 3, writes one line to ``stream`` (default stderr), once per run (the processes
   it starts inherit a marker in the environment).
   """
   for key, value in ENV_DEFAULTS.items():
     if key not in os.environ:
       os.environ[key] = value
       _defaulted.add(key)
+  require_dtensor_env()
   legacy = os.environ["TF_USE_LEGACY_KERAS"]
   # Said once per run: child processes (trainer, console filter) inherit the marker.
   if legacy not in LEGACY_KERAS_VALUES and not os.environ.get(_WARNED_ENV):
@@ -63,6 +76,12 @@ def prepare(stream=None):
           f"TFMA and this project need tf_keras: unset it or set it to 1 (keeping "
           f"{legacy!r}).", file=stream or sys.stderr, flush=True)
   cuda_cache.prepare(stream=stream)
+
+
+def require_dtensor_env():
+  """Sets :data:`ENV_REQUIRED` (cheap, no TF import); must run before the first DTensor
+  op of the process (mesh_runtime.create_mesh calls it too)."""
+  os.environ.update(ENV_REQUIRED)
 
 
 def defaulted():

@@ -27,19 +27,25 @@ devices (or GPUs when present) with a custom loop:
   keeps its output split, since those blocks are exactly the next layer's inputs.
 * **Steps.** One ``tf.function`` call runs k steps (``steps_per_execution``) over k
   global batches stacked on a leading axis and packed onto the mesh once per dtype
-  (:meth:`MeshTrainer.steps_async`), in a ``tf.while_loop``; each step: forward,
+  (:meth:`MeshTrainer.steps_async`), written out one step after another (k is static:
+  one trace per k); each step: forward,
   ``loss_fn(labels, outputs)`` (a mean over the global batch, plus the model's
   regularisation losses), gradients, each put in its variable's layout (the batch-axis
   sum of per-device partial gradients happens there, before any non-linear update),
   then the tf_keras optimizer built with ``mesh=`` applies them; its slot variables
   (momentum, Adam m/v) are created with ``zeros_like(variable)`` and so follow the
-  variable's layout. DTensor does not keep the order of variable reads and writes
-  that automatic control dependencies give once the batch axis is split (a 2x1 mesh
-  with Adam drifted from single-device from the second step on, by up to 0.7), so the
-  order is made explicit: the update waits for the step's gradients, the next step
-  waits for the update. Per step this costs no host round trip: the loop replaced two
-  DTensor calls per step (13.3 ms per mesh 1x1 step of the issue #25 model, against
-  2.0 ms for a fit step; benchmarks/results/mesh_engine.md).
+  variable's layout. Step i's gradients wait for step i-1's writes, its update for its
+  gradients. The order of variable reads and writes inside one function holds only
+  with DTensor's all-reduce combining off (``tfenv.ENV_REQUIRED``, set before DTensor's
+  device is made): that pass moves a function's all-reduces together and re-sorts the
+  block by data edges alone, so on a 2x1 mesh Adam's update read m and v before their
+  writes (no weight moved in the first step; 0.14 off fit after 5). No
+  ``tf.while_loop``: DTensor turns a loop back into functions named per compiled module
+  (``while4_body``) and registers them process-wide, so engines built one after another
+  in one process collided ("Cannot add function ... already exists", issue #49 item 3;
+  :func:`_unique_scope`). Per step this costs no host round trip: one DTensor call per
+  k steps replaced two per step (13.3 ms per mesh 1x1 step of the issue #25 model,
+  against 2.0 ms for a fit step; benchmarks/results/mesh_engine.md).
 
   The input is packed here rather than fed by ``dtensor.DTensorDataset``: its iterator
   (``_DTensorIterator.__next__``, tensorflow/dtensor/python/input_util.py lines 144-156,
@@ -73,13 +79,13 @@ models, or subclassed models built inside ``build_model``) are supported.
 import importlib
 import itertools
 import random
-import re
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
 from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
@@ -92,46 +98,15 @@ _TRACES = itertools.count()
 
 def _unique_scope(kind: str):
   """A name scope no other function traced in this process uses, around everything a
-  mesh function traces. DTensor's MLIR pipeline turns each ``tf.while_loop`` (ours, or
-  one in the user's model) back into functions named after the loop's op
-  (``GetUniqueName(op) + "_body"``, tensorflow/compiler/mlir/tensorflow/transforms/
-  region_control_flow_to_functional.cc, TF 2.16), unique only within one compiled
-  module, and registers them in the process-wide function library: two engines whose
-  loops had the same op name ("while") could collide there ("Cannot add function
-  'while4_body' because a different function with the same name already exists").
-  Under this scope a loop's op, and so its functions, carry the trace's own number.
-
-  Not the whole cure: one trace compiled twice by DTensor still collided once
-  ("mesh_steps_4_/while_body", 1 of 2 runs of tests/hook_cases.py mesh). Writing the k
-  steps out without a loop avoids it, but then Adam on a split batch axis drifts from
-  single-device fit (test_several_steps_per_call_match_single_device_fit[adam-2x1],
-  max 0.117, even with every write of the update as an explicit dependency). Rechecked
-  (issue #49, third round): the drift is real and starts inside the first step. Written
-  out without a loop, with k=1, on 2x1 with Adam, after one step Adam's m and v hold
-  their new values but no weight has moved (fit moves each by the learning rate): the
-  weight update read m and v before their writes, although every op the update
-  created was an explicit control dependency of the next reads; a nested
-  tf.function per step behaves the same (DTensor inlines it), and one marked
-  ``_noinline`` fails to compile ("failed to merge mesh cluster"). Inside the loop's
-  body the order holds. DTensor's small-constant folding
-  (tensorflow/dtensor/cc/small_constant_optimization.cc, ``ExtractSmallTensorValue``:
-  fully replicated int/float/string inputs under kSmallTensorThreshold=20 elements,
-  tensorflow/dtensor/cc/constants.h, become constants, so each new value compiles the
-  function again) is not the source of a second compilation here: the packed batch is
-  laid out over the batch axis, never fully replicated, even on a 1x1 mesh. So MeshTrainer.run_packed traces the step again under a new number when
-  that collision is raised (seen again in CI: "mesh_steps_1_/while_body",
-  tests/linear_mesh_cases.py 1x1); tests/name_collision_case.py forces it."""
+  mesh function traces. The step itself holds no loop (:meth:`MeshTrainer._train_steps`),
+  but a user's model may: DTensor's MLIR pipeline turns each ``tf.while_loop`` back into
+  functions named ``GetUniqueName(op) + "_body"``
+  (tensorflow/compiler/mlir/tensorflow/transforms/region_control_flow_to_functional.cc,
+  TF 2.16), unique only within one compiled module, and registers them in the
+  process-wide function library ("Cannot add function 'while4_body' because a different
+  function with the same name already exists"). Under this scope a loop's op, and so its
+  functions, carry the trace's own number."""
   return tf.name_scope(f"mesh_{kind}_{next(_TRACES)}_")
-
-
-def _is_function_name_collision(error: Exception) -> bool:
-  """Whether ``error`` is the function library refusing a function of a mesh trace
-  (``_unique_scope``) because one of the same name and another body is there
-  (tensorflow/core/framework/function.cc, TF 2.16, FunctionLibraryDefinition::
-  AddFunctionDefHelper: "Cannot add function '...' because a different function with
-  the same name already exists")."""
-  return bool(re.search(r"Cannot add function 'mesh_\w+_\d+_/[^']*' because a different "
-                        r"function with the same name already exists", str(error)))
 
 
 def _rng_state():
@@ -199,6 +174,7 @@ def _dtensor():
 
 def create_mesh(mesh_shape: Tuple[int, int]):
   """A (batch, model) mesh over the first B*M GPUs, or logical CPUs when there is no GPU."""
+  tfenv.require_dtensor_env()  # Before DTensor's device is made (entry points did already).
   dtensor = _dtensor()
   b, m = mesh_shape
   device_type = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
@@ -565,32 +541,27 @@ class MeshTrainer:
 
   def _train_steps(self, features, labels):
     """k steps in one graph (``features``/``labels`` hold k global batches stacked on a
-    leading axis); returns the k losses. The order of reads and writes is made explicit
-    (module docstring): step i's forward pass waits for ``losses``, which waits for
-    step i-1's update, which waits for step i's gradients."""
+    leading axis; k is static, one trace per k); returns the k losses. Written out step
+    by step, no ``tf.while_loop`` (module docstring, Steps): step i's gradients wait for
+    step i-1's writes, its update waits for its gradients."""
+    k = labels.shape[0]
+    if k is None:
+      raise ValueError(f"steps: the number of stacked batches must be static. Received: "
+                       f"labels of shape {labels.shape}")
     with _unique_scope("steps"):
-      return self._train_steps_loop(features, labels)
-
-  def _train_steps_loop(self, features, labels):
-    k = tf.shape(labels)[0]
-    steps = tf.range(k)
-
-    def body(i, losses):
-      # tf.gather, not t[i]: DTensor lays a shrinking strided slice of a
-      # [k, batch-split, ...] tensor out on the wrong dimension.
-      batch = {name: tf.gather(t, i) for name, t in features.items()}
-      with tf.control_dependencies([losses]):
-        loss, grads = self._gradients(batch, tf.gather(labels, i))
-      with tf.control_dependencies(grads):
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        written = [tf.identity(v) for v in self._written]
+      losses, written = [], []
+      for i in range(k):
+        # tf.gather, not t[i]: DTensor lays a shrinking strided slice of a
+        # [k, batch-split, ...] tensor out on the wrong dimension.
+        batch = {name: tf.gather(t, i) for name, t in features.items()}
+        with tf.control_dependencies(written):
+          loss, grads = self._gradients(batch, tf.gather(labels, i))
+        with tf.control_dependencies(grads):
+          self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+          written = [tf.identity(v) for v in self._written]
+        losses.append(tf.cast(loss, tf.float32))
       with tf.control_dependencies(written):
-        losses = tf.where(tf.equal(steps, i), tf.cast(loss, losses.dtype), losses)
-      return i + 1, losses
-
-    _, losses = tf.while_loop(lambda i, _: i < k, body, (tf.constant(0), tf.zeros([k])),
-                              parallel_iterations=1)
-    return losses
+        return tf.identity(tf.stack(losses))
 
   def step(self, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> float:
     """One synchronous step on a global batch; returns the loss.
@@ -625,17 +596,7 @@ class MeshTrainer:
     fn = self._train_fns.get(key)
     if fn is None:
       fn = self._train_fns[key] = self._steps_function(key)
-    try:
-      return fn(groups, singles)
-    except tf.errors.InvalidArgumentError as e:
-      if not _is_function_name_collision(e):
-        raise
-      # The collision _unique_scope cannot prevent (its docstring): DTensor compiled this
-      # trace's loop again and its functions' names are taken. It is raised when the
-      # functions are added to the library, before any op of the step runs, so the
-      # step has not happened: traced again under a new number, it runs once.
-      fn = self._train_fns[key] = self._steps_function(key)
-      return fn(groups, singles)
+    return fn(groups, singles)
 
   def _steps_function(self, key):
     return tf.function(
