@@ -25,12 +25,17 @@ def transformed_name(name: str) -> str:
 
 
 def preprocessing_fn(inputs):
-  """Stock Transform's hook: every feature standardised (tft.scale_to_z_score over the
-  train split), the label passed through."""
+  """Stock Transform's hook: every feature standardised with the train split's mean and
+  standard deviation, the label passed through. One ``elementwise`` analyzer over the
+  stacked [B, 30] columns rather than 30 (on a 2-core box Transform took 3 min with one
+  analyzer per column)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_transform as tft  # pylint: disable=g-import-not-at-top
-  outputs = {transformed_name(k): tft.scale_to_z_score(tf.cast(v, tf.float32))
-             for k, v in inputs.items() if k != LABEL}
+  names = sorted(k for k in inputs if k != LABEL)
+  columns = tf.concat([tf.reshape(tf.cast(inputs[k], tf.float32), [-1, 1]) for k in names],
+                      axis=1)
+  z = tft.scale_to_z_score(columns, elementwise=True)
+  outputs = {transformed_name(k): z[:, i:i + 1] for i, k in enumerate(names)}
   outputs[LABEL] = inputs[LABEL]
   return outputs
 
