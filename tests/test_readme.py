@@ -1,6 +1,7 @@
 """The drop-in pipeline of docs/stock-tfx.md, extracted at test time and run as a user
 runs it: ``python pipeline.py`` in a directory holding ``data/*.csv`` and ``model.py``
-(issue 31, case 8). One run; its console is checked for case 7 (a Python pipeline that
+(issue 31, case 8). Below it, the README's whole loop (issue 50, item 6), run as written
+twice on one ML Metadata store. One run; its console is checked for case 7 (a Python pipeline that
 exits 0 ends without TF's AtomicFunction teardown errors or TFX's property-predicate
 warnings, with ``tfxp.quiet()``).
 """
