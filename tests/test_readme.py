@@ -1,6 +1,7 @@
 """The drop-in pipeline of docs/stock-tfx.md, extracted at test time and run as a user
 runs it: ``python pipeline.py`` in a directory holding ``data/*.csv`` and ``model.py``
-(issue 31, case 8). One run; its console is checked for case 7 (a Python pipeline that
+(issue 31, case 8). Below it, the README's whole loop (issue 50, item 6), run as written
+twice on one ML Metadata store. One run; its console is checked for case 7 (a Python pipeline that
 exits 0 ends without TF's AtomicFunction teardown errors or TFX's property-predicate
 warnings, with ``tfxp.quiet()``).
 """
@@ -19,13 +20,14 @@ README = os.path.join(HERE, "..", "docs", "stock-tfx.md")
 MARKER = "<!-- drop-in pipeline: run by tests/test_readme.py -->"
 
 
-def drop_in_code(readme: str = README) -> str:
-  """The ```python block right after :data:`MARKER` in docs/stock-tfx.md."""
+def drop_in_code(readme: str = README, marker: str = MARKER) -> str:
+  """The ```python block right after ``marker`` in ``readme`` (docs/stock-tfx.md)."""
   with open(readme, encoding="utf-8") as f:
     text = f.read()
-  assert MARKER in text, f"docs/stock-tfx.md lost its marker {MARKER!r}"
-  match = re.match(r"\s*```python\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
-  assert match, "no ```python block right after the marker"
+  name = os.path.relpath(readme, os.path.join(HERE, ".."))
+  assert marker in text, f"{name} lost its marker {marker!r}"
+  match = re.match(r"\s*```python\n(.*?)\n```", text.split(marker, 1)[1], re.S)
+  assert match, f"{name}: no ```python block right after the marker"
   return match.group(1)
 
 
@@ -167,3 +169,114 @@ def test_the_drop_in_block_trains_on_three_csv_shapes_on_its_default_mesh(readme
     props = P.read_properties(metrics.custom_properties)
     assert props[P.LAYOUT] == "mesh" and props[P.MESH_SHAPE] == "2x2", shape
     assert props[P.LOSS_VS_TRIVIAL] < 1.0, (shape, props[P.CONVERGENCE_REASON])
+
+
+# --- The README's whole loop (issue 50, item 6) -----------------------------------------
+# ExampleGen -> StatisticsGen -> SchemaGen -> Transform -> Tuner -> DistributedTrainer
+# (hyperparameters, transform_graph, base_model from a latest-model Resolver) ->
+# ConvergenceEvaluator (baseline: latest_blessed) -> Pusher, run twice on one store.
+
+ROOT_README = os.path.join(HERE, "..", "README.md")
+LOOP_MARKER = "<!-- whole loop: run by tests/test_readme.py -->"
+LOOP_RUNS = 2
+LOOP_COMPONENTS = {"PartitionedExampleGen", "StatisticsGen", "SchemaGen", "Transform", "Tuner",
+                   "DistributedTrainer", "ConvergenceEvaluator", "Pusher"}
+
+
+def test_the_whole_loop_block_wires_every_component():
+  code = drop_in_code(ROOT_README, LOOP_MARKER)
+  for needed in ("tfx.components.Transform(", "tfx.components.Tuner(", "tfx.dsl.Resolver(",
+                 'hyperparameters=tuner.outputs["best_hyperparameters"]',
+                 'transform_graph=transform.outputs["transform_graph"]',
+                 'baseline="latest_blessed"', 'model_blessing=evaluator.outputs["blessing"]',
+                 ".to_csv("):
+    assert needed in code, needed
+  compile(code, "README.md", "exec")
+
+
+def _node_of(store, execution_id):
+  """The pipeline node id of an execution (its ``node`` context: <pipeline>.<node id>)."""
+  [node] = [c for c in store.get_contexts_by_execution(execution_id)
+            if c.name.startswith("breast-cancer.")]
+  return node.name.split(".", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def loop_runs(tmp_path_factory):
+  """Runs the block as written twice, as a user runs it (``python pipeline.py`` in a
+  directory holding examples/breast_cancer.py), on one ML Metadata store. Returns
+  (root, [proc per run], store)."""
+  root = tmp_path_factory.mktemp("loop")
+  (root / "examples").mkdir()
+  shutil.copy(os.path.join(HERE, "..", "examples", "breast_cancer.py"), root / "examples")
+  (root / "pipeline.py").write_text(drop_in_code(ROOT_README, LOOP_MARKER))
+  procs = []
+  for _ in range(LOOP_RUNS):
+    procs.append(subprocess.run([sys.executable, "pipeline.py"], cwd=str(root),
+                                capture_output=True, text=True, timeout=1500))
+    assert procs[-1].returncode == 0, procs[-1].stdout[-3000:] + procs[-1].stderr[-5000:]
+  from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
+  return root, procs, summary.open_store(str(root / "metadata.sqlite"))
+
+
+def _by_run(store, type_name):
+  """The runs' artifacts of ``type_name``, in run order (ids grow with the runs)."""
+  found = sorted(store.get_artifacts_by_type(type_name), key=lambda a: a.id)
+  assert len(found) == LOOP_RUNS, (type_name, [a.uri for a in found])
+  return found
+
+
+@pytest.mark.slow
+def test_the_whole_loop_runs_every_component_each_time(loop_runs):
+  _, _, store = loop_runs
+  runs = store.get_contexts_by_type("pipeline_run")
+  assert len(runs) == LOOP_RUNS
+  for run in runs:
+    done = {_node_of(store, e.id) for e in store.get_executions_by_context(run.id)
+            if e.last_known_state == 3}  # 3 = COMPLETE
+    assert LOOP_COMPONENTS <= done, (run.name, done)
+
+
+@pytest.mark.slow
+def test_the_tuners_hyperparameters_reach_the_trainers_record(loop_runs):
+  import json  # pylint: disable=g-import-not-at-top
+  root, _, store = loop_runs
+  for best, history in zip(_by_run(store, "HyperParameters"),
+                           _by_run(store, "TrainingHistory")):
+    # The block's pipeline_root is relative: so are the URIs, to where it ran.
+    with open(os.path.join(root, best.uri, "best_hyperparameters.txt")) as f:
+      tuned = json.load(f)["values"]
+    assert set(tuned) == {"learning_rate"}
+    assert json.loads(history.custom_properties["hparams"].string_value) == tuned
+    assert history.custom_properties["hyperparameters_uri"].string_value == best.uri
+
+
+@pytest.mark.slow
+def test_the_second_run_warm_starts_from_and_is_compared_with_the_first(loop_runs):
+  import json  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.convergence_evaluator import baseline  # pylint: disable=g-import-not-at-top
+  root, _, store = loop_runs
+  first_model, second_model = _by_run(store, "Model")
+  first_metrics, second_metrics = _by_run(store, "ConvergenceMetrics")
+  first_history, second_history = _by_run(store, "TrainingHistory")
+  assert baseline.BASELINE_URI not in first_metrics.custom_properties
+  assert "warm_start" not in first_history.custom_properties
+  assert second_metrics.custom_properties[baseline.BASELINE_URI].string_value == (
+      first_model.uri) != second_model.uri
+  with open(os.path.join(root, second_metrics.uri, baseline.FILE_NAME)) as f:
+    comparison = json.load(f)
+  assert comparison["baseline_source"] == "latest_blessed"
+  assert comparison["baseline_uri"] == first_model.uri
+  warm = json.loads(second_history.custom_properties["warm_start"].string_value)
+  assert warm["source"] == os.path.join(first_model.uri, "Format-Serving")
+  assert warm["loaded"] == 4 and warm["skipped"] == 0
+
+
+@pytest.mark.slow
+def test_the_pusher_pushes_the_blessed_models_only(loop_runs):
+  root, _, store = loop_runs
+  blessed = [b.custom_properties["blessed"].int_value for b in _by_run(store, "ModelBlessing")]
+  pushed = [p.custom_properties["pushed"].int_value for p in _by_run(store, "PushedModel")]
+  assert blessed[0] == 1, "the first run must be blessed to be the second's baseline"
+  assert pushed == blessed
+  assert len(os.listdir(root / "serving")) == sum(blessed)
