@@ -42,11 +42,11 @@ from tfx_parallel.components.distributed_trainer.plan import layout_choice, layo
 WIDTHS = (64, 2048)
 SLOTS = 2  # Adam: m and v per parameter.
 # The measured growth against the planned: the plan counts two blocks of the largest
-# variable in transit where a run held 1.0-1.6 (measured in three runs on 2026-12-06:
-# single 1.04-1.05; mesh 1x2 step 0.89, boundary 0.83-0.95; row-split mesh 1x4 step
-# 0.74-0.80, boundary 0.88-0.92; a mesh boundary of parameters and slots only, without
-# the step the export does not reuse, measured 1.38-1.44); a plan off by 2x either way
-# (0.38-0.53, 1.54-2.1) falls outside.
+# variable in transit in the step, and one at the export, where a run held 1.0-1.6 in
+# the step (measured in three runs on 2026-12-06, after the export was built from zeros
+# and copied block by block: single step 0.82-0.93, boundary 0.88; mesh 1x2 step 0.80,
+# boundary 0.77; row-split mesh 1x4 step 0.68, boundary 0.71-0.72); a plan off by 2x
+# either way (0.34-0.47, 1.6-1.9) falls outside.
 LOW, HIGH = 0.6, 1.3
 MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 BOUNDARIES = ("eval", "checkpoint", "export")
