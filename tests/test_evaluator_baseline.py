@@ -351,6 +351,39 @@ def _attribute(store, context_type, name, artifact_ids):
        for a in artifact_ids], [])
 
 
+def _run(store, run_id, namespace, artifact_ids):
+  """A KFP run context as the launcher writes it (client.go 2.4.1:312 GetPipeline: the
+  run's ``namespace`` a custom property of its ``system.PipelineRun`` context)."""
+  type_id = store.put_context_type(metadata_store_pb2.ContextType(name="system.PipelineRun"))
+  context = metadata_store_pb2.Context(type_id=type_id, name=run_id)
+  context.custom_properties["namespace"].string_value = namespace
+  [context_id] = store.put_contexts([context])
+  store.put_attributions_and_associations(
+      [metadata_store_pb2.Attribution(context_id=context_id, artifact_id=a)
+       for a in artifact_ids], [])
+
+
+def test_on_kfp_another_namespace_s_blessed_model_of_the_same_pipeline_name_is_not_the_baseline():
+  """KFP keys ``system.Pipeline`` by the pipeline's name alone (client.go 2.4.1:306), so
+  two profiles running pipelines of one name share it: only this run's namespace counts."""
+  store = _store()
+  mine = _put(store, "tfx.Model", "minio://mlpipeline/v2/artifacts/a/mine")
+  b_mine = _put(store, "tfx.ModelBlessing", "/b1", blessed=1.0, current_model_id=float(mine))
+  theirs = _put(store, "tfx.Model", "minio://mlpipeline/v2/artifacts/b/theirs")
+  b_theirs = _put(store, "tfx.ModelBlessing", "/b2", blessed=1.0,
+                  current_model_id=float(theirs))  # Blessed later.
+  candidate = _put(store, "tfx.Model", "/m3")
+  _attribute(store, "system.Pipeline", "loop", [mine, b_mine, theirs, b_theirs, candidate])
+  _run(store, "run-1", "alice", [mine, b_mine])
+  _run(store, "run-2", "bob", [theirs, b_theirs])
+  _run(store, "run-3", "alice", [candidate])
+  assert lookup.latest_blessed(store, candidate).model_id == mine
+  other = _put(store, "tfx.Model", "/m4")
+  _attribute(store, "system.Pipeline", "loop", [other])
+  _run(store, "run-4", "carol", [other])
+  assert lookup.latest_blessed(store, other) is None  # Nothing blessed in carol's runs.
+
+
 @pytest.mark.parametrize("shape", ["tfx", "kfp"])
 def test_latest_blessed_is_the_newest_blessed_model_of_the_same_pipeline(shape):
   store = _store()

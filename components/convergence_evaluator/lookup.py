@@ -33,6 +33,8 @@ from ml_metadata.proto import metadata_store_pb2
 PIPELINE_CONTEXT_TYPES = ("pipeline", "system.Pipeline")
 BLESSING_TYPES = ("ModelBlessing", "tfx.ModelBlessing")
 MODEL_TYPES = ("Model", "tfx.Model")
+RUN_CONTEXT_TYPES = ("system.PipelineRun",)
+NAMESPACE = "namespace"
 BLESSED = "blessed"
 CURRENT_MODEL_ID = "current_model_id"
 CURRENT_MODEL = "current_model"
@@ -82,14 +84,34 @@ def pipeline_context(store, model_id: int):
   return None
 
 
+def run_namespace(store, artifact_id: int) -> Optional[str]:
+  """The Kubernetes namespace of the KFP run that made the artifact: the ``namespace``
+  custom property of its ``system.PipelineRun`` context (client.go 2.4.1:312,1212 and
+  2.16.0:367 ``GetPipeline``: KFP keys the ``system.Pipeline`` context by the pipeline's
+  name alone, so two profiles' pipelines of one name share it); None locally."""
+  try:
+    contexts = store.get_contexts_by_artifact(artifact_id)
+  except errors.NotFoundError:
+    return None
+  names = _type_names(store, [c.type_id for c in contexts], store.get_context_types_by_id)
+  for context in contexts:
+    if (names.get(context.type_id) in RUN_CONTEXT_TYPES
+        and NAMESPACE in context.custom_properties):
+      return context.custom_properties[NAMESPACE].string_value
+  return None
+
+
 def latest_blessed(store, model_id: int) -> Optional[Found]:
   """The latest blessed Model of the candidate's pipeline other than the candidate
-  (module docstring); None on the first run (nothing blessed yet)."""
+  (module docstring), made in the candidate run's namespace on KFP (``run_namespace``:
+  another profile's model is neither this user's baseline nor readable with this
+  namespace's keys); None on the first run (nothing blessed yet)."""
   context = pipeline_context(store, model_id)
   if context is None:
     logging.warning("ML Metadata has no pipeline context of the candidate Model (id %d): "
                     "no baseline to look up", model_id)
     return None
+  namespace = run_namespace(store, model_id)
   artifacts = store.get_artifacts_by_context(context.id)
   names = _type_names(store, [a.type_id for a in artifacts], store.get_artifact_types_by_id)
   blessings = [a for a in artifacts if names.get(a.type_id) in BLESSING_TYPES
@@ -108,6 +130,8 @@ def latest_blessed(store, model_id: int) -> Optional[Found]:
     model_type = _type_names(store, [model.type_id], store.get_artifact_types_by_id)
     if model_type.get(model.type_id) not in MODEL_TYPES:
       continue
+    if namespace is not None and run_namespace(store, model.id) != namespace:
+      continue  # Another profile's run of a pipeline of the same name.
     return Found(uri=model.uri, model_id=model.id, blessing_id=blessing.id,
                  pipeline=context.name, model=model)
   return None
