@@ -23,8 +23,10 @@ until one of our executors runs. What :func:`prepare` sets:
 * optionally splits the CPU into N logical devices (:func:`split_cpu`), so every
   layout (mirrored, mesh) is testable and runnable without a GPU.
 
-The Kubeflow container sets the same variables in its environment, because the TFX
-container entrypoint imports TensorFlow before it imports our executors.
+The Kubeflow container sets the :data:`ENV_DEFAULTS` in its environment, because the TFX
+container entrypoint imports TensorFlow before it imports our executors; the
+:data:`ENV_REQUIRED` one is set by the processes that start DTensor (kubeflow/entrypoint.py
+and the replica's main call :func:`prepare` first, and mesh_runtime.create_mesh again).
 
 In a user's script ``tf.keras`` may already be Keras 3 when an executor's ``Do`` runs
 (``from tfx import v1`` resolves it at import). That process needs no more: our code
