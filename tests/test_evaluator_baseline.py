@@ -21,6 +21,7 @@ from tfx_parallel.components.common import config_util
 from tfx_parallel.components.convergence_evaluator import baseline
 from tfx_parallel.components.convergence_evaluator import lookup
 from tfx_parallel.components.convergence_evaluator import properties as P
+from tfx_parallel.components.convergence_evaluator.config import BinaryChange
 from tfx_parallel.components.convergence_evaluator.config import ChangeThreshold
 from tfx_parallel.components.convergence_evaluator.config import ChangeThresholds
 from tfx_parallel.components.convergence_evaluator.config import EvaluatorConfig
@@ -37,6 +38,17 @@ def _one(candidate, base, threshold):
                            eval_r2=ChangeThreshold())
   return baseline.compare({"eval_mse": candidate}, {"eval_mse": base}, "regression",
                           ChangeThresholds(regression=group), "/base", "channel")
+
+
+def test_a_metric_at_minus_one_is_not_available_never_the_number():
+  """quality.py gives precision -1 when nothing is predicted positive: against a baseline
+  at -1, a candidate at 0.0 is no change of +1.0; it is undefined and the bound fails."""
+  group = BinaryChange(eval_precision=ChangeThreshold(absolute=-0.01))
+  out = baseline.compare({"eval_precision": 0.0}, {"eval_precision": -1.0}, "binary",
+                         ChangeThresholds(binary=group), "/base", "channel")
+  [entry] = [m for m in out["metrics"] if m["name"] == "eval_precision"]
+  assert math.isnan(entry["baseline"]) and not out["passed"], entry
+  assert "undefined" in out["reason"] or "nan" in out["reason"], out["reason"]
 
 
 def test_lower_is_better_bounds_the_change_from_above():

@@ -202,6 +202,17 @@ def _outward(change: float, direction: str) -> str:
   return f"{rounded:.3g}"
 
 
+# Metrics whose -1 means "not available" (quality.py: precision with nothing predicted
+# positive, recall with no positive label, AUC without both classes): compared as NaN
+# (undefined), never as the number -1.
+NOT_AVAILABLE_AT_MINUS_ONE = ("eval_precision", "eval_recall", "eval_auc")
+
+
+def _available(name: str, value: float) -> float:
+  value = float(value)
+  return math.nan if name in NOT_AVAILABLE_AT_MINUS_ONE and value == -1.0 else value
+
+
 def compare(candidate: Mapping[str, float], baseline: Mapping[str, float], task: str,
             thresholds: ChangeThresholds, baseline_uri: str,
             baseline_source: str) -> Dict[str, Any]:
@@ -210,7 +221,8 @@ def compare(candidate: Mapping[str, float], baseline: Mapping[str, float], task:
   if baseline_source not in SOURCES:
     raise ValueError(f"baseline_source must be one of {list(SOURCES)}. "
                      f"Received: {baseline_source!r}")
-  entries = [check_metric(name, candidate[name], baseline[name], threshold)
+  entries = [check_metric(name, _available(name, candidate[name]),
+                          _available(name, baseline[name]), threshold)
              for name, threshold in thresholds.for_task(task).items()
              if name in candidate and name in baseline]
   failures = [failure(e, task) for e in entries if not e["passed"]]
