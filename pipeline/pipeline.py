@@ -2,7 +2,8 @@
 
     PartitionedExampleGen ──Examples──▶ DistributedTrainer ──Model, TrainingHistory──▶
     ConvergenceEvaluator ──ConvergenceMetrics, ModelBlessing──▶ (ML Metadata)
-    [--with-tfma: stock Evaluator on the same Model + Examples]
+    [--with-tfma: stock Evaluator on the same Model + Examples; with evaluator.baseline,
+     against the latest blessed Model, found by TFX's LatestBlessedModelStrategy resolver]
 
 The same factory is used by the local runner and the Kubeflow compiler.
 """
@@ -39,10 +40,21 @@ def create_components(config: PipelineConfig, metadata_connection_config=None
   components = [example_gen, trainer, evaluator]
   if config.with_tfma:
     from tfx_parallel.components.convergence_evaluator import tfma_stage  # pylint: disable=g-import-not-at-top
+    baseline_model = change_thresholds = None
+    if config.evaluator.baseline:
+      # TFMA judges the same two models: the latest blessed one, as TFX finds it
+      # (a Resolver; runs locally, open-source KFP's Argo compiler has no resolver nodes,
+      # and kubeflow/package.py refuses one by name).
+      resolver = tfma_stage.latest_blessed_resolver()
+      components.append(resolver)
+      baseline_model = resolver.outputs["model"]
+      change_thresholds = config.evaluator.change_thresholds
     components.append(tfma_stage.stock_evaluator(trainer.outputs["model"],
                                                  example_gen.outputs["examples"],
                                                  config.example_gen.label_key,
-                                                 task=config.trainer.task or "regression"))
+                                                 task=config.trainer.task or "regression",
+                                                 baseline_model=baseline_model,
+                                                 change_thresholds=change_thresholds))
   return components
 
 

@@ -60,6 +60,33 @@ def test_stock_evaluator_is_wired_to_our_channels():
   assert json.loads(evaluator.exec_properties[specs.EXAMPLE_SPLITS_KEY]) == ["eval"]
 
 
+def test_with_tfma_and_a_baseline_the_stock_evaluator_judges_the_same_two_models():
+  """--with-tfma with evaluator.baseline=latest_blessed: the stock Evaluator gets the
+  latest blessed Model (TFX's LatestBlessedModelStrategy resolver) and our change
+  thresholds as TFMA's, so TFMA judges the candidate against the same baseline (their
+  agreement: test_tfma_change_thresholds_make_our_blessing_decision)."""
+  from tfx_parallel.pipeline import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
+  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
+  config = config_lib.PipelineConfig.from_dict({
+      "with_tfma": True, "evaluator": {"baseline": "latest_blessed"}}).validate()
+  nodes = {n.id: n for n in pipeline_lib.create_components(config)}
+  resolver, evaluator = nodes[tfma_stage.RESOLVER_ID], nodes["Evaluator"]
+  assert resolver.exec_properties["resolver_class"].__name__ == "LatestBlessedModelStrategy"
+  assert evaluator.inputs["baseline_model"] is resolver.outputs["model"]
+  eval_config = proto_utils.json_to_proto(evaluator.exec_properties[specs.EVAL_CONFIG_KEY],
+                                          tfma.EvalConfig())
+  assert [s.is_baseline for s in eval_config.model_specs] == [False, True]
+  [mse] = [m for m in eval_config.metrics_specs[0].metrics
+           if m.class_name == "MeanSquaredError"]
+  assert mse.threshold.change_threshold.relative.value == pytest.approx(0.01)
+  # Without a baseline: no resolver, the stock Evaluator judges the model alone.
+  alone = config_lib.PipelineConfig.from_dict({"with_tfma": True}).validate()
+  nodes = {n.id: n for n in pipeline_lib.create_components(alone)}
+  assert tfma_stage.RESOLVER_ID not in nodes
+  assert "baseline_model" not in nodes["Evaluator"].inputs
+
+
 @pytest.mark.slow
 def test_eval_mse_matches_tfma_within_1e_4_relative(tmp_path):
   x, y = testing.synthetic_data(3000, [1.0, -2.0, 0.5, 3.0], 1.5, noise=0.7, seed=5)

@@ -25,6 +25,10 @@ from typing import Optional, Sequence
 import tensorflow_model_analysis as tfma
 from tfx import types
 from tfx.components import Evaluator
+from tfx.dsl.components.common import resolver
+from tfx.dsl.input_resolution.strategies import latest_blessed_model_strategy
+from tfx.types import channel
+from tfx.types import standard_artifacts
 
 from tfx_parallel.components.common import keys
 from tfx_parallel.components.convergence_evaluator import config as config_lib
@@ -125,6 +129,20 @@ def eval_config(label_key: str, metrics: Sequence[str] = METRICS,
                                   preprocessing_function_names=[]) for name in names],
       slicing_specs=[tfma.SlicingSpec()],
       metrics_specs=[tfma.MetricsSpec(metrics=configs)])
+
+
+RESOLVER_ID = "latest_blessed_model_resolver"
+
+
+def latest_blessed_resolver():
+  """TFX's own way to the baseline (tfx 1.16 LatestBlessedModelStrategy docstring): the
+  latest Model whose ModelBlessing is ``blessed`` 1, by ``current_model_id``, which
+  ConvergenceEvaluator's blessings set as the stock Evaluator's do."""
+  return resolver.Resolver(
+      strategy_class=latest_blessed_model_strategy.LatestBlessedModelStrategy,
+      model=channel.Channel(type=standard_artifacts.Model),
+      model_blessing=channel.Channel(type=standard_artifacts.ModelBlessing),
+  ).with_id(RESOLVER_ID)
 
 
 def stock_evaluator(model_channel: types.BaseChannel, examples_channel: types.BaseChannel,
