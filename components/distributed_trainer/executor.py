@@ -266,7 +266,8 @@ def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
   module = load_module(config) if module is None else module
   model = user_module.build(module, ms.ModelSpec.from_dict(job.model_spec))
   found = warm_start.match(model, job.base_model_dir, spec_dict=job.model_spec,
-                           normalization=job.normalization)
+                           normalization=job.normalization,
+                           transform_graph_uri=job.transform_graph_uri)
   warm_start.check(found, config.warm_start_partial)
   print(f"[trainer] warm start from {job.base_model_dir}: {len(found.pairs)} variable(s) "
         f"match" + (f", {len(found.skipped())} start fresh "

@@ -202,7 +202,8 @@ def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: in
     return {"source": job.base_model_dir, "loaded": 0, "skipped": 0, "skipped_names": [],
             "partial": config.warm_start_partial, "resumed_instead": True}
   found = warm_start.match(engine.model, job.base_model_dir, normalization=normalization,
-                           spec_dict=spec.to_dict() if spec is not None else None)
+                           spec_dict=spec.to_dict() if spec is not None else None,
+                           transform_graph_uri=job.transform_graph_uri)
   warm_start.check(found, config.warm_start_partial)
   warm_start.load(found, job.base_model_dir, engine.assign_from_host)
   print(f"[trainer] warm start from {job.base_model_dir}: loaded {len(found.pairs)} "
