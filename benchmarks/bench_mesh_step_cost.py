@@ -1,0 +1,78 @@
+"""What a mesh step costs, first call and steady state, for comparing two commits.
+
+    python benchmarks/bench_mesh_step_cost.py [--shapes 1x1,2x1,1x2] [--calls 30]
+
+Issue #49 item 3 wrote the k steps of one DTensor call out in Python (one traced function,
+no ``tf.while_loop``). That trades a loop the compiler sees once for k copies of the step,
+so the first call (trace, DTensor's MLIR lowering, the first k steps) can grow, and the
+steady step can change too. This measures both on the code of the checkout it runs from,
+so the same file run by two checkouts' interpreters compares them (``--label`` names the
+run in the output).
+
+Per mesh shape, in one process split into 2 logical CPU devices: the built-in mlp
+(hidden [256, 256], 16 float features), Adam 0.001, global batch 256, k = 10 steps per
+call (``MeshTrainer.steps_async`` on k stacked batches, as MeshEngine runs
+steps_per_execution 10). ``first_call_s``: the first call, fetched (trace, compile, the
+first k steps); then ``--calls`` calls, each fetched, as ms per step by wall time and by
+this process's CPU time (``time.process_time``, the figure that other load changes
+least). Prints one JSON line.
+"""
+import argparse
+import json
+import time
+
+FEATURES, BATCH, HIDDEN, K = 16, 256, [256, 256], 10
+
+
+def measure(shape, calls: int) -> dict:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top
+  spec = ms.ModelSpec(features=tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32)
+                                     for i in range(FEATURES)), label_key="y",
+                      hparams={"hidden_units": HIDDEN})
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(BATCH * 50, FEATURES)).astype(np.float32)
+  y = x.sum(axis=1, keepdims=True).astype(np.float32)
+  ds = tf.data.Dataset.from_tensor_slices(({f"x{i}": x[:, i:i + 1] for i in range(FEATURES)}, y))
+  it = iter(ds.batch(BATCH, drop_remainder=True).cache().repeat().batch(K))
+  tr = mesh_runtime.MeshTrainer(lambda: mlp.build_model(spec), mesh_shape=shape, rules=None,
+                                loss_fn=tf_keras.losses.MeanSquaredError(), optimizer="adam",
+                                learning_rate=0.001, global_batch=BATCH)
+  batches = [next(it) for _ in range(calls + 3)]
+  t, c = time.perf_counter(), time.process_time()
+  tr.fetch([tr.steps_async(*batches[0])])
+  first_wall, first_cpu = time.perf_counter() - t, time.process_time() - c
+  for b in batches[1:3]:  # warm-up
+    tr.fetch([tr.steps_async(*b)])
+  t, c = time.perf_counter(), time.process_time()
+  for b in batches[3:]:
+    tr.fetch([tr.steps_async(*b)])
+  wall, cpu = time.perf_counter() - t, time.process_time() - c
+  return {"first_call_s": round(first_wall, 3), "first_call_cpu_s": round(first_cpu, 3),
+          "ms_per_step": round(1000 * wall / (calls * K), 3),
+          "cpu_ms_per_step": round(1000 * cpu / (calls * K), 3)}
+
+
+def main(shapes, calls: int, label: str) -> dict:
+  from tfx_parallel.components.common import tfenv  # pylint: disable=g-import-not-at-top
+  tfenv.prepare()
+  tfenv.split_cpu(max(a * b for a, b in shapes))
+  out = {"label": label, "k": K, "calls": calls,
+         "model": f"mlp {HIDDEN}, {FEATURES} features, batch {BATCH}, adam"}
+  for shape in shapes:
+    out[f"{shape[0]}x{shape[1]}"] = measure(shape, calls)
+  return out
+
+
+if __name__ == "__main__":
+  p = argparse.ArgumentParser(description=__doc__)
+  p.add_argument("--shapes", default="1x1,2x1,1x2")
+  p.add_argument("--calls", type=int, default=30)
+  p.add_argument("--label", default="")
+  a = p.parse_args()
+  print(json.dumps(main([tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")],
+                        a.calls, a.label)))
