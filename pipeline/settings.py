@@ -322,9 +322,11 @@ class Form:
       return ""  # compile's keys are already the YAML path.
     flag = self.flags.get(key)
     try:
-      resolve(key, "")
+      _, inner, hint = resolve(key, "")
     except ConfigError:  # Not a setting: a flag of the command's own (--home), or none.
       return f" [set with {flag}]" if flag else ""
+    if inner is None and dataclasses.is_dataclass(_unwrap(hint)):
+      return f" [set with {flag}]" if flag else ""  # A section (trainer): no one value.
     return f" [set with {flag + ' or ' if flag else ''}{self.setting(key)}]"
 
   def message(self, text: str, section: Optional[str] = None) -> str:

@@ -181,6 +181,10 @@ def test_run_prints_a_bad_setting_with_its_flag_and_set_form(capsys):
   assert cli.main(["run", "--set", "example_gen.bad_row_policy=drop"]) == 2
   assert capsys.readouterr().err.strip().endswith(
       "Received: 'drop' [set with --set example_gen.bad_row_policy=...]")
+  # A section is no setting: a training process's config error names it (failures.py
+  # process_failed), and "--set trainer=..." would set nothing.
+  assert cli.RUN_FORM.key_hint("trainer") == ""
+  assert cli.RUN_FORM.key_hint("trainer.epochs").endswith("--set trainer.epochs=...]")
 
 
 # --- Every setting named in an error is reachable from the CLI. --------------------------

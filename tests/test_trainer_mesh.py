@@ -215,3 +215,53 @@ def test_many_mesh_trainers_train_and_evaluate_one_after_another_in_one_process(
     np.testing.assert_allclose(r["eval"][0], r["reference_eval"][0], rtol=1e-5, err_msg=what)
     assert r["eval"][1] == r["reference_eval"][1], what
     assert r["loop_ops"] == [], what
+
+
+_SUBCLASSED = """
+import tensorflow as tf
+import tf_keras
+from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
+
+class Net(tf_keras.Model):
+  def __init__(self):
+    super().__init__()
+    self.hidden = tf_keras.layers.Dense(4, name="hidden")
+  def call(self, features):
+    return self.hidden(features["x"])
+
+def called_on_tensors():
+  net = Net()
+  net({"x": tf.zeros((2, 3))})
+  return net
+
+def built_from_shapes():
+  net = Net()
+  net.build({"x": (None, 3)})
+  return net
+
+def trainer(build):
+  return mesh_runtime.MeshTrainer(build, mesh_shape=(1, 1), rules=None,
+                                  loss_fn=tf_keras.losses.MeanSquaredError(), optimizer="sgd",
+                                  learning_rate=0.1, global_batch=2, module_name="sub")
+try:
+  trainer(called_on_tensors)
+  print("NO ERROR")
+except user_module.ModuleError as e:
+  print("MODULE_ERROR", e)
+loss = trainer(built_from_shapes).step({"x": tf.ones((2, 3))}, tf.ones((2, 4)))
+print("TRAINED", loss)
+"""
+
+
+@pytest.mark.slow
+def test_a_subclassed_model_called_on_tensors_is_told_how_to_build_it():
+  """The mesh builds the model first with variables that hold no values (the probe): a
+  subclassed model called on tensors inside build_model fails there. That is a
+  ModuleError naming the fix (model.build, or a call on tf_keras.Input), not a bare
+  MatMul error; the same model built from shapes trains."""
+  proc = subprocess.run([sys.executable, "-c", _SUBCLASSED], capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "MODULE_ERROR module 'sub': build_model() raised InvalidArgumentError" in proc.stdout
+  assert "model.build(input shapes)" in proc.stdout and "TRAINED" in proc.stdout, proc.stdout

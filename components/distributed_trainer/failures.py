@@ -83,6 +83,14 @@ DTENSOR_LAYOUT_MESSAGE = re.compile(
     r"does not support sharded \d+\w* dimension|to be divisible by sharding|"
     r"ResourceGatherOp|[Ll]ayout propagation|incompatible [Ll]ayouts?")
 _VARIABLE = re.compile(r"(?:resource|variable|tensor)\s+'?([\w./:-]+/(?:kernel|bias|embeddings)\w*)")
+# An op of the model DTensor cannot run under any layout rule or mesh (TF 2.16): a loop
+# over a sequence (TensorList ops: a tf_keras LSTM, GRU or RNN without ``unroll=True``,
+# tf.map_fn, a TensorArray), and stateful random ops (tf_keras Dropout, GaussianNoise, ...
+# draw with them unless its tf.random.Generator is on). Checked before the layout rules:
+# DTensor says "does not implement layout propagation" for both kinds.
+_DTENSOR_LOOP_OP = re.compile(r"'tf\.(TensorList\w*|TensorArray\w*)' op")
+_DTENSOR_UNSUPPORTED_OP = re.compile(r"'tf\.(\w+)' op does not implement layout propagation")
+_DTENSOR_STATEFUL_RANDOM = "Stateful random operations are not supported in DTensor"
 
 
 def _first_line(error: BaseException) -> str:
@@ -100,6 +108,10 @@ def config_error(error: BaseException, *, first_step_done: bool, layout: str = "
       error, ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")):
     return None
   what = f"{type(error).__name__}: {_first_line(error)}"
+  unsupported = _dtensor_unsupported_op(str(error))
+  if unsupported:
+    return ConfigError("trainer.layout", f"{unsupported} ({what}). Or train on a layout "
+                                         f"without DTensor: single, mirrored, multi_worker")
   if DTENSOR_LAYOUT_MESSAGE.search(str(error)):
     variable = _VARIABLE.search(str(error))
     named = f" (variable {variable.group(1)})" if variable else ""
@@ -122,6 +134,25 @@ def config_error(error: BaseException, *, first_step_done: bool, layout: str = "
     return ConfigError("trainer",
                        f"the run failed before its first step completed, so a rerun meets it "
                        f"again: {what}")
+  return None
+
+
+def _dtensor_unsupported_op(message: str) -> Optional[str]:
+  """What to change when DTensor cannot run an op of the model whatever the layout rules
+  and the mesh (:data:`_DTENSOR_LOOP_OP`), or None."""
+  if _DTENSOR_STATEFUL_RANDOM in message:
+    return ("the model draws random numbers with a stateful op, which DTensor cannot run "
+            "(tf_keras Dropout, GaussianNoise and other random layers do by default): call "
+            "tf_keras.backend.experimental.enable_tf_random_generator() at the top of the "
+            "module, so that tf_keras draws with stateless ops")
+  loop = _DTENSOR_LOOP_OP.search(message)
+  if loop:
+    return (f"the model runs a loop over a sequence (op {loop.group(1)}), which DTensor "
+            f"cannot run: a tf_keras LSTM, GRU or RNN needs unroll=True on the mesh; "
+            f"tf.map_fn and TensorArrays cannot run there")
+  op = _DTENSOR_UNSUPPORTED_OP.search(message)
+  if op:
+    return f"the model uses op {op.group(1)}, which DTensor cannot run"
   return None
 
 

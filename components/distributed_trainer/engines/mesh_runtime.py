@@ -74,7 +74,9 @@ devices (or GPUs when present) with a custom loop:
   ``shard_shapes()`` reads each device's local shape from the DTensor itself.
 
 Only ``tf_keras`` models whose variables exist after ``build_model()`` (functional
-models, or subclassed models built inside ``build_model``) are supported.
+models, or subclassed models built inside ``build_model`` with ``model.build(shapes)`` or
+a call on ``tf_keras.Input``: the probe's variables hold no values, so a call on tensors
+fails there, a ModuleError saying so) are supported.
 """
 import importlib
 import itertools
@@ -248,7 +250,19 @@ class MeshTrainer:
 
     with (user_module.layer_names(fresh=False), lazy_init_scope(),
           tf.variable_creator_scope(record)):
-      probe = build_model()
+      try:
+        probe = build_model()
+      except user_module.ModuleError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        raise user_module.ModuleError(
+            f"module {module_name!r}: build_model() raised {type(e).__name__} on the mesh's "
+            f"probe build, whose variables have shapes but no values yet (tf_keras "
+            f"lazy_init_scope): a model that computes on values while it is built (a "
+            f"subclassed model called on tensors) cannot be placed. Build it with "
+            f"model.build(input shapes) or by calling it on tf_keras.Input. "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        ) from e
     _check_model(probe, module_name)
     infos = sharding_lib.describe_variables(probe)
     del probe
