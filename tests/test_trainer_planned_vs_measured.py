@@ -48,7 +48,14 @@ SLOTS = 2  # Adam: m and v per parameter.
 # boundary 0.77; row-split mesh 1x4 step 0.68, boundary 0.71-0.72); a plan off by 2x
 # either way (0.34-0.47, 1.6-1.9) falls outside.
 LOW, HIGH = 0.6, 1.3
-MALLOC = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+# The child's environment: glibc's fixed mmap threshold (below), and TensorFlow's oneDNN
+# CPU kernels off. TF 2.16 turns them on by itself on some x86 CPUs (the log's
+# "tensorflow/core/util/port.cc:113] oneDNN custom operations are on"), and their
+# buffers are not the model state the plan counts: on an AMD EPYC with AVX-512
+# (2026-12-07, three runs from a clean clone of 55fee58) single measured step 1.04-1.21
+# and boundary 1.25-1.45 of the plan (the boundary's bound failed 2 of 3), against 0.94
+# and 0.88 with them off in the same clone. A GPU, the plan's target, runs other kernels.
+CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072", "TF_ENABLE_ONEDNN_OPTS": "0"}
 BOUNDARIES = ("eval", "checkpoint", "export")
 
 
@@ -80,7 +87,7 @@ def layout_rules(spec):
 def _phases(job: dict, tmp: str) -> list:
   """Runs run/train.py on ``job`` in a child with the rss hook; its phase records."""
   log = os.path.join(tmp, "rss.jsonl")
-  tu.run_job(job, tmp, env=dict(MALLOC, **rss.env(log)))
+  tu.run_job(job, tmp, env=dict(CHILD_ENV, **rss.env(log)))
   assert os.path.exists(os.path.join(job["model_dir"], "saved_model.pb"))  # Exported.
   with open(log) as f:
     return [json.loads(line) for line in f]
