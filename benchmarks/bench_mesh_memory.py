@@ -22,7 +22,9 @@ Usage:
   .venv/bin/python benchmarks/bench_mesh_memory.py                  # 2 rounds, full size
   .venv/bin/python benchmarks/bench_mesh_memory.py --hidden 512 --rounds 1   # smoke
   .venv/bin/python benchmarks/bench_mesh_memory.py --phases         # the phase trace
-Writes benchmarks/mesh_memory.json and (full size) benchmarks/results/mesh_memory.md
+  .venv/bin/python benchmarks/bench_mesh_memory.py --rounds 1 --steps-per-execution 1
+Writes benchmarks/mesh_memory.json and (full size, default steps per execution)
+benchmarks/results/mesh_memory.md
 (``--phases``: benchmarks/results/mesh_memory_phases.md).
 """
 import argparse
@@ -31,7 +33,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -75,10 +77,13 @@ def write_data(root: str) -> List[str]:
   return keys
 
 
-def job(tmp: str, data: str, keys: List[str], layout: str, hidden: int) -> str:
+def job(tmp: str, data: str, keys: List[str], layout: str, hidden: int,
+        steps_per_execution: Optional[int] = None) -> str:
   config = dict(layout=layout, device="cpu", model="mlp", hidden_units=[hidden, hidden],
                 optimizer="adam", learning_rate=1e-4, batch_size=BATCH, steps=STEPS,
                 checkpoint_every=STEPS // 2, log_every=STEPS // 2)
+  if steps_per_execution is not None:  # Else the config's default (10; 5 with these).
+    config["steps_per_execution"] = steps_per_execution
   if layout == "mesh":
     config["mesh"] = [1, 4]
   body = dict(config=config, examples_uri=data, feature_keys=keys, label_key="y",
@@ -93,11 +98,12 @@ def job(tmp: str, data: str, keys: List[str], layout: str, hidden: int) -> str:
   return path
 
 
-def run(layout: str, round_: int, data: str, keys: List[str], hidden: int) -> Dict:
+def run(layout: str, round_: int, data: str, keys: List[str], hidden: int,
+        steps_per_execution: Optional[int] = None) -> Dict:
   import shutil  # pylint: disable=g-import-not-at-top
   tmp = bu.work_dir("mesh_memory", f"{layout}-{round_}")
   shutil.rmtree(tmp)
-  path = job(tmp, data, keys, layout, hidden)
+  path = job(tmp, data, keys, layout, hidden, steps_per_execution)
   out = bu.run_python(["-m", "tfx_parallel.components.distributed_trainer.run.train",
                        "--job", path], timeout=1800)
   with open(os.path.join(tmp, "history", "history.json")) as f:
@@ -110,14 +116,15 @@ def run(layout: str, round_: int, data: str, keys: List[str], hidden: int) -> Di
           "param_count": history.get("param_count")}
 
 
-def traced(layout: str, data: str, keys: List[str], hidden: int) -> Dict[str, float]:
+def traced(layout: str, data: str, keys: List[str], hidden: int,
+           steps_per_execution: Optional[int] = None) -> Dict[str, float]:
   """Phase -> its largest peak RSS over the RSS before the build (MB), from two runs of
   one job with the rss hook: the first trains from scratch, the second resumes from its
   checkpoint (the restore)."""
   import shutil  # pylint: disable=g-import-not-at-top
   tmp = bu.work_dir("mesh_memory", f"{layout}-phases")
   shutil.rmtree(tmp)
-  path = job(tmp, data, keys, layout, hidden)
+  path = job(tmp, data, keys, layout, hidden, steps_per_execution)
   out: Dict[str, float] = {}
   for attempt in range(2):
     log = os.path.join(tmp, f"rss-{attempt}.jsonl")
@@ -190,20 +197,25 @@ def main(argv=None) -> int:
   p.add_argument("--out", default=os.path.join(HERE, "mesh_memory.json"))
   p.add_argument("--phases", action="store_true",
                  help="the per-phase trace (test hook) instead of the rounds")
+  p.add_argument("--steps-per-execution", type=int, default=None,
+                 help="the trainer's steps_per_execution (default: the config's, 10, "
+                      "reduced to 5 to divide the checkpoint and log interval of 15); the "
+                      "mesh traces that many steps written out in one function")
   a = p.parse_args(argv)
+  spe = a.steps_per_execution
   data = bu.work_dir("mesh_memory_data")
   keys = write_data(data)
   load_before = bu.load_average()
   if a.phases:
-    trace = {layout: traced(layout, data, keys, a.hidden) for layout in ("single", "mesh")}
-    if a.hidden == 6144:
+    trace = {layout: traced(layout, data, keys, a.hidden, spe) for layout in ("single", "mesh")}
+    if a.hidden == 6144 and spe is None:
       bu.write_section(PHASES_SECTION, phases_section(trace, a.hidden, load_before,
                                                       bu.load_average()))
     return 0
   runs, rounds = [], []
   for i in range(a.rounds):
-    single = run("single", i, data, keys, a.hidden)
-    mesh = run("mesh", i, data, keys, a.hidden)
+    single = run("single", i, data, keys, a.hidden, spe)
+    mesh = run("mesh", i, data, keys, a.hidden, spe)
     runs += [single, mesh]
     rounds.append({"round": i, "single": single["maxrss_mb"], "mesh": mesh["maxrss_mb"],
                    "ratio": mesh["maxrss_mb"] / single["maxrss_mb"]})
@@ -214,7 +226,7 @@ def main(argv=None) -> int:
   with open(a.out, "w") as f:
     json.dump(result, f, indent=1)
   print(f"[mesh_memory] median mesh/single peak RSS {result['median_ratio']:.2f}x", flush=True)
-  if a.hidden == 6144:
+  if a.hidden == 6144 and spe is None:
     bu.write_section(SECTION, section(result, load_before, bu.load_average()))
   return 0
 
