@@ -45,9 +45,10 @@ TRAINER_CONFIG = dict(layout="mesh", mesh=(2, 2), label_key=LABEL, steps=60, bat
 # TFX's switch (tfx 1.16.0 components/util/udf_utils.py should_package_user_modules, read
 # when Transform, Tuner and Trainer are built): the user module is imported from its file
 # instead of built into a wheel that each get_fn pip-installs (3 installs in Transform, 1
-# in Tuner: on a loaded 2-core box the README loop's Transform took 43 s without them,
-# 3 min 10 s with, its Tuner 21 s and 73 s). The README loop's first run
-# (tests/test_readme.py) and :func:`run`'s stock Trainer keep the user's path.
+# in Tuner). Measured side by side on a loaded 2-core box: :func:`run_tft`'s Transform
+# 63 s without wheels, 106 s with; the README loop's second Transform 30 s and 46 s, its
+# Tuner 10 s and 13 s. The README loop's first run (tests/test_readme.py) and
+# :func:`run`'s stock Trainer keep the user's path.
 NO_WHEELS = {"UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES": "1"}
 
 
