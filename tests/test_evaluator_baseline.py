@@ -275,10 +275,8 @@ def test_a_baseline_with_another_label_vocabulary_is_scored_with_its_own(tmp_pat
   it had accuracy 0.04 and the candidate was blessed against it. The ModelBlessing
   names the baseline as the stock Evaluator's does (tfx 1.16.0
   components/evaluator/executor.py:312-319)."""
-  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.common import artifacts, keys  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.convergence_evaluator import executor  # pylint: disable=g-import-not-at-top
   import evaluator_fixtures as testing  # pylint: disable=g-import-not-at-top
+  from test_evaluator_executor import _run  # pylint: disable=g-import-not-at-top
   cat_dog = np.array([[2.0, -2.0], [-1.0, 1.0]])
   x, ids = testing.classification_data(300, cat_dog, [0.0, 0.0], noise=0.3)
   names = np.array(["cat", "dog"])[ids]
@@ -296,21 +294,10 @@ def test_a_baseline_with_another_label_vocabulary_is_scored_with_its_own(tmp_pat
       str(tmp_path / "base"), "multiclass", np.concatenate([never, cat_dog], 1),
       [-50.0, 0.0, 0.0], FEATURES, ["bird", "cat", "dog"])
   candidate.id, base.id = 12, 7
-  history = testing.write_history(
-      str(tmp_path / "h"), testing.linear_history(2.0 * np.exp(-np.arange(1, 31)) + 0.3,
-                                                  steps_per_epoch=100),
-      task="multiclass", num_classes=3, label_vocabulary=["cat", "dog", "eel"])
-  metrics = artifacts.ConvergenceMetrics()
-  metrics.uri = str(tmp_path / "m")
-  blessing = standard_artifacts.ModelBlessing()
-  blessing.uri = str(tmp_path / "b")
-  os.makedirs(blessing.uri)
-  executor.Executor().Do(
-      {keys.MODEL_KEY: [candidate], keys.EXAMPLES_KEY: [examples],
-       keys.HISTORY_KEY: [history], keys.BASELINE_MODEL_KEY: [base]},
-      {keys.METRICS_KEY: [metrics], keys.BLESSING_KEY: [blessing]},
-      {keys.CONFIG_KEY: config_util.to_json(EvaluatorConfig())})
-  props = P.read_properties(metrics.mlmd_artifact.custom_properties)
+  history = testing.linear_history(2.0 * np.exp(-np.arange(1, 31)) + 0.3, steps_per_epoch=100)
+  _, blessing, props = _run(tmp_path, (examples, candidate), history, EvaluatorConfig(),
+                            baseline_model=base, task="multiclass", num_classes=3,
+                            label_vocabulary=["cat", "dog", "eel"])
   assert props["eval_accuracy"] > 0.9
   assert props["baseline_eval_accuracy"] == props["eval_accuracy"]
   assert props["baseline_passed"] == 1

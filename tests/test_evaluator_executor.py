@@ -34,7 +34,11 @@ def inputs(tmp_path_factory):
   return examples, model, x[100:], y[100:]
 
 
-def _run(tmp_path, inputs, history, config=EvaluatorConfig(), **history_task):
+def _run(tmp_path, inputs, history, config=EvaluatorConfig(), baseline_model=None,
+         **history_task):
+  """One executor Do on (examples, model) of ``inputs``, a history written from
+  ``history`` with ``history_task`` properties and, if given, a ``baseline_model``
+  artifact; (metrics, blessing, the metrics' properties)."""
   examples, model = inputs[:2]
   history_artifact = testing.write_history(str(tmp_path / "history"), history, **history_task)
   metrics = artifacts.ConvergenceMetrics()
@@ -42,11 +46,12 @@ def _run(tmp_path, inputs, history, config=EvaluatorConfig(), **history_task):
   blessing = standard_artifacts.ModelBlessing()
   blessing.uri = str(tmp_path / "blessing")
   os.makedirs(blessing.uri)
-  executor.Executor().Do(
-      {keys.MODEL_KEY: [model], keys.EXAMPLES_KEY: [examples],
-       keys.HISTORY_KEY: [history_artifact]},
-      {keys.METRICS_KEY: [metrics], keys.BLESSING_KEY: [blessing]},
-      {keys.CONFIG_KEY: config_util.to_json(config)})
+  given = {keys.MODEL_KEY: [model], keys.EXAMPLES_KEY: [examples],
+           keys.HISTORY_KEY: [history_artifact]}
+  if baseline_model is not None:
+    given[keys.BASELINE_MODEL_KEY] = [baseline_model]
+  executor.Executor().Do(given, {keys.METRICS_KEY: [metrics], keys.BLESSING_KEY: [blessing]},
+                         {keys.CONFIG_KEY: config_util.to_json(config)})
   props = P.read_properties(metrics.mlmd_artifact.custom_properties)
   return metrics, blessing, props
 

@@ -204,16 +204,19 @@ def _node_of(store, execution_id):
 @pytest.fixture(scope="module")
 def loop_runs(tmp_path_factory):
   """Runs the block as written twice, as a user runs it (``python pipeline.py`` in a
-  directory holding examples/breast_cancer.py), on one ML Metadata store. Returns
-  (root, [proc per run], store)."""
+  directory holding examples/breast_cancer.py), on one ML Metadata store. The first run
+  builds and installs the module's wheels as a user's does; the second imports the
+  module from its file (test_stock_pipeline.NO_WHEELS): the same code, without
+  rebuilding and reinstalling the same wheels. Returns (root, [proc per run], store)."""
   root = tmp_path_factory.mktemp("loop")
   (root / "examples").mkdir()
   shutil.copy(os.path.join(HERE, "..", "examples", "breast_cancer.py"), root / "examples")
   (root / "pipeline.py").write_text(drop_in_code(ROOT_README, LOOP_MARKER))
   procs = []
-  for _ in range(LOOP_RUNS):
+  for run in range(LOOP_RUNS):
     procs.append(subprocess.run([sys.executable, "pipeline.py"], cwd=str(root),
-                                capture_output=True, text=True, timeout=1500))
+                                capture_output=True, text=True, timeout=1500,
+                                env=dict(os.environ, **(stock.NO_WHEELS if run else {}))))
     assert procs[-1].returncode == 0, procs[-1].stdout[-3000:] + procs[-1].stderr[-5000:]
   from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
   return root, procs, summary.open_store(str(root / "metadata.sqlite"))
@@ -228,13 +231,17 @@ def _by_run(store, type_name):
 
 @pytest.mark.slow
 def test_the_whole_loop_runs_every_component_each_time(loop_runs):
-  _, _, store = loop_runs
+  root, _, store = loop_runs
   runs = store.get_contexts_by_type("pipeline_run")
   assert len(runs) == LOOP_RUNS
   for run in runs:
     done = {_node_of(store, e.id) for e in store.get_executions_by_context(run.id)
             if e.last_known_state == 3}  # 3 = COMPLETE
     assert LOOP_COMPONENTS <= done, (run.name, done)
+  # The first run took the user's path: Transform's and Tuner's module built as wheels.
+  wheels = os.listdir(root / "pipeline_root" / "_wheels")
+  assert {w.split("-")[0] for w in wheels} == {"tfx_user_code_transform",
+                                               "tfx_user_code_tuner"}, wheels
 
 
 @pytest.mark.slow
@@ -268,8 +275,17 @@ def test_the_second_run_warm_starts_from_and_is_compared_with_the_first(loop_run
   assert comparison["baseline_source"] == "latest_blessed"
   assert comparison["baseline_uri"] == first_model.uri
   warm = json.loads(second_history.custom_properties["warm_start"].string_value)
-  assert warm["source"] == os.path.join(first_model.uri, "Format-Serving")
-  assert warm["loaded"] == 4 and warm["skipped"] == 0
+  assert warm == {"source": os.path.join(first_model.uri, "Format-Serving"), "loaded": 4,
+                  "skipped": 0, "skipped_names": [], "partial": False}, warm
+  # The untrained eval loss of the warm run is the first run's trained one (same rows,
+  # same Transform statistics).
+  with open(os.path.join(root, first_history.uri, "history.json")) as f:
+    base = json.load(f)
+  with open(os.path.join(root, second_history.uri, "history.json")) as f:
+    warmed = json.load(f)
+  ended = base["epochs"][-1]["eval_loss"] if base["epochs"] else base["records"][-1]["loss"]
+  assert warmed["initial_eval_loss"] == pytest.approx(ended, rel=0.05)
+  assert warmed["initial_eval_loss"] < base["initial_eval_loss"]
 
 
 @pytest.mark.slow

@@ -183,43 +183,38 @@ def tuned_run(tmp_path_factory):
   from tfx_parallel.components.partitioned_example_gen.config import ExampleGenConfig  # pylint: disable=g-import-not-at-top
   tmp = tmp_path_factory.mktemp("tuned")
   example_gen = PartitionedExampleGen(config=ExampleGenConfig(rows=256, noise=0.1))
-  tuner = tfx.components.Tuner(
-      module_file=EXAMPLE_MODULE, examples=example_gen.outputs["examples"],
-      train_args=tfx.proto.TrainArgs(num_steps=4), eval_args=tfx.proto.EvalArgs(num_steps=2),
-      custom_config={"max_trials": 2})
+  from test_stock_pipeline import no_wheels  # pylint: disable=g-import-not-at-top
+  with no_wheels():  # The module from its file (the README loop's first run builds wheels).
+    tuner = tfx.components.Tuner(
+        module_file=EXAMPLE_MODULE, examples=example_gen.outputs["examples"],
+        train_args=tfx.proto.TrainArgs(num_steps=4), eval_args=tfx.proto.EvalArgs(num_steps=2),
+        custom_config={"max_trials": 2})
   trainer = DistributedTrainer(
       examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
       config=TrainerConfig(steps=6, batch_size=32, log_every=3, hparams={"note": "fixed"}),
       hyperparameters=tuner.outputs["best_hyperparameters"])
-  # The tuned model warm-starts a second run (warm_start.py) through the component's
-  # base_model input: the channel, the executor's check and the record.
-  warm = DistributedTrainer(
-      examples=example_gen.outputs["examples"], module_file=EXAMPLE_MODULE,
-      config=TrainerConfig(steps=2, batch_size=32, log_every=1, hparams={"note": "fixed"}),
-      hyperparameters=tuner.outputs["best_hyperparameters"],
-      base_model=trainer.outputs["model"]).with_id("WarmTrainer")
+  # A trained model warm-starting a second trainer through the base_model input is the
+  # README loop's second run (tests/test_readme.py, whose checks include the record
+  # and the warm run's initial eval loss).
   metadata = str(tmp / "metadata.sqlite")
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name="tuned", pipeline_root=str(tmp / "root"),
-      components=[example_gen, tuner, trainer, warm],
+      components=[example_gen, tuner, trainer],
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
           metadata)))
   from tfx_parallel.pipeline import summary  # pylint: disable=g-import-not-at-top
   store = summary.open_store(metadata)
   types = {t.id: t.name for t in store.get_artifact_types()}
-  found = {}
-  for a in store.get_artifacts():  # The producer's id: WarmTrainer's are under its own.
-    found[(types[a.type_id], "WarmTrainer" in a.uri)] = a
-  return found
+  return {types[a.type_id]: a for a in store.get_artifacts()}
 
 
 @pytest.mark.slow
 def test_tuner_best_hyperparameters_reach_the_module_and_the_record(tuned_run):
-  best = tuned_run[("HyperParameters", False)]
+  best = tuned_run["HyperParameters"]
   with open(os.path.join(best.uri, "best_hyperparameters.txt")) as f:
     chosen = json.load(f)["values"]
   assert set(chosen) == {"units", "learning_rate"}
-  history = tuned_run[("TrainingHistory", False)]
+  history = tuned_run["TrainingHistory"]
   recorded = json.loads(history.custom_properties["hparams"].string_value)
   assert recorded == dict(chosen, note="fixed")
   assert history.custom_properties["hyperparameters_uri"].string_value == best.uri
@@ -233,21 +228,3 @@ def test_tuner_best_hyperparameters_reach_the_module_and_the_record(tuned_run):
   assert history.custom_properties["param_count"].int_value == 4 * chosen["units"] + 1
   with open(os.path.join(history.uri, "history.json")) as f:
     assert json.load(f)["hparams"] == recorded
-
-
-@pytest.mark.slow
-def test_base_model_input_warm_starts_a_second_trainer(tuned_run):
-  model = tuned_run[("Model", False)]
-  history = tuned_run[("TrainingHistory", True)]
-  record = json.loads(history.custom_properties["warm_start"].string_value)
-  assert record == {"source": os.path.join(model.uri, "Format-Serving"), "loaded": 4,
-                    "skipped": 0, "skipped_names": [], "partial": False}
-  assert "warm_start" not in tuned_run[("TrainingHistory", False)].custom_properties
-  with open(os.path.join(tuned_run[("TrainingHistory", False)].uri, "history.json")) as f:
-    base = json.load(f)
-  with open(os.path.join(history.uri, "history.json")) as f:
-    warm = json.load(f)
-  # The untrained eval loss of the warm run is the tuned model's trained one.
-  ended = base["epochs"][-1]["eval_loss"] if base["epochs"] else base["records"][-1]["loss"]
-  assert warm["initial_eval_loss"] == pytest.approx(ended, rel=0.05)
-  assert warm["initial_eval_loss"] < base["initial_eval_loss"]

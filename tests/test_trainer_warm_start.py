@@ -141,23 +141,31 @@ def test_a_permuted_vocabulary_moves_embedding_rows_to_their_strings(recorded_ba
              for line in warm_start.describe_notes(found.notes))
 
 
+def _tables_behind_a_layer(spec, tables=("color",)):
+  """x0 and an Embedding(3, 2) per name in ``tables``, each behind an Identity layer
+  (not fed straight from its input) -> Dense(3, "output"). A table name that is no
+  feature of ``spec`` gets an int64 input of its own."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import models  # pylint: disable=g-import-not-at-top
+  inputs = dict(models.inputs(spec))
+  inputs.update({n: tf_keras.Input(shape=(1,), name=n, dtype="int64")
+                 for n in tables if n not in inputs})
+  e = [tf_keras.layers.Embedding(3, 2, name=f"{n}_embedding")(
+      tf_keras.layers.Identity(name=f"{n}_ids")(inputs[n])) for n in tables]
+  h = tf_keras.layers.Concatenate()([inputs["x0"]] + [tf_keras.layers.Reshape((2,))(x)
+                                                      for x in e])
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(3, name="output")(h))
+
+
 def test_a_table_not_fed_straight_from_its_input_is_a_mismatch_when_ids_changed(tmp_path):
   """The trainer re-indexes only an Embedding on the feature's input itself: behind
   another layer, a variable whose first dimension is a vocabulary's size is named."""
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import models, warm_start  # pylint: disable=g-import-not-at-top
-
-  def indirect(spec):
-    inputs = models.inputs(spec)
-    ids = tf_keras.layers.Identity(name="ids")(inputs["color"])
-    e = tf_keras.layers.Embedding(3, 2, name="color_embedding")(ids)
-    h = tf_keras.layers.Concatenate()([inputs["x0"], tf_keras.layers.Reshape((2,))(e)])
-    return tf_keras.Model(inputs, tf_keras.layers.Dense(3, name="output")(h))
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
   path = str(tmp_path / "Format-Serving")
-  indirect(_spec()).save(path, save_format="tf")
+  _tables_behind_a_layer(_spec()).save(path, save_format="tf")
   warm_start.write_inputs_record(path, _spec().to_dict(), None)
   spec = _spec(colors=("blue", "red"))
-  found = warm_start.match(indirect(spec), path, spec_dict=spec.to_dict())
+  found = warm_start.match(_tables_behind_a_layer(spec), path, spec_dict=spec.to_dict())
   assert [m.split(" (")[0] for m in found.mismatched] == ["color_embedding/embeddings"]
   assert "its table could not be told" in found.mismatched[0]
 
@@ -454,17 +462,8 @@ def test_a_changed_label_vocabulary_behind_a_softmax_names_the_last_weights(tmp_
 def test_tables_only_guessed_by_row_count_are_named_so(tmp_path):
   """Two 3-row Embeddings behind another layer: the color one and an unrelated one;
   both are refused, each said to be guessed, naming the other."""
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import models, warm_start  # pylint: disable=g-import-not-at-top
-
-  def two(spec):
-    inputs = dict(models.inputs(spec),
-                  size=tf_keras.Input(shape=(1,), name="size", dtype="int64"))
-    e = [tf_keras.layers.Embedding(3, 2, name=f"{n}_embedding")(
-        tf_keras.layers.Identity()(inputs[n])) for n in ("color", "size")]
-    h = tf_keras.layers.Concatenate()([inputs["x0"]] + [tf_keras.layers.Reshape((2,))(x)
-                                                        for x in e])
-    return tf_keras.Model(inputs, tf_keras.layers.Dense(3, name="output")(h))
+  from tfx_parallel.components.distributed_trainer import warm_start  # pylint: disable=g-import-not-at-top
+  two = lambda spec: _tables_behind_a_layer(spec, ("color", "size"))
   path = str(tmp_path / "Format-Serving")
   two(_spec()).save(path, save_format="tf")
   warm_start.write_inputs_record(path, _spec().to_dict(), None)
