@@ -43,9 +43,9 @@ WIDTHS = (64, 2048)
 SLOTS = 2  # Adam: m and v per parameter.
 # The measured growth against the planned: the plan counts two blocks of the largest
 # variable in transit in the step, and one at the export, where a run held 1.0-1.6 in
-# the step (measured in three runs on 2026-12-06, after the export was built from zeros
-# and copied block by block: single step 0.82-0.93, boundary 0.88; mesh 1x2 step 0.80,
-# boundary 0.77; row-split mesh 1x4 step 0.68, boundary 0.71-0.72); a plan off by 2x
+# the step (measured in three runs from a clean clone of 064d7ea on 2026-12-07, oneDNN
+# off as below: single step 0.83-0.94, boundary 0.88; mesh 1x2 step 0.81, boundary
+# 0.77-0.78; row-split mesh 1x4 step 0.68-0.72, boundary 0.71-0.75); a plan off by 2x
 # either way (0.34-0.47, 1.6-1.9) falls outside.
 LOW, HIGH = 0.6, 1.3
 # The child's environment: glibc's fixed mmap threshold (below), and TensorFlow's oneDNN
