@@ -138,8 +138,9 @@ def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axi
   rss hook, 2048-wide mlp against 64-wide, three runs on 2026-12-06 after the export
   was built from zeros and copied block by block): the mesh export rose by the host
   model (16 MiB) and 1.4-1.7 MiB more above the train phase's peak; the boundaries then
-  measure 0.88 of this figure on single, 0.77 on mesh 1x2 and 0.71-0.72 on a row-split
-  mesh 1x4. Before those export changes, on benchmarks/bench_mesh_memory.py's model, the
+  measure 0.88 of this figure on single, 0.77-0.78 on mesh 1x2 and 0.71-0.75 on a
+  row-split mesh 1x4 (three runs from a clean clone, 2026-12-07, TensorFlow's oneDNN CPU
+  kernels off: on they hold buffers this figure does not count, single 1.25-1.45). Before those export changes, on benchmarks/bench_mesh_memory.py's model, the
   mesh 1x4 export rose +454-461 MB above the end of training against +13 MB on single
   (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
   if model_axis > 1:
