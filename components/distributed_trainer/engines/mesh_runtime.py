@@ -78,6 +78,7 @@ models, or subclassed models built inside ``build_model`` with ``model.build(sha
 a call on ``tf_keras.Input``: the probe's variables hold no values, so a call on tensors
 fails there, a ModuleError saying so) are supported.
 """
+import contextlib
 import importlib
 import itertools
 import random
@@ -121,6 +122,38 @@ def _rng_state():
 def _set_rng_state(state):
   random.setstate(state[0])
   np.random.set_state(state[1])
+
+
+@contextlib.contextmanager
+def tf_random_generator():
+  """tf_keras's ``tf.random.Generator`` RNG on for the block (the mesh's builds), and as
+  it was after it, so other layouts in the process keep tf_keras's default.
+
+  DTensor cannot run stateful random ops ("Stateful random operations are not supported
+  in DTensor"), which tf_keras's random layers (Dropout, GaussianNoise, the RNN cells'
+  dropout, ...) draw with by default (``tf.nn.dropout``, ``tf.random.uniform``). Each
+  such layer is a ``BaseRandomLayer`` whose ``backend.RandomGenerator`` reads the flag
+  once, when the layer is constructed (``_set_rng_type``: "stateful", i.e. a
+  ``tf.random.Generator``, when ``is_tf_random_generator_enabled()``, else
+  "legacy_stateful"; tf_keras 2.16 src/backend.py lines 1923-1951), and creates the
+  generator's state variable when the layer is built (``BaseRandomLayer.build`` calls
+  ``_maybe_init``, src/engine/base_layer.py line 3800; backend.py lines 1953-1990). So
+  the flag must be on while ``build_model()`` constructs the layers, both builds: the
+  generator's int64 state variable then goes through the mesh's variable creator like
+  any other, a replicated DVariable, and each draw is a stateless op
+  (``StatelessRandomUniformV2`` with a key and counter skipped from that state), which
+  DTensor's SPMD expansion draws per shard (different masks per batch-axis shard, the
+  same on the devices of the model axis). The state is not in ``model.weights`` nor in
+  checkpoints (BaseRandomLayer keeps it out, base_layer.py lines 3765-3780).
+  """
+  experimental = tf_keras.backend.experimental
+  was_on = experimental.is_tf_random_generator_enabled()
+  experimental.enable_tf_random_generator()
+  try:
+    yield
+  finally:
+    if not was_on:
+      experimental.disable_tf_random_generator()
 
 
 # Private tf_keras fields the mesh relies on: checked where used, never guessed with a
@@ -248,7 +281,7 @@ class MeshTrainer:
       paths.append(sharding_lib.variable_path(v))
       return v
 
-    with (user_module.layer_names(fresh=False), lazy_init_scope(),
+    with (tf_random_generator(), user_module.layer_names(fresh=False), lazy_init_scope(),
           tf.variable_creator_scope(record)):
       try:
         probe = build_model()
@@ -304,7 +337,7 @@ class MeshTrainer:
       placed.append(v)
       return v
 
-    with tf.variable_creator_scope(place):
+    with tf_random_generator(), tf.variable_creator_scope(place):
       self.model = build_model()
     _check_model(self.model, module_name)
     if len(placed) != len(paths):
