@@ -81,6 +81,24 @@ def main() -> dict:
         "state_advanced": state.numpy().tolist() != before,
         "gathered": tr.gathered, "rules": {k: list(v) for k, v in tr.rules.items()}}
 
+  # A checkpoint of the 2x2 trainer (model and optimizer; the generator's state is in
+  # neither) is written twice, as a run does (DTensor's own save, then streamed blocks),
+  # and a fresh trainer restores it strictly and continues as the saved one does.
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run import checkpoint  # pylint: disable=g-import-not-at-top
+  directory = tempfile.mkdtemp()
+  saved = trainer((2, 2), RATE)
+  saved.step(features, labels)
+  objects = lambda t: {"model": t.model, "optimizer": t.optimizer}  # pylint: disable=unnecessary-lambda-assignment
+  checkpoint.save(directory, 1, objects(saved), {}, host_blocks=saved.host_blocks)
+  saved.step(features, labels)
+  checkpoint.save(directory, 2, objects(saved), {}, host_blocks=saved.host_blocks)
+  resumed = trainer((2, 2), RATE)
+  checkpoint.restore(checkpoint.latest(directory), objects(resumed))
+  result["restored_equal"] = all(np.array_equal(a, b) for a, b in zip(
+      resumed.full_weights(), saved.full_weights()))
+  result["restored_losses"] = [resumed.step(features, labels) for _ in range(5)]
+
   # Rate 0.0 trains exactly as the model without Dropout; the rate-RATE model evaluates
   # (training=False) as the model without Dropout with the same weights.
   zero, plain = trainer((2, 2), 0.0), trainer((2, 2), None)
