@@ -31,6 +31,14 @@ def build(rate):
   return tf_keras.Model({"x": x}, out)
 
 
+def build_unseeded():
+  """Dense -> Dropout -> Dense, default (unseeded) initialisers: drawn from the global seed."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  x = tf_keras.Input((4,), name="x")
+  h = tf_keras.layers.Dropout(RATE)(tf_keras.layers.Dense(WIDTH, activation="relu")(x))
+  return tf_keras.Model({"x": x}, tf_keras.layers.Dense(1)(h))
+
+
 def main() -> dict:
   tfenv.split_cpu(4)
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -108,6 +116,18 @@ def main() -> dict:
   per_example = lambda t, o: tf.reduce_mean(tf.square(t - o), axis=-1)  # pylint: disable=unnecessary-lambda-assignment
   result["eval_dropout"] = list(dropped.evaluation_sums(per_example)(features, labels))
   result["eval_plain"] = list(plain.evaluation_sums(per_example)(features, labels))
+  # Unseeded initialisers: the mesh starts from the weights a plain build draws from the
+  # same seed with the generator on (the probe's draws from tf_keras's seed sequence
+  # are undone before the real build).
+  tf_keras.backend.experimental.enable_tf_random_generator()
+  tf_keras.utils.set_random_seed(5)
+  plain = build_unseeded().get_weights()
+  tf_keras.backend.experimental.disable_tf_random_generator()
+  tf_keras.utils.set_random_seed(5)
+  placed = mesh_runtime.MeshTrainer(build_unseeded, mesh_shape=(1, 2), rules=None, loss_fn=mse,
+                                    optimizer="sgd", learning_rate=0.05,
+                                    global_batch=GLOBAL_BATCH).full_weights()
+  result["unseeded_start_equal"] = [bool(np.array_equal(a, b)) for a, b in zip(plain, placed)]
   result["flag_at_end"] = tf_keras.backend.experimental.is_tf_random_generator_enabled()
   return result
 

@@ -278,7 +278,8 @@ def test_a_dropout_model_trains_on_the_mesh_without_a_call_in_the_module():
   axis the same one, and a model-axis split activation one block per device; the
   generator's state is a replicated DVariable that the steps advance, and is in no
   checkpoint (a strict restore into a fresh trainer works); rate 0.0 trains as the model
-  without Dropout and evaluation (training=False) equals it."""
+  without Dropout and evaluation (training=False) equals it. With unseeded initialisers
+  the mesh starts from the weights a plain build (generator on) draws from the seed."""
   case = dropout_mesh_case
   r = tu.run_cases("dropout_mesh_case.py", timeout=600)
   for name, got in r["meshes"].items():
@@ -304,4 +305,5 @@ def test_a_dropout_model_trains_on_the_mesh_without_a_call_in_the_module():
   assert r["restored_equal"] and np.all(np.isfinite(r["restored_losses"]))
   np.testing.assert_allclose(r["rate_zero_losses"], r["plain_losses"], rtol=1e-5)
   np.testing.assert_allclose(r["eval_dropout"], r["eval_plain"], rtol=1e-5)
+  assert r["unseeded_start_equal"] == [True] * 4
   assert not r["flag_at_end"]

@@ -14,7 +14,12 @@ devices (or GPUs when present) with a custom loop:
   (CPU:0), one variable at a time, with the random state the probe started from, and
   each device receives only its block (:meth:`MeshTrainer._place`). So a mesh run
   starts from exactly the weights a single-device run would, whatever the
-  initialisers, and no device ever holds a whole split variable. (tf_keras's
+  initialisers, and no device ever holds a whole split variable. Both builds run with
+  tf_keras's ``tf.random.Generator`` on (:func:`tf_random_generator`), so its random
+  layers (Dropout, ...) draw with stateless ops, which DTensor runs; each such layer
+  draws its generator's seed from the sequence unseeded initialisers draw from, so the
+  layers after it start from the weights of a single-device build with the generator
+  on, not of one with tf_keras's default. (tf_keras's
   ``dtensor.utils.call_with_layout`` is not used: it runs the initializer under
   ``default_mesh``, replicated, a whole copy per device, before relayouting.)
 * **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
@@ -113,15 +118,19 @@ def _unique_scope(kind: str):
 
 
 def _rng_state():
-  """Python's, numpy's and TensorFlow's global random states (what
+  """Python's, numpy's and tf_keras's seed sequence's states (what
   ``tf_keras.utils.set_random_seed`` seeds), to draw the real build's initial values
-  from where the probe started."""
-  return random.getstate(), np.random.get_state()
+  from where the probe started. The probe draws from tf_keras's sequence: each random
+  layer's generator takes its seed from it when built (backend.py ``_create_seed``)."""
+  generator = getattr(seed_generator(), "generator", None)  # None before set_random_seed.
+  return random.getstate(), np.random.get_state(), generator and generator.getstate()
 
 
 def _set_rng_state(state):
   random.setstate(state[0])
   np.random.set_state(state[1])
+  if state[2] is not None:
+    seed_generator().generator.setstate(state[2])
 
 
 @contextlib.contextmanager
@@ -130,8 +139,9 @@ def tf_random_generator():
   it was after it, so other layouts in the process keep tf_keras's default.
 
   DTensor cannot run stateful random ops ("Stateful random operations are not supported
-  in DTensor"), which tf_keras's random layers (Dropout, GaussianNoise, the RNN cells'
-  dropout, ...) draw with by default (``tf.nn.dropout``, ``tf.random.uniform``). Each
+  in DTensor"), which tf_keras's random layers (Dropout, GaussianNoise, GaussianDropout,
+  AlphaDropout, SpatialDropout*) draw with by default (``tf.nn.dropout``,
+  ``tf.random.uniform``). Each
   such layer is a ``BaseRandomLayer`` whose ``backend.RandomGenerator`` reads the flag
   once, when the layer is constructed (``_set_rng_type``: "stateful", i.e. a
   ``tf.random.Generator``, when ``is_tf_random_generator_enabled()``, else
@@ -143,8 +153,10 @@ def tf_random_generator():
   any other, a replicated DVariable, and each draw is a stateless op
   (``StatelessRandomUniformV2`` with a key and counter skipped from that state), which
   DTensor's SPMD expansion draws per shard (different masks per batch-axis shard, the
-  same on the devices of the model axis). The state is not in ``model.weights`` nor in
-  checkpoints (BaseRandomLayer keeps it out, base_layer.py lines 3765-3780).
+  same on the devices of the model axis). tf_keras's own ``LayoutMap`` demands the flag
+  and makes the same state a DVariable (src/dtensor/layout_map.py lines 441-451). The
+  state is not in ``model.weights`` nor in checkpoints (BaseRandomLayer keeps it out,
+  base_layer.py lines 3765-3780).
   """
   experimental = tf_keras.backend.experimental
   was_on = experimental.is_tf_random_generator_enabled()
@@ -163,6 +175,10 @@ LAZY_VARIABLE_MODULE, LAZY_INIT_SCOPE = "tf_keras.src.dtensor.lazy_variable", "l
 # The Megatron hand-off reads a functional model's graph: Layer._outbound_nodes, and each
 # Node's outbound_layer (tf_keras/src/engine/base_layer.py, node.py).
 OUTBOUND_NODES, OUTBOUND_LAYER = "_outbound_nodes", "outbound_layer"
+# The seed sequence set_random_seed starts (tf_keras/src/utils/tf_utils.py line 71: a
+# thread-local holding a random.Random), from which unseeded initializers and random
+# layers draw their seeds (tf_keras/src/backend.py lines 1830, 2026-2034).
+BACKEND_MODULE, SEED_GENERATOR = "tf_keras.src.backend", "_SEED_GENERATOR"
 
 
 class TfKerasFieldError(RuntimeError):
@@ -186,6 +202,16 @@ def lazy_init_scope():
     raise TfKerasFieldError(f"{LAZY_VARIABLE_MODULE}.{LAZY_INIT_SCOPE}",
                             "the lazy build of its LayoutMap")
   return scope()
+
+
+def seed_generator():
+  """tf_keras's thread-local seed sequence (:data:`SEED_GENERATOR`; its ``generator`` is
+  set by ``set_random_seed``), or TfKerasFieldError naming the tf_keras version."""
+  backend = importlib.import_module(BACKEND_MODULE)
+  if not hasattr(backend, SEED_GENERATOR):
+    raise TfKerasFieldError(f"{BACKEND_MODULE}.{SEED_GENERATOR}",
+                            "the seed sequence the mesh's two builds draw from")
+  return getattr(backend, SEED_GENERATOR)
 
 
 def outbound_layers(layer) -> List:
