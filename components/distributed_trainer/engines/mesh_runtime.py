@@ -141,9 +141,8 @@ def tf_random_generator():
   DTensor cannot run stateful random ops ("Stateful random operations are not supported
   in DTensor"), which tf_keras's random layers (Dropout, GaussianNoise, GaussianDropout,
   AlphaDropout, SpatialDropout*) draw with by default (``tf.nn.dropout``,
-  ``tf.random.uniform``). Each
-  such layer is a ``BaseRandomLayer`` whose ``backend.RandomGenerator`` reads the flag
-  once, when the layer is constructed (``_set_rng_type``: "stateful", i.e. a
+  ``tf.random.uniform``). Each such layer is a ``BaseRandomLayer`` whose
+  ``backend.RandomGenerator`` reads the flag once, when the layer is constructed (``_set_rng_type``: "stateful", i.e. a
   ``tf.random.Generator``, when ``is_tf_random_generator_enabled()``, else
   "legacy_stateful"; tf_keras 2.16 src/backend.py lines 1923-1951), and creates the
   generator's state variable when the layer is built (``BaseRandomLayer.build`` calls
@@ -177,7 +176,7 @@ LAZY_VARIABLE_MODULE, LAZY_INIT_SCOPE = "tf_keras.src.dtensor.lazy_variable", "l
 OUTBOUND_NODES, OUTBOUND_LAYER = "_outbound_nodes", "outbound_layer"
 # The seed sequence set_random_seed starts (tf_keras/src/utils/tf_utils.py line 71: a
 # thread-local holding a random.Random), from which unseeded initializers and random
-# layers draw their seeds (tf_keras/src/backend.py lines 1830, 2026-2034).
+# layers draw their seeds (tf_keras/src/backend.py lines 1830, 2028-2034).
 BACKEND_MODULE, SEED_GENERATOR = "tf_keras.src.backend", "_SEED_GENERATOR"
 
 
