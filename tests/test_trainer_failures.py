@@ -243,8 +243,9 @@ def test_config_errors_in_disguise_are_told_by_the_setting_never_rerun_to_resume
 
 def test_an_op_dtensor_cannot_run_names_the_model_fix_not_the_layout_rules():
   """DTensor's messages (TF 2.16) for a model op no layout rule or mesh can fix: a
-  tf_keras LSTM without unroll (TensorList ops), tf.map_fn, Dropout's stateful random
-  op. The error names the fix in the model or another layout, never layout_rules."""
+  tf_keras LSTM without unroll (TensorList ops), tf.map_fn, a stateful random op of the
+  model's own code. The error names the fix in the model or another layout, never
+  layout_rules."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   lstm = tf.errors.UnknownError(None, None, "train.py:196:1: error: 'tf.TensorListStack' op "
                                             "does not implement layout propagation. Please "
@@ -259,7 +260,7 @@ def test_an_op_dtensor_cannot_run_names_the_model_fix_not_the_layout_rules():
                                              "layout propagation.")
   for done in (False, True):
     for error, says in ((lstm, "unroll=True"), (map_fn, "unroll=True"),
-                        (dropout, "enable_tf_random_generator()"), (other, "op FooBar")):
+                        (dropout, "tf.random.Generator"), (other, "op FooBar")):
       e = _config_error(error, first_step_done=done)
       assert e.key == "trainer.layout" and says in str(e), e
       assert "layout_rules" not in str(e) and "rerun" not in str(e).lower()

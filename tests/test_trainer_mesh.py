@@ -10,7 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+import dropout_mesh_case
 import mesh_cases
+import trainer_util as tu
 from tfx_parallel.components.common import tfenv
 
 _CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mesh_cases.py")
@@ -265,3 +267,43 @@ def test_a_subclassed_model_called_on_tensors_is_told_how_to_build_it():
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "MODULE_ERROR module 'sub': build_model() raised InvalidArgumentError" in proc.stdout
   assert "model.build(input shapes)" in proc.stdout and "TRAINED" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_a_dropout_model_trains_on_the_mesh_without_a_call_in_the_module():
+  """DTensor cannot run tf_keras Dropout's default stateful random op; the mesh turns on
+  tf_keras's tf.random.Generator for its builds (mesh_runtime.tf_random_generator), and
+  off again after. tests/dropout_mesh_case.py: Dropout(0.5) trains on 1x2, 2x1 and 2x2
+  (the loss falls); each batch-axis shard draws its own mask, the devices of the model
+  axis the same one, and a model-axis split activation one block per device; the
+  generator's state is a replicated DVariable that the steps advance, and is in no
+  checkpoint (a strict restore into a fresh trainer works); rate 0.0 trains as the model
+  without Dropout and evaluation (training=False) equals it. With unseeded initialisers
+  the mesh starts from the weights a plain build (generator on) draws from the seed."""
+  case = dropout_mesh_case
+  r = tu.run_cases("dropout_mesh_case.py", timeout=600)
+  for name, got in r["meshes"].items():
+    losses = got["losses"]
+    assert len(losses) == case.STEPS and np.all(np.isfinite(losses)), name
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), (name, losses)
+    assert not got["flag_after_build"], name  # Other layouts keep tf_keras's default.
+    assert got["state_is_dvariable"] and got["state_layout"] == ["unsharded"], name
+    assert got["state_advanced"], name
+    b, m = (int(x) for x in name.split("x"))
+    masks = np.array(got["masks"])  # [device (batch-major), rows, WIDTH]
+    assert masks.shape == (b * m, case.GLOBAL_BATCH // b, case.WIDTH), name
+    for i in range(b * m):  # The devices of one batch shard apply one mask.
+      np.testing.assert_array_equal(masks[i], masks[i - i % m], err_msg=name)
+    if b > 1:
+      assert not np.array_equal(masks[0], masks[m]), name
+    whole = np.concatenate([masks[i * m] for i in range(b)])
+    assert len({tuple(row) for row in whole}) > 1 and 0.2 < whole.mean() < 0.8, name
+    split = np.array(got["split_masks"])
+    assert split.shape == (b * m, case.GLOBAL_BATCH // b, case.WIDTH // m), name
+    if m > 1:
+      assert not np.array_equal(split[0], split[1]), name
+  assert r["restored_equal"] and np.all(np.isfinite(r["restored_losses"]))
+  np.testing.assert_allclose(r["rate_zero_losses"], r["plain_losses"], rtol=1e-5)
+  np.testing.assert_allclose(r["eval_dropout"], r["eval_plain"], rtol=1e-5)
+  assert r["unseeded_start_equal"] == [True] * 4
+  assert not r["flag_at_end"]

@@ -22,6 +22,8 @@ def test_the_pinned_tf_keras_has_every_private_field_the_mesh_reads():
     probe = tf_keras.layers.Dense(2)
     probe.build((None, 3))
   assert probe.kernel.shape.as_list() == [3, 2]
+  tf_keras.utils.set_random_seed(1)  # Starts the seed sequence the mesh's builds draw from.
+  assert mr.seed_generator().generator.getstate() == __import__("random").Random(1).getstate()
 
 
 def test_a_missing_field_fails_naming_the_field_and_the_tf_keras_version(monkeypatch):
@@ -40,6 +42,9 @@ def test_a_missing_field_fails_naming_the_field_and_the_tf_keras_version(monkeyp
                      match=rf"tf_keras {tf_keras.__version__} has no "
                            r"tf_keras\.src\.dtensor\.no_such_module"):
     mr.lazy_init_scope()
+  monkeypatch.setattr(mr, "SEED_GENERATOR", "_RENAMED")
+  with pytest.raises(mr.TfKerasFieldError, match=r"has no tf_keras\.src\.backend\._RENAMED"):
+    mr.seed_generator()
   monkeypatch.setattr(mr, "LAZY_VARIABLE_MODULE", "tf_keras.src.dtensor.lazy_variable")
   monkeypatch.setattr(mr, "LAZY_INIT_SCOPE", "renamed_scope")
   with pytest.raises(mr.TfKerasFieldError, match=r"lazy_variable\.renamed_scope"):

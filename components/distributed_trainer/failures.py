@@ -85,9 +85,11 @@ DTENSOR_LAYOUT_MESSAGE = re.compile(
 _VARIABLE = re.compile(r"(?:resource|variable|tensor)\s+'?([\w./:-]+/(?:kernel|bias|embeddings)\w*)")
 # An op of the model DTensor cannot run under any layout rule or mesh (TF 2.16): a loop
 # over a sequence (TensorList ops: a tf_keras LSTM, GRU or RNN without ``unroll=True``,
-# tf.map_fn, a TensorArray), and stateful random ops (tf_keras Dropout, GaussianNoise, ...
-# draw with them unless its tf.random.Generator is on). Checked before the layout rules:
-# DTensor says "does not implement layout propagation" for both kinds.
+# tf.map_fn, a TensorArray), and stateful random ops the model's own code calls
+# (tf.random.uniform, tf.nn.dropout; tf_keras's random layers draw statelessly on the mesh,
+# which builds them with tf_keras's tf.random.Generator on: mesh_runtime.tf_random_generator).
+# Checked before the layout rules: DTensor says "does not implement layout propagation"
+# for both kinds.
 _DTENSOR_LOOP_OP = re.compile(r"'tf\.(TensorList\w*|TensorArray\w*)' op")
 _DTENSOR_UNSUPPORTED_OP = re.compile(r"'tf\.(\w+)' op does not implement layout propagation")
 _DTENSOR_STATEFUL_RANDOM = "Stateful random operations are not supported in DTensor"
@@ -142,9 +144,10 @@ def _dtensor_unsupported_op(message: str) -> Optional[str]:
   and the mesh (:data:`_DTENSOR_LOOP_OP`), or None."""
   if _DTENSOR_STATEFUL_RANDOM in message:
     return ("the model draws random numbers with a stateful op, which DTensor cannot run "
-            "(tf_keras Dropout, GaussianNoise and other random layers do by default): call "
-            "tf_keras.backend.experimental.enable_tf_random_generator() at the top of the "
-            "module, so that tf_keras draws with stateless ops")
+            "(tf.random.uniform, tf.nn.dropout or tf_keras.backend.dropout in the model's "
+            "own code; tf_keras's random layers are built to draw statelessly on the mesh): "
+            "use a tf_keras.layers.Dropout, a tf.random.Generator or a stateless op "
+            "(tf.random.stateless_uniform) instead")
   loop = _DTENSOR_LOOP_OP.search(message)
   if loop:
     return (f"the model runs a loop over a sequence (op {loop.group(1)}), which DTensor "

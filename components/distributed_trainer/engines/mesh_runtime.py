@@ -14,7 +14,12 @@ devices (or GPUs when present) with a custom loop:
   (CPU:0), one variable at a time, with the random state the probe started from, and
   each device receives only its block (:meth:`MeshTrainer._place`). So a mesh run
   starts from exactly the weights a single-device run would, whatever the
-  initialisers, and no device ever holds a whole split variable. (tf_keras's
+  initialisers, and no device ever holds a whole split variable. Both builds run with
+  tf_keras's ``tf.random.Generator`` on (:func:`tf_random_generator`), so its random
+  layers (Dropout, ...) draw with stateless ops, which DTensor runs; each such layer
+  draws its generator's seed from the sequence unseeded initialisers draw from, so the
+  layers after it start from the weights of a single-device build with the generator
+  on, not of one with tf_keras's default. (tf_keras's
   ``dtensor.utils.call_with_layout`` is not used: it runs the initializer under
   ``default_mesh``, replicated, a whole copy per device, before relayouting.)
 * **Input.** Each global batch is split into B row blocks along the ``batch`` axis;
@@ -78,6 +83,7 @@ models, or subclassed models built inside ``build_model`` with ``model.build(sha
 a call on ``tf_keras.Input``: the probe's variables hold no values, so a call on tensors
 fails there, a ModuleError saying so) are supported.
 """
+import contextlib
 import importlib
 import itertools
 import random
@@ -112,15 +118,53 @@ def _unique_scope(kind: str):
 
 
 def _rng_state():
-  """Python's, numpy's and TensorFlow's global random states (what
+  """Python's, numpy's and tf_keras's seed sequence's states (what
   ``tf_keras.utils.set_random_seed`` seeds), to draw the real build's initial values
-  from where the probe started."""
-  return random.getstate(), np.random.get_state()
+  from where the probe started. The probe draws from tf_keras's sequence: each random
+  layer's generator takes its seed from it when built (backend.py ``_create_seed``)."""
+  generator = getattr(seed_generator(), "generator", None)  # None before set_random_seed.
+  return random.getstate(), np.random.get_state(), generator and generator.getstate()
 
 
 def _set_rng_state(state):
   random.setstate(state[0])
   np.random.set_state(state[1])
+  if state[2] is not None:
+    seed_generator().generator.setstate(state[2])
+
+
+@contextlib.contextmanager
+def tf_random_generator():
+  """tf_keras's ``tf.random.Generator`` RNG on for the block (the mesh's builds), and as
+  it was after it, so other layouts in the process keep tf_keras's default.
+
+  DTensor cannot run stateful random ops ("Stateful random operations are not supported
+  in DTensor"), which tf_keras's random layers (Dropout, GaussianNoise, GaussianDropout,
+  AlphaDropout, SpatialDropout*) draw with by default (``tf.nn.dropout``,
+  ``tf.random.uniform``). Each such layer is a ``BaseRandomLayer`` whose
+  ``backend.RandomGenerator`` reads the flag once, when the layer is constructed (``_set_rng_type``: "stateful", i.e. a
+  ``tf.random.Generator``, when ``is_tf_random_generator_enabled()``, else
+  "legacy_stateful"; tf_keras 2.16 src/backend.py lines 1923-1951), and creates the
+  generator's state variable when the layer is built (``BaseRandomLayer.build`` calls
+  ``_maybe_init``, src/engine/base_layer.py line 3800; backend.py lines 1953-1990). So
+  the flag must be on while ``build_model()`` constructs the layers, both builds: the
+  generator's int64 state variable then goes through the mesh's variable creator like
+  any other, a replicated DVariable, and each draw is a stateless op
+  (``StatelessRandomUniformV2`` with a key and counter skipped from that state), which
+  DTensor's SPMD expansion draws per shard (different masks per batch-axis shard, the
+  same on the devices of the model axis). tf_keras's own ``LayoutMap`` demands the flag
+  and makes the same state a DVariable (src/dtensor/layout_map.py lines 441-451). The
+  state is not in ``model.weights`` nor in checkpoints (BaseRandomLayer keeps it out,
+  base_layer.py lines 3765-3780).
+  """
+  experimental = tf_keras.backend.experimental
+  was_on = experimental.is_tf_random_generator_enabled()
+  experimental.enable_tf_random_generator()
+  try:
+    yield
+  finally:
+    if not was_on:
+      experimental.disable_tf_random_generator()
 
 
 # Private tf_keras fields the mesh relies on: checked where used, never guessed with a
@@ -130,6 +174,10 @@ LAZY_VARIABLE_MODULE, LAZY_INIT_SCOPE = "tf_keras.src.dtensor.lazy_variable", "l
 # The Megatron hand-off reads a functional model's graph: Layer._outbound_nodes, and each
 # Node's outbound_layer (tf_keras/src/engine/base_layer.py, node.py).
 OUTBOUND_NODES, OUTBOUND_LAYER = "_outbound_nodes", "outbound_layer"
+# The seed sequence set_random_seed starts (tf_keras/src/utils/tf_utils.py line 71: a
+# thread-local holding a random.Random), from which unseeded initializers and random
+# layers draw their seeds (tf_keras/src/backend.py lines 1830, 2028-2034).
+BACKEND_MODULE, SEED_GENERATOR = "tf_keras.src.backend", "_SEED_GENERATOR"
 
 
 class TfKerasFieldError(RuntimeError):
@@ -153,6 +201,16 @@ def lazy_init_scope():
     raise TfKerasFieldError(f"{LAZY_VARIABLE_MODULE}.{LAZY_INIT_SCOPE}",
                             "the lazy build of its LayoutMap")
   return scope()
+
+
+def seed_generator():
+  """tf_keras's thread-local seed sequence (:data:`SEED_GENERATOR`; its ``generator`` is
+  set by ``set_random_seed``), or TfKerasFieldError naming the tf_keras version."""
+  backend = importlib.import_module(BACKEND_MODULE)
+  if not hasattr(backend, SEED_GENERATOR):
+    raise TfKerasFieldError(f"{BACKEND_MODULE}.{SEED_GENERATOR}",
+                            "the seed sequence the mesh's two builds draw from")
+  return getattr(backend, SEED_GENERATOR)
 
 
 def outbound_layers(layer) -> List:
@@ -248,7 +306,7 @@ class MeshTrainer:
       paths.append(sharding_lib.variable_path(v))
       return v
 
-    with (user_module.layer_names(fresh=False), lazy_init_scope(),
+    with (tf_random_generator(), user_module.layer_names(fresh=False), lazy_init_scope(),
           tf.variable_creator_scope(record)):
       try:
         probe = build_model()
@@ -304,7 +362,7 @@ class MeshTrainer:
       placed.append(v)
       return v
 
-    with tf.variable_creator_scope(place):
+    with tf_random_generator(), tf.variable_creator_scope(place):
       self.model = build_model()
     _check_model(self.model, module_name)
     if len(placed) != len(paths):
