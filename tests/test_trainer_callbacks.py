@@ -380,7 +380,8 @@ def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_
   assert snapshots == [50, 100, 150]
   assert early.best_weights() == ["weights at 150"]
   assert early.record() == {"patience": 3, "stopped": True, "best_epoch": 3, "best_step": 150,
-                            "best_eval_loss": 2.0, "restored_best": True}
+                            "best_eval_loss": 2.0, "restored_best": True,
+                            "stopped_by_callback": None}
 
 
 def test_a_run_of_set_length_that_overfits_exports_its_best_evaluations_weights(capsys):
