@@ -408,3 +408,30 @@ def test_a_run_of_set_length_that_overfits_exports_its_best_evaluations_weights(
   # Still improving at the end, or a rise within tolerance: the last weights.
   assert run([0.9, 0.5, 0.4, 0.3], falling)[0] is None
   assert run([0.9, 0.5, 0.505, 0.505], falling)[0] is None
+
+
+def test_executions_end_at_multiples_of_k_at_each_epoch_end_and_at_the_runs_end():
+  """Records and checkpoints stay on multiples of steps_per_execution (k divides
+  log_every and checkpoint_every), and every Keras epoch ends on an execution's end."""
+  from tfx_parallel.components.distributed_trainer.engines import epochs  # pylint: disable=g-import-not-at-top
+  lengths = epochs.execution_lengths(0, 12, steps_per_epoch=5, k=2)
+  assert lengths == [2, 2, 1, 1, 2, 2, 2]  # Ends 2 4 5 6 8 10 12.
+  assert epochs.keras_epochs(0, 12, 5) == (0, 3, 0)  # The third epoch is 2 steps.
+  # Resumed at step 7, mid-epoch 1: fit starts there at batch 2.
+  assert epochs.keras_epochs(7, 12, 5) == (1, 3, 2)
+  assert epochs.execution_lengths(7, 12, 5, 2) == [1, 2, 2]
+  assert epochs.execution_lengths(0, 8, 4, 10) == [4, 4]  # k above an epoch: cut there.
+
+
+def test_the_recorder_adds_each_epochs_eval_loss_to_its_logs_as_val_loss():
+  state = _state(total=100)  # Epochs of 50 steps.
+  recorder = _recorder(state, [0.9, 0.8], [0.7] * 100)
+  for epoch in range(2):
+    recorder.on_epoch_begin(epoch)
+    for batch in range(50):
+      recorder.steps.ran = epoch * 50 + batch + 1
+      recorder.on_train_batch_end(batch, {"loss": 0.7})
+    logs = {"loss": 0.7}
+    recorder.on_epoch_end(epoch, logs)
+    assert logs == {"loss": 0.7, "val_loss": [0.9, 0.8][epoch]}
+  assert [e["step"] for e in state.epochs] == [50, 100]

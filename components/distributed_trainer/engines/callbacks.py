@@ -64,7 +64,7 @@ class Recorder(tf_keras.callbacks.Callback):
   execution's steps. Keras's ``logs["loss"]`` (a running mean since the start of the
   epoch) is not read. The step is the epoch's first step (``on_epoch_begin``) plus the
   batch index within the epoch. ``on_epoch_end`` adds the epoch's evaluation to its logs
-  as ``val_loss`` (module docstring); it must be the first callback.
+  as ``val_loss`` (module docstring); it must come before the user's callbacks.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,

@@ -190,12 +190,15 @@ def _executions(start_step: int, total: int, steps_per_epoch: int, k: int):
     def __init__(self):
       super().__init__()
       self._epoch_start = 0
+      self._length = None  # The length last set (fit changes it only before our first).
 
     def _next(self, step: int):
       if step >= total:
         self.model.stop_training = True
       elif k > 1:  # k 1: fit traced a one-step function; every execution is one step.
-        self.model.steps_per_execution = ep.execution_length(step, total, steps_per_epoch, k)
+        length = ep.execution_length(step, total, steps_per_epoch, k)
+        if length != self._length:  # An assign per change, not per execution.
+          self.model.steps_per_execution = self._length = length
 
     def on_epoch_begin(self, epoch, logs=None):
       self._epoch_start = epoch * steps_per_epoch
