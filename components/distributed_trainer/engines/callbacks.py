@@ -9,9 +9,10 @@ end, so records and checkpoints fall on execution boundaries (config.execution_s
 divides log_every and checkpoint_every) and each epoch's evaluation runs at its last
 step, before any ``on_epoch_end``: the Recorder, the first callback, adds that
 evaluation's loss to the epoch's logs as ``val_loss``, as ``Model.fit`` merges its
-validation logs into the logs of ``on_epoch_end`` (tf_keras/src/engine/training.py,
-TF 2.16: ``epoch_logs.update(val_logs)`` before ``callbacks.on_epoch_end(epoch,
-epoch_logs)``), so that EarlyStopping, ReduceLROnPlateau and CSVLogger see it.
+validation logs into the logs of ``on_epoch_end`` (tf_keras 2.16
+tf_keras/src/engine/training.py ``Model.fit``, lines 1869-1871:
+``epoch_logs.update(val_logs)``, then ``callbacks.on_epoch_end(epoch, epoch_logs)``), so
+that EarlyStopping, ReduceLROnPlateau and CSVLogger see it.
 """
 import dataclasses
 import math

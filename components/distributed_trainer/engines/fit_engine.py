@@ -5,6 +5,7 @@ import contextlib
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import epochs as ep
 
 
 class FitEngine:
@@ -96,8 +97,8 @@ class FitEngine:
     (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16):
 
     * a run resumed mid-epoch starts inside its first epoch at the batch where it
-      stopped, as after a ``BackupAndRestore`` restore: ``fit`` takes (initial epoch,
-      initial step) from ``model._training_state``'s
+      stopped, as after a ``BackupAndRestore`` restore: ``fit`` (line 1787 in tf_keras
+      2.16) takes (initial epoch, initial step) from ``model._training_state``'s
       ``maybe_load_initial_counters_from_ckpt`` (``_maybe_load_initial_counters_from_ckpt``;
       BackupAndRestore, its only other user, is refused: user_module.py);
     * each execution ends where engines/epochs.py says (a multiple of
@@ -108,8 +109,6 @@ class FitEngine:
     """
     if total <= start_step:
       return
-    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
-    from tfx_parallel.components.distributed_trainer.engines import epochs as ep  # pylint: disable=g-import-not-at-top
     spe = steps_per_epoch or total
     first, epochs, first_batch = ep.keras_epochs(start_step, total, spe)
     model = self.model
@@ -182,8 +181,6 @@ def _executions(start_step: int, total: int, steps_per_epoch: int, k: int):
   """The callback that makes ``fit``'s executions end where engines/epochs.py says and
   stops ``fit`` at ``total``; runs first."""
   import tf_keras  # pylint: disable=g-import-not-at-top
-  # TensorFlow: not before run/train.py's setup_devices has configured the devices.
-  from tfx_parallel.components.distributed_trainer.engines import epochs as ep  # pylint: disable=g-import-not-at-top
 
   class _Executions(tf_keras.callbacks.Callback):
 

@@ -6,6 +6,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import sharding
 from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import epochs as ep
 
 
 class MeshEngine:
@@ -94,8 +95,6 @@ class MeshEngine:
     static in it: mesh_runtime.py), at most ``steps_per_execution`` of them."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tf_keras  # pylint: disable=g-import-not-at-top
-    # TensorFlow: not before run/train.py's setup_devices has configured the devices.
-    from tfx_parallel.components.distributed_trainer.engines import epochs as ep  # pylint: disable=g-import-not-at-top
     if total <= start_step:
       return  # As FitEngine: no fit, no callbacks.
     spe = steps_per_epoch or total
