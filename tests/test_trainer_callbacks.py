@@ -164,7 +164,8 @@ def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
 
 
 # A user module whose callbacks(spec) hook counts every Keras callback hook and writes
-# the counts (and the batch indices the batch hooks got) at on_train_end.
+# the counts, the batch indices the batch hooks got, the epochs' logs and rates, and the
+# epochs the scheduler was asked about at on_train_end.
 COUNTING_MODULE = '''
 import collections, json
 import tf_keras
@@ -172,21 +173,30 @@ import tf_keras
 HOOKS = [f"on_{w}_{h}" for w in ("train", "test", "predict") for h in ("begin", "end")] + [
     f"on_{w}_batch_{h}" for w in ("train", "test", "predict") for h in ("begin", "end")] + [
     "on_epoch_begin", "on_epoch_end"]
+ASKED = []  # The epochs LearningRateScheduler's schedule was called with.
+
+
+def lr(model):
+  return float(tf_keras.backend.get_value(model.optimizer.learning_rate))
 
 
 class Counting(tf_keras.callbacks.Callback):
   def __init__(self, path):
     super().__init__()
-    self.path, self.counts, self.batches = path, collections.Counter(), []
+    self.path, self.counts, self.batches, self.epochs = path, collections.Counter(), [], []
 
   def _seen(self, hook, *args):
     self.counts[hook] += 1
     if "train_batch" in hook:
       self.batches.append([hook, int(args[0]), sorted((args[1] or {}) if len(args) > 1 else {})])
+    if hook == "on_epoch_begin":
+      self.epochs.append({"epoch": int(args[0]), "lr_begin": lr(self.model)})
+    if hook == "on_epoch_end":
+      self.epochs[-1].update(end=int(args[0]), logs={k: float(v) for k, v in args[1].items()})
     if hook == "on_train_end":
-      lr = float(tf_keras.backend.get_value(self.model.optimizer.learning_rate))
       with open(self.path, "w") as f:
-        json.dump({"counts": self.counts, "batches": self.batches, "lr": lr,
+        json.dump({"counts": self.counts, "batches": self.batches, "lr": lr(self.model),
+                   "epochs": self.epochs, "asked": ASKED,
                    "stop_training": self.model.stop_training}, f)
 
 for _hook in HOOKS:
@@ -199,12 +209,20 @@ def build_model(spec):
   return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
 
 
+def schedule(epoch, rate):
+  ASKED.append(epoch)
+  return rate * 0.5
+
+
 def callbacks(spec):
-  """Every stock callback the trainer honours on this layout (the scheduler sets the
-  rate to 0.0123 at the epoch's start), then the counter."""
+  """Every stock callback the trainer honours on this layout, then the counter. A
+  plateau is forced (min_delta huge): from the second epoch on, no evaluation counts
+  as an improvement, so ReduceLROnPlateau cuts the rate and EarlyStopping stops the
+  run at the end of epoch 1 (of 3)."""
   out, h = spec.hparams["out"], tf_keras.callbacks
-  stock = [h.LearningRateScheduler(lambda epoch, lr: 0.0123),
-           h.ReduceLROnPlateau(monitor="loss", patience=5), h.EarlyStopping(monitor="loss"),
+  stock = [h.LearningRateScheduler(schedule),
+           h.ReduceLROnPlateau(monitor="val_loss", min_delta=1e9, patience=0, factor=0.1),
+           h.EarlyStopping(monitor="val_loss", min_delta=1e9, patience=0),
            h.CSVLogger(out + ".csv")]
   if spec.hparams["layout"] != "mesh":  # Refused on the mesh, by name, before training.
     stock += [h.ModelCheckpoint(out + "_ckpt/w", save_weights_only=True),
@@ -214,13 +232,18 @@ def callbacks(spec):
 
 
 @pytest.mark.slow
-def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_path):
-  """6 steps, 2 per execution, 4 steps per epoch: fit's protocol (3 batch hooks each,
-  at steps 0/2/4 and 1/3/5, with the loss; one Keras epoch) and a test run at each
-  evaluation (steps 4 and 6), the same on every layout (one process, three jobs).
-  The stock callbacks run beside it: LearningRateScheduler sets the rate of the
-  optimizer that trains (``model.optimizer``), CSVLogger writes the epoch's row,
+def test_stock_callbacks_act_at_the_trainers_epochs_on_single_mirrored_and_mesh(tmp_path):
+  """epochs 3 of 4 steps (64 rows, batch 16), 2 steps per execution: Keras epochs are the
+  trainer's epochs, the same on every layout (one process, three jobs). Each epoch gets
+  on_epoch_begin(e), two executions' batch hooks (batch indices within the epoch, with
+  the loss), a test run (the per-epoch evaluation) and on_epoch_end(e, logs) with the
+  epoch's mean ``loss`` and that evaluation's loss as ``val_loss`` (the history's
+  ``eval_loss``). LearningRateScheduler sets the rate of the optimizer that trains
+  (``model.optimizer``) at each epoch; ReduceLROnPlateau(val_loss) cuts it after the
+  forced plateau; EarlyStopping(val_loss) stops the run at the end of epoch 1, which
+  the run record says; CSVLogger writes a row per epoch with a numeric val_loss;
   ModelCheckpoint and TensorBoard (not on the mesh: refused there) write their files."""
+  import csv  # pylint: disable=g-import-not-at-top
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   import trainer_util as tu  # pylint: disable=g-import-not-at-top
@@ -230,31 +253,53 @@ def test_a_user_callback_gets_the_same_hooks_on_single_mirrored_and_mesh(tmp_pat
   feats, _, rows = tu.write_examples(root, rows=64, eval_rows=32)
   # One process: TensorFlow is split into 2 logical CPUs by the first job.
   layouts = {"mirrored": {"devices": 2}, "mesh": {"mesh": [1, 2]}, "single": {}}
-  jobs = [tu.job_dict(str(tmp_path / name), root, feats, rows, layout=name, steps=6,
+  jobs = [tu.job_dict(str(tmp_path / name), root, feats, rows, layout=name, epochs=3,
                       batch_size=16, steps_per_execution=2, log_every=2, checkpoint_every=0,
                       module_file=str(module),
                       hparams={"out": str(tmp_path / name), "layout": name}, **extra)
           for name, extra in layouts.items()]
-  tu.run_jobs_in_one_process(jobs, str(tmp_path))
-  seen = {}
+  out = tu.run_jobs_in_one_process(jobs, str(tmp_path))
+  seen, histories = {}, {}
   for name in layouts:
     with open(os.path.join(tmp_path, f"{name}.json")) as f:
       seen[name] = json.load(f)
-  assert seen["single"]["counts"] == {
-      "on_train_begin": 1, "on_epoch_begin": 1, "on_train_batch_begin": 3,
-      "on_train_batch_end": 3, "on_test_begin": 2, "on_test_batch_begin": 2,
-      "on_test_batch_end": 2, "on_test_end": 2, "on_epoch_end": 1, "on_train_end": 1}
-  assert seen["single"]["batches"] == [
+    with open(os.path.join(tmp_path, name, "history", "history.json")) as f:
+      histories[name] = json.load(f)
+  single = seen["single"]
+  assert single["counts"] == {
+      "on_train_begin": 1, "on_epoch_begin": 2, "on_train_batch_begin": 4,
+      "on_train_batch_end": 4, "on_test_begin": 2, "on_test_batch_begin": 2,
+      "on_test_batch_end": 2, "on_test_end": 2, "on_epoch_end": 2, "on_train_end": 1}
+  assert single["batches"] == [
       ["on_train_batch_begin", 0, []], ["on_train_batch_end", 1, ["loss"]],
-      ["on_train_batch_begin", 2, []], ["on_train_batch_end", 3, ["loss"]],
-      ["on_train_batch_begin", 4, []], ["on_train_batch_end", 5, ["loss"]]]
-  assert seen["single"]["lr"] == pytest.approx(0.0123)
-  assert seen["mirrored"] == seen["single"]
-  assert seen["mesh"] == seen["single"]
+      ["on_train_batch_begin", 2, []], ["on_train_batch_end", 3, ["loss"]]] * 2
+  assert single["asked"] == [0, 1]  # The schedule, at each epoch's start.
+  rate = 0.1  # job_dict's SGD rate; halved by the schedule at each epoch's start.
+  assert [e["lr_begin"] for e in single["epochs"]] == pytest.approx([rate / 2, rate / 4])
+  assert single["lr"] == pytest.approx(rate / 4 * 0.1)  # ReduceLROnPlateau at epoch 1.
+  assert [e["end"] for e in single["epochs"]] == [0, 1] and single["stop_training"]
+  for name, history in histories.items():
+    epochs = seen[name]["epochs"]
+    assert [e["logs"]["val_loss"] for e in epochs] == pytest.approx(
+        [e["eval_loss"] for e in history["epochs"]], rel=1e-6), name
+    assert all(math.isfinite(e["logs"]["loss"]) for e in epochs), name
+    assert history["steps_run"] == 8 and history["total_steps"] == 12, name
+    assert history["stopped_early"] and history["early_stopping"]["stopped_by_callback"] == (
+        "EarlyStopping"), (name, history["early_stopping"])
+  assert out.count("[trainer] early stop at step 8 (epoch 2 of 3): EarlyStopping "
+                   "(callbacks(spec)) set model.stop_training") == 3, out[-3000:]
+  for name in ("mirrored", "mesh"):
+    assert seen[name]["counts"] == single["counts"], name
+    assert seen[name]["batches"] == single["batches"], name
+    assert seen[name]["asked"] == single["asked"], name
+    assert [e["lr_begin"] for e in seen[name]["epochs"]] == pytest.approx(
+        [e["lr_begin"] for e in single["epochs"]]), name
+    assert seen[name]["lr"] == pytest.approx(single["lr"]), name
   for name in layouts:
     with open(tmp_path / f"{name}.csv") as f:
-      header, row = f.read().splitlines()
-    assert header.split(",")[:2] == ["epoch", "loss"] and row.startswith("0,"), (name, row)
+      table = list(csv.DictReader(f))
+    assert [r["epoch"] for r in table] == ["0", "1"], (name, table)
+    assert all(math.isfinite(float(r["val_loss"])) for r in table), (name, table)
     files = os.listdir(tmp_path)
     assert (f"{name}_ckpt" in files and f"{name}_tb" in files) == (name != "mesh"), files
 
@@ -335,7 +380,8 @@ def test_early_stop_keeps_the_best_evaluations_weights_after_patience_without_a_
   assert snapshots == [50, 100, 150]
   assert early.best_weights() == ["weights at 150"]
   assert early.record() == {"patience": 3, "stopped": True, "best_epoch": 3, "best_step": 150,
-                            "best_eval_loss": 2.0, "restored_best": True}
+                            "best_eval_loss": 2.0, "restored_best": True,
+                            "stopped_by_callback": None}
 
 
 def test_a_run_of_set_length_that_overfits_exports_its_best_evaluations_weights(capsys):
@@ -362,3 +408,30 @@ def test_a_run_of_set_length_that_overfits_exports_its_best_evaluations_weights(
   # Still improving at the end, or a rise within tolerance: the last weights.
   assert run([0.9, 0.5, 0.4, 0.3], falling)[0] is None
   assert run([0.9, 0.5, 0.505, 0.505], falling)[0] is None
+
+
+def test_executions_end_at_multiples_of_k_at_each_epoch_end_and_at_the_runs_end():
+  """Records and checkpoints stay on multiples of steps_per_execution (k divides
+  log_every and checkpoint_every), and every Keras epoch ends on an execution's end."""
+  from tfx_parallel.components.distributed_trainer.engines import epochs  # pylint: disable=g-import-not-at-top
+  lengths = epochs.execution_lengths(0, 12, steps_per_epoch=5, k=2)
+  assert lengths == [2, 2, 1, 1, 2, 2, 2]  # Ends 2 4 5 6 8 10 12.
+  assert epochs.keras_epochs(0, 12, 5) == (0, 3, 0)  # The third epoch is 2 steps.
+  # Resumed at step 7, mid-epoch 1: fit starts there at batch 2.
+  assert epochs.keras_epochs(7, 12, 5) == (1, 3, 2)
+  assert epochs.execution_lengths(7, 12, 5, 2) == [1, 2, 2]
+  assert epochs.execution_lengths(0, 8, 4, 10) == [4, 4]  # k above an epoch: cut there.
+
+
+def test_the_recorder_adds_each_epochs_eval_loss_to_its_logs_as_val_loss():
+  state = _state(total=100)  # Epochs of 50 steps.
+  recorder = _recorder(state, [0.9, 0.8], [0.7] * 100)
+  for epoch in range(2):
+    recorder.on_epoch_begin(epoch)
+    for batch in range(50):
+      recorder.steps.ran = epoch * 50 + batch + 1
+      recorder.on_train_batch_end(batch, {"loss": 0.7})
+    logs = {"loss": 0.7}
+    recorder.on_epoch_end(epoch, logs)
+    assert logs == {"loss": 0.7, "val_loss": [0.9, 0.8][epoch]}
+  assert [e["step"] for e in state.epochs] == [50, 100]

@@ -75,6 +75,10 @@ def test_two_worker_processes_train_together(examples, tmp_path, capfd, caplog):
   assert history["layout"] == "multi_worker" and history["replicas"] == 2
   assert len(history["devices"]) == 2
   assert (history["device_type"], history["collective"]) == ("CPU", "ring")
+  # Keras epochs are the run's (32 steps; 10 per execution): each epoch's evaluation at
+  # its last step, where fit's executions are cut (engines/epochs.py).
+  assert [e["step"] for e in history["epochs"]] == [32, 64, 96, 128], history["epochs"]
+  assert [r["step"] for r in history["records"]][:4] == [10, 20, 30, 40]
   w = np.array(history["weights"]["kernel"]).ravel()
   assert np.abs(w - [1.0, 2.0]).max() < 0.05, w
   assert os.path.exists(os.path.join(job.model_dir, "saved_model.pb"))

@@ -120,13 +120,15 @@ class RunHistory:
       doc="epoch, step, train_loss, eval_loss, eval_loss_se (its standard error)")
   diverged: Optional[bool] = _field(prop="diverged", encode=int)
   diverged_reason: Optional[str] = _field(prop="diverged_reason", encode=str)
-  stopped_early: Optional[bool] = _field(doc="diverged or early-stopped before total_steps")
+  stopped_early: Optional[bool] = _field(
+      doc="diverged, early-stopped or stopped by a user callback before total_steps")
   training_length: Optional[Dict[str, Any]] = _field(
       doc="plan/length.py: total_steps, steps_per_epoch, patience, automatic, reason")
   early_stopping: Optional[Dict[str, Any]] = _field(
       doc="patience (0: a length the user set, trained in full), stopped, best_epoch, "
           "best_step, best_eval_loss, restored_best (the exported weights are the best "
-          "step's). Every run: the trainer always keeps the best evaluation's weights, "
+          "step's), stopped_by_callback (the class of the user callback that set "
+          "model.stop_training, e.g. EarlyStopping; else null). Every run: the trainer always keeps the best evaluation's weights, "
           "exported after an early stop or when the run overfits")
   skipped_examples: Optional[int] = _field(prop="skipped_examples", encode=int)
   input_cache: Optional[Dict[str, Any]] = _field(

@@ -21,7 +21,9 @@ Optional hooks:
   layouts (default: components/distributed_trainer/sharding.py);
 * ``callbacks(spec) -> [tf_keras.callbacks.Callback, ...]``: driven with the whole Keras
   protocol (train, epoch, batch and, at each per-epoch evaluation, test hooks) the same
-  way on every layout; one the trainer cannot honour is refused before training
+  way on every layout, the Keras epochs being the run's epochs, each ``on_epoch_end``'s
+  logs with the epoch's ``loss`` and its evaluation's ``val_loss`` (engines/epochs.py,
+  engines/callbacks.py); one the trainer cannot honour is refused before training
   (:func:`make_callbacks`).
 
 :func:`load` imports the module and :func:`check` builds the model on a tiny batch and

@@ -1,7 +1,8 @@
 """The two step engines of a training run (run/train.py owns the run itself).
 
 An engine builds the user's model, loss and optimizer for its layout, trains N steps
-while driving the run's tf_keras callbacks at every execution boundary, and hands back
+while driving the run's tf_keras callbacks at every execution boundary and every epoch's
+end, and hands back
 weights and state:
 
 * :class:`FitEngine`: ``single``, ``mirrored``, ``multi_worker``; tf_keras ``model.fit``
@@ -23,7 +24,8 @@ factory ``user_module.make_optimizer`` (the trainer's optimizers.py; on the mesh
 ``mesh=``; ``written_optimizer`` is the optimizer as the user wrote it, which the run
 records). Their common surface: ``model``, ``optimizer``, ``loss``, ``chief``,
 ``num_workers``, ``describe()``, ``variable_record()``, ``dataset(make, start_step)``,
-``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks)``,
+``evaluator(eval_ds)``, ``train(dataset, start_step, total, callbacks,
+steps_per_epoch)`` (Keras epochs are the run's epochs: engines/epochs.py),
 ``step_losses(n)``, ``weights()``, ``snapshot()`` (an early stop's best weights),
 ``checkpointed()`` (the model and optimizer a tf.train.Checkpoint saves and restores,
 live: run/checkpoint.py), ``host_blocks`` (None, or how a checkpoint streams a

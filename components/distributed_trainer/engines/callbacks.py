@@ -1,12 +1,18 @@
 """tf_keras callbacks of a training run: history records, per-epoch eval loss, divergence
 stop, checkpoints, and progress (printed by :class:`Progress` only).
 
-``model.fit`` runs the remaining steps as one Keras epoch; the callbacks see the global
-step at the end of every execution (``steps_per_execution`` steps), so records and
-checkpoints fall on execution boundaries (config.execution_steps() divides log_every and
-checkpoint_every). "Epochs" of the history are passes over the train split
-(``steps_per_epoch`` steps); their eval loss is computed at the first execution boundary
-at or after the epoch's last step.
+The Keras epochs are the run's epochs, passes over the train split (``steps_per_epoch``
+steps; the last one shorter when the length is not a whole number of them), on every
+layout (engines/epochs.py). The callbacks see the step at the end of every execution,
+which ends at each multiple of ``steps_per_execution``, each epoch's end and the run's
+end, so records and checkpoints fall on execution boundaries (config.execution_steps()
+divides log_every and checkpoint_every) and each epoch's evaluation runs at its last
+step, before any ``on_epoch_end``: the Recorder, the first callback, adds that
+evaluation's loss to the epoch's logs as ``val_loss``, as ``Model.fit`` merges its
+validation logs into the logs of ``on_epoch_end`` (tf_keras 2.16
+tf_keras/src/engine/training.py ``Model.fit``, lines 1869-1871:
+``epoch_logs.update(val_logs)``, then ``callbacks.on_epoch_end(epoch, epoch_logs)``), so
+that EarlyStopping, ReduceLROnPlateau and CSVLogger see it.
 """
 import dataclasses
 import math
@@ -34,6 +40,7 @@ class RunState:
   diverged: bool = False
   diverged_reason: str = ""   # components/common/divergence.py's reason, "" if none.
   early_stopped: bool = False  # EarlyStop: the eval loss stopped improving.
+  stopped_by: str = ""  # The user callback that set model.stop_training (UserStop).
   initial_eval_loss: Optional[float] = None  # The untrained model's (divergence start).
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
@@ -55,8 +62,10 @@ class Recorder(tf_keras.callbacks.Callback):
   ``step_losses``: each step's mean over its global batch, as the step computed it); a
   record's loss is the mean of the exact losses of the steps since the previous record
   (with ``log_every`` 1, the step's own loss). The divergence rule sees the mean of each
-  execution's steps. Keras's ``logs["loss"]`` (a running mean since the start of
-  ``fit``) is not read.
+  execution's steps. Keras's ``logs["loss"]`` (a running mean since the start of the
+  epoch) is not read. The step is the epoch's first step (``on_epoch_begin``) plus the
+  batch index within the epoch. ``on_epoch_end`` adds the epoch's evaluation to its logs
+  as ``val_loss`` (module docstring); it must come before the user's callbacks.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
@@ -74,7 +83,8 @@ class Recorder(tf_keras.callbacks.Callback):
     self.stop_on_divergence = stop_on_divergence
     self.eval_loss = eval_loss
     self.writer = writer
-    self._count = 0  # Steps of this fit seen so far.
+    self._epoch_start = 0  # The first step of the current Keras epoch.
+    self._last = state.start_step  # The step of the last execution seen.
     self._window: List[float] = []  # Exact losses of the steps since the last record.
     self._flushed = len(state.records)
     self._t_last, self._step_last, self._eval_last = time.perf_counter(), state.start_step, 0.0
@@ -86,13 +96,15 @@ class Recorder(tf_keras.callbacks.Callback):
         self.monitor.add_eval(epoch["eval_loss"], epoch.get("eval_loss_se"),
                               epoch.get("train_loss"))
 
+  def on_epoch_begin(self, epoch, logs=None):
+    self._epoch_start = int(epoch) * self.state.steps_per_epoch
+
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
-    count = int(batch) + 1
-    step = st.start_step + count
+    step = self._epoch_start + int(batch) + 1
     st.step = step
-    losses = [float(x) for x in self.step_losses(count - self._count)]
-    self._count = count
+    losses = [float(x) for x in self.step_losses(step - self._last)]
+    self._last = step
     self._window += losses
     st.last_loss = execution_loss = sum(losses) / len(losses)
     why = self.monitor.add_train(execution_loss)
@@ -129,7 +141,20 @@ class Recorder(tf_keras.callbacks.Callback):
     if self.stop_on_divergence:
       self.model.stop_training = True
 
+  def on_epoch_end(self, epoch, logs=None):
+    self._add_val_loss(logs)
+
+  def _add_val_loss(self, logs):
+    """The evaluation at this step (the epoch's last) into ``logs`` as ``val_loss``:
+    every later callback gets the same dict (tf_keras/src/callbacks.py
+    ``CallbackList.on_epoch_end`` hands one processed ``logs`` to each in turn)."""
+    st = self.state
+    if logs is not None and st.epochs and st.epochs[-1]["step"] == st.step and (
+        st.step > st.start_step):
+      logs["val_loss"] = st.epochs[-1]["eval_loss"]
+
   def on_train_end(self, logs=None):
+    self._add_val_loss(logs)
     self.flush_summaries()
 
   def flush_summaries(self):
@@ -194,7 +219,29 @@ class EarlyStop(tf_keras.callbacks.Callback):
     return {"patience": self.patience, "stopped": self.state.early_stopped,
             "best_epoch": self.best_epoch, "best_step": self.best_step,
             "best_eval_loss": self.best if math.isfinite(self.best) else None,
-            "restored_best": self.best_weights() is not None}
+            "restored_best": self.best_weights() is not None,
+            "stopped_by_callback": self.state.stopped_by or None}
+
+
+class UserStop(tf_keras.callbacks.Callback):
+  """Follows one user callback (``name``, its class) and notes it in
+  ``state.stopped_by`` when it is the first to set ``model.stop_training`` before the
+  run's end (Keras EarlyStopping, TerminateOnNaN, ...) other than the trainer's own
+  stops (divergence, EarlyStop), which record themselves."""
+
+  def __init__(self, state: RunState, name: str):
+    super().__init__()
+    self.state, self.name = state, name
+
+  def _check(self, *args, **kwargs):
+    del args, kwargs
+    st = self.state
+    if (self.model.stop_training and not st.stopped_by and not st.early_stopped
+        and not st.diverged and st.step < st.total):
+      st.stopped_by = self.name
+
+  on_train_batch_begin = on_train_batch_end = on_epoch_begin = on_epoch_end = _check
+  on_test_end = _check
 
 
 class Checkpointer(tf_keras.callbacks.Callback):

@@ -2,9 +2,10 @@
 ``tf.distribute`` strategy (strategies.py), or none. The common engine surface is
 described in the package docstring (engines/__init__.py)."""
 import contextlib
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import epochs as ep
 
 
 class FitEngine:
@@ -85,10 +86,40 @@ class FitEngine:
     from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
     return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks)
 
-  def train(self, dataset, start_step: int, total: int, callbacks: list):
-    if total > start_step:
-      self.model.fit(dataset, epochs=1, steps_per_epoch=total - start_step,
-                     callbacks=callbacks, verbose=0)
+  def train(self, dataset, start_step: int, total: int, callbacks: list,
+            steps_per_epoch: Optional[int] = None):
+    """Steps ``start_step`` .. ``total`` as ONE ``model.fit`` whose Keras epochs are the
+    run's (``steps_per_epoch`` steps; default: one epoch of ``total`` steps), so that a
+    callback's ``on_epoch_begin(e)`` / ``on_epoch_end(e, logs)`` come at each epoch
+    boundary, as a Keras user expects (engines/epochs.py).
+
+    Two things ``fit`` does not offer are set through the hooks it reads them from
+    (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16):
+
+    * a run resumed mid-epoch starts inside its first epoch at the batch where it
+      stopped, as after a ``BackupAndRestore`` restore: ``fit`` (line 1787 in tf_keras
+      2.16) takes (initial epoch, initial step) from ``model._training_state``'s
+      ``maybe_load_initial_counters_from_ckpt`` (``_maybe_load_initial_counters_from_ckpt``;
+      BackupAndRestore, its only other user, is refused: user_module.py);
+    * each execution ends where engines/epochs.py says (a multiple of
+      ``steps_per_execution``, the epoch's end, the run's end): :class:`_Executions`
+      sets ``model.steps_per_execution`` (the variable ``DataHandler.steps`` reads
+      before each execution and the train function loops over), and stops ``fit`` at
+      ``total`` inside a shorter last epoch.
+    """
+    if total <= start_step:
+      return
+    spe = steps_per_epoch or total
+    first, epochs, first_batch = ep.keras_epochs(start_step, total, spe)
+    model = self.model
+    model._training_state = _StartInside(first, first_batch) if first_batch else None  # pylint: disable=protected-access
+    try:
+      model.fit(dataset, initial_epoch=first, epochs=epochs, steps_per_epoch=spe,
+                callbacks=[_executions(start_step, total, spe, self.steps_per_execution)]
+                + list(callbacks), verbose=0)
+    finally:
+      model._training_state = None  # pylint: disable=protected-access
+      model.steps_per_execution = self.steps_per_execution
 
   def step_losses(self, n: int) -> List[float]:
     """The exact losses of the last ``n`` steps (at most one execution's), oldest first:
@@ -132,3 +163,45 @@ class FitEngine:
     with self.scope():
       self.optimizer.build(self.model.trainable_variables)
     return {"model": self.model, "optimizer": self.optimizer}
+
+
+class _StartInside:
+  """Where ``fit`` starts its first epoch (``Model._maybe_load_initial_counters_from_ckpt``
+  asks ``model._training_state``, as BackupAndRestore's WorkerTrainingState answers)."""
+
+  def __init__(self, epoch: int, batch: int):
+    self.epoch, self.batch = epoch, batch
+
+  def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+    del steps_per_epoch, initial_epoch, mode
+    return self.epoch, self.batch
+
+
+def _executions(start_step: int, total: int, steps_per_epoch: int, k: int):
+  """The callback that makes ``fit``'s executions end where engines/epochs.py says and
+  stops ``fit`` at ``total``; runs first."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+
+  class _Executions(tf_keras.callbacks.Callback):
+
+    def __init__(self):
+      super().__init__()
+      self._epoch_start = 0
+      self._length = None  # The length last set (fit changes it only before our first).
+
+    def _next(self, step: int):
+      if step >= total:
+        self.model.stop_training = True
+      elif k > 1:  # k 1: fit traced a one-step function; every execution is one step.
+        length = ep.execution_length(step, total, steps_per_epoch, k)
+        if length != self._length:  # An assign per change, not per execution.
+          self.model.steps_per_execution = self._length = length
+
+    def on_epoch_begin(self, epoch, logs=None):
+      self._epoch_start = epoch * steps_per_epoch
+      self._next(max(start_step, self._epoch_start))
+
+    def on_train_batch_end(self, batch, logs=None):
+      self._next(self._epoch_start + int(batch) + 1)
+
+  return _Executions()

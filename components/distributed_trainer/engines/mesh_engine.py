@@ -2,10 +2,11 @@
 with the layout rules of sharding.py. The common engine surface is described in the
 package docstring (engines/__init__.py)."""
 import math
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import sharding
 from tfx_parallel.components.distributed_trainer import user_module
+from tfx_parallel.components.distributed_trainer.engines import epochs as ep
 
 
 class MeshEngine:
@@ -73,52 +74,74 @@ class MeshEngine:
     return cb.make_evaluator(self.model, self.loss, eval_ds, callbacks,
                              sums=self.trainer.evaluation_sums)
 
-  def train(self, dataset, start_step: int, total: int, callbacks: list):
+  def train(self, dataset, start_step: int, total: int, callbacks: list,
+            steps_per_epoch: Optional[int] = None):
     """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
-    of ``steps_per_execution`` steps: each is ONE DTensor call over that many batches,
-    stacked by ``dataset.batch`` (the last may be shorter).
+    that end where engines/epochs.py says (a multiple of ``steps_per_execution``, the
+    epoch's end, the run's end, as on the fit engine): each is ONE DTensor call over
+    that many batches, stacked on the host while the execution before runs.
 
-    The callbacks are driven as ``model.fit(epochs=1, steps_per_epoch=total -
-    start_step)`` drives them (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16):
-    a ``CallbackList`` with a History, ``on_train_begin``, ``on_epoch_begin(0)``, per
-    execution ``on_train_batch_begin(first step)`` and ``on_train_batch_end(last step,
-    {"loss": running mean since the start})``, ``on_epoch_end(0, logs)`` and
-    ``on_train_end(logs)``; the losses leave the devices only once per execution."""
+    The callbacks are driven as ``model.fit(initial_epoch=, epochs=,
+    steps_per_epoch=steps_per_epoch)`` drives them on the fit engine
+    (tf_keras/src/engine/training.py ``Model.fit``, TF 2.16): a ``CallbackList`` with a
+    History, ``on_train_begin``; per Keras epoch (the run's epochs; a run resumed
+    mid-epoch starts inside its first, as fit_engine.py makes ``fit`` start)
+    ``on_epoch_begin(e)``, per execution ``on_train_batch_begin(its first batch in the
+    epoch)`` and ``on_train_batch_end(its last, {"loss": running mean since the epoch's
+    start})``, then ``on_epoch_end(e, logs)`` (the Recorder, first, has added the
+    epoch's ``val_loss``: engines/callbacks.py), stopping after it when a callback set
+    ``model.stop_training``; ``on_train_end(logs)``. The losses leave the devices only
+    once per execution. An execution of a new length traces a new step function (k is
+    static in it: mesh_runtime.py), at most ``steps_per_execution`` of them."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tf_keras  # pylint: disable=g-import-not-at-top
     if total <= start_step:
       return  # As FitEngine: no fit, no callbacks.
-    model, steps = self.model, total - start_step
+    spe = steps_per_epoch or total
+    first, epochs, _ = ep.keras_epochs(start_step, total, spe)
+    model = self.model
     hooks = tf_keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=False,
-                                            model=model, verbose=0, epochs=1, steps=steps)
+                                            model=model, verbose=0, epochs=epochs, steps=spe)
+    lengths = iter(ep.execution_lengths(start_step, total, spe, self.steps_per_execution))
+    # Prefetched by tf.data's threads; each execution's batches are stacked and packed
+    # onto the mesh while the one before runs (run_packed returns before the devices
+    # finish; fetch waits): the host's input work overlaps the steps, as fit's input is
+    # read inside its train function.
+    batches = iter(dataset.take(total - start_step).prefetch(self.steps_per_execution))
+
+    def pack_next():
+      n = next(lengths, None)
+      if n is None:
+        return None
+      stacked = tf.nest.map_structure(lambda *t: tf.stack(t),
+                                      *[next(batches) for _ in range(n)])
+      return self.trainer.pack_steps(*stacked)
+
     model.stop_training = False
     hooks.on_train_begin()
-    hooks.on_epoch_begin(0)
-    count, mean, logs = 0, 0.0, {}
-    # Stacked k at a time by tf.data's threads (prefetch), and each execution's batches
-    # packed onto the mesh while the one before runs (run_packed returns before the
-    # devices finish; fetch waits): the host's input work overlaps the steps, as fit's
-    # input is read inside its train function.
-    batches = iter(dataset.take(steps).batch(self.steps_per_execution).prefetch(1))
-    packed = self._pack_next(batches)
-    while packed is not None:
-      hooks.on_train_batch_begin(count)
-      running = self.trainer.run_packed(packed)
-      packed = self._pack_next(batches)
-      losses = self._losses = self.trainer.fetch([running])
-      for n, loss in enumerate(losses, count + 1):
-        mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
-      count += len(losses)
-      logs = {"loss": mean}
-      hooks.on_train_batch_end(count - 1, logs)
-      if model.stop_training:
+    step, logs, training_logs = start_step, {}, None
+    packed = pack_next()
+    for epoch in range(first, epochs):
+      hooks.on_epoch_begin(epoch)
+      epoch_start, count, mean = epoch * spe, 0, 0.0
+      while packed is not None and step < min(total, epoch_start + spe):
+        hooks.on_train_batch_begin(step - epoch_start)
+        running = self.trainer.run_packed(packed)
+        packed = pack_next()
+        losses = self._losses = self.trainer.fetch([running])
+        for n, loss in enumerate(losses, count + 1):
+          mean = mean + (loss - mean) / n if math.isfinite(loss) else loss
+        count += len(losses)
+        step += len(losses)
+        logs = {"loss": mean}
+        hooks.on_train_batch_end(step - epoch_start - 1, logs)
+        if model.stop_training:
+          break
+      training_logs = dict(logs)
+      hooks.on_epoch_end(epoch, training_logs)
+      if model.stop_training or step >= total:
         break
-    hooks.on_epoch_end(0, dict(logs))
-    hooks.on_train_end(dict(logs))
-
-  def _pack_next(self, batches):
-    """The next execution's batches packed onto the mesh, or None at the end."""
-    stacked = next(batches, None)
-    return None if stacked is None else self.trainer.pack_steps(*stacked)
+    hooks.on_train_end(training_logs)
 
   def step_losses(self, n: int) -> List[float]:
     """The exact losses of the last ``n`` steps of the execution that just ended, oldest

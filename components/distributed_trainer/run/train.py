@@ -314,9 +314,11 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   # overfits (patience 0: a length the user set is trained in full).
   early = cb.EarlyStop(state, length.patience, engine.snapshot)
   callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
-  callbacks += user_callbacks
+  for user_callback in user_callbacks:  # Each followed by what notes its stop, if any.
+    callbacks += [user_callback, cb.UserStop(state, type(user_callback).__name__)]
   t_start = time.perf_counter()
-  engine.train(train_ds, start_step, total, callbacks)
+  # Keras epochs are the run's (engines/epochs.py): on_epoch_end(e, logs) at each.
+  engine.train(train_ds, start_step, total, callbacks, steps_per_epoch)
   elapsed = time.perf_counter() - t_start - state.eval_seconds
   steps_run = max(state.step - start_step, 1) if total > start_step else 1
 
@@ -327,7 +329,8 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
                  steps_run=steps_run,
                  examples_per_sec=steps_run * config.batch_size / max(elapsed, 1e-9),
                  diverged=state.diverged,
-                 stopped_early=(state.diverged or state.early_stopped) and state.step < total,
+                 stopped_early=(state.diverged or state.early_stopped
+                                or bool(state.stopped_by)) and state.step < total,
                  training_length=length.as_record(),
                  initial_eval_loss=state.initial_eval_loss,
                  feature_keys=list(spec.feature_names), label_key=spec.label_key,
@@ -360,6 +363,10 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
           f"for {length.patience} evaluations since step {early.best_step} "
           f"({early.best:.6g})" + ("; keeping that step's weights" if best is not None
                                     else ""), flush=True)
+  elif state.stopped_by and state.step < total:
+    print(f"[trainer] early stop at step {state.step} (epoch "
+          f"{-(-state.step // steps_per_epoch)} of {-(-total // steps_per_epoch)}): "
+          f"{state.stopped_by} (callbacks(spec)) set model.stop_training", flush=True)
   if config.layout == "mesh":  # The rules and shardings applied.
     history.update(run_record.mesh_layout(engine.trainer))
   # Measured from where the variables live, after training (every optimizer slot exists).
