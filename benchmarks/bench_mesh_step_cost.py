@@ -6,11 +6,11 @@ Issue #49 item 3 wrote the k steps of one DTensor call out in Python (one traced
 no ``tf.while_loop``). That trades a loop the compiler sees once for k copies of the step,
 so the first call (trace, DTensor's MLIR lowering, the first k steps) can grow, and the
 steady step can change too. This measures both on the code of the checkout it runs from,
-so the same file run by two checkouts' interpreters compares them (``--label`` names the
-run in the output).
+so this file and profile_mesh_step.py, copied beside each other and run by two checkouts'
+interpreters, compare them (``--label`` names the run in the output).
 
-Per mesh shape, in one process split into 2 logical CPU devices: the built-in mlp
-(hidden [256, 256], 16 float features), Adam 0.001, global batch 256, k = 10 steps per
+Per mesh shape, in one process split into 2 logical CPU devices: profile_mesh_step.py's
+model and batches, the built-in mlp (hidden [256, 256], 16 float features), Adam 0.001, global batch 256, k = 10 steps per
 call (``MeshTrainer.steps_async`` on k stacked batches, as MeshEngine runs
 steps_per_execution 10). ``first_call_s``: the first call, fetched (trace, compile, the
 first k steps); then ``--calls`` calls, each fetched, as ms per step by wall time and by
@@ -19,26 +19,22 @@ least). Prints one JSON line.
 """
 import argparse
 import json
+import os
+import sys
 import time
 
-FEATURES, BATCH, HIDDEN, K = 16, 256, [256, 256], 10
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import profile_mesh_step  # pylint: disable=g-import-not-at-top,wrong-import-position
+from profile_mesh_step import BATCH, FEATURES, HIDDEN, K  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def measure(shape, calls: int) -> dict:
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top
-  spec = ms.ModelSpec(features=tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32)
-                                     for i in range(FEATURES)), label_key="y",
-                      hparams={"hidden_units": HIDDEN})
-  rng = np.random.default_rng(0)
-  x = rng.normal(size=(BATCH * 50, FEATURES)).astype(np.float32)
-  y = x.sum(axis=1, keepdims=True).astype(np.float32)
-  ds = tf.data.Dataset.from_tensor_slices(({f"x{i}": x[:, i:i + 1] for i in range(FEATURES)}, y))
-  it = iter(ds.batch(BATCH, drop_remainder=True).cache().repeat().batch(K))
+  spec, ds = profile_mesh_step.model_and_batches()
+  it = iter(ds.batch(K))
   tr = mesh_runtime.MeshTrainer(lambda: mlp.build_model(spec), mesh_shape=shape, rules=None,
                                 loss_fn=tf_keras.losses.MeanSquaredError(), optimizer="adam",
                                 learning_rate=0.001, global_batch=BATCH)

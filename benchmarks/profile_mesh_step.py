@@ -21,14 +21,12 @@ import time
 FEATURES, BATCH, HIDDEN, K = 16, 256, [256, 256], 10
 
 
-def main(steps: int) -> dict:
+def model_and_batches():
+  """The benchmark model's spec and its global batches (cached, repeated), as
+  bench_mesh_step_cost.py uses them too."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime
-  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer import model_spec as ms  # pylint: disable=g-import-not-at-top
-  from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top
   spec = ms.ModelSpec(features=tuple(ms.FeatureSpec(f"x{i}", ms.FLOAT32)
                                      for i in range(FEATURES)), label_key="y",
                       hparams={"hidden_units": HIDDEN})
@@ -36,7 +34,15 @@ def main(steps: int) -> dict:
   x = rng.normal(size=(BATCH * 50, FEATURES)).astype(np.float32)
   y = x.sum(axis=1, keepdims=True).astype(np.float32)
   ds = tf.data.Dataset.from_tensor_slices(({f"x{i}": x[:, i:i + 1] for i in range(FEATURES)}, y))
-  ds = ds.batch(BATCH, drop_remainder=True).cache().repeat()
+  return spec, ds.batch(BATCH, drop_remainder=True).cache().repeat()
+
+
+def main(steps: int) -> dict:
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import optimizers  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.models import mlp  # pylint: disable=g-import-not-at-top
+  spec, ds = model_and_batches()
   out = {"steps": steps, "model": f"mlp {HIDDEN}, {FEATURES} features, batch {BATCH}, adam"}
 
   model = mlp.build_model(spec)
