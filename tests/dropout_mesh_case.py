@@ -6,7 +6,8 @@ for a model with ``Dropout(RATE)`` and no call of tf_keras's
 prints one ``RESULT{json}`` line: each mesh's losses, the dropout masks each device
 drew, the generator state's layout, whether the flag is off again after each build;
 rate 0.0 against the same model without Dropout; evaluation (training=False) of the
-rate-RATE model against the model without Dropout.
+rate-RATE model against the model without Dropout. With the argument ``lazy``: a Dropout
+the model's build leaves unbuilt (:func:`lazy`).
 """
 import json
 import sys
@@ -37,6 +38,63 @@ def build_unseeded():
   x = tf_keras.Input((4,), name="x")
   h = tf_keras.layers.Dropout(RATE)(tf_keras.layers.Dense(WIDTH, activation="relu")(x))
   return tf_keras.Model({"x": x}, tf_keras.layers.Dense(1)(h))
+
+
+def build_train_only_dropout():
+  """A subclassed Dense -> Dropout -> Dense whose Dropout runs only when training, so
+  ``model.build`` (training unset) leaves it unbuilt: tf_keras would build it, and create
+  its generator's state, at the first training step."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  init = tf_keras.initializers
+
+  class Model(tf_keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.hidden = tf_keras.layers.Dense(WIDTH, kernel_initializer=init.GlorotUniform(seed=1))
+      self.drop = tf_keras.layers.Dropout(RATE)
+      self.head = tf_keras.layers.Dense(1, kernel_initializer=init.GlorotUniform(seed=2))
+
+    def call(self, inputs, training=None):
+      h = self.hidden(inputs["x"])
+      if training:
+        h = self.drop(h, training=True)
+      return self.head(h)
+
+  model = Model()
+  model.build({"x": (None, 4)})
+  return model
+
+
+def lazy() -> dict:
+  """A Dropout the model's build leaves unbuilt (build_train_only_dropout), on mesh 2x2:
+  its generator's state is a replicated DVariable made by the mesh's builds, the devices
+  of the model axis apply one mask, and two trainers from one seed train alike."""
+  tfenv.split_cpu(4)
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import mesh_runtime  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(GLOBAL_BATCH, 4)).astype("float32")
+  features, labels = {"x": tf.constant(x)}, tf.constant(x[:, :1] * 2.0)
+  result = {"losses": []}
+  for _ in range(2):
+    tf_keras.utils.set_random_seed(3)
+    tr = mesh_runtime.MeshTrainer(build_train_only_dropout, mesh_shape=(2, 2), rules=None,
+                                  loss_fn=tf_keras.losses.MeanSquaredError(), optimizer="sgd",
+                                  learning_rate=0.05, global_batch=GLOBAL_BATCH)
+    result["losses"].append([tr.step(features, labels) for _ in range(3)])
+  generator = tr.model.drop._random_generator._generator  # pylint: disable=protected-access
+  result["state_is_dvariable"] = isinstance(generator.state, dtensor.DVariable)
+  ones = dtensor.call_with_layout(
+      tf.ones, dtensor.Layout([mesh_runtime.BATCH_AXIS, dtensor.UNSHARDED], tr.mesh),
+      shape=(GLOBAL_BATCH, WIDTH))
+  result["masks"] = [(p.numpy() != 0).astype(int).tolist() for p in dtensor.unpack(
+      tf.function(lambda t: tr.model.drop(t, training=True))(ones))]
+  return result
 
 
 def main() -> dict:
@@ -133,5 +191,5 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-  print("RESULT" + json.dumps(main(), default=float))
+  print("RESULT" + json.dumps(lazy() if sys.argv[1:] == ["lazy"] else main(), default=float))
   sys.stdout.flush()

@@ -256,11 +256,16 @@ def test_an_op_dtensor_cannot_run_names_the_model_fix_not_the_layout_rules():
   dropout = tf.errors.UnknownError(None, None, "error: 'tf.RandomUniform' op "
                                                "ComputeLayoutForward error: Stateful random "
                                                "operations are not supported in DTensor.")
+  normal = tf.errors.UnknownError(None, None, "error: 'tf.RandomStandardNormal' op "
+                                              "ComputeLayoutForward error: Stateful random "
+                                              "operations are not supported in DTensor.")
   other = tf.errors.UnknownError(None, None, "error: 'tf.FooBar' op does not implement "
                                              "layout propagation.")
   for done in (False, True):
     for error, says in ((lstm, "unroll=True"), (map_fn, "unroll=True"),
-                        (dropout, "tf.random.Generator"), (other, "op FooBar")):
+                        (dropout, "tf.random.Generator"), (dropout, "op RandomUniform"),
+                        (normal, "op RandomStandardNormal"),
+                        (dropout, "made outside build_model()"), (other, "op FooBar")):
       e = _config_error(error, first_step_done=done)
       assert e.key == "trainer.layout" and says in str(e), e
       assert "layout_rules" not in str(e) and "rerun" not in str(e).lower()

@@ -307,3 +307,21 @@ def test_a_dropout_model_trains_on_the_mesh_without_a_call_in_the_module():
   np.testing.assert_allclose(r["eval_dropout"], r["eval_plain"], rtol=1e-5)
   assert r["unseeded_start_equal"] == [True] * 4
   assert not r["flag_at_end"]
+
+
+@pytest.mark.slow
+def test_a_dropout_the_build_leaves_unbuilt_draws_from_a_replicated_generator():
+  """A subclassed model whose Dropout runs only when training: ``model.build`` leaves it
+  unbuilt, and tf_keras would create its generator's state at the first step, inside the
+  mesh's step, as a plain variable on CPU:0 (the devices of the model axis then applied
+  different masks to one replicated activation, and the seed it drew there made two runs
+  from one seed differ). The mesh's builds create it (tests/dropout_mesh_case.py lazy)."""
+  case = dropout_mesh_case
+  r = tu.run_cases("dropout_mesh_case.py", "lazy", timeout=600)
+  assert r["state_is_dvariable"]
+  masks = np.array(r["masks"])  # [device (batch-major), rows, WIDTH] on mesh 2x2
+  np.testing.assert_array_equal(masks[0], masks[1])
+  np.testing.assert_array_equal(masks[2], masks[3])
+  assert not np.array_equal(masks[0], masks[2])
+  assert 0.2 < masks.mean() < 0.8 and masks.shape == (4, case.GLOBAL_BATCH // 2, case.WIDTH)
+  assert r["losses"][0] == r["losses"][1] and np.all(np.isfinite(r["losses"]))

@@ -24,6 +24,9 @@ def test_the_pinned_tf_keras_has_every_private_field_the_mesh_reads():
   assert probe.kernel.shape.as_list() == [3, 2]
   tf_keras.utils.set_random_seed(1)  # Starts the seed sequence the mesh's builds draw from.
   assert mr.seed_generator().generator.getstate() == __import__("random").Random(1).getstate()
+  drop = tf_keras.layers.Dropout(0.5)  # Unbuilt: the mesh creates its generator.
+  mr.init_random_generators(tf_keras.Sequential([drop]))
+  assert getattr(drop, mr.RANDOM_GENERATOR)._built  # pylint: disable=protected-access
 
 
 def test_a_missing_field_fails_naming_the_field_and_the_tf_keras_version(monkeypatch):
@@ -45,6 +48,11 @@ def test_a_missing_field_fails_naming_the_field_and_the_tf_keras_version(monkeyp
   monkeypatch.setattr(mr, "SEED_GENERATOR", "_RENAMED")
   with pytest.raises(mr.TfKerasFieldError, match=r"has no tf_keras\.src\.backend\._RENAMED"):
     mr.seed_generator()
+  monkeypatch.setattr(mr, "MAYBE_INIT", "_renamed_init")
+  with pytest.raises(mr.TfKerasFieldError,
+                     match=r"has no BaseRandomLayer\._random_generator\._renamed_init "
+                           r"\(on layer 'drop'"):
+    mr.init_random_generators(tf_keras.Sequential([tf_keras.layers.Dropout(0.5, name="drop")]))
   monkeypatch.setattr(mr, "LAZY_VARIABLE_MODULE", "tf_keras.src.dtensor.lazy_variable")
   monkeypatch.setattr(mr, "LAZY_INIT_SCOPE", "renamed_scope")
   with pytest.raises(mr.TfKerasFieldError, match=r"lazy_variable\.renamed_scope"):

@@ -87,12 +87,15 @@ _VARIABLE = re.compile(r"(?:resource|variable|tensor)\s+'?([\w./:-]+/(?:kernel|b
 # over a sequence (TensorList ops: a tf_keras LSTM, GRU or RNN without ``unroll=True``,
 # tf.map_fn, a TensorArray), and stateful random ops the model's own code calls
 # (tf.random.uniform, tf.nn.dropout; tf_keras's random layers draw statelessly on the mesh,
-# which builds them with tf_keras's tf.random.Generator on: mesh_runtime.tf_random_generator).
+# which builds them with tf_keras's tf.random.Generator on: mesh_runtime.tf_random_generator;
+# not one made outside build_model()).
 # Checked before the layout rules: DTensor says "does not implement layout propagation"
 # for both kinds.
 _DTENSOR_LOOP_OP = re.compile(r"'tf\.(TensorList\w*|TensorArray\w*)' op")
 _DTENSOR_UNSUPPORTED_OP = re.compile(r"'tf\.(\w+)' op does not implement layout propagation")
-_DTENSOR_STATEFUL_RANDOM = "Stateful random operations are not supported in DTensor"
+_DTENSOR_STATEFUL_RANDOM = re.compile(
+    r"(?:'tf\.(\w+)' op ComputeLayoutForward error: )?"
+    r"Stateful random operations are not supported in DTensor")
 
 
 def _first_line(error: BaseException) -> str:
@@ -142,12 +145,16 @@ def config_error(error: BaseException, *, first_step_done: bool, layout: str = "
 def _dtensor_unsupported_op(message: str) -> Optional[str]:
   """What to change when DTensor cannot run an op of the model whatever the layout rules
   and the mesh (:data:`_DTENSOR_LOOP_OP`), or None."""
-  if _DTENSOR_STATEFUL_RANDOM in message:
-    return ("the model draws random numbers with a stateful op, which DTensor cannot run "
-            "(tf.random.uniform, tf.nn.dropout or tf_keras.backend.dropout in the model's "
-            "own code; tf_keras's random layers are built to draw statelessly on the mesh): "
-            "use a tf_keras.layers.Dropout, a tf.random.Generator or a stateless op "
-            "(tf.random.stateless_uniform) instead")
+  stateful = _DTENSOR_STATEFUL_RANDOM.search(message)
+  if stateful:
+    op = f" (op {stateful.group(1)})" if stateful.group(1) else ""
+    return (f"the model draws random numbers with a stateful op{op}, which DTensor cannot "
+            f"run (tf.random.uniform, tf.random.normal, tf.nn.dropout or "
+            f"tf_keras.backend.dropout in the model's own code, or a tf_keras random layer "
+            f"made outside build_model(), e.g. at module level or in call(); the random "
+            f"layers build_model() makes draw statelessly on the mesh): use a "
+            f"tf_keras.layers.Dropout made in build_model(), a tf.random.Generator or a "
+            f"stateless op (tf.random.stateless_uniform) instead")
   loop = _DTENSOR_LOOP_OP.search(message)
   if loop:
     return (f"the model runs a loop over a sequence (op {loop.group(1)}), which DTensor "

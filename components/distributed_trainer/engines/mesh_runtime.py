@@ -178,6 +178,10 @@ OUTBOUND_NODES, OUTBOUND_LAYER = "_outbound_nodes", "outbound_layer"
 # thread-local holding a random.Random), from which unseeded initializers and random
 # layers draw their seeds (tf_keras/src/backend.py lines 1830, 2028-2034).
 BACKEND_MODULE, SEED_GENERATOR = "tf_keras.src.backend", "_SEED_GENERATOR"
+# A random layer's backend.RandomGenerator, and the method that creates its
+# tf.random.Generator (state variable and seed) once (tf_keras/src/engine/base_layer.py
+# BaseRandomLayer, src/backend.py RandomGenerator._maybe_init).
+RANDOM_GENERATOR, MAYBE_INIT = "_random_generator", "_maybe_init"
 
 
 class TfKerasFieldError(RuntimeError):
@@ -211,6 +215,25 @@ def seed_generator():
     raise TfKerasFieldError(f"{BACKEND_MODULE}.{SEED_GENERATOR}",
                             "the seed sequence the mesh's two builds draw from")
   return getattr(backend, SEED_GENERATOR)
+
+
+def init_random_generators(model):
+  """Creates the generator of each of ``model``'s random layers that its build left
+  unbuilt (a Dropout only called when training), as tf_keras's own LayoutMap does
+  (src/dtensor/layout_map.py ``_init_state_variable_for_rng``): called inside the mesh's
+  builds, its state is then created by their variable creators, a replicated DVariable,
+  and its seed drawn there, not at the first step, as a plain variable on CPU:0 inside the
+  DTensor step (the devices of the model axis then drew different masks for one
+  replicated activation, and two runs from one seed differed). TfKerasFieldError if the
+  fields are gone."""
+  for layer in [model, *model.submodules]:
+    if not isinstance(layer, tf_keras.__internal__.layers.BaseRandomLayer):
+      continue
+    generator = getattr(layer, RANDOM_GENERATOR, None)
+    if not hasattr(generator, MAYBE_INIT):
+      raise TfKerasFieldError(f"BaseRandomLayer.{RANDOM_GENERATOR}.{MAYBE_INIT}",
+                              f"on layer {layer.name!r}, whose generator the mesh creates")
+    getattr(generator, MAYBE_INIT)()
 
 
 def outbound_layers(layer) -> List:
@@ -321,7 +344,8 @@ class MeshTrainer:
             f"model.build(input shapes) or by calling it on tf_keras.Input. "
             f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
         ) from e
-    _check_model(probe, module_name)
+      _check_model(probe, module_name)
+      init_random_generators(probe)  # Its state recorded, as the real build creates it.
     infos = sharding_lib.describe_variables(probe)
     del probe
     _set_rng_state(rng_state)  # The real build draws what a single-device build draws.
@@ -364,7 +388,8 @@ class MeshTrainer:
 
     with tf_random_generator(), tf.variable_creator_scope(place):
       self.model = build_model()
-    _check_model(self.model, module_name)
+      _check_model(self.model, module_name)
+      init_random_generators(self.model)
     if len(placed) != len(paths):
       raise RuntimeError(f"module {module_name!r}: build_model() created {len(paths)} "
                          f"variables on the first build and {len(placed)} on the second.")
