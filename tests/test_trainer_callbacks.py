@@ -331,6 +331,12 @@ def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name
                "tf_keras.callbacks.ReduceLROnPlateau(), tf_keras.callbacks.EarlyStopping(), "
                "tf_keras.callbacks.CSVLogger('/tmp/l.csv')]")
   assert len(user_module.make_callbacks(stock, spec, "mesh")) == 4
+  restore = load("[tf_keras.callbacks.EarlyStopping(restore_best_weights=True)]")
+  assert len(user_module.make_callbacks(restore, spec, "single")) == 1
+  with pytest.raises(user_module.ModuleError, match=r"EarlyStopping with restore_best_weights="
+                                                    r"True, which the trainer cannot honour: "
+                                                    r"on the mesh layout it copies"):
+    user_module.make_callbacks(restore, spec, "mesh")
   backup = load("[tf_keras.callbacks.BackupAndRestore('/tmp/b')]")
   for layout in ("single", "mirrored", "mesh"):
     with pytest.raises(user_module.ModuleError, match=r"BackupAndRestore, which the trainer "
