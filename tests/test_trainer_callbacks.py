@@ -331,6 +331,12 @@ def test_a_callback_the_trainer_cannot_honour_is_refused_before_training_by_name
                "tf_keras.callbacks.ReduceLROnPlateau(), tf_keras.callbacks.EarlyStopping(), "
                "tf_keras.callbacks.CSVLogger('/tmp/l.csv')]")
   assert len(user_module.make_callbacks(stock, spec, "mesh")) == 4
+  restore = load("[tf_keras.callbacks.EarlyStopping(restore_best_weights=True)]")
+  assert len(user_module.make_callbacks(restore, spec, "single")) == 1
+  with pytest.raises(user_module.ModuleError, match=r"EarlyStopping with restore_best_weights="
+                                                    r"True, which the trainer cannot honour: "
+                                                    r"on the mesh layout it copies"):
+    user_module.make_callbacks(restore, spec, "mesh")
   backup = load("[tf_keras.callbacks.BackupAndRestore('/tmp/b')]")
   for layout in ("single", "mirrored", "mesh"):
     with pytest.raises(user_module.ModuleError, match=r"BackupAndRestore, which the trainer "
@@ -435,3 +441,72 @@ def test_the_recorder_adds_each_epochs_eval_loss_to_its_logs_as_val_loss():
     recorder.on_epoch_end(epoch, logs)
     assert logs == {"loss": 0.7, "val_loss": [0.9, 0.8][epoch]}
   assert [e["step"] for e in state.epochs] == [50, 100]
+
+
+# ReduceLROnPlateau cuts the rate at every epoch's end from the second on (min_delta
+# huge); the process dies at the start of the epoch after the step-10 checkpoint when
+# hparams "die" is set and its marker file does not exist yet.
+PLATEAU_MODULE = '''
+import os
+import tf_keras
+
+
+class Die(tf_keras.callbacks.Callback):
+  def __init__(self, marker):
+    super().__init__()
+    self.marker = marker
+
+  def on_epoch_begin(self, epoch, logs=None):
+    if self.marker and epoch == 2 and not os.path.exists(self.marker):
+      open(self.marker, "w").close()
+      os._exit(3)
+
+
+def build_model(spec):
+  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
+
+
+def callbacks(spec):
+  return [tf_keras.callbacks.ReduceLROnPlateau(monitor="val_loss", min_delta=1e9,
+                                               patience=0, factor=0.1),
+          Die(spec.hparams["die"])]
+'''
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_an_epochs_checkpoint_resumes_with_its_on_epoch_end_changes(
+    tmp_path):
+  """The checkpoint at an epoch's last step (10, of 5-step epochs) is written after the
+  user's on_epoch_end: ReduceLROnPlateau's cut at that epoch's end is in it, and the
+  resumed run trains epoch 2 at the cut rate, as the uninterrupted run does."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  module = tmp_path / "plateau.py"
+  module.write_text(PLATEAU_MODULE)
+  root = str(tmp_path / "ex")
+  feats, _, rows = tu.write_examples(root, rows=80, eval_rows=32)
+  marker = str(tmp_path / "died")
+  jobs = {name: tu.job_dict(str(tmp_path / name), root, feats, rows, layout="single",
+                            epochs=3, batch_size=16, steps_per_execution=2, log_every=2,
+                            checkpoint_every=2, module_file=str(module),
+                            hparams={"die": die})
+          for name, die in (("straight", ""), ("killed", marker))}
+  straight = tu.run_job(jobs["straight"], str(tmp_path / "straight"))
+  path = str(tmp_path / "killed.json")
+  with open(path, "w") as f:
+    import json  # pylint: disable=g-import-not-at-top
+    json.dump(jobs["killed"], f)
+  proc = subprocess.run([sys.executable, "-m",
+                         "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+  resumed = tu.run_job(jobs["killed"], str(tmp_path / "killed"))
+  assert resumed["resumed_from_step"] == 10
+  rates = [r["learning_rate"] for r in straight["records"]]
+  assert rates == pytest.approx([0.1] * 5 + [0.01] * 3)  # Cut at epoch 1's end.
+  assert [r["learning_rate"] for r in resumed["records"]] == pytest.approx(rates)
+  assert [e["eval_loss"] for e in resumed["epochs"]] == pytest.approx(
+      [e["eval_loss"] for e in straight["epochs"]], rel=1e-6)

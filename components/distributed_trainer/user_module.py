@@ -226,7 +226,8 @@ REFUSED_CALLBACKS = {
 }
 # ... and those it cannot honour on a mesh: they save or trace the model through
 # ``model.fit``'s own functions, which a mesh run does not have. Every other stock
-# callback (LearningRateScheduler, ReduceLROnPlateau, EarlyStopping, CSVLogger, ...) runs
+# callback (LearningRateScheduler, ReduceLROnPlateau, EarlyStopping without
+# restore_best_weights, CSVLogger, ...) runs
 # on every layout: ``model.optimizer`` is the optimizer that trains.
 REFUSED_ON_MESH = {
     "ModelCheckpoint": "the mesh model's variables are DTensors split over devices; the "
@@ -234,6 +235,13 @@ REFUSED_ON_MESH = {
     "TensorBoard": "it traces fit's train function, which a mesh run does not have; the "
                    "trainer writes its TensorBoard scalars to the ModelRun artifact",
 }
+
+# EarlyStopping(restore_best_weights=True) on a mesh (its weight copies need whole arrays).
+RESTORE_BEST_ON_MESH = (
+    "it copies the weights with model.get_weights(), which cannot read the mesh model's "
+    "variables (DTensors split over devices); the trainer keeps and exports the best "
+    "evaluation's weights itself (trainer patience, the automatic length), so pass "
+    "restore_best_weights=False")
 
 
 def make_callbacks(module: UserModule, spec: ms.ModelSpec, layout: str) -> list:
@@ -265,6 +273,13 @@ def make_callbacks(module: UserModule, spec: ms.ModelSpec, layout: str) -> list:
       if reason:
         raise ModuleError(f"{module.name}: callbacks(spec) returned {what}, which the "
                           f"trainer cannot honour: {reason}")
+    if (layout == "mesh" and isinstance(c, tf_keras.callbacks.EarlyStopping)
+        and c.restore_best_weights):
+      # Its on_epoch_end copies model.get_weights(), which cannot read a DTensor split
+      # over devices (UnimplementedError at the first epoch's end, mid-run).
+      raise ModuleError(f"{module.name}: callbacks(spec) returned {what} with "
+                        f"restore_best_weights=True, which the trainer cannot honour: on the "
+                        f"mesh layout {RESTORE_BEST_ON_MESH}")
   return list(callbacks)
 
 

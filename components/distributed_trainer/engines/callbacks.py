@@ -245,17 +245,28 @@ class UserStop(tf_keras.callbacks.Callback):
 
 
 class Checkpointer(tf_keras.callbacks.Callback):
-  """Every ``every`` steps (not at the end), ``save(step)`` on the chief."""
+  """Every ``every`` steps (not at the end), ``save(step)`` on the chief. A step that
+  ends an epoch is saved at ``on_epoch_end``, after the user's callbacks (the
+  Checkpointer is the last callback): what their ``on_epoch_end`` changed (e.g.
+  ReduceLROnPlateau's cut of the rate) is in the checkpoint, as in the uninterrupted run,
+  whose next epoch starts with it."""
 
   def __init__(self, state: RunState, every: int, save: Callable[[int], None], chief: bool):
     super().__init__()
     self.state, self.every, self.save, self.chief = state, every, save, chief
 
-  def on_train_batch_end(self, batch, logs=None):
-    step = self.state.step
+  def _save(self, step: int):
     if (self.every and step % self.every == 0 and step < self.state.total
         and not self.state.diverged and self.chief):
       self.save(step)
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self.state.step % self.state.steps_per_epoch:
+      self._save(self.state.step)
+
+  def on_epoch_end(self, epoch, logs=None):
+    if self.state.step % self.state.steps_per_epoch == 0:
+      self._save(self.state.step)
 
 
 class Progress(tf_keras.callbacks.Callback):

@@ -305,17 +305,19 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
                   non_negative=run_record.non_negative(engine.loss),
                   learning_rate_at=lambda step: run_record.learning_rate_at(engine.optimizer,
                                                                             step)),
-      cb.Checkpointer(state, config.checkpoint_every,
-                      lambda step: save_checkpoint(job, engine, state, step,
-                                                   module.source_digest), engine.chief),
       cb.Progress(state, config.stop_on_divergence),
   ]
   # Keeps the best evaluation's weights: exported after an early stop, or when the run
   # overfits (patience 0: a length the user set is trained in full).
   early = cb.EarlyStop(state, length.patience, engine.snapshot)
-  callbacks.insert(1, early)  # After the Recorder, before checkpoints and progress.
+  callbacks.insert(1, early)  # After the Recorder, before progress and checkpoints.
   for user_callback in user_callbacks:  # Each followed by what notes its stop, if any.
     callbacks += [user_callback, cb.UserStop(state, type(user_callback).__name__)]
+  # Last: a checkpoint at an epoch's end holds what the user's on_epoch_end changed.
+  callbacks.append(cb.Checkpointer(state, config.checkpoint_every,
+                                   lambda step: save_checkpoint(job, engine, state, step,
+                                                                module.source_digest),
+                                   engine.chief))
   t_start = time.perf_counter()
   # Keras epochs are the run's (engines/epochs.py): on_epoch_end(e, logs) at each.
   engine.train(train_ds, start_step, total, callbacks, steps_per_epoch)
