@@ -510,3 +510,77 @@ def test_a_run_killed_after_an_epochs_checkpoint_resumes_with_its_on_epoch_end_c
   assert [r["learning_rate"] for r in resumed["records"]] == pytest.approx(rates)
   assert [e["eval_loss"] for e in resumed["epochs"]] == pytest.approx(
       [e["eval_loss"] for e in straight["epochs"]], rel=1e-6)
+
+
+# LearningRateScheduler halves the rate at every epoch's start (rate-relative); the
+# process dies inside epoch 1 (5-step epochs), after the step-8 checkpoint, when hparams
+# "die" is set and its marker file does not exist yet.
+HALVING_MODULE = '''
+import os
+import tf_keras
+
+
+class Die(tf_keras.callbacks.Callback):
+  def __init__(self, marker):
+    super().__init__()
+    self.marker, self.epoch = marker, 0
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self.epoch = epoch
+
+  def on_train_batch_begin(self, batch, logs=None):
+    if self.marker and self.epoch == 1 and batch >= 3 and not os.path.exists(self.marker):
+      open(self.marker, "w").close()
+      os._exit(3)
+
+
+def build_model(spec):
+  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
+
+
+def callbacks(spec):
+  return [tf_keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.5),
+          Die(spec.hparams["die"])]
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["single", "mesh"])
+def test_a_run_killed_inside_an_epoch_applies_a_rate_relative_schedule_once(
+    tmp_path, layout):
+  """Killed at step 8 (inside epoch 1, after its step-8 checkpoint) and resumed: the
+  checkpoint holds the rate the scheduler set at epoch 1's start, and its on_epoch_begin(1)
+  runs again on resume; the trainer sets the rate back to epoch 1's rate before any
+  callback's on_epoch_begin, so the schedule halves it once, as in the uninterrupted run."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  module = tmp_path / "halving.py"
+  module.write_text(HALVING_MODULE)
+  root = str(tmp_path / "ex")
+  feats, _, rows = tu.write_examples(root, rows=80, eval_rows=32)
+  marker = str(tmp_path / "died")
+  where = {"mesh": [1, 2]} if layout == "mesh" else {}
+  jobs = {name: tu.job_dict(str(tmp_path / name), root, feats, rows, layout=layout,
+                            epochs=3, batch_size=16, steps_per_execution=2, log_every=1,
+                            checkpoint_every=2, module_file=str(module),
+                            hparams={"die": die}, **where)
+          for name, die in (("straight", ""), ("killed", marker))}
+  straight = tu.run_job(jobs["straight"], str(tmp_path / "straight"))
+  path = str(tmp_path / "killed.json")
+  with open(path, "w") as f:
+    json.dump(jobs["killed"], f)
+  proc = subprocess.run([sys.executable, "-m",
+                         "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+  resumed = tu.run_job(jobs["killed"], str(tmp_path / "killed"))
+  assert resumed["resumed_from_step"] == 8
+  rates = [r["learning_rate"] for r in straight["records"]]
+  assert rates == pytest.approx([0.05] * 5 + [0.025] * 5 + [0.0125] * 5)
+  assert [r["learning_rate"] for r in resumed["records"]] == pytest.approx(rates)
+  assert [e["eval_loss"] for e in resumed["epochs"]] == pytest.approx(
+      [e["eval_loss"] for e in straight["epochs"]], rel=1e-6)

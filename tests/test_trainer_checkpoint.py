@@ -175,7 +175,7 @@ def test_a_checkpoint_of_edited_module_source_is_not_resumed_and_the_console_say
   edited = user_module.load(module_path="usermods.m")
   assert edited.source_digest != path_module.source_digest
   capsys.readouterr()
-  assert train.restore_checkpoint(job, engine, edited) == (0, [], [], 0.0, None)
+  assert train.restore_checkpoint(job, engine, edited) == (0, [], [], 0.0, None, None)
   assert (f"[trainer] checkpoint: {job.checkpoint_dir}/ckpt-4 is not resumed: it was written "
           f"by other source of module usermods.m (sha256 {path_module.source_digest[:12]}, now "
           f"{edited.source_digest[:12]}); training starts at step 0") in capsys.readouterr().out

@@ -45,6 +45,10 @@ class RunState:
   last_loss: float = math.nan
   t_start: float = dataclasses.field(default_factory=time.perf_counter)
   eval_seconds: float = 0.0   # Time spent in per-epoch evaluation (not training).
+  # The optimizer's plain learning rate at the start of the current epoch, before any
+  # callback's on_epoch_begin (None: a LearningRateSchedule, or between epochs); a
+  # checkpoint inside the epoch keeps it (Recorder.on_epoch_begin).
+  epoch_learning_rate: Optional[float] = None
 
   def wall_time(self) -> float:
     return self.wall_offset + time.perf_counter() - self.t_start
@@ -66,6 +70,13 @@ class Recorder(tf_keras.callbacks.Callback):
   epoch) is not read. The step is the epoch's first step (``on_epoch_begin``) plus the
   batch index within the epoch. ``on_epoch_end`` adds the epoch's evaluation to its logs
   as ``val_loss`` (module docstring); it must come before the user's callbacks.
+
+  ``on_epoch_begin`` keeps the optimizer's plain learning rate as ``state.
+  epoch_learning_rate`` before the user's callbacks' run, and a run resumed inside that
+  epoch sets the rate back to it there: the checkpoint holds the rate a
+  LearningRateScheduler (``lambda epoch, lr: lr * 0.5``) already set at the epoch's
+  start, and its ``on_epoch_begin`` runs again on resume, so without this the schedule
+  would apply twice. A LearningRateSchedule (step-based) is left as it is.
   """
 
   def __init__(self, state: RunState, log_every: int, stop_on_divergence: bool,
@@ -97,7 +108,16 @@ class Recorder(tf_keras.callbacks.Callback):
                               epoch.get("train_loss"))
 
   def on_epoch_begin(self, epoch, logs=None):
-    self._epoch_start = int(epoch) * self.state.steps_per_epoch
+    st = self.state
+    self._epoch_start = int(epoch) * st.steps_per_epoch
+    rate = _plain_rate(self.model.optimizer)
+    if rate is None:
+      st.epoch_learning_rate = None
+    elif self._epoch_start < st.start_step and st.epoch_learning_rate is not None:
+      # Resumed inside this epoch: its rate as it began, before any on_epoch_begin.
+      tf_keras.backend.set_value(rate, st.epoch_learning_rate)
+    else:
+      st.epoch_learning_rate = float(tf_keras.backend.get_value(rate))
 
   def on_train_batch_end(self, batch, logs=None):
     st = self.state
@@ -142,6 +162,7 @@ class Recorder(tf_keras.callbacks.Callback):
       self.model.stop_training = True
 
   def on_epoch_end(self, epoch, logs=None):
+    self.state.epoch_learning_rate = None  # A checkpoint at the epoch's end: none inside.
     self._add_val_loss(logs)
 
   def _add_val_loss(self, logs):
@@ -169,6 +190,17 @@ class Recorder(tf_keras.callbacks.Callback):
         tf.summary.scalar("examples_per_sec", record["examples_per_sec"], step=record["step"])
     self.writer.flush()
     self._flushed = len(self.state.records)
+
+
+def _plain_rate(optimizer):
+  """The optimizer's learning-rate variable as LearningRateScheduler reads and sets it
+  (``optimizer.lr``), or None when the rate is a LearningRateSchedule or there is none."""
+  schedule_type = tf_keras.optimizers.schedules.LearningRateSchedule
+  for candidate in (getattr(optimizer, "_learning_rate", None),
+                    getattr(optimizer, "_hyper", {}).get("learning_rate")):
+    if isinstance(candidate, schedule_type):
+      return None
+  return getattr(optimizer, "lr", None)
 
 
 class EarlyStop(tf_keras.callbacks.Callback):

@@ -147,14 +147,16 @@ def save_checkpoint(job: Job, engine, state, step: int, module_digest: str = "")
                   {"records": state.records, "epochs": state.epochs,
                    "wall_time": state.wall_time(),
                    "initial_eval_loss": state.initial_eval_loss,
+                   "epoch_learning_rate": state.epoch_learning_rate,
                    "layout": describe_layout(engine.describe()),
                    "module_digest": module_digest},
                   host_blocks=engine.host_blocks)
 
 
 def restore_checkpoint(job: Job, engine, module=None):
-  """(start step, records, epochs, wall time, initial eval loss) from the latest
-  checkpoint, else zeros and None.
+  """(start step, records, epochs, wall time, initial eval loss, the learning rate at the
+  start of the epoch the checkpoint is inside) from the latest checkpoint, else zeros and
+  None (the rate: None too in a checkpoint at an epoch's end, or older than the field).
 
   A checkpoint written by other source of the user ``module`` (its recorded
   ``module_digest`` differs from ``module.source_digest``) is not resumed: the console
@@ -166,7 +168,7 @@ def restore_checkpoint(job: Job, engine, module=None):
       print(f"[trainer] checkpoint: {len(old)} checkpoint(s) in the .npz format of earlier "
             f"versions in {job.checkpoint_dir} are not resumed; training starts at step 0",
             flush=True)
-    return 0, [], [], 0.0, None
+    return 0, [], [], 0.0, None, None
   digest = module.source_digest if module is not None else ""
   saved = checkpoint.read_meta(found).get("module_digest", "")
   if saved != digest:
@@ -175,14 +177,14 @@ def restore_checkpoint(job: Job, engine, module=None):
           f"{digest[:12] or 'none'}); training starts at step 0", flush=True)
     if engine.chief:
       checkpoint.clear(job.checkpoint_dir)
-    return 0, [], [], 0.0, None
+    return 0, [], [], 0.0, None, None
   meta = checkpoint.restore(found, engine.checkpointed())
   step = int(meta["step"])
   print(f"[trainer] resuming from {found} at step {step} (saved by layout "
         f"{meta.get('layout', 'an unrecorded layout')}; "
         f"now {describe_layout(engine.describe())})", flush=True)
   return (step, meta.get("records", []), meta.get("epochs", []), meta.get("wall_time", 0.0),
-          meta.get("initial_eval_loss"))
+          meta.get("initial_eval_loss"), meta.get("epoch_learning_rate"))
 
 
 def warm_start_from_base(job: Job, config: TrainerConfig, engine, start_step: int,
@@ -252,8 +254,8 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   pre = Preprocessor(spec, normalization)
   print(f"[trainer] model {module.name}: {spec.describe()}", flush=True)
   engine.build(module, spec)
-  start_step, records, epochs, wall_offset, initial_eval = restore_checkpoint(job, engine,
-                                                                            module)
+  start_step, records, epochs, wall_offset, initial_eval, epoch_rate = restore_checkpoint(
+      job, engine, module)
   warm_record = warm_start_from_base(job, config, engine, start_step, spec, normalization)
 
   length = length_lib.choose(config.steps, config.epochs, config.min_steps, config.patience,
@@ -290,7 +292,7 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
   state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
-                      step=start_step)
+                      step=start_step, epoch_learning_rate=epoch_rate)
   if progress is not None:
     progress["state"] = state
   writer = tf.summary.create_file_writer(job.model_run_dir) if engine.chief else None
