@@ -71,9 +71,9 @@ class Recorder(tf_keras.callbacks.Callback):
   batch index within the epoch. ``on_epoch_end`` adds the epoch's evaluation to its logs
   as ``val_loss`` (module docstring); it must come before the user's callbacks.
 
-  ``on_epoch_begin`` keeps the optimizer's plain learning rate as ``state.
-  epoch_learning_rate`` before the user's callbacks' run, and a run resumed inside that
-  epoch sets the rate back to it there: the checkpoint holds the rate a
+  ``on_epoch_begin``, before any user callback's, keeps the optimizer's plain learning
+  rate as ``state.epoch_learning_rate``, and a run resumed inside that epoch sets the
+  rate back to it there: the checkpoint holds the rate a
   LearningRateScheduler (``lambda epoch, lr: lr * 0.5``) already set at the epoch's
   start, and its ``on_epoch_begin`` runs again on resume, so without this the schedule
   would apply twice. A LearningRateSchedule (step-based) is left as it is.
@@ -110,7 +110,7 @@ class Recorder(tf_keras.callbacks.Callback):
   def on_epoch_begin(self, epoch, logs=None):
     st = self.state
     self._epoch_start = int(epoch) * st.steps_per_epoch
-    rate = _plain_rate(self.model.optimizer)
+    rate = _plain_rate(getattr(self.model, "optimizer", None))
     if rate is None:
       st.epoch_learning_rate = None
     elif self._epoch_start < st.start_step and st.epoch_learning_rate is not None:
@@ -194,7 +194,8 @@ class Recorder(tf_keras.callbacks.Callback):
 
 def _plain_rate(optimizer):
   """The optimizer's learning-rate variable as LearningRateScheduler reads and sets it
-  (``optimizer.lr``), or None when the rate is a LearningRateSchedule or there is none."""
+  (``optimizer.lr``), or None when the rate is a LearningRateSchedule or there is none
+  (no optimizer)."""
   schedule_type = tf_keras.optimizers.schedules.LearningRateSchedule
   for candidate in (getattr(optimizer, "_learning_rate", None),
                     getattr(optimizer, "_hyper", {}).get("learning_rate")):
