@@ -443,6 +443,38 @@ def test_the_recorder_adds_each_epochs_eval_loss_to_its_logs_as_val_loss():
   assert [e["step"] for e in state.epochs] == [50, 100]
 
 
+def _straight_then_killed_and_resumed(tmp_path, module_text: str, layout: str,
+                                      log_every: int):
+  """Two jobs of ``module_text`` (3 epochs of 5 steps, steps_per_execution 2, a checkpoint
+  every 2 steps): one uninterrupted, and one whose callback kills the process (exit 3)
+  once, when hparams "die" names a marker file that does not exist yet, then rerun to
+  resume. Returns the two run records."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  module = tmp_path / "module.py"
+  module.write_text(module_text)
+  root = str(tmp_path / "ex")
+  feats, _, rows = tu.write_examples(root, rows=80, eval_rows=32)
+  marker = str(tmp_path / "died")
+  where = {"mesh": [1, 2]} if layout == "mesh" else {}
+  jobs = {name: tu.job_dict(str(tmp_path / name), root, feats, rows, layout=layout,
+                            epochs=3, batch_size=16, steps_per_execution=2,
+                            log_every=log_every, checkpoint_every=2, module_file=str(module),
+                            hparams={"die": die}, **where)
+          for name, die in (("straight", ""), ("killed", marker))}
+  straight = tu.run_job(jobs["straight"], str(tmp_path / "straight"))
+  path = str(tmp_path / "killed.json")
+  with open(path, "w") as f:
+    json.dump(jobs["killed"], f)
+  proc = subprocess.run([sys.executable, "-m",
+                         "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return straight, tu.run_job(jobs["killed"], str(tmp_path / "killed"))
+
+
 # ReduceLROnPlateau cuts the rate at every epoch's end from the second on (min_delta
 # huge); the process dies at the start of the epoch after the step-10 checkpoint when
 # hparams "die" is set and its marker file does not exist yet.
@@ -481,29 +513,8 @@ def test_a_run_killed_after_an_epochs_checkpoint_resumes_with_its_on_epoch_end_c
   """The checkpoint at an epoch's last step (10, of 5-step epochs) is written after the
   user's on_epoch_end: ReduceLROnPlateau's cut at that epoch's end is in it, and the
   resumed run trains epoch 2 at the cut rate, as the uninterrupted run does."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  import trainer_util as tu  # pylint: disable=g-import-not-at-top
-  module = tmp_path / "plateau.py"
-  module.write_text(PLATEAU_MODULE)
-  root = str(tmp_path / "ex")
-  feats, _, rows = tu.write_examples(root, rows=80, eval_rows=32)
-  marker = str(tmp_path / "died")
-  jobs = {name: tu.job_dict(str(tmp_path / name), root, feats, rows, layout="single",
-                            epochs=3, batch_size=16, steps_per_execution=2, log_every=2,
-                            checkpoint_every=2, module_file=str(module),
-                            hparams={"die": die})
-          for name, die in (("straight", ""), ("killed", marker))}
-  straight = tu.run_job(jobs["straight"], str(tmp_path / "straight"))
-  path = str(tmp_path / "killed.json")
-  with open(path, "w") as f:
-    import json  # pylint: disable=g-import-not-at-top
-    json.dump(jobs["killed"], f)
-  proc = subprocess.run([sys.executable, "-m",
-                         "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
-  resumed = tu.run_job(jobs["killed"], str(tmp_path / "killed"))
+  straight, resumed = _straight_then_killed_and_resumed(tmp_path, PLATEAU_MODULE, "single",
+                                                        log_every=2)
   assert resumed["resumed_from_step"] == 10
   rates = [r["learning_rate"] for r in straight["records"]]
   assert rates == pytest.approx([0.1] * 5 + [0.01] * 3)  # Cut at epoch 1's end.
@@ -554,30 +565,8 @@ def test_a_run_killed_inside_an_epoch_applies_a_rate_relative_schedule_once(
   checkpoint holds the rate the scheduler set at epoch 1's start, and its on_epoch_begin(1)
   runs again on resume; the trainer sets the rate back to epoch 1's rate before any
   callback's on_epoch_begin, so the schedule halves it once, as in the uninterrupted run."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  import json  # pylint: disable=g-import-not-at-top
-  import trainer_util as tu  # pylint: disable=g-import-not-at-top
-  module = tmp_path / "halving.py"
-  module.write_text(HALVING_MODULE)
-  root = str(tmp_path / "ex")
-  feats, _, rows = tu.write_examples(root, rows=80, eval_rows=32)
-  marker = str(tmp_path / "died")
-  where = {"mesh": [1, 2]} if layout == "mesh" else {}
-  jobs = {name: tu.job_dict(str(tmp_path / name), root, feats, rows, layout=layout,
-                            epochs=3, batch_size=16, steps_per_execution=2, log_every=1,
-                            checkpoint_every=2, module_file=str(module),
-                            hparams={"die": die}, **where)
-          for name, die in (("straight", ""), ("killed", marker))}
-  straight = tu.run_job(jobs["straight"], str(tmp_path / "straight"))
-  path = str(tmp_path / "killed.json")
-  with open(path, "w") as f:
-    json.dump(jobs["killed"], f)
-  proc = subprocess.run([sys.executable, "-m",
-                         "tfx_parallel.components.distributed_trainer.run.train", "--job", path],
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
-  resumed = tu.run_job(jobs["killed"], str(tmp_path / "killed"))
+  straight, resumed = _straight_then_killed_and_resumed(tmp_path, HALVING_MODULE, layout,
+                                                        log_every=1)
   assert resumed["resumed_from_step"] == 8
   rates = [r["learning_rate"] for r in straight["records"]]
   assert rates == pytest.approx([0.05] * 5 + [0.025] * 5 + [0.0125] * 5)
