@@ -32,6 +32,17 @@ LOG_NOISE = (
      "TF logs this and makes an unnamed placeholder instead (tensorflow/python/framework/"
      "tensor.py, _graph_placeholder, TODO b/262413656). The feature is still fed by its "
      "dict key, in training and in the serving signature"),
+    (r"calls to <function MeshTrainer\._steps_function\.<locals>\.<lambda> at 0x[0-9a-f]+> "
+     r"triggered tf\.function retracing",
+     "mesh layout: each execution length has its own step function, traced once and "
+     "reused (engines/mesh_runtime.py _steps_function). Executions end at multiples of "
+     "steps_per_execution and at each epoch's end (engines/epochs.py), so a run whose "
+     "epoch is not a multiple of steps_per_execution traces up to steps_per_execution "
+     "of them, and TF's frequent-tracing detector (tensorflow/python/eager/"
+     "polymorphic_function/polymorphic_function.py:110-111, TF 2.16: 5 traces of one "
+     "Python function within its last 10 calls) counts them together. The cost, one "
+     "DTensor compile per length, is stated in docs/layouts.md; no function is traced "
+     "twice"),
     (r"(Artifact|Context)Query\.property_predicate is not supported",
      "TFX 1.16's own input resolver logs it for every component with inputs "
      "(tfx/orchestration/portable/input_resolution/channel_resolver.py); the pipeline "
