@@ -163,6 +163,15 @@ def test_each_record_has_the_rate_the_optimizer_applied_when_it_is_written():
   assert state.learning_rate == 0.1  # The config's rate, recorded nowhere.
 
 
+# The user modules' model below: the features into one Dense unit (head).
+LINEAR_MODEL = '''
+
+def build_model(spec):
+  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
+  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
+  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
+'''
+
 # A user module whose callbacks(spec) hook counts every Keras callback hook and writes
 # the counts, the batch indices the batch hooks got, the epochs' logs and rates, and the
 # epochs the scheduler was asked about at on_train_end.
@@ -201,13 +210,7 @@ class Counting(tf_keras.callbacks.Callback):
 
 for _hook in HOOKS:
   setattr(Counting, _hook, lambda self, *a, _h=_hook, **k: self._seen(_h, *a, *k.values()))
-
-
-def build_model(spec):
-  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
-  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
-  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
-
+''' + LINEAR_MODEL + '''
 
 def schedule(epoch, rate):
   ASKED.append(epoch)
@@ -492,13 +495,7 @@ class Die(tf_keras.callbacks.Callback):
     if self.marker and epoch == 2 and not os.path.exists(self.marker):
       open(self.marker, "w").close()
       os._exit(3)
-
-
-def build_model(spec):
-  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
-  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
-  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
-
+''' + LINEAR_MODEL + '''
 
 def callbacks(spec):
   return [tf_keras.callbacks.ReduceLROnPlateau(monitor="val_loss", min_delta=1e9,
@@ -543,13 +540,7 @@ class Die(tf_keras.callbacks.Callback):
     if self.marker and self.epoch == 1 and batch >= 3 and not os.path.exists(self.marker):
       open(self.marker, "w").close()
       os._exit(3)
-
-
-def build_model(spec):
-  inputs = {f.name: tf_keras.Input((1,), name=f.name) for f in spec.features}
-  x = tf_keras.layers.Concatenate()([inputs[f.name] for f in spec.features])
-  return tf_keras.Model(inputs, tf_keras.layers.Dense(1, name="head")(x))
-
+''' + LINEAR_MODEL + '''
 
 def callbacks(spec):
   return [tf_keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.5),
