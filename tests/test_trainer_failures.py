@@ -300,3 +300,47 @@ def test_a_replicas_exit_status_is_its_class_and_never_wraps_around(main, code):
   proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
                         timeout=300)
   assert proc.returncode == code, proc.stderr[-2000:]
+
+
+CALLBACK = textwrap.dedent("""
+    def on_epoch_end(model):
+      return model.get_weights()
+""")
+
+WHOLE_COPY = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tensorflow.experimental import dtensor
+    import tf_keras
+    from tfx_parallel.components.distributed_trainer import failures
+    sys.path.insert(0, sys.argv[1])
+    import user_callback
+    mesh = dtensor.create_mesh([("batch", 1), ("model", 2)], device_type="CPU")
+    kernel = dtensor.DVariable(dtensor.call_with_layout(
+        tf.zeros, dtensor.Layout([dtensor.UNSHARDED, "model"], mesh), shape=(3, 4)))
+    model = tf_keras.Sequential()
+    model.get_weights = lambda: [kernel.numpy()]
+    try:
+      user_callback.on_epoch_end(model)
+    except Exception as e:  # The error a mesh run meets.
+      error = failures.config_error(e, first_step_done=True)
+      print(type(e).__name__, repr(error.key) if error else None, error)
+""")
+
+
+def test_a_callback_reading_split_weights_whole_names_its_line_and_the_layout(tmp_path):
+  """A user callback that calls model.get_weights() on the mesh meets DTensor's
+  UnimplementedError ("Trying to copy a non-single-device and non-replicated DTensor",
+  and then every device's block of the variable) after a whole epoch: a ConfigError on
+  trainer.layout naming the callback's line and the fix, not a dump of the weights.
+  A real split DVariable on a 1x2 mesh of logical CPUs, in a process of its own."""
+  (tmp_path / "user_callback.py").write_text(CALLBACK)
+  proc = subprocess.run([sys.executable, "-c", WHOLE_COPY, str(tmp_path)],
+                        capture_output=True, text=True, timeout=300)
+  out = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:]
+  assert out.startswith("UnimplementedError 'trainer.layout'"), out
+  assert f"{tmp_path / 'user_callback.py'}:3 (on_epoch_end: return model.get_weights())" in out
+  assert "single, mirrored, multi_worker" in out and "callbacks(spec)" in out
+  assert "DTensor({" not in out and "rerun" not in out.lower()

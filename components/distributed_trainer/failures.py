@@ -93,6 +93,10 @@ _VARIABLE = re.compile(r"(?:resource|variable|tensor)\s+'?([\w./:-]+/(?:kernel|b
 # for both kinds.
 _DTENSOR_LOOP_OP = re.compile(r"'tf\.(TensorList\w*|TensorArray\w*)' op")
 _DTENSOR_UNSUPPORTED_OP = re.compile(r"'tf\.(\w+)' op does not implement layout propagation")
+# A split DTensor read whole on the host (tensorflow/dtensor/cc/dtensor_device.cc): what
+# ``model.get_weights()``, ``layer.get_weights()``, ``variable.numpy()`` or
+# ``model.save_weights()`` raise on a variable the mesh splits, e.g. in a user callback.
+_DTENSOR_WHOLE_COPY = "Trying to copy a non-single-device and non-replicated DTensor"
 _DTENSOR_STATEFUL_RANDOM = re.compile(
     r"(?:'tf\.(\w+)' op ComputeLayoutForward error: )?"
     r"Stateful random operations are not supported in DTensor")
@@ -113,6 +117,9 @@ def config_error(error: BaseException, *, first_step_done: bool, layout: str = "
       error, ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")):
     return None
   what = f"{type(error).__name__}: {_first_line(error)}"
+  if _DTENSOR_WHOLE_COPY in str(error):
+    # Its message goes on with every device's block of the variable: not repeated.
+    return ConfigError("trainer.layout", _whole_copy_fix(error))
   unsupported = _dtensor_unsupported_op(str(error))
   if unsupported:
     return ConfigError("trainer.layout", f"{unsupported} ({what}). Or train on a layout "
@@ -140,6 +147,29 @@ def config_error(error: BaseException, *, first_step_done: bool, layout: str = "
                        f"the run failed before its first step completed, so a rerun meets it "
                        f"again: {what}")
   return None
+
+
+def _whole_copy_fix(error: BaseException) -> str:
+  """What to change when code of the run (a user callback, the module) read a variable
+  the mesh splits as one host array, naming the line that did (the innermost frame
+  outside TensorFlow, tf_keras and this package)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import traceback  # pylint: disable=g-import-not-at-top
+  ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # components/
+  where = ""
+  for frame in reversed(traceback.extract_tb(error.__traceback__)):
+    path = os.path.abspath(frame.filename)
+    if not (path.startswith(ours + os.sep) or "site-packages" in path
+            or "dist-packages" in path or frame.filename.startswith("<")):
+      where = f" at {frame.filename}:{frame.lineno} ({frame.name}: {(frame.line or '').strip()})"
+      break
+  return (f"code of the run{where} read a variable the mesh splits over its devices as one "
+          f"array ({type(error).__name__}: {_DTENSOR_WHOLE_COPY} is not supported): on the "
+          f"mesh layout model.get_weights(), layer.get_weights(), variable.numpy() and "
+          f"model.save_weights() cannot read a split variable, in a callback of "
+          f"callbacks(spec) too (the trainer checkpoints, keeps the best evaluation's "
+          f"weights and exports the model itself). Remove that read, or train on a layout "
+          f"without DTensor: single, mirrored, multi_worker")
 
 
 def _dtensor_unsupported_op(message: str) -> Optional[str]:
