@@ -95,7 +95,8 @@ _DTENSOR_LOOP_OP = re.compile(r"'tf\.(TensorList\w*|TensorArray\w*)' op")
 _DTENSOR_UNSUPPORTED_OP = re.compile(r"'tf\.(\w+)' op does not implement layout propagation")
 # A split DTensor read whole on the host (tensorflow/dtensor/cc/dtensor_device.cc): what
 # ``model.get_weights()``, ``layer.get_weights()``, ``variable.numpy()`` or
-# ``model.save_weights()`` raise on a variable the mesh splits, e.g. in a user callback.
+# ``model.save_weights("w.h5")`` raise on a variable the mesh splits, e.g. in a user
+# callback (``save_weights`` in TensorFlow's format saves each device's block).
 _DTENSOR_WHOLE_COPY = "Trying to copy a non-single-device and non-replicated DTensor"
 _DTENSOR_STATEFUL_RANDOM = re.compile(
     r"(?:'tf\.(\w+)' op ComputeLayoutForward error: )?"
@@ -166,7 +167,7 @@ def _whole_copy_fix(error: BaseException) -> str:
   return (f"code of the run{where} read a variable the mesh splits over its devices as one "
           f"array ({type(error).__name__}: {_DTENSOR_WHOLE_COPY} is not supported): on the "
           f"mesh layout model.get_weights(), layer.get_weights(), variable.numpy() and "
-          f"model.save_weights() cannot read a split variable, in a callback of "
+          f"model.save_weights() to an .h5 file cannot read a split variable, in a callback of "
           f"callbacks(spec) too (the trainer checkpoints, keeps the best evaluation's "
           f"weights and exports the model itself). Remove that read, or train on a layout "
           f"without DTensor: single, mirrored, multi_worker")
