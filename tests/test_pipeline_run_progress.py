@@ -92,6 +92,13 @@ def test_describe_metrics_by_task():
             "blessed": 0}
   assert run_progress.describe_metrics(binary) == \
       "diverged, eval accuracy 0.5, AUC nan, NOT blessed"
+  # eval_auc -1: the eval split lacks one of the classes (properties.py), no AUC to show,
+  # as the summary leaves it out (a one-class label: the first rows of iris as pandas
+  # writes them, load_iris(as_frame=True).frame.head(7), all of class 0).
+  one_class = {"convergence_state": "plateaued", "eval_accuracy": 1.0, "eval_auc": -1.0,
+               "blessed": 0}
+  assert run_progress.describe_metrics(one_class) == \
+      "plateaued, eval accuracy 1, NOT blessed"
 
 
 def test_describe_history_flags_divergence_and_examples_skipped_rows():
