@@ -296,6 +296,11 @@ def test_eval_loss_jumping_up_at_the_end_is_overfitting_or_diverged_by_the_train
   # Overfitting to a model no better than the trivial predictor: plateaued.
   summary = _run(TAXI_LOSSES, evals, 95.0, 90.0, train_at_evals=falling)
   assert summary.state == P.PLATEAUED and "min_gain" in summary.reason
+  # A trivial loss of 0 (an eval split of one class: iris head(7) as pandas writes it)
+  # leaves nothing to compare with, and the reason says so in a sentence.
+  summary = _run(TAXI_LOSSES, evals, 0.0, 90.0, train_at_evals=falling)
+  assert summary.state == P.PLATEAUED and "and the model is not compared with the trivial " \
+      "predictor (its loss is unknown); converged needs" in summary.reason, summary.reason
   # A rise within the eval set's noise is no verdict of overfitting.
   history = testing.linear_history(TAXI_LOSSES)
   history["epochs"] = [{"epoch": i + 1, "step": (i + 1) * 180, "train_loss": t,

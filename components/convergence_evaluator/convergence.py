@@ -276,7 +276,8 @@ def classify(curves: Curves, rules: Rules, loss_vs_trivial: float, tail: float,
   gain = 1.0 - loss_vs_trivial  # NaN when the trivial predictor's loss is unknown.
   beats = math.isfinite(gain) and gain >= rules.min_gain
   gain_text = (f"{100 * gain:.1f} % below the trivial predictor's loss"
-               if math.isfinite(gain) else "the trivial predictor's loss is unknown")
+               if math.isfinite(gain) else
+               "not compared with the trivial predictor (its loss is unknown)")
   overfit = divergence.overfitting(evals, curves.eval_train_losses, curves.eval_errors,
                                    rules.plateau_tolerance, rules.rise_noise_z)
   if overfit and beats:
