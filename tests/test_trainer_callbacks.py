@@ -126,6 +126,29 @@ def test_a_record_is_the_mean_of_the_exact_losses_since_the_previous_record(exec
   assert [r["loss"] for r in state.records] == losses
 
 
+def test_a_run_a_callback_stops_between_records_ends_its_history_at_its_last_step():
+  """Keras EarlyStopping stops the run at an epoch's end (step 28: two epochs of 14)
+  that is no multiple of log_every (5): the history's last record is step 28, the mean
+  of steps 26-28, as the exported weights are step 28's (on the mesh the summary said
+  "25 steps" for a run of 28: bc.csv, EarlyStopping(min_delta=10, patience=1))."""
+  losses = [1.0 / (1 + s) for s in range(56)]
+  state = cb.RunState(total=56, start_step=0, global_batch=32, steps_per_epoch=14,
+                      learning_rate=0.01, step=0)
+  recorder = _recorder(state, [0.9, 0.8], losses, log_every=5)
+  for end in (5, 10, 14, 15, 20, 25, 28):  # The executions (engines/epochs.py).
+    if end in (5, 15):
+      recorder.on_epoch_begin(end // 14)
+    recorder.steps.ran = end
+    recorder.on_train_batch_end((end - 1) % 14, {"loss": -123.0})
+  recorder.on_epoch_end(1, {"loss": -123.0})
+  recorder.model.stop_training = True  # EarlyStopping's on_epoch_end.
+  recorder.on_train_end({"loss": -123.0})
+  assert [r["step"] for r in state.records] == [5, 10, 15, 20, 25, 28]
+  assert state.records[-1]["loss"] == pytest.approx(sum(losses[25:28]) / 3, rel=1e-12)
+  recorder.on_train_end({})  # Nothing since: no second record.
+  assert len(state.records) == 6
+
+
 def test_the_recorder_stops_when_the_eval_loss_rises_by_half_and_not_on_a_flat_run():
   # The eval loss and the training loss both rise by more than half: diverged.
   state = _state(total=150)

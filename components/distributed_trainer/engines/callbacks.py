@@ -129,14 +129,7 @@ class Recorder(tf_keras.callbacks.Callback):
     st.last_loss = execution_loss = sum(losses) / len(losses)
     why = self.monitor.add_train(execution_loss)
     if step % self.log_every == 0 or step >= st.total or why:
-      now = time.perf_counter()
-      train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
-      eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
-      loss = sum(self._window) / len(self._window)
-      self._window = []
-      st.records.append({"step": step, "loss": loss, "learning_rate": self.learning_rate_at(step),
-                         "examples_per_sec": eps, "wall_time": st.wall_time()})
-      self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
+      self._record(step)
     if why:
       self._diverged(why)
       return
@@ -155,6 +148,18 @@ class Recorder(tf_keras.callbacks.Callback):
         return
     if step >= st.total:
       self.model.stop_training = True
+
+  def _record(self, step: int):
+    """A history record of the steps since the previous one, ending at ``step``."""
+    st = self.state
+    now = time.perf_counter()
+    train_seconds = now - self._t_last - (st.eval_seconds - self._eval_last)
+    eps = (step - self._step_last) * st.global_batch / max(train_seconds, 1e-9)
+    loss = sum(self._window) / len(self._window)
+    self._window = []
+    st.records.append({"step": step, "loss": loss, "learning_rate": self.learning_rate_at(step),
+                       "examples_per_sec": eps, "wall_time": st.wall_time()})
+    self._t_last, self._step_last, self._eval_last = now, step, st.eval_seconds
 
   def _diverged(self, why: str):
     self.state.diverged, self.state.diverged_reason = True, why
@@ -176,6 +181,12 @@ class Recorder(tf_keras.callbacks.Callback):
 
   def on_train_end(self, logs=None):
     self._add_val_loss(logs)
+    if self._window:
+      # A stop between records (a user callback's EarlyStopping at an epoch's end that
+      # is no multiple of log_every, the trainer's own patience): the steps since the
+      # last record end the history, so that its last step and final loss are those of
+      # the exported weights.
+      self._record(self.state.step)
     self.flush_summaries()
 
   def flush_summaries(self):
