@@ -455,6 +455,24 @@ def test_executions_end_at_multiples_of_k_at_each_epoch_end_and_at_the_runs_end(
   assert epochs.execution_lengths(0, 8, 4, 10) == [4, 4]  # k above an epoch: cut there.
 
 
+def test_a_reduced_steps_per_execution_is_said_with_the_settings_that_keep_it():
+  """steps_per_execution 3 with the default log_every 10 runs 1 step per call (a mesh
+  call each): the run says so, and what to set to run 3, instead of only
+  "steps/execution 1" on the layout line."""
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  config = TrainerConfig(steps_per_execution=3)
+  assert config.execution_steps() == 1
+  assert config.execution_note() == (
+      "steps_per_execution 3 -> 1: reduced to divide log_every 10 and checkpoint_every "
+      "100, so that progress lines and checkpoints fall on execution boundaries; to run 3 "
+      "steps per call, set trainer.log_every=30 and trainer.checkpoint_every=300")
+  kept = TrainerConfig(steps_per_execution=3, log_every=30, checkpoint_every=300)
+  assert kept.execution_steps() == 3 and kept.execution_note() is None
+  assert TrainerConfig().execution_note() is None  # The default 10 divides both.
+  assert TrainerConfig(steps_per_execution=4, checkpoint_every=0).execution_note().endswith(
+      "to run 4 steps per call, set trainer.log_every=20")
+
+
 def test_the_recorder_adds_each_epochs_eval_loss_to_its_logs_as_val_loss():
   state = _state(total=100)  # Epochs of 50 steps.
   recorder = _recorder(state, [0.9, 0.8], [0.7] * 100)

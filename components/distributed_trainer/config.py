@@ -331,6 +331,21 @@ class TrainerConfig:
       k = math.gcd(k, self.checkpoint_every)
     return k
 
+  def execution_note(self) -> Optional[str]:
+    """The console line saying that ``execution_steps()`` reduced steps_per_execution,
+    and the settings that keep it (None when it was not reduced)."""
+    n, k = self.steps_per_execution, self.execution_steps()
+    if k == n:
+      return None
+    divides = f"log_every {self.log_every}" + (
+        f" and checkpoint_every {self.checkpoint_every}" if self.checkpoint_every else "")
+    keep = f"trainer.log_every={math.lcm(n, self.log_every)}" + (
+        f" and trainer.checkpoint_every={math.lcm(n, self.checkpoint_every)}"
+        if self.checkpoint_every else "")
+    return (f"steps_per_execution {n} -> {k}: reduced to divide {divides}, so that "
+            f"progress lines and checkpoints fall on execution boundaries; to run {n} "
+            f"steps per call, set {keep}")
+
   def replicas_hint(self) -> Optional[int]:
     """Data-parallel replicas known from config alone (None: known only at run time)."""
     if self.layout == "single":
