@@ -66,6 +66,25 @@ def test_two_train_classes_or_a_regression_pass(label, task):
   ms.check_classes(label, "y", task, "train")
 
 
+def test_the_executor_names_the_file_and_the_row_split_for_a_train_split_of_one_class(
+    tmp_path):
+  """Real Examples (gzip TFRecords) through executor.prepare, the trainer's one scan."""
+  from tfx_parallel.components.common.config_util import ConfigError  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.config import TrainerConfig  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.run.train import Job  # pylint: disable=g-import-not-at-top
+  import trainer_util as tu  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / "ex")
+  tu.write_rows(root, ["x"], "y", [[0.1], [0.2], [0.3], [0.4]], [0, 0, 0, 0],
+                [[0.5], [0.6]], [0, 1])
+  job = Job(**tu.job_dict(str(tmp_path), root, ["x"], 4))
+  with pytest.raises(ConfigError) as raised:
+    executor.prepare(job, TrainerConfig(layout="single"), source="data/tiny.csv")
+  assert raised.value.key == "example_gen.seed"
+  assert raised.value.message.startswith(
+      "data/tiny.csv: the 'train' split has a single value [0] of label 'y' in its 4 rows")
+
+
 @pytest.mark.slow
 def test_the_first_rows_of_iris_stop_the_cli_with_exit_2_before_training(tmp_path):
   """The reviewer's command: 7 rows, ``target`` all 0 (scikit-learn's iris is sorted)."""

@@ -127,12 +127,14 @@ def prepare(job: Job, config: TrainerConfig, module=None, source: Optional[str] 
   """Scans the data once for the model spec (and the row count when no hint gave it),
   then loads the model module and builds it on a tiny batch: a bad module or bad labels
   fail here, before training starts. A classifier's label with one class is a
-  ConfigError on the label setting naming ``source`` (the data's file; default: the
-  Examples' URI)."""
+  ConfigError naming ``source`` (the data's file; default: the Examples' URI) on the
+  label setting, or on ``example_gen.seed`` (the row split) when only the train split
+  has one class."""
   try:
     prepared = _prepare_all(job, config)
-  except ms.SingleClassError as e:
-    key = "trainer.label_key" if config.label_key else "example_gen.label"
+  except ms.SingleClassError as e:  # One class in the train split only: its row split.
+    key = ("example_gen.seed" if e.split else
+           "trainer.label_key" if config.label_key else "example_gen.label")
     raise config_util.ConfigError(key, f"{source or job.examples_uri}: {e}") from None
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else (
