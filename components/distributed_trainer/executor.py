@@ -107,11 +107,9 @@ def _na_values(config: TrainerConfig, described: description.InputDescription
   return None if tokens is None else list(tokens)
 
 
-def prepare(job: Job, config: TrainerConfig, module=None) -> Job:
-  """Scans the data once for the model spec (and the row count when no hint gave it),
-  then loads the model module and builds it on a tiny batch: a bad module or bad labels
-  fail here, before training starts."""
-  prepared = stats.prepare_all(
+def _prepare_all(job: Job, config: TrainerConfig) -> stats.Prepared:
+  """The one scan and the spec (stats.prepare_all) with the job's inputs and config."""
+  return stats.prepare_all(
       job.examples_uri, job.feature_keys, job.string_feature_keys, job.label_key,
       task=config.task, max_vocabulary=config.max_vocabulary, hash_buckets=config.hash_buckets,
       hparams=builtin_hparams(config), skip_missing_labels=config.skip_missing_labels,
@@ -122,6 +120,22 @@ def prepare(job: Job, config: TrainerConfig, module=None) -> Job:
       splits=(config.train_split, config.eval_split), required=job.required_features,
       na_values=job.na_values, id_like_ratio=config.id_like_ratio,
       keep_as_category=config.keep_as_category)
+
+
+def prepare(job: Job, config: TrainerConfig, module=None, source: Optional[str] = None
+            ) -> Job:
+  """Scans the data once for the model spec (and the row count when no hint gave it),
+  then loads the model module and builds it on a tiny batch: a bad module or bad labels
+  fail here, before training starts. A classifier's label with one class is a
+  ConfigError naming ``source`` (the data's file; default: the Examples' URI) on the
+  label setting, or on ``example_gen.seed`` (the row split) when only the train split
+  has one class."""
+  try:
+    prepared = _prepare_all(job, config)
+  except ms.SingleClassError as e:  # One class in the train split only: its row split.
+    key = ("example_gen.seed" if e.split else
+           "trainer.label_key" if config.label_key else "example_gen.label")
+    raise config_util.ConfigError(key, f"{source or job.examples_uri}: {e}") from None
   spec, norm, skipped = prepared.spec, prepared.normalization, prepared.skipped
   inferred = "" if config.task else (
       f" (inferred from the label; to override: --task "
@@ -277,6 +291,13 @@ def check_warm_start(job: Job, config: TrainerConfig, module=None) -> None:
     print(f"[trainer] warm start: {line}", flush=True)
 
 
+def _source(examples: types.Artifact) -> str:
+  """The data behind the Examples, for messages: PartitionedExampleGen's ``source``
+  property (the CSV path or glob), else the Examples' URI."""
+  source = custom_properties.value(examples, keys.SOURCE)
+  return source if isinstance(source, str) and source else examples.uri
+
+
 def _optional(input_dict: Dict[str, List[types.Artifact]], key: str
               ) -> Optional[types.Artifact]:
   found = input_dict.get(key) or []
@@ -312,7 +333,7 @@ class Executor(base_executor.BaseExecutor):
             f"the tuned values reach it as spec.hparams only", flush=True)
     job = prepare(job_from_artifacts(config, examples, model.uri, model_run.uri, history.uri,
                                      schema, transform_graph, checkpoint_root(os.environ)),
-                  config, module)
+                  config, module, _source(examples))
     print(f"[trainer] checkpoints: {job.checkpoint_dir}", flush=True)
     base_model = _optional(input_dict, keys.BASE_MODEL_KEY)
     if base_model is not None:

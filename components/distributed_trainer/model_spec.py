@@ -40,6 +40,16 @@ class SpecError(ValueError):
   """The data or config cannot give a model spec; the message names the split/feature."""
 
 
+class SingleClassError(SpecError):
+  """A classifier's label holds one class: in all the scanned data (``split`` None), or
+  in the train split ``split`` only. The message names the label, the value and the rows;
+  the trainer's executor prefixes the data's file (it knows the Examples' source)."""
+
+  def __init__(self, message: str, split: Optional[str] = None):
+    self.split = split
+    super().__init__(message)
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureSpec:
   """One input of the model.
@@ -235,8 +245,7 @@ def infer_task(label: LabelStats, label_key: str, configured: Optional[str] = No
       raise SpecError(f"task 'binary' needs exactly 2 label values; label {label_key!r} "
                       f"has {len(classes)}: {list(classes[:10])!r}")
     if len(classes) < 2:
-      raise SpecError(f"label {label_key!r} has a single value {list(classes)!r}; "
-                      "a classifier needs at least 2 classes")
+      check_classes(label, label_key, configured or MULTICLASS, inferred=not configured)
     task = configured or (BINARY if len(classes) == 2 else MULTICLASS)
     return task, (1 if task == BINARY else len(classes)), classes
   values = sorted(label.values)
@@ -265,6 +274,49 @@ def infer_task(label: LabelStats, label_key: str, configured: Optional[str] = No
       and values == [float(i) for i in range(k)]):
     return MULTICLASS, k, None
   return REGRESSION, 1, None
+
+
+def check_classes(label: LabelStats, label_key: str, task: str,
+                  train_split: Optional[str] = None, inferred: bool = False) -> None:
+  """Raises SingleClassError when ``task`` is a classifier's (binary or multiclass) and
+  the label holds one value: in every scanned split, or in ``train_split`` (None: not
+  checked per split). A regression label is not checked: one value there is a constant
+  to predict (the evaluator's R^2 is then undefined), not a model that cannot be built.
+
+  Reads the scan's per-split counts (``label.counts``); without them only ``values``.
+  ``inferred``: the task was inferred from the label (config ``task`` unset)."""
+  if task == REGRESSION or label.overflow:
+    return
+  numeric = label.kind != "bytes"
+  what = f"a classifier (task {task}{', inferred from the label' if inferred else ''})"
+  show = (lambda v: f"{float(v):g}") if numeric else repr
+  total = collections.Counter()
+  for counter in label.counts.values():
+    total.update(counter)
+  values = set(total) or set(label.values)
+  if len(values) < 2:
+    value = show(next(iter(values))) if values else "none"
+    rows = sum(total.values())
+    where = ", ".join(f"{s} {sum(c.values())}" for s, c in label.counts.items())
+    in_rows = f"in all {rows} rows ({where})" if rows else "in every example"
+    regression = (f"; or, if {label_key!r} is a number to predict rather than a class, "
+                  f"set trainer.task=regression" if numeric else "")
+    raise SingleClassError(
+        f"label {label_key!r} has a single value [{value}] {in_rows}: {what} needs at "
+        f"least 2 classes, and nothing was trained. Are these the first rows of a file "
+        f"sorted by the label? Use the whole file; or choose another label column "
+        f"(set example_gen.label=<column>){regression}")
+  train = label.counts.get(train_split) if train_split is not None else None
+  if train is not None and len(train) < 2:
+    value = show(next(iter(train))) if train else "none"
+    rows = sum(train.values())
+    seen = ", ".join(f"{show(v)}: {n} rows" for v, n in sorted(total.items()))
+    raise SingleClassError(
+        f"the {train_split!r} split has a single value [{value}] of label {label_key!r} "
+        f"in its {rows} rows, while all the data has {len(total)} classes ({seen}): "
+        f"{what} trained on one class only ever predicts it, and nothing was trained. "
+        f"The data is too small (or too unevenly split) for its split: use more rows, or "
+        f"another row split (set example_gen.seed=<n>)", split=train_split)
 
 
 def _show_values(values: Sequence[float], overflow: bool) -> str:

@@ -264,6 +264,7 @@ def prepare_all(examples_uri: str, feature_keys: Sequence[str],
   spec = ms.build_spec(numeric, cols.categories, counts, label_key,
                        result.label, task=task, max_vocabulary=max_vocabulary,
                        hash_buckets=hash_buckets, hparams=hparams)
+  ms.check_classes(result.label, label_key, spec.task, splits[0], inferred=task is None)
   derived = [ms.FeatureSpec(name, ms.FLOAT32, raw_dtype=ms.STRING, source=d.source,
                             part=part, fill=mean, missing=1)
              for d in cols.derived.values()
