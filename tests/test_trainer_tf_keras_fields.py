@@ -2,6 +2,7 @@
 private hooks the fit engine drives ``fit`` through (engines/fit_engine.py
 ``check_private_hooks``): present in the pinned tf_keras, and a missing one fails loudly,
 naming the tf_keras version."""
+import re
 import types
 
 import pytest
@@ -103,7 +104,6 @@ def test_the_pinned_tf_keras_has_every_private_hook_the_fit_engine_uses():
 
 
 def test_a_missing_fit_hook_fails_naming_the_field_and_the_tf_keras_version(monkeypatch):
-  import re  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
   from tfx_parallel.components.distributed_trainer.engines import fit_engine as fe  # pylint: disable=g-import-not-at-top
   model = _compiled(4)
@@ -132,3 +132,27 @@ def test_a_missing_fit_hook_fails_naming_the_field_and_the_tf_keras_version(monk
     with pytest.raises(fe.TfKerasFieldError,
                        match=r"has no Model\._renamed_spe \(a variable after compile\)"):
       fe.check_private_hooks(model, "single")
+
+
+def test_a_wrapped_loss_function_keeps_its_keyword_arguments_per_example(monkeypatch):
+  """The evaluator's per-example loss reads LossFunctionWrapper's private keyword
+  arguments (engines/callbacks.py ``FN_KWARGS``); gone, it fails naming the version."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  from tf_keras.src import losses as losses_lib  # pylint: disable=g-import-not-at-top
+  from tfx_parallel.components.distributed_trainer.engines import callbacks as cb  # pylint: disable=g-import-not-at-top
+
+  def scaled(y_true, y_pred, scale=1.0):
+    return scale * tf_keras.backend.mean(tf_keras.backend.square(y_true - y_pred), axis=-1)
+
+  wrapped = losses_lib.LossFunctionWrapper(scaled, name="scaled", scale=3.0)
+  assert getattr(wrapped, cb.FN_KWARGS) == {"scale": 3.0}
+  y, p = np.array([[1.0], [2.0]], np.float32), np.array([[0.0], [0.0]], np.float32)
+  assert cb.per_example_loss(wrapped)(y, p).numpy().tolist() == [3.0, 12.0]
+  monkeypatch.setattr(cb, "FN_KWARGS", "_renamed_kwargs")
+  with pytest.raises(cb.TfKerasFieldError,
+                     match=rf"evaluation of a loss function: tf_keras "
+                           rf"{re.escape(tf_keras.__version__)} has no "
+                           r"LossFunctionWrapper\._renamed_kwargs \(on loss 'scaled'.*"
+                           r"or pass a tf_keras.losses.Loss subclass"):
+    cb.per_example_loss(wrapped)

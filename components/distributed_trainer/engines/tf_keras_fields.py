@@ -14,8 +14,9 @@ class TfKerasFieldError(RuntimeError):
   """A private tf_keras field that ``user`` (a layout) relies on is missing in this
   tf_keras."""
 
-  def __init__(self, field: str, where: str, user: str = "mesh layout"):
+  def __init__(self, field: str, where: str, user: str = "mesh layout",
+               other_way: str = "or use another layout"):
     import tf_keras  # pylint: disable=g-import-not-at-top
     super().__init__(f"{user}: tf_keras {tf_keras.__version__} has no {field} ({where}); "
                      f"the {user} relies on it and was checked against tf_keras 2.16. "
-                     f"Install the tf_keras of constraints.txt, or use another layout.")
+                     f"Install the tf_keras of constraints.txt, {other_way}.")
