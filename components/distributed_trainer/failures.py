@@ -25,7 +25,9 @@ the error as one line (:func:`one_line`; the user-facing errors of
 exit codes into the message of the error the component fails with
 (:func:`process_failed`).
 """
+import os
 import re
+import traceback
 from typing import Optional, Tuple, Type
 
 from tfx_parallel.components.common.config_util import ConfigError
@@ -154,8 +156,6 @@ def _whole_copy_fix(error: BaseException) -> str:
   """What to change when code of the run (a user callback, the module) read a variable
   the mesh splits as one host array, naming the line that did (the innermost frame
   outside TensorFlow, tf_keras and this package)."""
-  import os  # pylint: disable=g-import-not-at-top
-  import traceback  # pylint: disable=g-import-not-at-top
   ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # components/
   where = ""
   for frame in reversed(traceback.extract_tb(error.__traceback__)):

@@ -23,6 +23,7 @@ import tf_keras
 
 from tfx_parallel.components.common import divergence
 from tfx_parallel.components.common import progress
+from tfx_parallel.components.distributed_trainer.engines.tf_keras_fields import TfKerasFieldError
 
 
 @dataclasses.dataclass
@@ -349,13 +350,24 @@ class Progress(tf_keras.callbacks.Callback):
     self.reporter.close()
 
 
+# The keyword arguments a LossFunctionWrapper passes its function: private in tf_keras
+# (v2.16.0 tf_keras/losses.py:250 ``self._fn_kwargs = kwargs``, the wheel's
+# tf_keras/src/losses.py:250); pinned by tests/test_trainer_tf_keras_fields.py.
+FN_KWARGS = "_fn_kwargs"
+
+
 def per_example_loss(loss):
   """A per-example version of a tf_keras loss (for evaluation outside ``fit``)."""
   from tf_keras.src import losses as losses_lib  # pylint: disable=g-import-not-at-top
   if type(loss) is losses_lib.LossFunctionWrapper:  # pylint: disable=unidiomatic-typecheck
     # A user's function, wrapped as compile wraps it (user_module.make_loss).
+    if not hasattr(loss, FN_KWARGS):
+      raise TfKerasFieldError(f"LossFunctionWrapper.{FN_KWARGS}",
+                              f"on loss {loss.name!r}, evaluated per example",
+                              "evaluation of a loss function",
+                              "or pass a tf_keras.losses.Loss subclass as the loss")
     return losses_lib.LossFunctionWrapper(loss.fn, reduction="none", name=loss.name,
-                                          **loss._fn_kwargs)  # pylint: disable=protected-access
+                                          **getattr(loss, FN_KWARGS))
   if isinstance(loss, tf_keras.losses.Loss):
     config = dict(loss.get_config(), reduction="none")
     return type(loss).from_config(config)

@@ -6,6 +6,25 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.engines import epochs as ep
+from tfx_parallel.components.distributed_trainer.engines.tf_keras_fields import TfKerasFieldError
+
+# Private tf_keras hooks FitEngine.train relies on: checked at build (check_private_hooks,
+# before the first step), never guessed with a default; pinned by
+# tests/test_trainer_tf_keras_fields.py. Lines of tf_keras v2.16.0: upstream
+# tf_keras/engine/training.py, the same lines as the wheel's tf_keras/src/engine/training.py
+# (the installed 2.16.0 differs only in its import paths).
+# - Where fit starts: Model.__init__ sets ``self._training_state = None`` (training.py:315);
+#   fit takes (initial epoch, initial step) from ``self._maybe_load_initial_counters_from_ckpt
+#   (steps_per_epoch, initial_epoch)`` (:1787), which, when the state is set, returns
+#   ``self._training_state.maybe_load_initial_counters_from_ckpt(steps_per_epoch,
+#   initial_epoch, mode=ModeKeys.TRAIN)`` (:3946, :3966-3969); _StartInside answers it.
+TRAINING_STATE, LOAD_COUNTERS = "_training_state", "_maybe_load_initial_counters_from_ckpt"
+STATE_LOAD_COUNTERS = "maybe_load_initial_counters_from_ckpt"
+# - Where each execution ends: the ``steps_per_execution`` setter assigns into the
+#   variable compile made, ``_steps_per_execution`` (:1031-1036; made at :863-864), the
+#   one fit hands its DataHandler (:1756) and its train function loops over (:1439);
+#   DataHandler.steps reads it before each execution (data_adapter.py:1406).
+STEPS_PER_EXECUTION = "_steps_per_execution"
 
 
 class FitEngine:
@@ -42,6 +61,7 @@ class FitEngine:
       self.model.compile(optimizer=self.optimizer, loss=self.loss,
                          steps_per_execution=self.steps_per_execution)
       self._step_losses = step_losses.StepLosses(self.model, self.steps_per_execution)
+    check_private_hooks(self.model, self.layout)
     self.written_optimizer = self.optimizer
     if self.strategy is not None:
       # The logs fit hands the callbacks are the compiled metrics' result(), which
@@ -112,13 +132,13 @@ class FitEngine:
     spe = steps_per_epoch or total
     first, epochs, first_batch = ep.keras_epochs(start_step, total, spe)
     model = self.model
-    model._training_state = _StartInside(first, first_batch) if first_batch else None  # pylint: disable=protected-access
+    setattr(model, TRAINING_STATE, _StartInside(first, first_batch) if first_batch else None)
     try:
       model.fit(dataset, initial_epoch=first, epochs=epochs, steps_per_epoch=spe,
                 callbacks=[_executions(start_step, total, spe, self.steps_per_execution)]
                 + list(callbacks), verbose=0)
     finally:
-      model._training_state = None  # pylint: disable=protected-access
+      setattr(model, TRAINING_STATE, None)
       model.steps_per_execution = self.steps_per_execution
 
   def step_losses(self, n: int) -> List[float]:
@@ -163,6 +183,45 @@ class FitEngine:
     with self.scope():
       self.optimizer.build(self.model.trainable_variables)
     return {"model": self.model, "optimizer": self.optimizer}
+
+
+def check_private_hooks(model, layout: str):
+  """The private tf_keras hooks ``train`` relies on (the constants above), present and
+  doing what tf_keras 2.16 does with them on this compiled ``model``; else
+  TfKerasFieldError naming the field and the tf_keras version.
+
+  ``Model._maybe_load_initial_counters_from_ckpt`` is asked once with a state set (then
+  restored): it must return the state's answer. ``_steps_per_execution`` must be a
+  variable and ``steps_per_execution`` a property with a setter (that the setter assigns
+  into that variable is pinned by the test: an assign here would write the devices)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  user = f"{layout} layout"
+  resumed = "where fit starts a run resumed mid-epoch"
+  if not hasattr(model, TRAINING_STATE):
+    raise TfKerasFieldError(f"Model.{TRAINING_STATE}", resumed, user)
+  load = getattr(model, LOAD_COUNTERS, None)
+  if load is None:
+    raise TfKerasFieldError(f"Model.{LOAD_COUNTERS}", resumed, user)
+  saved = getattr(model, TRAINING_STATE)
+  setattr(model, TRAINING_STATE, _StartInside(3, 2))
+  try:
+    answer = tuple(load(5, 0))
+  except (AttributeError, TypeError) as e:
+    raise TfKerasFieldError(f"Model.{LOAD_COUNTERS} asking Model.{TRAINING_STATE}."
+                            f"{STATE_LOAD_COUNTERS}(steps_per_epoch, initial_epoch, mode=) "
+                            f"({type(e).__name__}: {e})", resumed, user) from e
+  finally:
+    setattr(model, TRAINING_STATE, saved)
+  if answer != (3, 2):
+    raise TfKerasFieldError(f"Model.{LOAD_COUNTERS} returning Model.{TRAINING_STATE}'s "
+                            f"answer (it returned {answer} for (3, 2))", resumed, user)
+  ends = "the variable fit's executions loop over, set to end them at epoch ends"
+  if not isinstance(getattr(model, STEPS_PER_EXECUTION, None), tf.Variable):
+    raise TfKerasFieldError(f"Model.{STEPS_PER_EXECUTION} (a variable after compile)", ends,
+                            user)
+  setter = getattr(type(model), "steps_per_execution", None)
+  if not isinstance(setter, property) or setter.fset is None:
+    raise TfKerasFieldError("Model.steps_per_execution setter", ends, user)
 
 
 class _StartInside:

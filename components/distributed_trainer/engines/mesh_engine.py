@@ -9,6 +9,26 @@ from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer.engines import epochs as ep
 
 
+def stacked_executions(dataset, lengths: Sequence[int], k: int):
+  """``dataset``'s first ``sum(lengths)`` batches, stacked by tf.data one execution at a
+  time: one element per execution, its batches' tensors stacked on a new first axis of
+  ``lengths[j]`` (each at most ``k``), the values ``tf.stack`` would give.
+
+  ``dataset.batch(k)`` alone would cut every execution at ``k``; the lengths of
+  engines/epochs.py also end at epoch ends, at the run's end and, on a resumed run, at
+  the first multiple of ``k``. ``Dataset.rebatch`` with a vector cuts the batched stream
+  into those sizes in turn (tensorflow/python/data/ops/dataset_ops.py ``rebatch``, TF
+  2.16: "If the `batch_size` argument is a list, `rebatch` cycles through the list";
+  the list is the whole run, consumed once). ``batch(k)`` first makes the per-element
+  work tf.data's per ``k`` batches, not per batch: as cheap as ``batch(k)`` alone,
+  about a tenth of stacking in Python (benchmarks/RESULTS.md).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not lengths or not all(0 < n <= k for n in lengths):
+    raise ValueError(f"lengths: each between 1 and k={k}. Received: {list(lengths)}")
+  return dataset.take(sum(lengths)).batch(k).rebatch(tf.constant(lengths, tf.int64))
+
+
 class MeshEngine:
   """``MeshTrainer`` on the (batch, model) mesh of ``config.mesh``."""
 
@@ -79,7 +99,8 @@ class MeshEngine:
     """Steps until ``total`` (or a callback sets ``model.stop_training``), in executions
     that end where engines/epochs.py says (a multiple of ``steps_per_execution``, the
     epoch's end, the run's end, as on the fit engine): each is ONE DTensor call over
-    that many batches, stacked on the host while the execution before runs.
+    that many batches, stacked by tf.data (:func:`stacked_executions`) and packed onto
+    the mesh while the execution before runs.
 
     The callbacks are driven as ``model.fit(initial_epoch=, epochs=,
     steps_per_epoch=steps_per_epoch)`` drives them on the fit engine
@@ -93,7 +114,6 @@ class MeshEngine:
     ``model.stop_training``; ``on_train_end(logs)``. The losses leave the devices only
     once per execution. An execution of a new length traces a new step function (k is
     static in it: mesh_runtime.py), at most ``steps_per_execution`` of them."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tf_keras  # pylint: disable=g-import-not-at-top
     if total <= start_step:
       return  # As FitEngine: no fit, no callbacks.
@@ -102,20 +122,17 @@ class MeshEngine:
     model = self.model
     hooks = tf_keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=False,
                                             model=model, verbose=0, epochs=epochs, steps=spe)
-    lengths = iter(ep.execution_lengths(start_step, total, spe, self.steps_per_execution))
-    # Prefetched by tf.data's threads; each execution's batches are stacked and packed
-    # onto the mesh while the one before runs (run_packed returns before the devices
+    # Each execution's batches stacked by tf.data's threads (prefetch), and packed onto
+    # the mesh while the execution before runs (run_packed returns before the devices
     # finish; fetch waits): the host's input work overlaps the steps, as fit's input is
     # read inside its train function.
-    batches = iter(dataset.take(total - start_step).prefetch(self.steps_per_execution))
+    stacked = iter(stacked_executions(
+        dataset, ep.execution_lengths(start_step, total, spe, self.steps_per_execution),
+        self.steps_per_execution).prefetch(1))
 
     def pack_next():
-      n = next(lengths, None)
-      if n is None:
-        return None
-      stacked = tf.nest.map_structure(lambda *t: tf.stack(t),
-                                      *[next(batches) for _ in range(n)])
-      return self.trainer.pack_steps(*stacked)
+      batches = next(stacked, None)
+      return None if batches is None else self.trainer.pack_steps(*batches)
 
     model.stop_training = False
     hooks.on_train_begin()

@@ -97,6 +97,7 @@ from tfx_parallel.components.common import tfenv
 from tfx_parallel.components.distributed_trainer import user_module
 from tfx_parallel.components.distributed_trainer import optimizers as optimizers_lib
 from tfx_parallel.components.distributed_trainer import sharding as sharding_lib
+from tfx_parallel.components.distributed_trainer.engines.tf_keras_fields import TfKerasFieldError
 
 BATCH_AXIS, MODEL_AXIS = sharding_lib.BATCH_AXIS, sharding_lib.MODEL_AXIS
 _LABELS = "__tfxp_labels__"  # The labels' key among the packed batch's columns.
@@ -182,15 +183,6 @@ BACKEND_MODULE, SEED_GENERATOR = "tf_keras.src.backend", "_SEED_GENERATOR"
 # tf.random.Generator (state variable and seed) once (tf_keras/src/engine/base_layer.py
 # BaseRandomLayer, src/backend.py RandomGenerator._maybe_init).
 RANDOM_GENERATOR, MAYBE_INIT = "_random_generator", "_maybe_init"
-
-
-class TfKerasFieldError(RuntimeError):
-  """A private tf_keras field the mesh layout relies on is missing in this tf_keras."""
-
-  def __init__(self, field: str, where: str):
-    super().__init__(f"mesh layout: tf_keras {tf_keras.__version__} has no {field} ({where}); "
-                     f"the mesh layout relies on it and was checked against tf_keras 2.16. "
-                     f"Install the tf_keras of constraints.txt, or use another layout.")
 
 
 def lazy_init_scope():
