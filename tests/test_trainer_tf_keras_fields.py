@@ -108,16 +108,18 @@ def test_a_missing_fit_hook_fails_naming_the_field_and_the_tf_keras_version(monk
   from tfx_parallel.components.distributed_trainer.engines import fit_engine as fe  # pylint: disable=g-import-not-at-top
   model = _compiled(4)
   version = re.escape(tf_keras.__version__)
-  with monkeypatch.context() as m:
-    m.setattr(fe, "TRAINING_STATE", "_renamed_state")
-    with pytest.raises(fe.TfKerasFieldError,
-                       match=rf"single layout: tf_keras {version} has no "
-                             r"Model\._renamed_state \(where fit starts a run resumed"):
-      fe.check_private_hooks(model, "single")
-  with monkeypatch.context() as m:
-    m.setattr(fe, "LOAD_COUNTERS", "_renamed_load")
-    with pytest.raises(fe.TfKerasFieldError, match=r"has no Model\._renamed_load \("):
-      fe.check_private_hooks(model, "mirrored")
+  renames = [
+      ("TRAINING_STATE", "_renamed_state", "single",
+       rf"single layout: tf_keras {version} has no "
+       r"Model\._renamed_state \(where fit starts a run resumed"),
+      ("LOAD_COUNTERS", "_renamed_load", "mirrored", r"has no Model\._renamed_load \("),
+      ("STEPS_PER_EXECUTION", "_renamed_spe", "single",
+       r"has no Model\._renamed_spe \(a variable after compile\)")]
+  for field, renamed_to, layout, message in renames:
+    with monkeypatch.context() as m:
+      m.setattr(fe, field, renamed_to)
+      with pytest.raises(fe.TfKerasFieldError, match=message):
+        fe.check_private_hooks(model, layout)
   # A tf_keras whose fit asks the state under another name.
   renamed = types.SimpleNamespace(
       _training_state=None,
@@ -127,11 +129,6 @@ def test_a_missing_fit_hook_fails_naming_the_field_and_the_tf_keras_version(monk
                      match=r"has no Model\._maybe_load_initial_counters_from_ckpt asking "
                            r"Model\._training_state\.maybe_load_initial_counters_from_ckpt"):
     fe.check_private_hooks(renamed, "single")
-  with monkeypatch.context() as m:
-    m.setattr(fe, "STEPS_PER_EXECUTION", "_renamed_spe")
-    with pytest.raises(fe.TfKerasFieldError,
-                       match=r"has no Model\._renamed_spe \(a variable after compile\)"):
-      fe.check_private_hooks(model, "single")
 
 
 def test_a_wrapped_loss_function_keeps_its_keyword_arguments_per_example(monkeypatch):
