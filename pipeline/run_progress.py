@@ -72,8 +72,7 @@ def describe_metrics(props: Dict[str, Any]) -> str:
     parts.append(f"R2 {readable.sig(_float(props.get('eval_r2')))}")
   elif props.get("eval_accuracy") is not None:
     parts.append(f"eval accuracy {readable.sig(_float(props['eval_accuracy']))}")
-    auc = props.get("eval_auc")
-    if auc is not None and _float(auc) != -1:  # -1: one class only (summary.py leaves it out).
+    if summary.auc_known(props.get("eval_auc")):
       parts.append(f"AUC {readable.sig(_float(props['eval_auc']))}")
   blessed = props.get("blessed")
   if blessed is not None:

@@ -77,6 +77,12 @@ def describe_layout(layout, mesh_shape=None, replicas=None, num_devices=None) ->
   return layout
 
 
+def auc_known(value) -> bool:
+  """Whether an ``eval_auc`` is one to show: absent, or -1 when the eval split holds one
+  class (convergence_evaluator/quality.py), it is not."""
+  return value is not None and value != -1
+
+
 def _quality(m: Dict[str, object]) -> str:
   """The task's headline metrics: regression MSE / R2, else accuracy (and AUC)."""
   rows = m.get("eval_examples")
@@ -84,7 +90,7 @@ def _quality(m: Dict[str, object]) -> str:
   if m.get("eval_mse") is not None:
     return f"MSE {readable.sig(m.get('eval_mse'))}, R2 {readable.sig(m.get('eval_r2'))}{on}"
   parts = [f"accuracy {readable.sig(m.get('eval_accuracy'))}"]
-  if m.get("eval_auc") not in (None, -1, -1.0):
+  if auc_known(m.get("eval_auc")):
     parts.append(f"AUC {readable.sig(m.get('eval_auc'))}")
   if m.get("eval_log_loss") is not None:
     parts.append(f"log loss {readable.sig(m.get('eval_log_loss'))}")
