@@ -140,8 +140,9 @@ def boundary_bytes(variables: Sequence[VariableInfo], batch_axis: int, model_axi
   model (16 MiB) and 1.4-1.7 MiB more above the train phase's peak; the boundaries then
   measure 0.88 of this figure on single, 0.77-0.78 on mesh 1x2 and 0.71-0.75 on a
   row-split mesh 1x4 (three runs from a clean clone, 2026-12-07, TensorFlow's oneDNN CPU
-  kernels off: on they hold buffers this figure does not count, single 1.25-1.45). Before those export changes, on benchmarks/bench_mesh_memory.py's model, the
-  mesh 1x4 export rose +454-461 MB above the end of training against +13 MB on single
+  kernels off: on they hold buffers this figure does not count, single 1.25-1.45).
+  Before those export changes, on benchmarks/bench_mesh_memory.py's model, the mesh 1x4
+  export rose +454-461 MB above the end of training against +13 MB on single
   (benchmarks/RESULTS.md). Bounding glibc's malloc arenas did not change it."""
   if model_axis > 1:
     step = state_bytes_per_device(variables, model_axis, slots_per_param)

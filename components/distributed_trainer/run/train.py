@@ -289,8 +289,9 @@ def run(job: Job, progress: Optional[dict] = None) -> dict:
         f"steps/execution {engine.steps_per_execution} on {desc['device_type']} "
         f"({desc['collective']})" + (f"; variables: {split_text}" if split_text else ""),
         flush=True)
-  if config.execution_note():
-    print(f"[trainer] {config.execution_note()}", flush=True)
+  execution_note = config.execution_note()
+  if execution_note:
+    print(f"[trainer] {execution_note}", flush=True)
   state = cb.RunState(total=total, start_step=start_step, global_batch=config.batch_size,
                       steps_per_epoch=steps_per_epoch, learning_rate=config.learning_rate,
                       records=records, epochs=epochs, wall_offset=wall_offset,
